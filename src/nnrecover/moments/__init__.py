@@ -1,0 +1,5 @@
+"""Streaming moment statistics (update / merge / finalize) and their exact population forms."""
+
+from .base import Statistic, accumulate
+
+__all__ = ["Statistic", "accumulate"]

@@ -1,0 +1,326 @@
+"""The two-layer network model ``f(x) = A act(W x + b) + c`` and random teachers.
+
+Symbol map (every paper onto one form, ARCHITECTURE section 1):
+
+=====================  ==================  ================  ===================  =============
+ours                   Awasthi et al.      Ge et al.         Bakshi et al.        Goel et al.
+=====================  ==================  ================  ===================  =============
+hidden_weights (k, d)  W^T (columns w_i)   W (rows w_i)      V* (k x d)           W* (rows)
+hidden_bias (k,)       b                   0                 0                    -t (threshold)
+output_weights (p, k)  a^T                 A (l x k)         U* (m x k)           P (poly.)
+output_bias (p,)       0                   0                 0                    0
+=====================  ==================  ================  ===================  =============
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._validation import as_2d_float, check_finite, check_positive_int, check_random_state
+from .activations import Activation, get_activation
+from .errors import InputError
+
+__all__ = ["TwoLayerNetwork", "random_network"]
+
+_FORMAT = "nnrecover.TwoLayerNetwork/1"
+
+
+class TwoLayerNetwork:
+    """A two-layer network ``f(x) = A @ act(W @ x + b) + c``.
+
+    Parameters
+    ----------
+    hidden_weights : array of shape (k, d)
+        ``W``, one row per hidden unit.
+    hidden_bias : array of shape (k,), optional
+        ``b``; zeros by default.
+    output_weights : array of shape (p, k) or (k,), optional
+        ``A``; a 1-D array is one output. Ones (a single output summing the units) by default.
+    output_bias : array of shape (p,), optional
+        ``c``; zeros by default.
+    activation : str or Activation
+        Name from :func:`nnrecover.activations.available_activations` (``"relu"`` by default).
+    """
+
+    def __init__(self, hidden_weights, hidden_bias=None, output_weights=None, output_bias=None,
+                 activation: "str | Activation" = "relu"):
+        W = np.array(hidden_weights, dtype=np.float64)
+        if W.ndim != 2 or W.shape[0] < 1 or W.shape[1] < 1:
+            raise InputError(f"hidden_weights must have shape (n_hidden, n_inputs), got {W.shape}.")
+        check_finite(W, "hidden_weights")
+        k = W.shape[0]
+        b = np.zeros(k) if hidden_bias is None else np.array(hidden_bias, dtype=np.float64).reshape(-1)
+        if b.shape != (k,):
+            raise InputError(f"hidden_bias must have shape ({k},), got {np.shape(hidden_bias)}.")
+        check_finite(b, "hidden_bias")
+        A = np.ones((1, k)) if output_weights is None else np.array(output_weights, dtype=np.float64)
+        if A.ndim == 1:
+            A = A[None, :]
+        if A.ndim != 2 or A.shape[1] != k:
+            raise InputError(
+                f"output_weights must have shape (n_outputs, {k}) (or ({k},) for one output), got "
+                f"{np.shape(output_weights)}.")
+        check_finite(A, "output_weights")
+        p = A.shape[0]
+        c = np.zeros(p) if output_bias is None else np.array(output_bias, dtype=np.float64).reshape(-1)
+        if c.shape != (p,):
+            raise InputError(f"output_bias must have shape ({p},), got {np.shape(output_bias)}.")
+        check_finite(c, "output_bias")
+        self.hidden_weights = W
+        self.hidden_bias = b
+        self.output_weights = A
+        self.output_bias = c
+        self.activation = get_activation(activation)
+
+    # ------------------------------------------------------------------ shape
+    @property
+    def n_inputs(self) -> int:
+        return self.hidden_weights.shape[1]
+
+    @property
+    def n_hidden(self) -> int:
+        return self.hidden_weights.shape[0]
+
+    @property
+    def n_outputs(self) -> int:
+        return self.output_weights.shape[0]
+
+    @property
+    def n_parameters(self) -> int:
+        return sum(a.size for a in (self.hidden_weights, self.hidden_bias, self.output_weights, self.output_bias))
+
+    # ------------------------------------------------------------------ evaluation
+    def hidden_activations(self, X) -> np.ndarray:
+        """``act(X W^T + b)``, shape (n, k)."""
+        X = as_2d_float(X, "X", n_features=self.n_inputs)
+        return self.activation(X @ self.hidden_weights.T + self.hidden_bias)
+
+    def predict(self, X) -> np.ndarray:
+        """Network output: shape (n,) when there is one output, else (n, p)."""
+        out = self.hidden_activations(X) @ self.output_weights.T + self.output_bias
+        return out[:, 0] if self.n_outputs == 1 else out
+
+    __call__ = predict
+
+    # ------------------------------------------------------------------ forms
+    def copy(self) -> "TwoLayerNetwork":
+        return TwoLayerNetwork(self.hidden_weights.copy(), self.hidden_bias.copy(),
+                               self.output_weights.copy(), self.output_bias.copy(), self.activation)
+
+    def canonical(self) -> "TwoLayerNetwork":
+        """Canonical form: rows of ``W`` scaled to unit norm, the scale moved into ``b`` and ``A``.
+
+        For an activation homogeneous of degree ``q`` (relu, leaky_relu: 1; relu_power(p): p; step: 0)
+        ``act(s t) = s**q act(t)`` for ``s > 0``, so row ``i`` is divided by ``s_i = ||w_i||``, ``b_i``
+        too, and column ``i`` of ``A`` is multiplied by ``s_i**q``: the function is unchanged.
+        Zero rows and non-homogeneous activations are left as they are (a copy is returned).
+        """
+        net = self.copy()
+        q = self.activation.degree
+        if q is None:
+            return net
+        s = np.linalg.norm(net.hidden_weights, axis=1)
+        ok = s > 0
+        net.hidden_weights[ok] /= s[ok, None]
+        net.hidden_bias[ok] /= s[ok]
+        net.output_weights[:, ok] *= s[ok] ** q
+        return net
+
+    def permuted(self, order) -> "TwoLayerNetwork":
+        """The same network with its hidden units reordered (``order`` a permutation of range(k))."""
+        order = np.asarray(order, dtype=int)
+        if sorted(order.tolist()) != list(range(self.n_hidden)):
+            raise InputError(f"order must be a permutation of range({self.n_hidden}).")
+        return TwoLayerNetwork(self.hidden_weights[order], self.hidden_bias[order],
+                               self.output_weights[:, order], self.output_bias, self.activation)
+
+    # ------------------------------------------------------------------ io
+    def to_dict(self) -> dict:
+        return {
+            "format": _FORMAT,
+            "activation": self.activation.spec,
+            "hidden_weights": self.hidden_weights.tolist(),
+            "hidden_bias": self.hidden_bias.tolist(),
+            "output_weights": self.output_weights.tolist(),
+            "output_bias": self.output_bias.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TwoLayerNetwork":
+        missing = {"hidden_weights", "activation"} - set(data)
+        if missing:
+            raise InputError(f"network description lacks {sorted(missing)}; is it an nnrecover network file?")
+        return cls(data["hidden_weights"], data.get("hidden_bias"), data.get("output_weights"),
+                   data.get("output_bias"), data["activation"])
+
+    def save(self, path: "str | os.PathLike") -> None:
+        """Write to ``.json`` (text; floats round-trip exactly via repr) or ``.npz`` (binary). No pickle."""
+        path = Path(path)
+        suffix = path.suffix.lower()
+        if suffix == ".json":
+            path.write_text(json.dumps(self.to_dict(), indent=1))
+        elif suffix == ".npz":
+            np.savez(path, hidden_weights=self.hidden_weights, hidden_bias=self.hidden_bias,
+                     output_weights=self.output_weights, output_bias=self.output_bias,
+                     activation=np.array(self.activation.spec), format=np.array(_FORMAT))
+        else:
+            raise InputError(f"cannot save a network to {path.name!r}: use a .json or .npz file name.")
+
+    @classmethod
+    def load(cls, path: "str | os.PathLike") -> "TwoLayerNetwork":
+        """Read a network written by :meth:`save` (``.json`` or ``.npz``)."""
+        path = Path(path)
+        if not path.exists():
+            raise InputError(f"network file {str(path)!r} does not exist.")
+        suffix = path.suffix.lower()
+        if suffix == ".json":
+            try:
+                data = json.loads(path.read_text())
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path.name} is not valid JSON: {exc}") from exc
+            if not isinstance(data, dict):
+                raise InputError(f"{path.name} does not hold a network description.")
+            return cls.from_dict(data)
+        if suffix == ".npz":
+            with np.load(path, allow_pickle=False) as f:
+                data = {key: f[key] for key in f.files}
+            if "activation" in data:
+                data["activation"] = str(data["activation"])
+            return cls.from_dict(data)
+        raise InputError(f"cannot load a network from {path.name!r}: use a .json or .npz file.")
+
+    @classmethod
+    def from_sklearn(cls, model: Any) -> "TwoLayerNetwork":
+        """Convert a fitted one-hidden-layer ``sklearn.neural_network.MLPRegressor``.
+
+        Supported activations: relu, identity, tanh, logistic (= sigmoid).
+        """
+        coefs = getattr(model, "coefs_", None)
+        if coefs is None:
+            raise InputError("from_sklearn needs a fitted MLPRegressor (it has no coefs_); call fit first.")
+        if len(coefs) != 2:
+            raise InputError(f"from_sklearn supports one hidden layer; the model has {len(coefs) - 1}.")
+        if getattr(model, "out_activation_", "identity") != "identity":
+            raise InputError("from_sklearn supports regressors (identity output activation) only.")
+        act = model.activation
+        if act not in ("relu", "identity", "tanh", "logistic"):
+            raise InputError(f"MLP activation {act!r} is not supported (relu, identity, tanh, logistic).")
+        return cls(np.asarray(coefs[0]).T, model.intercepts_[0], np.asarray(coefs[1]).T,
+                   model.intercepts_[1], "sigmoid" if act == "logistic" else act)
+
+    # ------------------------------------------------------------------ misc
+    def __repr__(self) -> str:
+        return (f"TwoLayerNetwork(n_inputs={self.n_inputs}, n_hidden={self.n_hidden}, "
+                f"n_outputs={self.n_outputs}, activation={self.activation.spec!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TwoLayerNetwork):
+            return NotImplemented
+        return (self.activation == other.activation
+                and all(np.array_equal(x, y) for x, y in zip(self._arrays(), other._arrays())))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _arrays(self):
+        return (self.hidden_weights, self.hidden_bias, self.output_weights, self.output_bias)
+
+
+_RANDOM_OPTIONS = {"bias_range", "output_weight_range", "output_signs", "rows", "condition_number",
+                   "output_bias_range"}
+
+
+def _as_range(value, name):
+    if np.isscalar(value):
+        value = (float(value), float(value))
+    lo, hi = (float(v) for v in value)
+    if not (np.isfinite(lo) and np.isfinite(hi)) or lo > hi:
+        raise InputError(f"{name} must be a number or a (low, high) pair with low <= high, got {value!r}.")
+    return lo, hi
+
+
+def random_network(n_inputs: int, n_hidden: int, n_outputs: int = 1, *, activation="relu", rng=None,
+                   **options) -> TwoLayerNetwork:
+    """Draw a random teacher network.
+
+    Parameters
+    ----------
+    n_inputs, n_hidden, n_outputs : int
+        ``d``, ``k``, ``p``.
+    activation : str or Activation
+    rng : int, Generator or None
+    bias_range : (float, float) or float, default (0, 0)
+        Hidden biases uniform in this range (a float gives that constant bias).
+    output_weight_range : (float, float) or float, default (0.5, 1.5)
+        Magnitudes ``|A_ij|`` uniform in this range.
+    output_signs : {"random", "positive", "negative"}, default "random"
+    output_bias_range : (float, float) or float, default 0
+    rows : {"unit", "orthonormal", "gaussian"}, default "unit"
+        Unit-norm rows (uniform directions), orthonormal rows (needs ``k <= d``), or i.i.d. N(0, 1/d)
+        entries.
+    condition_number : float, optional
+        Prescribe the singular values of ``W``: geometrically spaced from 1 to ``1/condition_number``,
+        between random orthonormal factors (needs ``k <= d``); rows are then not renormalised.
+
+    Returns
+    -------
+    TwoLayerNetwork
+    """
+    unknown = set(options) - _RANDOM_OPTIONS
+    if unknown:
+        raise InputError(f"unknown random_network option(s) {sorted(unknown)}; known: {sorted(_RANDOM_OPTIONS)}.")
+    d = check_positive_int(n_inputs, "n_inputs")
+    k = check_positive_int(n_hidden, "n_hidden")
+    p = check_positive_int(n_outputs, "n_outputs")
+    act = get_activation(activation)
+    gen = check_random_state(rng)
+    rows = options.get("rows", "unit")
+    kappa = options.get("condition_number")
+    if rows not in ("unit", "orthonormal", "gaussian"):
+        raise InputError(f"rows must be 'unit', 'orthonormal' or 'gaussian', got {rows!r}.")
+    if kappa is not None:
+        kappa = float(kappa)
+        if not kappa >= 1.0:
+            raise InputError(f"condition_number must be >= 1, got {kappa}.")
+        if k > d:
+            raise InputError(f"condition_number needs n_hidden <= n_inputs (got {k} > {d}).")
+        left = _haar_orthonormal(k, k, gen)
+        right = _haar_orthonormal(k, d, gen)
+        sv = np.geomspace(1.0, 1.0 / kappa, k) if k > 1 else np.ones(1)
+        W = (left * sv) @ right
+    elif rows == "orthonormal":
+        if k > d:
+            raise InputError(f"orthonormal rows need n_hidden <= n_inputs (got {k} > {d}); use rows='unit'.")
+        W = _haar_orthonormal(k, d, gen)
+    elif rows == "unit":
+        W = gen.standard_normal((k, d))
+        W /= np.linalg.norm(W, axis=1, keepdims=True)
+    else:
+        W = gen.standard_normal((k, d)) / np.sqrt(d)
+    lo, hi = _as_range(options.get("bias_range", 0.0), "bias_range")
+    b = gen.uniform(lo, hi, size=k)
+    lo, hi = _as_range(options.get("output_weight_range", (0.5, 1.5)), "output_weight_range")
+    if lo < 0:
+        raise InputError("output_weight_range gives magnitudes; use output_signs for the signs.")
+    A = gen.uniform(lo, hi, size=(p, k))
+    signs = options.get("output_signs", "random")
+    if signs == "random":
+        A *= gen.choice([-1.0, 1.0], size=(p, k))
+    elif signs == "negative":
+        A = -A
+    elif signs != "positive":
+        raise InputError(f"output_signs must be 'random', 'positive' or 'negative', got {signs!r}.")
+    lo, hi = _as_range(options.get("output_bias_range", 0.0), "output_bias_range")
+    c = gen.uniform(lo, hi, size=p)
+    return TwoLayerNetwork(W, b, A, c, act)
+
+
+def _haar_orthonormal(k: int, d: int, gen: np.random.Generator) -> np.ndarray:
+    """k x d matrix with orthonormal rows, Haar distributed (QR with sign fix)."""
+    q, r = np.linalg.qr(gen.standard_normal((d, k)))
+    q *= np.sign(np.diag(r))
+    return q.T
