@@ -1,0 +1,52 @@
+"""Learners: one module per paper (plus baselines); each algorithm is also a plain function.
+
+Every estimator follows scikit-learn conventions (no logic in ``__init__``, fitted attributes with a
+trailing underscore, ``random_state``); ``available()`` lists every registered algorithm.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from ._registry import AlgorithmRecord, available, register
+
+# module name -> public names it provides (modules are imported lazily, on first use)
+_MODULES = {
+    "base": ("BaseLearner",),
+    "baseline": ("GradientDescentLearner",),
+    "awasthi2021": ("HermiteTensorLearner",),
+    "ge2019": ("PureNeuronLearner",),
+    "bakshi2019": ("ExactReLULearner",),
+    "goel2019": ("HighThresholdLearner",),
+}
+_PROVIDES = {name: mod for mod, names in _MODULES.items() for name in names}
+
+__all__ = ["available", "register", "AlgorithmRecord", "get_learner", *_PROVIDES]
+
+
+def _load_all() -> None:
+    import importlib.util
+
+    for mod in _MODULES:
+        if importlib.util.find_spec(f"{__name__}.{mod}") is not None:
+            import_module(f".{mod}", __name__)
+
+
+def __getattr__(name):
+    mod = _PROVIDES.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def get_learner(name: str):
+    """The estimator class registered under ``name`` (as listed by ``nnrecover methods``)."""
+    from ..errors import InputError
+
+    for rec in available(learners_only=True):
+        if rec.name == name or getattr(rec.target, "__name__", None) == name:
+            return rec.target
+    names = ", ".join(r.name for r in available(learners_only=True))
+    raise InputError(f"unknown learner {name!r}; available learners: {names}.")

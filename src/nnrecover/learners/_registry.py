@@ -1,0 +1,68 @@
+"""Registry of every algorithm nnrecover implements (``nnrecover.learners.available()``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["AlgorithmRecord", "register", "available", "PAPERS"]
+
+PAPERS = {
+    "awasthi2021": "Awasthi, Tang, Vijayaraghavan. Efficient Algorithms for Learning Depth-2 Neural "
+                   "Networks with General ReLU Activations. NeurIPS 2021.",
+    "ge2019": "Ge, Kuditipudi, Li, Wang. Learning Two-Layer Neural Networks with Symmetric Inputs. ICLR 2019.",
+    "bakshi2019": "Bakshi, Jayaram, Woodruff. Learning Two Layer Rectified Neural Networks in Polynomial "
+                  "Time. COLT 2019.",
+    "goel2019": "Goel, Panigrahy. Recovering the Lowest Layer of Deep Networks with High Threshold "
+                "Activations. 2019.",
+    "baseline": "Baselines (not from a paper).",
+}
+
+
+@dataclass(frozen=True)
+class AlgorithmRecord:
+    """One registered algorithm.
+
+    Attributes
+    ----------
+    name : str            unique short name (``"hermite-tensor"``, ``"atv21-algorithm2"``...)
+    paper : str           key of :data:`PAPERS`
+    algorithm : str       the paper's own label, e.g. ``"Algorithm 5"``, ``"Theorem 6"``, ``"Section 8"``
+    assumptions : tuple   human-readable assumptions, e.g. ``("x ~ N(0, I)", "m <= d")``
+    target : object       the class or function that implements it
+    description : str     one line
+    is_learner : bool     True for estimators usable by ``nnrecover fit`` (fit(X, Y) -> network_)
+    """
+
+    name: str
+    paper: str
+    algorithm: str
+    assumptions: tuple = ()
+    target: object = field(default=None, compare=False)
+    description: str = ""
+    is_learner: bool = False
+
+
+_RECORDS: dict[str, AlgorithmRecord] = {}
+
+
+def register(name: str, *, paper: str, algorithm: str, target, assumptions=(), description: str = "",
+             is_learner: bool = False) -> AlgorithmRecord:
+    """Add an algorithm to the registry (called at import time by each learner module)."""
+    if paper not in PAPERS:
+        raise ValueError(f"unknown paper key {paper!r}; use one of {sorted(PAPERS)}")
+    rec = AlgorithmRecord(name, paper, algorithm, tuple(assumptions), target, description, is_learner)
+    old = _RECORDS.get(name)
+    if old is not None and old.target is not target:
+        raise ValueError(f"algorithm name {name!r} registered twice")
+    _RECORDS[name] = rec
+    return rec
+
+
+def available(paper: str | None = None, *, learners_only: bool = False) -> list[AlgorithmRecord]:
+    """Every registered algorithm (optionally of one paper, or only the estimators)."""
+    from . import _load_all
+
+    _load_all()
+    out = [r for r in _RECORDS.values() if (paper is None or r.paper == paper)
+           and (not learners_only or r.is_learner)]
+    return sorted(out, key=lambda r: (r.paper, r.name))
