@@ -2,16 +2,39 @@
 
 A :class:`Statistic` accumulates sums over chunks of samples (``update``), combines with another
 partial result of the same kind (``merge``), and turns the sums into the estimate (``finalize``).
-That one design gives bounded memory for any number of samples, parallelism, and distribution on
-Dask (map over blocks, tree-reduce with ``merge``).
+Because ``merge`` is associative and ``empty_like()`` is its identity, a statistic can be computed
 
-:func:`accumulate` feeds one or several statistics in a single pass over any supported data source.
+* in one pass over any number of samples with memory ``O(chunk_size * d + size of the statistic)``,
+* in parallel, one partial result per block, combined by a tree of merges, and
+* on a Dask cluster (:mod:`nnrecover.moments.engine` maps over blocks and tree-reduces with ``merge``).
+
+:func:`accumulate` feeds one or several statistics in a single pass over any supported data source
+(see :func:`nnrecover.moments.engine.as_data_source`).
+
+Writing a statistic
+-------------------
+Subclass :class:`Statistic` and implement
+
+``_reset()``
+    set the accumulators to their empty state (allocate lazily: the dimensions are known at the
+    first chunk);
+``_update(X, Y)``
+    add a validated chunk: ``X`` float64 of shape (m, d) with m >= 1, ``Y`` float64 of shape (m, p)
+    (p = 0 when the data have no targets);
+``_merge(other)``
+    add the accumulators of ``other`` (same type, ``other.n > 0``; ``self`` may be empty);
+``finalize()``
+    return the estimate (raise :class:`~nnrecover.errors.InputError` through :meth:`require` when
+    too few samples were seen).
+
+The base class keeps ``n`` (samples seen) and checks that every chunk and every merged partial
+result has the same ``d`` and ``p``. A statistic must be picklable (Dask ships it to workers).
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -21,20 +44,27 @@ from ..errors import InputError
 __all__ = ["Statistic", "accumulate", "DEFAULT_CHUNK_ROWS"]
 
 DEFAULT_CHUNK_ROWS = 1 << 16
+"""Upper bound on the rows of one chunk read from an array source (see ``engine.default_chunk_rows``)."""
 
 
 class Statistic:
-    """Base class of streaming statistics.
+    """Base class of streaming statistics (a monoid under :meth:`merge`).
 
-    Subclasses set their accumulators in ``_reset`` and implement ``_update(X, Y)`` with validated
-    float64 chunks (``Y`` 2-D, shape (n, p)), ``_merge(other)`` and ``finalize()``. ``n`` counts the
-    samples seen. A statistic must be picklable (Dask ships it to workers).
+    Attributes
+    ----------
+    n : int
+        Number of samples accumulated so far.
+    n_inputs, n_outputs : int or None
+        ``d`` and ``p`` of the data seen so far (``None`` before the first sample; ``p = 0`` when the
+        data have no targets).
     """
 
     def __init__(self) -> None:
         self.n = 0
+        self._dims: tuple[int, int] | None = None
         self._reset()
 
+    # ---------------------------------------------------------------- to implement in subclasses
     def _reset(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -47,9 +77,42 @@ class Statistic:
     def finalize(self) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    # public API --------------------------------------------------------------------------------
+    # ---------------------------------------------------------------- dimensions
+    @property
+    def n_inputs(self) -> int | None:
+        dims = getattr(self, "_dims", None)
+        return None if dims is None else dims[0]
+
+    @property
+    def n_outputs(self) -> int | None:
+        dims = getattr(self, "_dims", None)
+        return None if dims is None else dims[1]
+
+    def _check_dims(self, dims: tuple[int, int], what: str) -> None:
+        mine = getattr(self, "_dims", None)
+        if mine is None:
+            self._dims = dims
+        elif mine != dims:
+            raise InputError(
+                f"{type(self).__name__} has seen data with n_inputs={mine[0]}, n_outputs={mine[1]}, but "
+                f"{what} has n_inputs={dims[0]}, n_outputs={dims[1]}; every chunk of one data set must "
+                "have the same number of columns (and targets in every chunk or in none).")
+
+    # ---------------------------------------------------------------- public API
     def update(self, X, Y=None) -> "Statistic":
-        """Add a chunk of samples; returns self."""
+        """Add a chunk of samples.
+
+        Parameters
+        ----------
+        X : array of shape (m, d)
+            Inputs, one sample per row; must be finite.
+        Y : array of shape (m,) or (m, p), optional
+            Targets of the same samples; ``None`` when the data have no targets.
+
+        Returns
+        -------
+        self
+        """
         X = as_2d_float(X, "X", min_rows=0)
         if Y is None:
             Y = np.zeros((X.shape[0], 0))
@@ -57,16 +120,32 @@ class Statistic:
             Y = as_targets(Y, "Y", n_rows=X.shape[0])
             if Y.ndim == 1:
                 Y = Y[:, None]
+        return self._add(X, Y)
+
+    def _add(self, X: np.ndarray, Y: np.ndarray) -> "Statistic":
+        """Add an already validated chunk (float64, finite, ``Y`` 2-D with as many rows as ``X``)."""
         if X.shape[0]:
+            self._check_dims((X.shape[1], Y.shape[1]), "this chunk")
             self._update(X, Y)
             self.n += X.shape[0]
         return self
 
     def merge(self, other: "Statistic") -> "Statistic":
-        """Add the sums of another partial result of the same statistic; returns self."""
+        """Add the sums of another partial result of the same statistic.
+
+        ``merge`` is associative and ``empty_like()`` is its identity, so partial results over
+        disjoint blocks of samples combine, in any grouping, into the statistic of their union.
+
+        Returns
+        -------
+        self
+        """
         if type(other) is not type(self):
             raise InputError(f"cannot merge {type(other).__name__} into {type(self).__name__}.")
         if other.n:
+            other_dims = getattr(other, "_dims", None)
+            if other_dims is not None:
+                self._check_dims(other_dims, "the merged partial result")
             self._merge(other)
             self.n += other.n
         return self
@@ -75,26 +154,64 @@ class Statistic:
         """A fresh statistic with the same parameters and no samples."""
         new = copy.copy(self)
         new.n = 0
+        new._dims = None
         new._reset()
         return new
 
     def require(self, n_min: int, what: str = "this statistic") -> None:
+        """Raise :class:`~nnrecover.errors.InputError` unless at least ``n_min`` samples were seen."""
         if self.n < n_min:
-            raise InputError(f"{what} needs at least {n_min} samples, got {self.n}.")
+            raise InputError(f"{what} needs at least {n_min} samples, got {self.n}; pass more data.")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n={self.n}, n_inputs={self.n_inputs}, n_outputs={self.n_outputs})"
 
 
 def accumulate(statistics: "Statistic | Sequence[Statistic]", data: Any, *, chunk_size: int | None = None,
                progress: bool | None = None) -> "Statistic | list[Statistic]":
     """Feed one statistic or a list of statistics with every sample of ``data`` in one pass.
 
-    ``data`` may be a tuple ``(X, Y)`` of arrays (numpy, memory-mapped, or dask), or an iterable of
-    ``(X, Y)`` chunks (e.g. :func:`nnrecover.sample_stream`). Returns the statistic(s), updated.
+    Parameters
+    ----------
+    statistics : Statistic or sequence of Statistic
+        Updated in place (their previous contents are kept: this adds ``data`` to them).
+    data : data source
+        Anything :func:`nnrecover.moments.engine.as_data_source` accepts with a single argument:
+        a tuple ``(X, Y)`` of arrays (numpy, ``np.memmap``, ``np.load(..., mmap_mode="r")``, dask;
+        ``Y`` may be ``None``), a single array ``X`` (no targets), a path to a ``.npy`` file, an
+        iterable of ``(X, Y)`` chunks (e.g. :func:`nnrecover.sample_stream`, a list, a generator),
+        or a :class:`~nnrecover.moments.engine.DataSource`.
+    chunk_size : int, optional
+        Rows per chunk when reading arrays (default :func:`~nnrecover.moments.engine.default_chunk_rows`).
+        Chunks of an iterable are used as they come. Memory is ``O(chunk_size * d)`` plus the size of
+        the statistics.
+    progress : bool, optional
+        Show a progress bar (tqdm, counting rows) on stderr. ``None`` (default): only when stderr is
+        a terminal and the pass takes more than half a second. ``False``: never.
+
+    Returns
+    -------
+    Statistic or list of Statistic
+        The statistic(s) passed in, updated.
+
+    Notes
+    -----
+    When ``X`` is a dask array nothing is iterated on the client: every block pair ``(X_b, Y_b)``
+    becomes one task computing fresh statistics, the partial results are combined by a tree of
+    ``merge`` tasks, and the graph runs on the current dask scheduler (a ``dask.distributed``
+    cluster when a ``Client`` is active). See :func:`nnrecover.moments.engine.accumulate_dask`.
     """
-    from .engine import iterate_chunks  # the engine owns data-source handling (dask, memmap, progress)
+    from .engine import as_data_source, accumulate_dask, iterate_chunks  # engine imports this module
 
     single = isinstance(statistics, Statistic)
     stats = [statistics] if single else list(statistics)
-    for X, Y in iterate_chunks(data, chunk_size=chunk_size, progress=progress, statistics=stats):
-        for s in stats:
-            s.update(X, Y)
+    if not stats or not all(isinstance(s, Statistic) for s in stats):
+        raise InputError("statistics must be a Statistic or a non-empty sequence of Statistic objects.")
+    source = as_data_source(data)
+    if source.is_dask:
+        accumulate_dask(stats, source, chunk_size=chunk_size, progress=progress)
+    else:
+        for X, Y in iterate_chunks(source, chunk_size=chunk_size, progress=progress, statistics=stats):
+            for s in stats:
+                s._add(X, Y)
     return stats[0] if single else stats
