@@ -1,0 +1,216 @@
+"""Tests of nnrecover.io: exact round trips in every format, memory mapping, streaming writes, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import nnrecover as nr
+from nnrecover import io
+from nnrecover.errors import InputError
+
+FORMATS = (".npz", ".npy", ".csv", ".parquet")
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(12345)
+    # values spanning many magnitudes, so that a lossy text format would be caught
+    X = rng.standard_normal((37, 4)) * np.array([1e-12, 1.0, 3e5, -7.0])
+    return X, rng.standard_normal(37), rng.standard_normal((37, 3))
+
+
+def _kw(ext, Y):
+    # a .npy file cannot record how many columns are targets (see save_samples Notes)
+    return {"target_columns": [-3, -2, -1]} if ext == ".npy" and Y.ndim == 2 else {}
+
+
+@pytest.mark.parametrize("ext", FORMATS)
+@pytest.mark.parametrize("multi", [False, True])
+def test_round_trip_is_exact(tmp_path, data, ext, multi):
+    X, y1, y3 = data
+    Y = y3 if multi else y1
+    path = io.save_samples(tmp_path / f"s{ext}", X, Y)
+    X2, Y2 = io.load_samples(path, **_kw(ext, Y))
+    assert X2.shape == X.shape and Y2.shape == Y.shape
+    assert np.array_equal(np.asarray(X2), X) and np.array_equal(np.asarray(Y2), Y)
+
+
+def test_npy_is_memory_mapped_without_copy(tmp_path, data):
+    X, Y, _ = data
+    path = io.save_samples(tmp_path / "s.npy", X, Y)
+    X2, Y2 = io.load_samples(path)
+    for arr in (X2, Y2):
+        assert isinstance(arr, np.memmap)
+        assert not arr.flags.writeable
+        # a view on the file itself, not an in-memory copy
+        assert arr.filename is not None and str(arr.filename) == str(path.resolve())
+    X3, _ = io.load_samples(path, mmap=False)
+    assert not isinstance(X3, np.memmap) and np.array_equal(X3, X)
+
+
+def test_npy_with_separate_targets_file(tmp_path, data):
+    X, _, Y = data
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "y.npy", Y)
+    X2, Y2 = io.load_samples(tmp_path / "x.npy", targets=tmp_path / "y.npy")
+    assert np.array_equal(X2, X) and np.array_equal(Y2, Y)
+    # targets as a table: every column is a target unless target_columns picks some
+    pd.DataFrame(Y, columns=["a", "b", "c"]).to_csv(tmp_path / "y.csv", index=False, float_format="%.17g")
+    _, Yb = io.load_samples(tmp_path / "x.npy", targets=tmp_path / "y.csv", target_columns="b")
+    assert np.array_equal(Yb, Y[:, 1])
+
+
+def test_npy_target_columns_in_the_middle(tmp_path, data):
+    X, Y, _ = data
+    arr = np.column_stack([X[:, :2], Y, X[:, 2:]])
+    np.save(tmp_path / "m.npy", arr)
+    X2, Y2 = io.load_samples(tmp_path / "m.npy", target_columns=2)
+    assert np.array_equal(X2, X) and np.array_equal(Y2, Y)
+    X3, Y3 = io.load_samples(tmp_path / "m.npy", target_columns=["2"])  # as typed on the command line
+    assert np.array_equal(X3, X) and np.array_equal(Y3, Y)
+
+
+def test_csv_target_column_rules(tmp_path, data):
+    X, Y, Y3 = data
+    df = pd.DataFrame(X, columns=["a", "b", "c", "d"])
+    # default: the last column when no column is called y / y0..
+    df.assign(label=Y).to_csv(tmp_path / "last.csv", index=False, float_format="%.17g")
+    X2, Y2 = io.load_samples(tmp_path / "last.csv")
+    assert np.array_equal(X2, X) and np.array_equal(Y2, Y)
+    # a column named y anywhere wins over the last column
+    pd.concat([pd.Series(Y, name="y"), df], axis=1).to_csv(tmp_path / "y.csv", index=False, float_format="%.17g")
+    X2, Y2 = io.load_samples(tmp_path / "y.csv")
+    assert np.array_equal(X2, X) and np.array_equal(Y2, Y)
+    # y0, y1, y2 in index order even if stored out of order
+    df.assign(y2=Y3[:, 2], y0=Y3[:, 0], y1=Y3[:, 1]).to_csv(tmp_path / "yy.csv", index=False, float_format="%.17g")
+    X2, Y2 = io.load_samples(tmp_path / "yy.csv")
+    assert np.array_equal(X2, X) and np.array_equal(Y2, Y3)
+    # explicit names, in the given order
+    X2, Y2 = io.load_samples(tmp_path / "yy.csv", target_columns=["y1", "y0"])
+    assert np.array_equal(Y2, Y3[:, [1, 0]]) and np.array_equal(X2, np.column_stack([X, Y3[:, 2]]))
+
+
+def test_csv_without_header(tmp_path, data):
+    X, Y, _ = data
+    np.savetxt(tmp_path / "plain.csv", np.column_stack([Y, X]), delimiter=",", fmt="%.17g")
+    X2, Y2 = io.load_samples(tmp_path / "plain.csv", target_columns=0)
+    assert X2.shape == X.shape and np.array_equal(X2, X) and np.array_equal(Y2, Y)
+    X3, Y3 = io.load_samples(tmp_path / "plain.csv", target_columns="0")
+    assert np.array_equal(X3, X) and np.array_equal(Y3, Y)
+
+
+def test_npz_custom_keys(tmp_path, data):
+    X, Y, _ = data
+    np.savez(tmp_path / "k.npz", inputs=X, labels=Y)
+    X2, Y2 = io.load_samples(tmp_path / "k.npz", x_key="inputs", y_key="labels")
+    assert np.array_equal(X2, X) and np.array_equal(Y2, Y)
+
+
+@pytest.mark.parametrize("ext", FORMATS)
+def test_stream_writer_matches_sample(tmp_path, ext):
+    # sample() and sample_stream() give the same rows for the same seed (sampling.py design), so a
+    # file written chunk by chunk must equal the in-memory draw exactly.
+    net = nr.random_network(3, 2, 2, rng=0)
+    dist = nr.distributions.StandardGaussian(3)
+    X, Y = nr.sample(net, dist, 1001, rng=7)
+    stream = nr.sample_stream(net, dist, 1001, chunk_size=128, rng=7)
+    path, rows = io.save_sample_stream(tmp_path / f"s{ext}", stream)
+    assert rows == 1001
+    X2, Y2 = io.load_samples(path, **({"target_columns": [-2, -1]} if ext == ".npy" else {}))
+    assert np.array_equal(np.asarray(X2), X) and np.array_equal(np.asarray(Y2), Y)
+
+
+def test_stream_to_npy_needs_length(tmp_path):
+    chunks = [(np.zeros((2, 3)), np.zeros(2))]
+    with pytest.raises(InputError, match="n_samples"):
+        io.save_sample_stream(tmp_path / "s.npy", iter(chunks))
+    with pytest.raises(InputError, match="held 2 rows"):
+        io.save_sample_stream(tmp_path / "s.npy", iter(chunks), n_samples=5)
+
+
+# ------------------------------------------------------------------------------------------ errors
+def test_missing_and_unsupported_files(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        io.load_samples(tmp_path / "nope.npz")
+    (tmp_path / "a.txt").write_text("1,2\n")
+    with pytest.raises(InputError, match=r"\.npz, \.npy, \.csv, \.parquet"):
+        io.load_samples(tmp_path / "a.txt")
+    with pytest.raises(InputError, match="directory"):
+        io.load_samples(tmp_path)
+    with pytest.raises(InputError, match="cannot write"):
+        io.save_samples(tmp_path / "a.txt", np.zeros((2, 2)), np.zeros(2))
+
+
+def test_npz_missing_key(tmp_path):
+    np.savez(tmp_path / "k.npz", X=np.zeros((3, 2)))
+    with pytest.raises(InputError, match="lacks the array\\(s\\) 'Y'"):
+        io.load_samples(tmp_path / "k.npz")
+
+
+def test_not_an_npz_or_npy(tmp_path):
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    (tmp_path / "bad.npy").write_bytes(b"not an array")
+    for name in ("bad.npz", "bad.npy"):
+        with pytest.raises(InputError, match="not a valid"):
+            io.load_samples(tmp_path / name)
+
+
+def test_non_numeric_column(tmp_path):
+    pd.DataFrame({"x": [1.0, 2.0], "colour": ["red", "blue"], "y": [0.0, 1.0]}).to_csv(tmp_path / "c.csv", index=False)
+    with pytest.raises(InputError, match="colour are not numeric"):
+        io.load_samples(tmp_path / "c.csv")
+
+
+def test_unknown_target_column(tmp_path, data):
+    X, Y, _ = data
+    io.save_samples(tmp_path / "s.csv", X, Y)
+    with pytest.raises(InputError, match="no column 'label'"):
+        io.load_samples(tmp_path / "s.csv", target_columns="label")
+    io.save_samples(tmp_path / "s.npy", X, Y)
+    with pytest.raises(InputError, match="out of range"):
+        io.load_samples(tmp_path / "s.npy", target_columns=9)
+    with pytest.raises(InputError, match="positions"):
+        io.load_samples(tmp_path / "s.npy", target_columns="y")
+    with pytest.raises(InputError, match="leave at least one input"):
+        io.load_samples(tmp_path / "s.npy", target_columns=[0, 1, 2, 3, 4])
+
+
+def test_nan_detected_in_table_and_in_memory_map(tmp_path, monkeypatch, data):
+    X, Y, _ = data
+    Xbad = X.copy()
+    Xbad[30, 1] = np.nan
+    with pytest.raises(InputError, match="NaN"):  # refused on the way out too
+        io.save_samples(tmp_path / "s.csv", Xbad, Y)
+    pd.DataFrame(np.column_stack([Xbad, Y])).to_csv(tmp_path / "s.csv", index=False)
+    with pytest.raises(InputError, match="NaN"):
+        io.load_samples(tmp_path / "s.csv")
+    np.save(tmp_path / "s.npy", np.column_stack([Xbad, Y]))
+    # check in chunks of 8 rows: the bad row is in the fourth chunk, and its index is reported
+    monkeypatch.setattr(io, "_CHECK_ROWS", 8)
+    with pytest.raises(InputError, match="first at row 30"):
+        io.load_samples(tmp_path / "s.npy")
+
+
+def test_length_mismatch_with_targets_file(tmp_path, data):
+    X, Y, _ = data
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "y.npy", Y[:-1])
+    with pytest.raises(InputError, match="different numbers of samples"):
+        io.load_samples(tmp_path / "x.npy", targets=tmp_path / "y.npy")
+
+
+def test_single_column_npy_needs_targets(tmp_path):
+    np.save(tmp_path / "one.npy", np.zeros((5, 1)))
+    with pytest.raises(InputError, match="separate file"):
+        io.load_samples(tmp_path / "one.npy")
+
+
+def test_empty_csv(tmp_path):
+    (tmp_path / "e.csv").write_text("")
+    with pytest.raises(InputError, match="empty"):
+        io.load_samples(tmp_path / "e.csv")
+    (tmp_path / "h.csv").write_text("x0,y\n")
+    with pytest.raises(InputError, match="no rows"):
+        io.load_samples(tmp_path / "h.csv")
