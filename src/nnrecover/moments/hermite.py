@@ -1,0 +1,666 @@
+r"""Streaming Hermite-moment statistics and the sample / population ``HermiteMoments`` interface.
+
+The estimator of ATV21 eq. (6) is ``T_k = (1/N) sum_n y_n He_k(x_n)``, unbiased for the Hermite
+coefficient tensor ``f_hat_k = E[f(x) He_k(x)]`` (specs/001 sections 2.2-2.5). Each class below is one
+quantity derived from it, computed in one pass over any data source (arrays, chunk streams, dask arrays
+through :func:`~nnrecover.moments.accumulate`) and never as an order-k tensor in d dimensions unless
+that is what was asked for:
+
+=====================================  =============================  ===================================
+statistic                              quantity                       cost per sample
+=====================================  =============================  ===================================
+:class:`HermiteTensorStatistic`        dense T_k, or T_k[P, .., P]    O(m^k), m = d or columns of P
+:class:`HermiteRankOneStatistic`       T_k(u, .., u), many u and k    O(d r + r k_max)
+:class:`HermiteContractionStatistic`   T_k(u_1, .., u_k)              O(s (k d + 2^(k-1) k))
+:class:`HermiteVectorSliceStatistic`   T_k(., .., ., g), f = k-1 free O(s d^f): T_3(.,.,g), T_5 (d^2 x d^2)
+:class:`HermiteMatrixSliceStatistic`   T_k(., .., ., G), f = k-2 free O(s d^f): T_4(.,.,G), T_6 (d^2 x d^2)
+=====================================  =============================  ===================================
+
+Dense quantities accumulate *weighted raw moments* ``sum_n w_n x_n^{(x)r}`` as one GEMM of row-wise
+Khatri-Rao powers per order (``(X^{(.)a} * w)^T X^{(.)b}``, a + b = r), so update and merge are sums;
+``finalize`` assembles the Hermite quantity with the formulas of :mod:`nnrecover.hermite`. Contractions
+accumulate per-sample values (and their squares, for :meth:`std_error`).
+
+Every statistic has ``exact(network)``: the population value ``f_hat`` from ATV21 Lemma 3.5 for
+``x ~ N(0, I_d)``, with exactly the shape of ``finalize()``. Statistics always keep a leading output axis
+(length p, or 1 with ``output=j``). The :class:`HermiteMoments` front ends drop it when p = 1.
+"""
+
+from __future__ import annotations
+
+import abc
+import numbers
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import hermite as _h
+from ..errors import InputError
+from .base import Statistic, accumulate
+
+__all__ = [
+    "HermiteTensorStatistic",
+    "HermiteRankOneStatistic",
+    "HermiteContractionStatistic",
+    "HermiteVectorSliceStatistic",
+    "HermiteMatrixSliceStatistic",
+    "HermiteMoments",
+    "SampleHermiteMoments",
+    "PopulationHermiteMoments",
+]
+
+
+def _check_output(output: Any) -> int | None:
+    if output is None:
+        return None
+    if isinstance(output, bool) or not isinstance(output, numbers.Integral) or output < 0:
+        raise InputError(f"output must be None or a non-negative integer (an output column), got {output!r}.")
+    return int(output)
+
+
+def _raw_sums(Z: np.ndarray, Wt: np.ndarray, orders: Sequence[int], acc: dict, prefix: str) -> None:
+    """``acc[(prefix, r)] += sum_n Wt[n, :] (x) vec(z_n^{(x)r})`` (shape (q, m^r)) for r in ``orders``.
+
+    One GEMM per order on row blocks sized so that temporaries stay below ``_TEMP_ELEMENTS`` entries.
+    """
+    if not len(orders):
+        return
+    n, m = Z.shape
+    q = Wt.shape[1]
+    amax = max((r + 1) // 2 for r in orders)
+    step = max(1, _h._TEMP_ELEMENTS // max(1, (q + 2) * m ** amax))
+    for start in range(0, n, step):
+        Zc, Wc = Z[start:start + step], Wt[start:start + step]
+        nc = Zc.shape[0]
+        powers = [np.ones((nc, 1))]
+        for _ in range(amax):
+            powers.append((powers[-1][:, :, None] * Zc[:, None, :]).reshape(nc, -1))
+        for r in orders:
+            a, b = (r + 1) // 2, r // 2
+            left = (Wc[:, :, None] * powers[a][:, None, :]).reshape(nc, -1)
+            term = (left.T @ powers[b]).reshape(q, -1)
+            key = (prefix, r)
+            if key in acc:
+                acc[key] += term
+            else:
+                acc[key] = term
+
+
+def _parity_orders(top: int) -> list[int]:
+    return list(range(top, -1, -2)) if top >= 0 else []
+
+
+class _HermiteStatistic(Statistic):
+    """Shared plumbing: output selection, dimension checks, additive accumulators, ``exact``.
+
+    Subclasses set ``max_order`` and their parameters before calling ``super().__init__``, fill
+    ``self._acc`` (a dict of arrays that are summed on merge) in ``_update`` and implement
+    ``_finalize`` and ``_exact(expansion)``.
+    """
+
+    max_order: int = 0
+    _fixed_dim: int | None = None
+
+    def __init__(self, *, output: int | None = None) -> None:
+        self.output = _check_output(output)
+        super().__init__()
+
+    def _reset(self) -> None:
+        self._acc: dict = {}
+        self._p: int | None = None
+        self._d: int | None = self._fixed_dim
+
+    # -- helpers for _update
+    def _prepare(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        if Y.shape[1] == 0:
+            raise InputError(f"{type(self).__name__} needs targets Y (the labels y_n of T_k = mean y He_k(x)).")
+        if self.output is not None:
+            if self.output >= Y.shape[1]:
+                raise InputError(f"output={self.output} but Y has only {Y.shape[1]} column(s).")
+            Y = Y[:, self.output:self.output + 1]
+        first = self._p is None
+        if first:
+            self._p = Y.shape[1]
+        elif self._p != Y.shape[1]:
+            raise InputError(f"Y has {Y.shape[1]} columns but earlier chunks had {self._p}.")
+        if self._d is None:
+            self._d = X.shape[1]
+        elif X.shape[1] != self._d:
+            raise InputError(f"X has {X.shape[1]} columns but {self._d} were expected (n_inputs).")
+        if first:
+            self._check_size()
+        return Y
+
+    def _check_size(self) -> None:
+        """Refuse requests whose dense accumulators or results are too large (after d is known)."""
+
+    def _acc_add(self, key, value: np.ndarray) -> None:
+        if key in self._acc:
+            self._acc[key] += value
+        else:
+            self._acc[key] = value
+
+    def _merge(self, other: "Statistic") -> None:
+        assert isinstance(other, _HermiteStatistic)
+        if self.n == 0:
+            self._p, self._d = other._p, other._d
+        elif (self._p, self._d) != (other._p, other._d):
+            raise InputError(f"cannot merge statistics of data with (p, d) = {(other._p, other._d)} into "
+                             f"{(self._p, self._d)}.")
+        for key, val in other._acc.items():
+            self._acc_add(key, val.copy())
+
+    def finalize(self) -> np.ndarray:
+        """The sample estimate (leading output axis); see the class docstring for the shape."""
+        self.require(1, type(self).__name__)
+        return self._finalize()
+
+    def _finalize(self) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def exact(self, network: Any) -> np.ndarray:
+        """Population value for ``x ~ N(0, I_d)`` (ATV21 Lemma 3.5), same shape as :meth:`finalize`.
+
+        Parameters
+        ----------
+        network : TwoLayerNetwork or HermiteExpansion
+            The teacher, or its precomputed :class:`~nnrecover.hermite.HermiteExpansion` (of order at
+            least ``max_order``).
+        """
+        exp = network if isinstance(network, _h.HermiteExpansion) else \
+            _h.network_hermite_expansion(network, self.max_order)
+        if exp.max_order < self.max_order:
+            raise InputError(f"the expansion has order {exp.max_order}, {self.max_order} is needed.")
+        if self._fixed_dim is not None and exp.n_inputs != self._fixed_dim:
+            raise InputError(f"the network has {exp.n_inputs} inputs but the statistic's vectors have "
+                             f"dimension {self._fixed_dim}.")
+        out = self._exact(exp)
+        if self.output is not None:
+            if self.output >= exp.n_outputs:
+                raise InputError(f"output={self.output} but the network has {exp.n_outputs} output(s).")
+            out = out[self.output:self.output + 1]
+        return out
+
+    def _exact(self, expansion: _h.HermiteExpansion) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+# ============================================================================ dense / projected
+
+class HermiteTensorStatistic(_HermiteStatistic):
+    """Dense ``T_k = mean_n y_n He_k(x_n)``, or its projection ``T_k[P, ..., P]`` (ATV21 eq. (6)).
+
+    Parameters
+    ----------
+    order : int
+        ``k >= 0``. ``order=0`` gives ``E[y]``, ``order=1`` gives ``E[y x]``.
+    basis : array of shape (d, m), optional
+        Project the data on the columns of ``P = basis``: the result is
+        ``mean_n y_n He_k(x_n)[P, ..., P]``, of shape ``(p,) + (m,)*k``. For orthonormal columns this is
+        the ordinary Hermite tensor of the projected data ``P^T x`` in m dimensions
+        (``He_k(x)[P, ..., P] = He_k(P^T x)``); in general the identity factors become ``P^T P``.
+    output : int, optional
+        Use only this column of Y.
+
+    Notes
+    -----
+    Accumulates ``S_r = sum y (P^T x)^{(x)r}`` for r = k, k-2, ... (one GEMM per order, O(n m^k)) and
+    assembles ``T_k = sum_j (-1)^j {E[g^{(x)2j}] (x) S_{k-2j}}`` with g ~ N(0, P^T P)
+    (:func:`nnrecover.hermite.assemble_hermite_tensor`).
+
+    ``finalize()`` returns shape ``(p,) + (m,)*k``.
+    """
+
+    def __init__(self, order: int, *, basis: Any = None, output: int | None = None) -> None:
+        self.order = _h._check_order(order)
+        self.max_order = self.order
+        if basis is not None:
+            P = _h._real_array(basis, "basis")
+            if P.ndim != 2 or P.shape[1] < 1:
+                raise InputError(f"basis must have shape (n_inputs, m) with m >= 1, got {P.shape}.")
+            self.basis: np.ndarray | None = P
+            self._fixed_dim = P.shape[0]
+            _h._check_dense(P.shape[1] ** self.order, f"T_{self.order} in {P.shape[1]} dimensions")
+        else:
+            self.basis = None
+        super().__init__(output=output)
+
+    def _check_size(self) -> None:
+        m = self._d if self.basis is None else self.basis.shape[1]
+        _h._check_dense((self._p or 1) * m ** self.order, f"T_{self.order} in {m} dimensions")
+
+    def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        Y = self._prepare(X, Y)
+        Z = X if self.basis is None else X @ self.basis
+        _raw_sums(Z, Y, _parity_orders(self.order), self._acc, "S")
+
+    def _finalize(self) -> np.ndarray:
+        m = self._d if self.basis is None else self.basis.shape[1]
+        raw = {r: (self._acc[("S", r)] / self.n).reshape((self._p,) + (m,) * r)
+               for r in _parity_orders(self.order)}
+        cov = None if self.basis is None else self.basis.T @ self.basis
+        if self.order == 0:
+            return raw[0]
+        return _h.assemble_hermite_tensor(raw, self.order, np.eye(m) if cov is None else cov)
+
+    def _exact(self, expansion: _h.HermiteExpansion) -> np.ndarray:
+        return expansion.tensor(self.order, self.basis)
+
+
+# ============================================================================ scalar contractions
+
+class _ScalarContraction(_HermiteStatistic):
+    """Accumulates sums of per-sample values v (p, ...) and of v^2 for standard errors."""
+
+    def _accumulate_values(self, Y: np.ndarray, V: np.ndarray, subscripts: str) -> None:
+        self._acc_add("sum", np.einsum(subscripts, Y, V))
+        self._acc_add("sumsq", np.einsum(subscripts, Y * Y, V * V))
+
+    def _shape(self, arr: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _finalize(self) -> np.ndarray:
+        return self._shape(self._acc["sum"] / self.n)
+
+    def std_error(self) -> np.ndarray:
+        """Standard error of each estimate, ``sqrt(var(y v) / n)`` with the unbiased sample variance.
+
+        Computed from running sums of ``y v`` and ``(y v)^2``; the variance of these statistics is of
+        the order of or larger than their squared mean (specs/001 section 2.5), so the cancellation in
+        ``E[v^2] - E[v]^2`` is harmless. Same shape as :meth:`finalize`.
+        """
+        self.require(2, f"{type(self).__name__}.std_error")
+        mean = self._acc["sum"] / self.n
+        var = np.maximum(self._acc["sumsq"] / self.n - mean * mean, 0.0) * self.n / (self.n - 1)
+        return self._shape(np.sqrt(var / self.n))
+
+
+class HermiteRankOneStatistic(_ScalarContraction):
+    """Rank-one contractions ``T_k(u, ..., u) = mean_n y_n |u|^k He_k(u.x_n/|u|)`` for many u and k.
+
+    Parameters
+    ----------
+    U : array of shape (r, d) or (d,)
+        Contraction vectors, any norm (zero allowed: ``T_0 = E[y]``, ``T_k = 0`` for k >= 1).
+    orders : int or sequence of int
+        All orders up to ``max(orders)`` cost the same as the highest one (three-term recurrence).
+    output : int, optional
+
+    Notes
+    -----
+    Specs/001 section 2.2 rank-one identity with the scaled recurrence
+    ``H_{k+1} = (u.x) H_k - k |u|^2 H_{k-1}``; cost O(n d r) for the projections plus O(n r k_max).
+    These are all that RECOVERSCALARS (ATV21 Algorithm 2) and the Gram systems of specs/001 section
+    3.0 need.
+
+    ``finalize()`` returns shape ``(p, [n_orders,] [r])``: the orders axis when ``orders`` is a
+    sequence, the ``r`` axis when ``U`` is 2-D.
+    """
+
+    def __init__(self, U: Any, orders: Any, *, output: int | None = None) -> None:
+        self.U, self._single_u = _h._vectors(U, "U", None, batch_ndim=1)
+        self.orders, self._scalar_order = _h._check_orders(orders)
+        self.max_order = int(self.orders.max())
+        self._fixed_dim = self.U.shape[1]
+        self._sq_norm = np.sum(self.U * self.U, axis=1)
+        super().__init__(output=output)
+
+    def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        Y = self._prepare(X, Y)
+        r = self.U.shape[0]
+        step = max(1, _h._TEMP_ELEMENTS // max(1, r * (self.max_order + 2)))
+        for start in range(0, X.shape[0], step):
+            Xc, Yc = X[start:start + step], Y[start:start + step]
+            H = _h.scaled_hermite_all(self.max_order, Xc @ self.U.T, self._sq_norm)[..., self.orders]
+            self._accumulate_values(Yc, H, "np,nro->por")
+
+    def _shape(self, arr: np.ndarray) -> np.ndarray:
+        if self._scalar_order:
+            arr = arr[:, 0]
+        if self._single_u:
+            arr = arr[..., 0]
+        return arr
+
+    def _exact(self, expansion: _h.HermiteExpansion) -> np.ndarray:
+        return self._shape(expansion.rank_one(self.U, self.orders))
+
+
+class HermiteContractionStatistic(_ScalarContraction):
+    """Full contractions ``T_k(u_1, ..., u_k) = mean_n y_n He_k(x_n)[u_1, ..., u_k]``.
+
+    Parameters
+    ----------
+    U : array of shape (k, d) or (s, k, d)
+        One tuple of k vectors or s tuples (k <= ``nnrecover.hermite.MAX_CONTRACTION_ORDER``).
+    output : int, optional
+
+    Notes
+    -----
+    Matching (Wick) sum of specs/001 section 2.2 form 4 (:func:`nnrecover.hermite.hermite_contract`);
+    never forms a d^k array. ``finalize()`` returns shape ``(p, [s])``.
+    """
+
+    def __init__(self, U: Any, *, output: int | None = None) -> None:
+        self.U, self._single_u = _h._vectors(U, "U", None, batch_ndim=2)
+        self.max_order = _h._check_order(self.U.shape[1], "order (number of vectors in U)",
+                                         maximum=_h.MAX_CONTRACTION_ORDER)
+        self._fixed_dim = self.U.shape[2]
+        super().__init__(output=output)
+
+    def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        Y = self._prepare(X, Y)
+        s = self.U.shape[0]
+        step = max(1, _h._TEMP_ELEMENTS // max(1, s * (2 ** self.max_order + self.max_order)))
+        for start in range(0, X.shape[0], step):
+            V = _h._contract_core(X[start:start + step], self.U, self.max_order)
+            self._accumulate_values(Y[start:start + step], V, "np,ns->ps")
+
+    def _shape(self, arr: np.ndarray) -> np.ndarray:
+        return arr[:, 0] if self._single_u else arr
+
+    def _exact(self, expansion: _h.HermiteExpansion) -> np.ndarray:
+        return self._shape(expansion.contract(self.U))
+
+
+# ============================================================================ slices
+
+class HermiteVectorSliceStatistic(_HermiteStatistic):
+    """Slices ``T_k(., ..., ., g) = mean_n y_n He_k(x_n)[., ..., ., g]`` with ``f = k - 1`` free slots.
+
+    ``order=3`` gives the d x d Jennrich slices of ATV21 (l = 1); ``order=5`` the d^2 x d^2 slices of
+    ``flatten(T_5, 2, 2, 1)`` for l = 2 (specs/001 section 3.1).
+
+    Parameters
+    ----------
+    order : int
+        ``k >= 1``.
+    g : array of shape (d,) or (s, d)
+        One or several contraction vectors (several cost one pass).
+    output : int, optional
+
+    Notes
+    -----
+    ``E[y He_{f+1}(x)[.^f, g]] = E[y (g.x) He_f(x)] - sum_r g@r (x) T_{f-1}``. The first term is
+    assembled from the raw moments ``sum y (g.x) x^{(x)r}`` (r = f, f-2, ...: one weighted Khatri-Rao
+    Gram ``(X^{(.)2} * w)^T X^{(.)2}`` per slice for f = 4, O(n d^4)), the second from
+    ``sum y x^{(x)r}`` (r = f-1, f-3, ...). ``finalize()`` returns ``(p, [s]) + (d,)*f``.
+    """
+
+    def __init__(self, order: int, g: Any, *, output: int | None = None) -> None:
+        self.order = _h._check_order(order, minimum=1)
+        self.max_order = self.order
+        self.g, self._single = _h._vectors(g, "g", None, batch_ndim=1)
+        self._fixed_dim = self.g.shape[1]
+        super().__init__(output=output)
+        self._check_size()
+
+    def _check_size(self) -> None:
+        d, f, s = self.g.shape[1], self.order - 1, self.g.shape[0]
+        _h._check_dense((self._p or 1) * s * d ** f, f"T_{self.order}(., g) slices")
+
+    def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        Y = self._prepare(X, Y)
+        f, s = self.order - 1, self.g.shape[0]
+        W = (Y[:, :, None] * (X @ self.g.T)[:, None, :]).reshape(X.shape[0], -1)  # (n, p*s)
+        _raw_sums(X, W, _parity_orders(f), self._acc, "R")
+        _raw_sums(X, Y, _parity_orders(f - 1), self._acc, "S")
+
+    def _finalize(self) -> np.ndarray:
+        d, f, s, p, n = self.g.shape[1], self.order - 1, self.g.shape[0], self._p, self.n
+        R = {r: (self._acc[("R", r)] / n).reshape((p, s) + (d,) * r) for r in _parity_orders(f)}
+        out = _h.assemble_hermite_tensor(R, f, np.eye(d)) if f else R[0].copy()
+        if f >= 1:
+            S = {r: (self._acc[("S", r)] / n).reshape((p,) + (d,) * r) for r in _parity_orders(f - 1)}
+            T = _h.assemble_hermite_tensor(S, f - 1, np.eye(d))
+            out -= _h.placement_sum(_h._outer_groups(self.g[None], 1, T[:, None], f - 1), 1, f)
+        return out[:, 0] if self._single else out
+
+    def _exact(self, expansion: _h.HermiteExpansion) -> np.ndarray:
+        out = expansion.vector_slice(self.order, self.g)
+        return out[:, 0] if self._single else out
+
+
+class HermiteMatrixSliceStatistic(_HermiteStatistic):
+    """Slices ``T_k(., ..., ., G) = sum_ab G_ab T_k(., ..., ., e_a, e_b)`` with ``f = k - 2`` free slots.
+
+    ``order=4`` gives the d x d Jennrich slices of ATV21 (l = 1, third mode of dimension d^2 contracted
+    with vec(G)); ``order=6`` the d^2 x d^2 slices of ``flatten(T_6, 2, 2, 2)`` for l = 2.
+
+    Parameters
+    ----------
+    order : int
+        ``k >= 2``.
+    G : array of shape (d, d) or (s, d, d)
+        Contraction matrices; only their symmetric parts matter (T_k is symmetric) and they are
+        symmetrised.
+    output : int, optional
+
+    Notes
+    -----
+    ``E[y He_{f+2}(x)[.^f, G]] = E[y (x'Gx - tr G) He_f(x)] - 2 sum_r G x_r T_f
+    - 2 sum_{r<s} G@(r,s) (x) T_{f-2}`` (module docstring of :mod:`nnrecover.hermite`), from the raw
+    moments ``sum y (x'Gx) x^{(x)r}`` and ``sum y x^{(x)r}``, r = f, f-2, ...; O(n d^f) per slice.
+    ``finalize()`` returns ``(p, [s]) + (d,)*f``.
+    """
+
+    def __init__(self, order: int, G: Any, *, output: int | None = None) -> None:
+        self.order = _h._check_order(order, minimum=2)
+        self.max_order = self.order
+        Gs, self._single = _h._vectors(G, "G", None, batch_ndim=2)
+        if Gs.shape[1] != Gs.shape[2]:
+            raise InputError(f"G must be square (d, d) or (s, d, d), got shape {np.shape(G)}.")
+        self.G = 0.5 * (Gs + np.swapaxes(Gs, 1, 2))
+        self._fixed_dim = self.G.shape[1]
+        super().__init__(output=output)
+        self._check_size()
+
+    def _check_size(self) -> None:
+        d, f, s = self.G.shape[1], self.order - 2, self.G.shape[0]
+        _h._check_dense((self._p or 1) * s * d ** f, f"T_{self.order}(., G) slices")
+
+    def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        Y = self._prepare(X, Y)
+        f = self.order - 2
+        quad = np.einsum("ni,sij,nj->ns", X, self.G, X)
+        W = (Y[:, :, None] * quad[:, None, :]).reshape(X.shape[0], -1)  # (n, p*s)
+        _raw_sums(X, W, _parity_orders(f), self._acc, "R")
+        _raw_sums(X, Y, _parity_orders(f), self._acc, "S")
+
+    def _finalize(self) -> np.ndarray:
+        d, f, s, p, n = self.G.shape[1], self.order - 2, self.G.shape[0], self._p, self.n
+        eye = np.eye(d)
+        R = {r: (self._acc[("R", r)] / n).reshape((p, s) + (d,) * r) for r in _parity_orders(f)}
+        S = {r: (self._acc[("S", r)] / n).reshape((p,) + (d,) * r) for r in _parity_orders(f)}
+        Tf = _h.assemble_hermite_tensor(S, f, eye) if f else S[0]
+        weighted = _h.assemble_hermite_tensor(R, f, eye) if f else R[0].copy()
+        trace = np.trace(self.G, axis1=1, axis2=2)
+        out = weighted - trace.reshape((1, s) + (1,) * f) * Tf[:, None]
+        if f >= 1:
+            out -= 2.0 * _h._mode_product_sum(self.G, Tf, f)
+        if f >= 2:
+            Tf2 = _h.assemble_hermite_tensor(S, f - 2, eye) if f > 2 else S[0]
+            out -= 2.0 * _h.placement_sum(_h._outer_groups(self.G[None], 2, Tf2[:, None], f - 2), 2, f)
+        return out[:, 0] if self._single else out
+
+    def _exact(self, expansion: _h.HermiteExpansion) -> np.ndarray:
+        out = expansion.matrix_slice(self.order, self.G)
+        return out[:, 0] if self._single else out
+
+
+# ============================================================================ front ends
+
+def _flatten_free(arr: np.ndarray, f: int, d: int) -> np.ndarray:
+    if f < 2:
+        return arr
+    a, b = (f + 1) // 2, f // 2
+    return arr.reshape(arr.shape[:arr.ndim - f] + (d ** a, d ** b))
+
+
+class HermiteMoments(abc.ABC):
+    """Hermite coefficient tensors ``f_hat_k = E[y He_k(x)]`` from samples or exactly: one interface.
+
+    Implementations: :class:`SampleHermiteMoments` (estimates ``T_k`` of ATV21 eq. (6) by passes over
+    data) and :class:`PopulationHermiteMoments` (exact, ATV21 Lemma 3.5). Both return the same shapes:
+    a leading output axis when there are several outputs (and no ``output`` was selected), then the
+    shape documented per method.
+
+    Parameters
+    ----------
+    output : int, optional
+        Restrict to one output column (then there is never an output axis).
+    """
+
+    def __init__(self, *, output: int | None = None) -> None:
+        self.output = _check_output(output)
+
+    # -- the one thing implementations provide
+    @abc.abstractmethod
+    def evaluate(self, statistic: _HermiteStatistic) -> np.ndarray:
+        """Value of a Hermite statistic (with its leading output axis): sample estimate or exact."""
+
+    @classmethod
+    def from_samples(cls, data: Any, **options) -> "SampleHermiteMoments":
+        """:class:`SampleHermiteMoments` on ``data`` (``(X, Y)`` arrays, dask arrays or a chunk stream)."""
+        return SampleHermiteMoments(data, **options)
+
+    @classmethod
+    def exact(cls, network: Any, **options) -> "PopulationHermiteMoments":
+        """:class:`PopulationHermiteMoments` of a :class:`~nnrecover.network.TwoLayerNetwork`."""
+        return PopulationHermiteMoments(network, **options)
+
+    def _finish(self, arr: np.ndarray) -> np.ndarray:
+        return arr[0] if arr.shape[0] == 1 else arr
+
+    # -- methods (same shapes in both modes)
+    def mean(self) -> np.ndarray:
+        """``E[y] = f_hat_0``: scalar (0-d array), or (p,)."""
+        return self.tensor(0)
+
+    def linear(self) -> np.ndarray:
+        """``E[y x] = f_hat_1``: (d,) or (p, d)."""
+        return self.tensor(1)
+
+    def tensor(self, order: int, basis: Any = None) -> np.ndarray:
+        """Dense ``f_hat_k`` (``(d,)*k``), or ``f_hat_k[P, ..., P]`` (``(m,)*k``) for ``basis`` P (d, m).
+
+        For orthonormal columns of P the latter is the Hermite tensor of the projected data ``P^T x``.
+        """
+        return self._finish(self.evaluate(HermiteTensorStatistic(order, basis=basis, output=self.output)))
+
+    def rank_one(self, U: Any, orders: Any) -> np.ndarray:
+        """``f_hat_k(u, ..., u)`` for the rows u of ``U`` ((r, d) or (d,)), every k in ``orders``.
+
+        Shape ``([n_orders,] [r])`` (axes present when ``orders`` is a sequence / ``U`` is 2-D).
+        """
+        return self._finish(self.evaluate(HermiteRankOneStatistic(U, orders, output=self.output)))
+
+    def contract(self, U: Any) -> np.ndarray:
+        """Full contractions ``f_hat_k(u_1, ..., u_k)`` for ``U`` of shape (k, d) (scalar) or (s, k, d) ((s,))."""
+        return self._finish(self.evaluate(HermiteContractionStatistic(U, output=self.output)))
+
+    def vector_slice(self, order: int, g: Any, *, flatten: bool = True) -> np.ndarray:
+        """``f_hat_k(., ..., ., g)`` for ``g`` of shape (d,) or (s, d).
+
+        With ``flatten`` (default) the ``f = k - 1 >= 2`` free slots are returned as a
+        ``d^ceil(f/2) x d^floor(f/2)`` matrix (order 3: d x d; order 5: d^2 x d^2), else as ``(d,)*f``;
+        a leading (s,) axis for several g.
+        """
+        stat = HermiteVectorSliceStatistic(order, g, output=self.output)
+        return self._finish(_flatten_free(self.evaluate(stat), stat.order - 1, stat.g.shape[1]))
+
+    def matrix_slice(self, order: int, G: Any, *, flatten: bool = True) -> np.ndarray:
+        """``f_hat_k(., ..., ., G)`` for ``G`` of shape (d, d) or (s, d, d) (symmetrised).
+
+        ``f = k - 2`` free slots, flattened as in :meth:`vector_slice` (order 4: d x d; order 6:
+        d^2 x d^2).
+        """
+        stat = HermiteMatrixSliceStatistic(order, G, output=self.output)
+        return self._finish(_flatten_free(self.evaluate(stat), stat.order - 2, stat.G.shape[1]))
+
+
+class SampleHermiteMoments(HermiteMoments):
+    """Sample estimates ``T_k = mean_n y_n He_k(x_n)`` (ATV21 eq. (6)) by passes over ``data``.
+
+    Each method call makes one pass over the data with the corresponding statistic (see
+    :meth:`compute` to get several quantities in a single pass). ``data`` must therefore be re-iterable
+    for several calls: arrays, dask arrays, or a :class:`~nnrecover.sampling.SampleStream` (a one-shot
+    generator is exhausted after the first call and the next call raises).
+
+    Parameters
+    ----------
+    data : tuple (X, Y) or iterable of (X, Y) chunks
+        Anything :func:`nnrecover.moments.accumulate` accepts.
+    chunk_size : int, optional
+        Rows per chunk for array data.
+    progress : bool, optional
+        Passed to :func:`~nnrecover.moments.accumulate`.
+    output : int, optional
+        Restrict to one output column.
+
+    Attributes
+    ----------
+    n_samples : int or None
+        Number of samples seen by the last pass.
+    """
+
+    def __init__(self, data: Any, *, chunk_size: int | None = None, progress: bool | None = None,
+                 output: int | None = None) -> None:
+        super().__init__(output=output)
+        if isinstance(data, tuple) and len(data) == 2 and data[1] is None:
+            raise InputError("SampleHermiteMoments needs targets: pass data=(X, Y) with Y not None.")
+        if not isinstance(data, tuple) and not hasattr(data, "__iter__"):
+            raise InputError("data must be a tuple (X, Y) of arrays or an iterable of (X, Y) chunks, "
+                             f"got {type(data).__name__}.")
+        self.data = data
+        self.chunk_size = chunk_size
+        self.progress = progress
+        self.n_samples: int | None = None
+
+    def compute(self, statistics: Sequence[Statistic]) -> list:
+        """Feed every statistic in one pass over the data; returns their ``finalize()`` values."""
+        stats = list(statistics)
+        if not stats:
+            return []
+        accumulate(stats, self.data, chunk_size=self.chunk_size, progress=self.progress)
+        n = stats[0].n
+        if n == 0:
+            raise InputError("the data yielded no samples (an exhausted one-shot iterator? pass arrays or a "
+                             "re-iterable SampleStream to use SampleHermiteMoments more than once).")
+        self.n_samples = n
+        return [s.finalize() for s in stats]
+
+    def evaluate(self, statistic: _HermiteStatistic) -> np.ndarray:
+        return self.compute([statistic])[0]
+
+
+class PopulationHermiteMoments(HermiteMoments):
+    """Exact Hermite coefficient tensors ``f_hat_k`` of a network for ``x ~ N(0, I_d)`` (ATV21 Lemma 3.5).
+
+    ``f_hat_k = sum_i A[:, i] c_k(b_i; |w_i|) (w_i/|w_i|)^{(x)k}`` (+ output bias at k = 0), any
+    activation and any row norms (:func:`nnrecover.hermite.activation_hermite_coefficients`). Every
+    method is a few small matrix products in the unit directions.
+
+    Parameters
+    ----------
+    network : TwoLayerNetwork
+    output : int, optional
+    max_order : int, default 8
+        Orders of the Hermite coefficients computed up front (grown on demand).
+    """
+
+    def __init__(self, network: Any, *, output: int | None = None, max_order: int = 8) -> None:
+        super().__init__(output=output)
+        self.network = network
+        self._expansion = _h.network_hermite_expansion(network, max_order)
+        if self.output is not None and self.output >= network.n_outputs:
+            raise InputError(f"output={self.output} but the network has {network.n_outputs} output(s).")
+
+    @property
+    def expansion(self) -> _h.HermiteExpansion:
+        """The :class:`~nnrecover.hermite.HermiteExpansion` used (unit directions and coefficients)."""
+        return self._expansion
+
+    def evaluate(self, statistic: _HermiteStatistic) -> np.ndarray:
+        if statistic.max_order > self._expansion.max_order:
+            self._expansion = _h.network_hermite_expansion(self.network, statistic.max_order)
+        return statistic.exact(self._expansion)
