@@ -553,8 +553,8 @@ def as_data_source(X: Any, Y: Any = None) -> DataSource:
 
 
 def _looks_like_chunk_list(obj: list) -> bool:
-    return bool(obj) and all(isinstance(item, tuple) and len(item) == 2 and _is_arraylike(item[0])
-                             for item in obj)
+    # a list whose first item is an (X, Y) pair is a list of chunks (later items are checked as read)
+    return bool(obj) and isinstance(obj[0], tuple) and len(obj[0]) == 2 and _is_arraylike(obj[0][0])
 
 
 def describe_data(X: Any, Y: Any = None) -> DataInfo:
