@@ -1,0 +1,647 @@
+"""The ``nnrecover`` command line: ``demo | methods | simulate | fit | evaluate | experiment``.
+
+Every subcommand has ``--help``. A user mistake (bad flag, missing or malformed file, unknown
+learner, unknown learner option, violated assumption) prints exactly one line
+``nnrecover: error: <what is wrong and how to fix it>`` on stderr and exits with status 2; no Python
+traceback. A learner that fails to converge exits with status 1. An unexpected exception (a bug)
+prints one ``internal error`` line and exits with status 1; ``--debug`` shows its traceback.
+Warnings are shown as one ``nnrecover: warning: ...`` line each.
+
+Entry point: :func:`main` (``nnrecover = nnrecover.cli:main`` in pyproject.toml; also
+``python -m nnrecover``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .errors import ConvergenceError, InputError, NNRecoverError
+
+__all__ = ["main", "build_parser", "parse_option"]
+
+PROG = "nnrecover"
+_HIDDEN_WEIGHTS_FORMAT = "nnrecover.HiddenWeights/1"
+_DISTRIBUTIONS = ("gaussian", "mixture", "rademacher")
+
+
+class _UsageError(Exception):
+    """A command-line syntax error (raised instead of argparse's print-usage-and-exit)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # noqa: D401 - argparse hook
+        raise _UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+# ------------------------------------------------------------------------------------------ parsing helpers
+def parse_option(text: str) -> tuple[str, Any]:
+    """Parse one ``--option key=value``.
+
+    The value is read as JSON when it is valid JSON (``3``, ``1e-6``, ``true``, ``null``,
+    ``[1, 2]``, ``"text"``), else kept as a string (``relu``). Dashes in the key become underscores.
+    """
+    key, sep, value = text.partition("=")
+    key = key.strip().replace("-", "_")
+    if not sep or not key.isidentifier():
+        raise InputError(f"--option expects key=value with a Python-style name, got {text!r}.")
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = value
+    return key, parsed
+
+
+def _options(items: Sequence[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items or ():
+        key, value = parse_option(item)
+        if key in out:
+            raise InputError(f"option {key!r} is given twice.")
+        out[key] = value
+    return out
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+def _pos_int(text: str) -> int:
+    value = _int_like(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _int_like(text: str) -> int:
+    """Integers, also written like 1e5 or 100_000."""
+    try:
+        return int(text.replace("_", ""))
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    return int(value)
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (np.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not np.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _fmt(value: Any, spec: str = ".2e") -> str:
+    if isinstance(value, (bool, np.bool_)):
+        return "true" if value else "false"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return "-" if not np.isfinite(v) else format(v, spec)
+
+
+def _table(rows: Sequence[dict], columns: Sequence[str], formats: dict[str, Callable[[Any], str]] | None = None) -> str:
+    """Plain-text table: text columns left-aligned, numeric columns right-aligned."""
+    formats = formats or {}
+    cells = [[formats.get(c, str)(r[c]) for c in columns] for r in rows]
+    numeric = [all(isinstance(r[c], (int, float, np.integer, np.floating)) and not isinstance(r[c], bool)
+                   for r in rows) for c in columns]
+    widths = [max([len(c)] + [len(row[j]) for row in cells]) for j, c in enumerate(columns)]
+
+    def line(values):
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
+
+    return "\n".join([line(list(columns))] + [line(row) for row in cells])
+
+
+def _write_json(path: Path, data: dict) -> None:
+    from .experiments.runner import to_jsonable
+
+    path.write_text(json.dumps(to_jsonable(data), indent=1) + "\n")
+
+
+def _out_file(path: str) -> Path:
+    """An output file path whose parent directory exists (created if missing)."""
+    out = Path(path)
+    if out.is_dir():
+        raise InputError(f"{str(out)!r} is a directory; give a file name.")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _out_dir(path: str) -> Path:
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"output directory {str(out)!r} is an existing file; choose a directory.")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _chunked_errors(net, X, Y, chunk: int = 1 << 16) -> dict[str, float]:
+    """MSE, RMSE and relative L2 error ``||f(X) - Y|| / ||Y||`` computed chunk by chunk."""
+    n = X.shape[0]
+    Y2 = Y if Y.ndim == 2 else Y[:, None]
+    if Y2.shape[1] != net.n_outputs:
+        raise InputError(f"the data have {Y2.shape[1]} target column(s) but the model has {net.n_outputs} "
+                         "output(s); select the target columns with --target-column.")
+    if X.shape[1] != net.n_inputs:
+        raise InputError(f"the data have {X.shape[1]} input column(s) but the model has {net.n_inputs} inputs.")
+    sse = ssy = 0.0
+    for start in range(0, n, chunk):
+        xb = np.asarray(X[start:start + chunk], dtype=np.float64)
+        yb = np.asarray(Y2[start:start + chunk], dtype=np.float64)
+        pred = net.predict(xb).reshape(yb.shape)
+        sse += float(np.sum((pred - yb) ** 2))
+        ssy += float(np.sum(yb ** 2))
+    mse = sse / (n * Y2.shape[1])
+    return {"n_samples": n, "mse": mse, "rmse": float(np.sqrt(mse)),
+            "relative_l2_error": float(np.sqrt(sse / ssy)) if ssy > 0 else float("nan")}
+
+
+# ------------------------------------------------------------------------------------------ distributions
+def _distribution_from_spec(spec: dict | None, d: int):
+    from . import distributions as D
+
+    if not spec:
+        return D.StandardGaussian(d)
+    name = spec.get("name")
+    if name == "gaussian":
+        return D.StandardGaussian(d)
+    if name == "rademacher":
+        return D.Rademacher(d)
+    if name == "mixture":
+        return D.SymmetricMixture(spec["means"], spec.get("cov"))
+    raise InputError(f"unknown distribution {name!r} in the teacher file; known: {', '.join(_DISTRIBUTIONS)}.")
+
+
+def _make_distribution(args, d: int, gen) -> tuple[Any, dict]:
+    from . import distributions as D
+
+    if args.distribution == "gaussian":
+        return D.StandardGaussian(d), {"name": "gaussian", "dim": d}
+    if args.distribution == "rademacher":
+        return D.Rademacher(d), {"name": "rademacher", "dim": d}
+    means = gen.standard_normal((args.mixture_components, d))
+    means *= args.mixture_scale / np.linalg.norm(means, axis=1, keepdims=True)
+    return D.SymmetricMixture(means), {"name": "mixture", "means": means.tolist(), "cov": None}
+
+
+# ------------------------------------------------------------------------------------------ commands
+def _cmd_demo(args) -> int:
+    from .experiments.baseline import DEMO_DEFAULTS, compare_learners, comparison_figure, demo_teacher
+    from .experiments.runner import environment_info, to_jsonable
+
+    out = _out_dir(args.out)
+    n = args.n_samples or DEMO_DEFAULTS["quick_n_samples" if args.quick else "n_samples"]
+    gen = np.random.default_rng(args.seed)
+    teacher, dist = demo_teacher(gen, n_inputs=args.inputs, n_hidden=args.hidden, n_outputs=args.outputs,
+                                 bias=args.bias)
+    _say(f"nnrecover demo: teacher with d={teacher.n_inputs} inputs, k={teacher.n_hidden} ReLU units, "
+         f"p={teacher.n_outputs} outputs, biases in [-{args.bias:g}, {args.bias:g}]; x ~ N(0, I); "
+         f"{n} samples streamed in chunks (seed {args.seed}).")
+    t0 = time.perf_counter()
+    df = compare_learners(teacher, dist, n, rng=gen, learners=args.learner, noise=args.noise,
+                          chunk_size=DEMO_DEFAULTS["chunk_size"],
+                          eval_samples=10_000 if args.quick else DEMO_DEFAULTS["eval_samples"],
+                          time_budget=args.time_budget, log=_say)
+    wall = time.perf_counter() - t0
+    table = df.assign(status=[s if s == "ok" else ("n/a" if s.startswith("not applicable") else "failed")
+                              for s in df["status"]])
+    _say()
+    _say(_table(table.to_dict("records"), ["learner", "paper", "algorithm", "max_unit_error", "function_error",
+                                           "fit_time_s", "n_samples", "status"],
+                {"max_unit_error": _fmt, "function_error": _fmt, "fit_time_s": lambda v: _fmt(v, ".2f")}))
+    for name, status in zip(df["learner"], df["status"]):
+        if status != "ok":
+            _say(f"  {name}: {status}")
+    _say("max_unit_error: after matching units, max over units of |w - w'| + |b - b'| + |a - a'| "
+         "(canonical form); function_error: relative L2 error under N(0, I).")
+    fig = comparison_figure(df, title=f"nnrecover demo: d={teacher.n_inputs}, k={teacher.n_hidden}, "
+                                      f"p={teacher.n_outputs}, n={n}, seed={args.seed}")
+    fig.savefig(out / "demo.png", dpi=120)
+    df.to_csv(out / "results.csv", index=False)
+    teacher.save(out / "teacher.json")
+    meta = {"command": "nnrecover demo " + " ".join(args.argv), "seed": args.seed, "n_samples": n,
+            "quick": args.quick, "noise": args.noise, "wall_time_s": round(wall, 3), **environment_info()}
+    _write_json(out / "metadata.json", to_jsonable(meta))
+    _say(f"wrote {out / 'demo.png'}, {out / 'results.csv'}, {out / 'teacher.json'}, {out / 'metadata.json'} "
+         f"({wall:.1f} s in total)")
+    return 0
+
+
+def _cmd_methods(args) -> int:
+    from .learners import available
+    from .learners._registry import PAPERS
+
+    if args.paper is not None and args.paper not in PAPERS:
+        raise InputError(f"unknown paper {args.paper!r}; known: {', '.join(sorted(PAPERS))}.")
+    records = available(args.paper, learners_only=args.learners_only)
+    rows = [{"name": r.name, "paper": r.paper, "algorithm": r.algorithm,
+             "target": getattr(r.target, "__name__", repr(r.target)),
+             "fit": "yes" if r.is_learner else "no", "assumptions": "; ".join(r.assumptions)} for r in records]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    if not rows:
+        _say("no algorithms are registered" + (f" for paper {args.paper}" if args.paper else "") + ".")
+        return 0
+    _say(_table(rows, ["name", "paper", "algorithm", "target", "fit", "assumptions"]))
+    _say()
+    _say("fit = usable as 'nnrecover fit DATA --learner NAME'. Papers:")
+    for key in sorted({r.paper for r in records}):
+        _say(f"  {key}: {PAPERS[key]}")
+    return 0
+
+
+def _cmd_simulate(args) -> int:
+    from .experiments.runner import resolve_seed
+    from .io import SAMPLE_FORMATS, save_sample_stream
+    from .network import random_network
+    from .sampling import sample_stream
+
+    if Path(args.out).suffix.lower() not in SAMPLE_FORMATS:
+        raise InputError(f"--out must end in one of {', '.join(SAMPLE_FORMATS)}, got {Path(args.out).name!r}.")
+    if Path(args.teacher).suffix.lower() != ".json":
+        raise InputError(f"--teacher must name a .json file, got {Path(args.teacher).name!r}.")
+    if Path(args.out).resolve() == Path(args.teacher).resolve():
+        raise InputError("--out and --teacher must be different files.")
+    seed = resolve_seed(args.seed)
+    gen = np.random.default_rng(seed)
+    lo, hi = args.bias_range
+    if lo > hi:
+        raise InputError(f"--bias-range needs LOW <= HIGH, got {lo:g} {hi:g}.")
+    teacher = random_network(args.inputs, args.hidden, args.outputs, activation=args.activation, rng=gen,
+                             bias_range=(lo, hi), rows=args.rows)
+    dist, dist_spec = _make_distribution(args, args.inputs, gen)
+    stream = sample_stream(teacher, dist, args.n, noise=args.noise, rng=gen, antithetic=args.antithetic)
+    out, teacher_path = _out_file(args.out), _out_file(args.teacher)
+    _, rows = save_sample_stream(out, stream)
+    data = teacher.to_dict()
+    data["simulation"] = {"distribution": dist_spec, "noise": args.noise, "n_samples": rows, "seed": seed,
+                          "samples_file": str(out), "antithetic": args.antithetic}
+    _write_json(teacher_path, data)
+    _say(f"wrote {rows} samples (X: {rows} x {teacher.n_inputs}, Y: {teacher.n_outputs} column(s)) to {out} "
+         f"and the teacher ({teacher.n_hidden} {teacher.activation.spec} units) to {teacher_path}; seed {seed}.")
+    return 0
+
+
+def _load_data(args):
+    from .io import load_samples
+
+    return load_samples(args.data, targets=args.targets, target_columns=args.target_column or None,
+                        x_key=args.x_key, y_key=args.y_key)
+
+
+def _cmd_fit(args) -> int:
+    from .experiments.runner import make_learner, to_jsonable
+    from .network import TwoLayerNetwork
+
+    options = _options(args.option)
+    if args.seed is not None and "random_state" in options:
+        raise InputError("give the seed either as --seed or as --option random_state=..., not both.")
+    if Path(args.out).suffix.lower() not in (".json", ".npz"):
+        raise InputError(f"--out must name a .json or .npz file, got {Path(args.out).name!r}.")
+    est = make_learner(args.learner, args.hidden, options, random_state=args.seed)
+    X, Y = _load_data(args)
+    out = _out_file(args.out)
+    t0 = time.perf_counter()
+    est.fit(X, Y)
+    fit_time = time.perf_counter() - t0
+    fit_info = {"learner": args.learner, "n_hidden": args.hidden, "options": options, "seed": args.seed,
+                "data": str(args.data), "n_samples": int(X.shape[0]), "fit_time_s": round(fit_time, 4),
+                "diagnostics": getattr(est, "diagnostics_", {})}
+    net = getattr(est, "network_", None)
+    if isinstance(net, TwoLayerNetwork):
+        errs = _chunked_errors(net, X, Y)
+        fit_info["training"] = errs
+        if out.suffix.lower() == ".json":
+            _write_json(out, {**net.to_dict(), "fit": fit_info})
+        else:
+            net.save(out)
+        summary = f"training MSE {errs['mse']:.3e} (relative L2 error {errs['relative_l2_error']:.3e})"
+    else:
+        W = getattr(est, "hidden_weights_", None)
+        if W is None:
+            raise InputError(f"learner {args.learner!r} produced neither network_ nor hidden_weights_.")
+        if out.suffix.lower() != ".json":
+            raise InputError(f"learner {args.learner!r} recovers the hidden weights only; save them to a .json file.")
+        _write_json(out, {"format": _HIDDEN_WEIGHTS_FORMAT, "hidden_weights": np.asarray(W).tolist(),
+                          "fit": fit_info})
+        summary = "hidden weights only (this learner does not recover the output layer)"
+    if args.diagnostics:
+        Path(args.diagnostics).write_text(json.dumps(to_jsonable(fit_info["diagnostics"]), indent=1) + "\n")
+    _say(f"fitted {args.learner} (k={args.hidden}) on {X.shape[0]} samples (d={X.shape[1]}) in {fit_time:.2f} s; "
+         f"{summary}; wrote {out}.")
+    return 0
+
+
+def _read_model(path: str):
+    """A TwoLayerNetwork, or a (k, d) array for a hidden-weights-only file."""
+    from .network import TwoLayerNetwork
+
+    p = Path(path)
+    if p.suffix.lower() == ".json" and p.exists():
+        try:
+            data = json.loads(p.read_text())
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{p.name} is not valid JSON: {exc}") from None
+        if isinstance(data, dict) and data.get("format") == _HIDDEN_WEIGHTS_FORMAT:
+            W = np.asarray(data.get("hidden_weights"), dtype=np.float64)
+            if W.ndim != 2:
+                raise InputError(f"{p.name}: hidden_weights must be a (k, d) matrix.")
+            return W
+    return TwoLayerNetwork.load(path)
+
+
+def _cmd_evaluate(args) -> int:
+    from . import metrics
+    from .experiments.runner import to_jsonable
+    from .network import TwoLayerNetwork
+
+    if args.teacher is None and args.data is None:
+        raise InputError("evaluate needs --teacher T.json (compare parameters) and/or --data FILE "
+                         "(prediction error on held-out samples).")
+    model = _read_model(args.model)
+    report: dict[str, Any] = {"model": str(args.model)}
+    if args.teacher is not None:
+        teacher = TwoLayerNetwork.load(args.teacher)
+        W = model if isinstance(model, np.ndarray) else model.hidden_weights
+        if W.shape[1] != teacher.n_inputs:
+            raise InputError(f"the model has {W.shape[1]} inputs but the teacher has {teacher.n_inputs}.")
+        report["weight_error"] = metrics.weight_error(W, teacher.hidden_weights)
+        if isinstance(model, TwoLayerNetwork):
+            if model.n_outputs != teacher.n_outputs:
+                raise InputError(f"the model has {model.n_outputs} outputs but the teacher has {teacher.n_outputs}.")
+            spec = json.loads(Path(args.teacher).read_text()).get("simulation", {}).get("distribution") \
+                if Path(args.teacher).suffix.lower() == ".json" else None
+            dist = _distribution_from_spec(spec, teacher.n_inputs)
+            report["parameter_error"] = metrics.parameter_error(model, teacher)
+            report["function_error"] = float(metrics.function_error(model, teacher, dist, n=args.n_eval,
+                                                                    rng=args.seed))
+            report["function_error_distribution"] = (spec or {}).get("name", "gaussian")
+    if args.data is not None:
+        if isinstance(model, np.ndarray):
+            raise InputError("a hidden-weights-only model cannot predict; evaluate it with --teacher.")
+        X, Y = _load_data(args)
+        report["data"] = {"file": str(args.data), **_chunked_errors(model, X, Y)}
+    if args.json:
+        print(json.dumps(to_jsonable(report), indent=1))
+        return 0
+    for section in ("parameter_error", "weight_error"):
+        for key, value in (report.get(section) or {}).items():
+            if np.ndim(value) == 0:
+                _say(f"{section}.{key}: {_fmt(value, '.6g')}")
+    if "function_error" in report:
+        _say(f"function_error (relative L2, {report['function_error_distribution']}, n={args.n_eval}): "
+             f"{report['function_error']:.6g}")
+    for key, value in (report.get("data") or {}).items():
+        _say(f"data.{key}: {value if isinstance(value, str) else _fmt(value, '.6g')}")
+    return 0
+
+
+def _cmd_experiment(args) -> int:
+    from .experiments import available_experiments
+    from .experiments.runner import run_experiment
+
+    if args.list:
+        recs = available_experiments()
+        if not recs:
+            _say("no experiments are registered.")
+        width = max((len(r.name) for r in recs), default=0)
+        for r in recs:
+            _say(f"{r.name:<{width}}  [{r.paper}]  {r.description}")
+        return 0
+    if args.name is None:
+        raise InputError("give an experiment NAME (see 'nnrecover experiment --list').")
+    out = args.out or os.path.join("results", args.name)
+    t0 = time.perf_counter()
+    df = run_experiment(args.name, out, quick=args.quick, rng=args.seed, **_options(args.option))
+    with_pd_options = df.to_string(index=False, max_rows=40, float_format=lambda v: f"{v:.4g}")
+    _say(with_pd_options)
+    meta = json.loads((Path(out) / "metadata.json").read_text())
+    _say(f"wrote {Path(out) / 'results.csv'}, {Path(out) / 'figure.png'}, {Path(out) / 'metadata.json'} "
+         f"(seed {meta['seed']}, {time.perf_counter() - t0:.1f} s).")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ parser
+def _data_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--targets", metavar="FILE",
+                   help="separate file with the targets (the data file then holds the inputs only)")
+    p.add_argument("--target-column", action="append", metavar="COL",
+                   help="target column: name (.csv/.parquet) or position (.npy, e.g. -1); repeatable. "
+                        "Default: 'y', else 'y0, y1, ...', else the last column")
+    p.add_argument("--x-key", default="X", help="array name of the inputs in a .npz file (default: X)")
+    p.add_argument("--y-key", default="Y", help="array name of the targets in a .npz file (default: Y)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``nnrecover`` (errors raise instead of exiting)."""
+    from . import __version__
+
+    parser = _Parser(prog=PROG, description="Provable recovery of two-layer neural networks "
+                     "f(x) = A act(W x + b) + c from input-output samples.",
+                     epilog="Run 'nnrecover demo' for a two-minute tour; 'nnrecover COMMAND --help' for details.")
+    parser.add_argument("--version", action="version", version=f"nnrecover {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks (for bug reports)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("demo", help="fit every applicable learner on a built-in teacher and compare them",
+                       description="Build a random ReLU teacher, stream samples from it, fit every registered "
+                       "learner that applies, print a comparison table (errors, fit time, samples) and "
+                       "save demo.png, results.csv, teacher.json and metadata.json into --out.")
+    p.add_argument("--n-samples", type=_pos_int, default=None, metavar="N",
+                   help="samples to draw (default 150000; 20000 with --quick)")
+    p.add_argument("--seed", type=_nonneg_int, default=0, help="random seed (default 0)")
+    p.add_argument("--out", default="nnrecover-demo", metavar="DIR", help="output directory (default ./nnrecover-demo)")
+    p.add_argument("--quick", action="store_true", help="small sample size (seconds; for smoke tests)")
+    p.add_argument("--learner", action="append", metavar="NAME", help="run only this learner (repeatable)")
+    p.add_argument("--time-budget", type=_nonneg_float, default=20.0, metavar="SECONDS",
+                   help="per-learner time budget for learners that take one (default 20)")
+    p.add_argument("--noise", type=_nonneg_float, default=0.0, help="label-noise standard deviation (default 0)")
+    p.add_argument("--inputs", "-d", type=_pos_int, default=10, help="input dimension d (default 10)")
+    p.add_argument("--hidden", "-k", type=_pos_int, default=4, help="hidden units k (default 4)")
+    p.add_argument("--outputs", "-p", type=_pos_int, default=4, help="outputs p (default 4)")
+    p.add_argument("--bias", type=_nonneg_float, default=0.1, help="hidden biases uniform in [-BIAS, BIAS] (default 0.1)")
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("methods", help="list the implemented algorithms (paper, algorithm, assumptions)",
+                       description="List every registered algorithm: its name (for 'fit --learner'), paper, "
+                       "the paper's algorithm label, the implementing class or function, and its assumptions.")
+    p.add_argument("--paper", help="only this paper (awasthi2021, ge2019, bakshi2019, goel2019, baseline)")
+    p.add_argument("--learners-only", action="store_true", help="only estimators usable by 'nnrecover fit'")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=_cmd_methods)
+
+    p = sub.add_parser("simulate", help="draw a random teacher and write samples (.npz/.npy/.csv/.parquet)",
+                       description="Draw a random teacher network and n labelled samples; write the samples "
+                       "(format by --out suffix; .npy/.csv/.parquet are written chunk by chunk) and the teacher "
+                       "as JSON (with the input distribution, noise and seed).")
+    p.add_argument("--inputs", "-d", type=_pos_int, default=10, help="input dimension d (default 10)")
+    p.add_argument("--hidden", "-k", type=_pos_int, default=4, help="hidden units k (default 4)")
+    p.add_argument("--outputs", "-p", type=_pos_int, default=1, help="outputs p (default 1)")
+    p.add_argument("--activation", default="relu", help="activation name, e.g. relu, step, sigmoid, "
+                   "'leaky_relu(0.1)' (default relu)")
+    p.add_argument("--bias-range", type=_finite_float, nargs=2, default=(0.0, 0.0), metavar=("LOW", "HIGH"),
+                   help="hidden biases uniform in [LOW, HIGH] (default 0 0)")
+    p.add_argument("--rows", choices=("unit", "orthonormal", "gaussian"), default="unit",
+                   help="hidden weight rows: random unit vectors, orthonormal (k <= d) or N(0, 1/d) entries")
+    p.add_argument("--n", type=_pos_int, default=10_000, help="number of samples (default 10000)")
+    p.add_argument("--noise", type=_nonneg_float, default=0.0, help="label-noise standard deviation (default 0)")
+    p.add_argument("--distribution", choices=_DISTRIBUTIONS, default="gaussian",
+                   help="input law: N(0, I), symmetric Gaussian mixture, or uniform on {-1, 1}^d")
+    p.add_argument("--mixture-components", type=_pos_int, default=2, metavar="J",
+                   help="mixture: pairs of components N(+mu_j, I), N(-mu_j, I) (default 2)")
+    p.add_argument("--mixture-scale", type=_nonneg_float, default=1.0, help="mixture: |mu_j| (default 1)")
+    p.add_argument("--antithetic", action="store_true", help="emit samples in pairs (x, -x) (n even)")
+    p.add_argument("--seed", type=_nonneg_int, default=None, help="random seed (default: fresh, printed)")
+    p.add_argument("--out", default="samples.npz", help="samples file (default samples.npz)")
+    p.add_argument("--teacher", default="teacher.json", help="teacher file (default teacher.json)")
+    p.set_defaults(func=_cmd_simulate)
+
+    p = sub.add_parser("fit", help="fit a learner to samples and write the model",
+                       description="Fit a learner (see 'nnrecover methods') to samples in a .npz/.npy/.csv/"
+                       ".parquet file and write the recovered network (.json with the fit's diagnostics, or .npz).")
+    p.add_argument("data", metavar="DATA", help="samples file")
+    p.add_argument("--learner", required=True, metavar="NAME", help="learner name from 'nnrecover methods'")
+    p.add_argument("--hidden", "-k", type=_pos_int, required=True, help="number of hidden units k")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="learner option (repeatable); VALUE is read as JSON when possible (3, 1e-6, true, "
+                        "[1,2]) else as text. Unknown options are errors")
+    p.add_argument("--seed", type=_nonneg_int, default=None, help="random_state of the learner")
+    p.add_argument("--out", default="model.json", help="model file, .json or .npz (default model.json)")
+    p.add_argument("--diagnostics", metavar="FILE", help="also write the learner's diagnostics_ as JSON")
+    _data_arguments(p)
+    p.set_defaults(func=_cmd_fit)
+
+    p = sub.add_parser("evaluate", help="compare a model with its teacher and/or held-out samples",
+                       description="With --teacher: parameter_error (max_unit_error...), weight_error "
+                       "(max_angle) and function_error (relative L2 under the teacher file's input "
+                       "distribution, N(0, I) by default). With --data: MSE and relative L2 error of the "
+                       "predictions.")
+    p.add_argument("model", metavar="MODEL", help="model file written by 'nnrecover fit'")
+    p.add_argument("--teacher", metavar="T.json", help="teacher network (.json or .npz)")
+    p.add_argument("--data", metavar="FILE", help="held-out samples (.npz/.npy/.csv/.parquet)")
+    p.add_argument("--n-eval", type=_pos_int, default=100_000, metavar="N",
+                   help="Monte-Carlo samples for function_error (default 100000)")
+    p.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the Monte-Carlo samples (default 0)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _data_arguments(p)
+    p.set_defaults(func=_cmd_evaluate)
+
+    p = sub.add_parser("experiment", help="run a named experiment (results.csv, metadata.json, figure.png)",
+                       description="Run a registered experiment and write results.csv, metadata.json "
+                       "(versions, seed, options, wall time) and figure.png into --out.")
+    p.add_argument("name", nargs="?", metavar="NAME", help="experiment name (see --list)")
+    p.add_argument("--list", action="store_true", help="list the experiments")
+    p.add_argument("--quick", action="store_true", help="scaled-down run (seconds)")
+    p.add_argument("--out", metavar="DIR", help="output directory (default results/NAME)")
+    p.add_argument("--seed", type=_nonneg_int, default=None, help="random seed (default: fresh, recorded)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="experiment option (repeatable)")
+    p.set_defaults(func=_cmd_experiment)
+    return parser
+
+
+# ------------------------------------------------------------------------------------------ main
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split()) or "(no message)"
+
+
+def _error(message: str) -> None:
+    print(f"{PROG}: error: {_one_line(message)}", file=sys.stderr, flush=True)
+
+
+def _os_error(exc: OSError) -> str:
+    name = exc.filename if exc.filename is not None else ""
+    what = exc.strerror or type(exc).__name__
+    return f"{what}: {name!s}" if name else _one_line(str(exc))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 ok, 1 failure, 2 user error, 130 interrupted)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    with warnings.catch_warnings():
+        def _show(message, category, filename, lineno, file=None, line=None):
+            print(f"{PROG}: warning: {_one_line(str(message))} [{category.__name__}]", file=sys.stderr, flush=True)
+
+        warnings.showwarning = _show
+        try:
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            if args.command is None:
+                parser.print_help()
+                return 2
+            args.argv = [a for a in argv if a != args.command]
+            return int(args.func(args) or 0)
+        except SystemExit as exc:  # --help / --version
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        except _UsageError as exc:
+            _error(str(exc))
+            return 2
+        except ConvergenceError as exc:
+            if debug:
+                raise
+            _error(f"{exc} [ConvergenceError]")
+            return 1
+        except NNRecoverError as exc:
+            if debug:
+                raise
+            _error(str(exc))
+            return 2
+        except (OSError, json.JSONDecodeError) as exc:
+            if debug:
+                raise
+            _error(_os_error(exc) if isinstance(exc, OSError) else f"invalid JSON: {exc}")
+            return 2
+        except KeyboardInterrupt:
+            _error("interrupted")
+            return 130
+        except Exception as exc:  # a bug: one line, traceback on --debug
+            if debug:
+                raise
+            _error(f"internal error ({type(exc).__name__}: {_one_line(str(exc))}); rerun with --debug for "
+                   "the traceback and please report it")
+            return 1
+
+
+if __name__ == "__main__":  # python -m nnrecover.cli
+    sys.exit(main())

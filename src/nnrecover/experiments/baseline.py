@@ -1,0 +1,308 @@
+"""Baseline experiments and the learner comparison behind ``nnrecover demo``.
+
+Experiments (registered in :mod:`nnrecover.experiments.registry`):
+
+``baseline-gd``
+    Error of the gradient-descent baseline (:class:`nnrecover.learners.GradientDescentLearner`,
+    random initialisation + local optimisation, no paper) against the number of samples on a random
+    ReLU teacher: ``max_unit_error`` (parameter error after matching units, ARCHITECTURE section 1)
+    and the relative L2 function error, median and range over independent trials.
+``compare-learners``
+    Every registered learner that applies to one teacher, fitted on the same stream of samples:
+    parameter error, function error, fit time. ``nnrecover demo`` runs it with the defaults below.
+
+Applicability. A learner record (or its class) may define ``applies_to(network, distribution)``
+returning a bool or ``(bool, reason)``; learners without it are tried, and a learner that refuses
+the teacher by raising :class:`nnrecover.errors.AssumptionError` is reported as "not applicable" with
+its message. A learner failing with another nnrecover error (e.g. ``ConvergenceError``) is reported
+as failed; any other exception is a bug and propagates.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .._validation import check_positive_int, check_random_state
+from ..errors import AssumptionError, InputError, NNRecoverError
+from .registry import experiment
+from .runner import make_learner
+
+__all__ = ["demo_teacher", "compare_learners", "comparison_figure", "baseline_gd", "run_compare_learners",
+           "DEMO_DEFAULTS"]
+
+#: the demo problem: d = 10 inputs, k = 4 ReLU units, p = 4 outputs (Ge et al. and Bakshi et al. need
+#: p >= k), small biases (Awasthi et al. handle biases; the bias-free papers see a small misfit)
+DEMO_DEFAULTS = {"n_inputs": 10, "n_hidden": 4, "n_outputs": 4, "bias": 0.1, "n_samples": 150_000,
+                 "quick_n_samples": 20_000, "eval_samples": 50_000, "chunk_size": 1 << 15}
+
+
+def demo_teacher(rng: Any = None, *, n_inputs: int = 10, n_hidden: int = 4, n_outputs: int = 4,
+                 bias: float = 0.1, activation: str = "relu"):
+    """The demo's teacher: unit-norm random rows, biases uniform in ``[-bias, bias]``, output weights
+    with magnitudes in [0.5, 1.5] and random signs, zero output bias.
+
+    Returns
+    -------
+    (TwoLayerNetwork, StandardGaussian)
+    """
+    from ..distributions import StandardGaussian
+    from ..network import random_network
+
+    bias = float(bias)
+    if not (np.isfinite(bias) and bias >= 0):
+        raise InputError(f"bias is the half-width of the hidden-bias range and must be >= 0, got {bias}.")
+    net = random_network(n_inputs, n_hidden, n_outputs, activation=activation, rng=rng,
+                         bias_range=(-bias, bias))
+    return net, StandardGaussian(n_inputs)
+
+
+def _applies(record, network, distribution) -> tuple[bool, str]:
+    for owner in (record, getattr(record, "target", None)):
+        hook = getattr(owner, "applies_to", None)
+        if callable(hook):
+            result = hook(network, distribution)
+            if isinstance(result, tuple):
+                return bool(result[0]), str(result[1]) if len(result) > 1 else ""
+            return bool(result), ""
+    return True, ""
+
+
+def _learner_seed(base: int, name: str) -> int:
+    """A per-learner seed that does not depend on which other learners are registered."""
+    ss = np.random.SeedSequence(base, spawn_key=(zlib.crc32(name.encode()),))
+    return int(ss.generate_state(1, np.uint32)[0])
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
+                     learners: Sequence[str] | None = None,
+                     learner_options: Mapping[str, Mapping[str, Any]] | None = None,
+                     noise: float = 0.0, chunk_size: int = 1 << 15, eval_samples: int = 50_000,
+                     time_budget: float | None = None, log: Callable[[str], None] | None = None):
+    """Fit every applicable registered learner on one stream of samples from ``teacher``.
+
+    Parameters
+    ----------
+    teacher : TwoLayerNetwork
+    distribution : Distribution
+        Input law of the samples and of the function-error estimate.
+    n_samples : int
+        Samples drawn (as a re-iterable :class:`nnrecover.SampleStream`: bounded memory).
+    rng : None, int or Generator
+        One seed determines the samples, the evaluation samples and every learner's
+        ``random_state`` (derived from the learner's name, so adding a learner changes nothing else).
+    learners : sequence of str, optional
+        Registry names to run (default: every learner in ``nnrecover.learners.available(learners_only=True)``).
+    learner_options : mapping name -> options, optional
+        Extra constructor options per learner (unknown options raise :class:`InputError`).
+    noise : float
+        Label-noise standard deviation.
+    chunk_size : int
+        Rows per chunk of the stream.
+    eval_samples : int
+        Monte-Carlo samples of :func:`nnrecover.metrics.function_error`; its relative standard error
+        is about ``sqrt(Var[(f - g)^2] / eval_samples) / E[f^2]``.
+    time_budget : float, optional
+        Seconds per learner, passed as ``time_budget``/``max_time`` to learners that take one.
+    log : callable, optional
+        Called with one progress line per learner.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per learner: ``learner, paper, algorithm, status, max_unit_error, max_angle,
+        function_error, fit_time_s, n_samples``. Errors are NaN when the learner was not run.
+    """
+    import pandas as pd
+
+    from .. import metrics
+    from ..learners import available
+    from ..sampling import sample_stream
+
+    n_samples = check_positive_int(n_samples, "n_samples")
+    gen = check_random_state(rng)
+    base = int(gen.integers(0, 2**63 - 1))
+    stream = sample_stream(teacher, distribution, n_samples, chunk_size=chunk_size, noise=noise, rng=gen)
+    eval_seed = int(gen.integers(0, 2**63 - 1))
+    records = available(learners_only=True)
+    if learners is not None:
+        known = {r.name: r for r in records}
+        missing = [n for n in learners if n not in known]
+        if missing:
+            raise InputError(f"unknown learner(s) {', '.join(missing)}; available: {', '.join(known) or '(none)'}.")
+        records = [known[n] for n in learners]
+    if not records:
+        raise InputError("no learner is registered; nothing to compare.")
+    options = dict(learner_options or {})
+    unknown = sorted(set(options) - {r.name for r in records})
+    if unknown:
+        raise InputError(f"learner_options names learner(s) {', '.join(unknown)} that are not being run.")
+    defaults: dict[str, Any] = {"activation": teacher.activation.spec}
+    if time_budget is not None:
+        defaults.update(time_budget=float(time_budget), max_time=float(time_budget))
+    rows = []
+    for i, rec in enumerate(records, 1):
+        row = {"learner": rec.name, "paper": rec.paper, "algorithm": rec.algorithm, "status": "ok",
+               "max_unit_error": np.nan, "max_angle": np.nan, "function_error": np.nan,
+               "fit_time_s": np.nan, "n_samples": n_samples}
+        ok, reason = _applies(rec, teacher, distribution)
+        if not ok:
+            row["status"] = "not applicable" + (f": {reason}" if reason else "")
+            rows.append(row)
+            if log:
+                log(f"[{i}/{len(records)}] {rec.name}: {row['status']}")
+            continue
+        est = make_learner(rec.target, teacher.n_hidden, options.get(rec.name), defaults=defaults,
+                           random_state=_learner_seed(base, rec.name))
+        if log:
+            log(f"[{i}/{len(records)}] fitting {rec.name} ({rec.paper}, {rec.algorithm}) ...")
+        t0 = time.perf_counter()
+        try:
+            est.fit(stream)
+        except AssumptionError as exc:
+            row["status"] = f"not applicable: {_one_line(exc)}"
+        except NNRecoverError as exc:
+            row["status"] = f"failed ({type(exc).__name__}): {_one_line(exc)}"
+        row["fit_time_s"] = time.perf_counter() - t0
+        if row["status"] == "ok":
+            diag = getattr(est, "diagnostics_", None) or {}
+            if isinstance(diag.get("n_samples"), (int, np.integer)):
+                row["n_samples"] = int(diag["n_samples"])
+            W = getattr(est, "hidden_weights_", None)
+            if W is not None and np.shape(W) == teacher.hidden_weights.shape:
+                row["max_angle"] = float(metrics.weight_error(W, teacher.hidden_weights)["max_angle"])
+            net = getattr(est, "network_", None)
+            if net is not None:
+                row["max_unit_error"] = float(metrics.parameter_error(net, teacher)["max_unit_error"])
+                row["function_error"] = float(metrics.function_error(net, teacher, distribution,
+                                                                     n=eval_samples, rng=eval_seed))
+        if log:
+            log(f"[{i}/{len(records)}] {rec.name}: {row['status']} in {row['fit_time_s']:.1f} s")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def comparison_figure(df, *, title: str = ""):
+    """Bar chart of the comparison table: errors (log scale) and fit time per learner."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 3.8), layout="constrained")
+    ax_err, ax_time = fig.subplots(1, 2, width_ratios=(2, 1))
+    names = list(df["learner"])
+    x = np.arange(len(names))
+    width = 0.38
+    floor = 1e-17  # plot exact zeros at the bottom of a log axis
+    for off, col, label in ((-width / 2, "max_unit_error", "max unit error"),
+                            (width / 2, "function_error", "relative L2 function error")):
+        vals = np.asarray(df[col], dtype=float)
+        ax_err.bar(x + off, np.where(np.isfinite(vals), np.maximum(vals, floor), np.nan), width, label=label)
+    ax_err.set_yscale("log")
+    ax_err.set_xticks(x, names, rotation=20, ha="right")
+    ax_err.set_ylabel("error")
+    ax_err.legend(fontsize=8)
+    ax_err.grid(axis="y", alpha=0.3)
+    ax_time.bar(x, np.asarray(df["fit_time_s"], dtype=float), color="tab:gray")
+    ax_time.set_xticks(x, names, rotation=20, ha="right")
+    ax_time.set_ylabel("fit time [s]")
+    ax_time.grid(axis="y", alpha=0.3)
+    for j, status in enumerate(df["status"]):
+        if status != "ok":
+            ax_err.annotate("n/a" if status.startswith("not applicable") else "failed", (x[j], 1),
+                            xycoords=("data", "axes fraction"), ha="center", va="top", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+@experiment("compare-learners", paper="baseline",
+            description="every applicable learner on one ReLU teacher: parameter/function error and fit time")
+def run_compare_learners(*, rng, quick: bool = False, n_inputs: int = 10, n_hidden: int = 4,
+                         n_outputs: int = 4, bias: float = 0.1, n_samples: int | None = None,
+                         noise: float = 0.0, learners: Sequence[str] | None = None,
+                         time_budget: float | None = None):
+    """The ``nnrecover demo`` comparison as a registered experiment (``quick``: 20,000 samples)."""
+    gen = check_random_state(rng)
+    teacher, dist = demo_teacher(gen, n_inputs=n_inputs, n_hidden=n_hidden, n_outputs=n_outputs, bias=bias)
+    if n_samples is None:
+        n_samples = DEMO_DEFAULTS["quick_n_samples" if quick else "n_samples"]
+    df = compare_learners(teacher, dist, n_samples, rng=gen, learners=learners, noise=noise,
+                          chunk_size=DEMO_DEFAULTS["chunk_size"],
+                          eval_samples=10_000 if quick else DEMO_DEFAULTS["eval_samples"],
+                          time_budget=time_budget)
+    fig = comparison_figure(df, title=f"d={n_inputs}, k={n_hidden}, p={n_outputs}, |b|<={bias}, "
+                                      f"n={n_samples}, noise={noise}")
+    return df, fig
+
+
+@experiment("baseline-gd", paper="baseline",
+            description="gradient-descent baseline: parameter and function error vs number of samples")
+def baseline_gd(*, rng, quick: bool = False, n_inputs: int | None = None, n_hidden: int | None = None,
+                n_outputs: int = 1, bias: float = 0.1, noise: float = 0.05,
+                sample_sizes: Sequence[int] | None = None, trials: int | None = None,
+                learner_options: Mapping[str, Any] | None = None):
+    """Gradient-descent baseline error against the number of samples.
+
+    Each trial draws a fresh teacher (:func:`demo_teacher`) and ``n`` noisy samples, fits
+    ``GradientDescentLearner`` from its random initialisation and records ``max_unit_error``, the
+    relative L2 function error (20,000 fresh Gaussian inputs) and the fit time. With label noise of
+    standard deviation ``noise`` the statistical part of the error decays like ``noise * sqrt(P / n)``
+    (P parameters); a failed local optimisation shows as an outlier that no ``n`` removes, which is
+    the gap the provable learners close.
+
+    Defaults: d = 10, k = 4, n in (1e3, 4e3, 1.6e4, 6.4e4), 3 trials; ``quick``: d = 5, k = 2,
+    n in (500, 2000), 1 trial.
+    """
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from .. import metrics
+    from ..sampling import sample
+
+    gen = check_random_state(rng)
+    d = check_positive_int(n_inputs if n_inputs is not None else (5 if quick else 10), "n_inputs")
+    k = check_positive_int(n_hidden if n_hidden is not None else (2 if quick else 4), "n_hidden")
+    sizes = list(sample_sizes) if sample_sizes is not None else ([500, 2000] if quick else
+                                                                  [1000, 4000, 16000, 64000])
+    sizes = [check_positive_int(n, "sample_sizes") for n in sizes]
+    n_trials = check_positive_int(trials if trials is not None else (1 if quick else 3), "trials")
+    rows = []
+    for trial in range(n_trials):
+        teacher, dist = demo_teacher(gen, n_inputs=d, n_hidden=k, n_outputs=n_outputs, bias=bias)
+        for n in sizes:
+            X, Y = sample(teacher, dist, n, noise=noise, rng=gen)
+            est = make_learner("gradient-descent", k, learner_options,
+                               random_state=int(gen.integers(0, 2**63 - 1)))
+            t0 = time.perf_counter()
+            est.fit(X, Y)
+            fit_time = time.perf_counter() - t0
+            rows.append({
+                "trial": trial, "n_samples": n, "n_inputs": d, "n_hidden": k, "noise": noise,
+                "max_unit_error": float(metrics.parameter_error(est.network_, teacher)["max_unit_error"]),
+                "function_error": float(metrics.function_error(est.network_, teacher, dist, n=20_000,
+                                                               rng=int(gen.integers(0, 2**63 - 1)))),
+                "fit_time_s": fit_time,
+            })
+    df = pd.DataFrame(rows)
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.subplots()
+    for col, label in (("max_unit_error", "max unit error"), ("function_error", "relative L2 function error")):
+        g = df.groupby("n_samples")[col]
+        med, lo, hi = g.median(), g.min(), g.max()
+        ax.plot(med.index, med.values, marker="o", label=label)
+        ax.fill_between(med.index, lo.values, hi.values, alpha=0.2)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("number of samples n")
+    ax.set_ylabel("error (median, min-max over trials)")
+    ax.set_title(f"gradient-descent baseline, d={d}, k={k}, noise={noise}", fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return df, fig

@@ -1,0 +1,258 @@
+"""Running named experiments and recording what was run.
+
+:func:`run_experiment` looks an experiment up in the registry (:mod:`nnrecover.experiments.registry`),
+runs it with one seeded random stream, and writes three files into ``out_dir``:
+
+``results.csv``    the experiment's table (one row per configuration/trial), written by pandas;
+``figure.png``     its figure;
+``metadata.json``  what is needed to reproduce and judge the run: experiment name, paper,
+                   ``quick``, the options, the seed (also when it was drawn fresh), package versions
+                   (python, nnrecover, numpy, scipy, scikit-learn, tensorly, dask, pandas, matplotlib),
+                   platform, CPU count, UTC start/end time and wall time. No host name or user name.
+
+It also provides the two helpers every driver of learners needs (the CLI, the demo and the
+experiments): :func:`learner_parameters` (the options a learner class accepts) and
+:func:`make_learner` (build a learner by registry name, rejecting unknown options).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import inspect
+import json
+import math
+import os
+import platform
+import sys
+import time
+from importlib import metadata as _metadata
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import InputError
+
+__all__ = ["run_experiment", "environment_info", "learner_parameters", "make_learner", "resolve_seed",
+           "RESULT_FILES", "to_jsonable"]
+
+#: names of the files :func:`run_experiment` writes
+RESULT_FILES = ("results.csv", "metadata.json", "figure.png")
+
+_PACKAGES = ("numpy", "scipy", "scikit-learn", "tensorly", "dask", "distributed", "pandas", "matplotlib")
+
+
+# ------------------------------------------------------------------------------------------ seeds
+def resolve_seed(rng: Any) -> int:
+    """The integer seed a run uses, so that it can be written down and replayed.
+
+    ``None`` draws fresh OS entropy (a 128-bit integer, recorded in the metadata); an int is used as
+    is; a ``numpy.random.Generator`` contributes one 63-bit draw (the caller's stream advances).
+    """
+    if rng is None:
+        return int(np.random.SeedSequence().entropy)
+    if isinstance(rng, np.random.Generator):
+        return int(rng.integers(0, 2**63 - 1))
+    if isinstance(rng, bool) or not isinstance(rng, (int, np.integer)):
+        raise InputError(f"seed/rng must be None, a non-negative int or a numpy.random.Generator, got {rng!r}.")
+    if int(rng) < 0:
+        raise InputError(f"seed must be a non-negative integer, got {rng}.")
+    return int(rng)
+
+
+# ------------------------------------------------------------------------------------------ metadata
+def environment_info() -> dict:
+    """Versions of python, nnrecover and its numerical dependencies, platform and CPU count.
+
+    Host and user names are deliberately not recorded.
+    """
+    versions: dict[str, str | None] = {}
+    for pkg in ("nnrecover", *_PACKAGES):
+        try:
+            versions[pkg] = _metadata.version(pkg)
+        except _metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": f"{platform.system()}-{platform.release()}-{platform.machine()}",
+        "cpu_count": os.cpu_count(),
+        "versions": versions,
+    }
+
+
+def to_jsonable(value: Any) -> Any:
+    """Convert numpy scalars/arrays, paths, tuples and non-finite floats into JSON-safe values."""
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return to_jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        return to_jsonable(value.item())
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, (str, int, bool)) or value is None:
+        return value
+    if isinstance(value, Path):
+        return str(value)
+    return repr(value)
+
+
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# ------------------------------------------------------------------------------------------ runner
+def _check_options(func, options: dict, name: str) -> None:
+    params = inspect.signature(func).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    known = {n for n, p in params.items()
+             if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)}
+    known -= {"rng", "quick"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise InputError(f"unknown option(s) {', '.join(unknown)} for experiment {name!r}; "
+                         f"known options: {', '.join(sorted(known)) or '(none)'}.")
+
+
+def run_experiment(name: str, out_dir: "str | os.PathLike[str]", *, quick: bool = False, rng: Any = None,
+                   **options: Any):
+    """Run the registered experiment ``name`` and write its results into ``out_dir``.
+
+    Parameters
+    ----------
+    name : str
+        A name listed by :func:`nnrecover.experiments.available_experiments` (``nnrecover experiment
+        --list``).
+    out_dir : path-like
+        Directory for ``results.csv``, ``metadata.json`` and ``figure.png`` (created if missing;
+        existing files of those names are replaced).
+    quick : bool, default False
+        Run the scaled-down version (seconds; used by the tests).
+    rng : None, int or numpy.random.Generator
+        Seed of the run. ``None`` draws fresh entropy; the seed actually used is recorded in
+        ``metadata.json`` so the run can be replayed with ``rng=<that seed>``.
+    **options
+        Passed to the experiment function; unknown names raise :class:`InputError`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The experiment's results table (also in ``results.csv``).
+
+    Raises
+    ------
+    InputError
+        Unknown experiment or option, or ``out_dir`` is an existing file.
+    """
+    import pandas as pd
+
+    from .registry import get_experiment
+
+    record = get_experiment(name)
+    _check_options(record.func, options, name)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"output directory {str(out)!r} is an existing file; choose a directory.")
+    out.mkdir(parents=True, exist_ok=True)
+    seed = resolve_seed(rng)
+    started = _utc_now()
+    t0 = time.perf_counter()
+    result = record.func(rng=np.random.default_rng(seed), quick=bool(quick), **options)
+    wall = time.perf_counter() - t0
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise TypeError(f"experiment {name!r} must return (pandas.DataFrame, matplotlib Figure), "
+                        f"got {type(result).__name__}.")
+    df, fig = result
+    if not isinstance(df, pd.DataFrame) or not hasattr(fig, "savefig"):
+        raise TypeError(f"experiment {name!r} must return (pandas.DataFrame, matplotlib Figure), got "
+                        f"({type(df).__name__}, {type(fig).__name__}).")
+    df.to_csv(out / "results.csv", index=False)
+    fig.savefig(out / "figure.png", dpi=120)
+    _close(fig)
+    meta = {
+        "experiment": record.name,
+        "paper": record.paper,
+        "description": record.description,
+        "quick": bool(quick),
+        "seed": seed,
+        "options": to_jsonable(options),
+        "started_at_utc": started,
+        "finished_at_utc": _utc_now(),
+        "wall_time_s": round(wall, 3),
+        "n_rows": int(len(df)),
+        "columns": [str(c) for c in df.columns],
+        "files": list(RESULT_FILES),
+        "command": "nnrecover experiment " + record.name + (" --quick" if quick else "") + f" --seed {seed}",
+        **environment_info(),
+    }
+    (out / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return df
+
+
+def _close(fig) -> None:
+    """Release a figure created through pyplot (a bare ``Figure`` needs nothing)."""
+    if getattr(getattr(fig, "canvas", None), "manager", None) is not None:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------ learners
+def learner_parameters(cls) -> set[str]:
+    """Names of the options a learner class takes besides ``n_hidden``.
+
+    Uses scikit-learn's ``_get_param_names`` when the class derives from ``BaseEstimator``, else the
+    signature of ``__init__``.
+    """
+    getter = getattr(cls, "_get_param_names", None)
+    if callable(getter):
+        try:
+            names = set(getter())
+        except RuntimeError:  # sklearn refuses *args in __init__; fall back to the signature
+            names = None
+        if names is not None:
+            return names - {"n_hidden"}
+    sig = inspect.signature(cls.__init__)
+    return {n for n, p in sig.parameters.items()
+            if n not in ("self", "n_hidden")
+            and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)}
+
+
+def make_learner(learner: Any, n_hidden: int, options: Mapping[str, Any] | None = None, *,
+                 random_state: Any = None, defaults: Mapping[str, Any] | None = None):
+    """Build a learner by registry name (or class) with validated options.
+
+    Parameters
+    ----------
+    learner : str or class
+        A name from ``nnrecover methods`` (e.g. ``"gradient-descent"``) or a learner class.
+    n_hidden : int
+    options : mapping, optional
+        Constructor options; a name the class does not take raises :class:`InputError` listing the
+        ones it does (never silently ignored).
+    random_state : optional
+        Passed as ``random_state`` when the class takes it and ``options`` does not set it.
+    defaults : mapping, optional
+        Options applied only when the class takes them and ``options`` does not set them (used by the
+        demo to pass e.g. the teacher's activation); unknown names here are skipped, not errors.
+    """
+    from ..learners import get_learner
+
+    cls = get_learner(learner) if isinstance(learner, str) else learner
+    options = dict(options or {})
+    params = learner_parameters(cls)
+    unknown = sorted(set(options) - params)
+    if unknown:
+        label = learner if isinstance(learner, str) else getattr(cls, "__name__", repr(cls))
+        raise InputError(f"unknown option(s) {', '.join(unknown)} for learner {label!r}; "
+                         f"its options are: {', '.join(sorted(params)) or '(none)'}.")
+    for key, value in (defaults or {}).items():
+        if key in params and key not in options:
+            options[key] = value
+    if random_state is not None and "random_state" in params and "random_state" not in options:
+        options["random_state"] = random_state
+    return cls(n_hidden, **options)

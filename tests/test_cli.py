@@ -1,0 +1,390 @@
+"""Tests of the command line (nnrecover.cli): every subcommand, --help, and one-line user errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import nnrecover as nr
+from nnrecover._validation import check_random_state
+from nnrecover.cli import main, parse_option
+from nnrecover.errors import AssumptionError, AssumptionWarning, InputError
+from nnrecover.learners import _registry
+
+SUBCOMMANDS = ("demo", "methods", "simulate", "fit", "evaluate", "experiment")
+FAKE = "test-random-features"
+
+
+class RandomFeaturesLearner:
+    """Test double: ``n_hidden`` random unit directions, output layer by least squares.
+
+    Takes arrays or an iterable of (X, Y) chunks (normal equations accumulated chunk by chunk), like
+    the real learners; ``behaviour`` makes it warn, refuse (AssumptionError) or crash (a bug).
+    """
+
+    def __init__(self, n_hidden, *, ridge=1e-9, random_state=None, activation="relu", behaviour="ok"):
+        self.n_hidden = n_hidden
+        self.ridge = ridge
+        self.random_state = random_state
+        self.activation = activation
+        self.behaviour = behaviour
+
+    def fit(self, X, Y=None):
+        if self.behaviour == "refuse":
+            raise AssumptionError("test double refuses: assumption 'x ~ N(0, I)' (test) is violated.")
+        if self.behaviour == "crash":
+            raise RuntimeError("deliberate bug in the test double")
+        if self.behaviour == "warn":
+            warnings.warn("test double warns\nover two lines", AssumptionWarning, stacklevel=2)
+        chunks = X if Y is None else [(X, Y)]
+        gen = check_random_state(self.random_state)
+        G = R = W = None
+        n = 0
+        for xb, yb in chunks:
+            xb = np.asarray(xb, dtype=float)
+            yb = np.asarray(yb, dtype=float).reshape(xb.shape[0], -1)
+            if W is None:
+                W = gen.standard_normal((self.n_hidden, xb.shape[1]))
+                W /= np.linalg.norm(W, axis=1, keepdims=True)
+                G = np.zeros((self.n_hidden + 1,) * 2)
+                R = np.zeros((self.n_hidden + 1, yb.shape[1]))
+            F = np.column_stack([np.maximum(xb @ W.T, 0), np.ones(xb.shape[0])])
+            G += F.T @ F
+            R += F.T @ yb
+            n += xb.shape[0]
+        coef = np.linalg.solve(G + self.ridge * np.eye(G.shape[0]), R)
+        self.network_ = nr.TwoLayerNetwork(W, None, coef[:-1].T, coef[-1], self.activation)
+        self.hidden_weights_ = W
+        self.diagnostics_ = {"n_samples": n, "gram_condition": float(np.linalg.cond(G))}
+        return self
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    rec = _registry.AlgorithmRecord(FAKE, "baseline", "test double", ("none",), RandomFeaturesLearner,
+                                    "random features + least squares (tests only)", True)
+    monkeypatch.setitem(_registry._RECORDS, FAKE, rec)
+    return rec
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_user_error(capsys, argv, match, code=2):
+    rc, out, err = run(capsys, *argv)
+    assert rc == code, (rc, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("nnrecover: error: ")
+    assert "Traceback" not in err and "Traceback" not in out
+    assert match in lines[0], lines[0]
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------------------ help
+@pytest.mark.parametrize("cmd", SUBCOMMANDS)
+def test_every_subcommand_has_help(capsys, cmd):
+    rc, out, err = run(capsys, cmd, "--help")
+    assert rc == 0 and err == ""
+    assert out.startswith(f"usage: nnrecover {cmd}")
+
+
+def test_top_level_help_and_version(capsys):
+    rc, out, _ = run(capsys, "--help")
+    assert rc == 0
+    for cmd in SUBCOMMANDS:
+        assert cmd in out
+    rc, out, _ = run(capsys, "--version")
+    assert rc == 0 and out.strip() == f"nnrecover {nr.__version__}"
+    rc, out, _ = run(capsys)  # no command: the help, and a non-zero status
+    assert rc == 2 and out.startswith("usage: nnrecover")
+
+
+# ------------------------------------------------------------------------------------------ option parsing
+def test_parse_option_values():
+    assert parse_option("max_iter=300") == ("max_iter", 300)
+    assert parse_option("tol=1e-8") == ("tol", 1e-8)
+    assert parse_option("refine=false") == ("refine", False)
+    assert parse_option("method=cp-als") == ("method", "cp-als")
+    assert parse_option("init=null") == ("init", None)
+    assert parse_option("orders=[1, 2]") == ("orders", [1, 2])
+    assert parse_option("max-iter=3") == ("max_iter", 3)
+    assert parse_option('name="3"') == ("name", "3")
+    with pytest.raises(InputError, match="key=value"):
+        parse_option("novalue")
+    with pytest.raises(InputError, match="key=value"):
+        parse_option("1x=3")
+
+
+# ------------------------------------------------------------------------------------------ methods
+def test_methods_lists_registered_learner(capsys, fake):
+    rc, out, _ = run(capsys, "methods")
+    assert rc == 0
+    header = out.splitlines()[0].split()
+    assert header[:5] == ["name", "paper", "algorithm", "target", "fit"]
+    assert FAKE in out and "RandomFeaturesLearner" in out and "Baselines" in out
+    rc, out, _ = run(capsys, "methods", "--json", "--learners-only")
+    rows = json.loads(out)
+    mine = [r for r in rows if r["name"] == FAKE]
+    assert mine == [{"name": FAKE, "paper": "baseline", "algorithm": "test double",
+                     "target": "RandomFeaturesLearner", "fit": "yes", "assumptions": "none"}]
+    assert all(r["fit"] == "yes" for r in rows)
+
+
+def test_methods_unknown_paper(capsys):
+    assert_user_error(capsys, ["methods", "--paper", "smith2020"], "unknown paper 'smith2020'")
+
+
+# ------------------------------------------------------------------------------------------ simulate
+@pytest.mark.parametrize("ext", [".npz", ".npy", ".csv", ".parquet"])
+def test_simulate_writes_samples_and_teacher(capsys, tmp_path, ext):
+    out, teacher = tmp_path / f"data/s{ext}", tmp_path / "data/t.json"
+    rc, text, _ = run(capsys, "simulate", "-d", "5", "-k", "3", "-p", "2", "--n", "300", "--seed", "4",
+                      "--bias-range", "-0.5", "0.5", "--out", str(out), "--teacher", str(teacher))
+    assert rc == 0 and "wrote 300 samples" in text
+    net = nr.TwoLayerNetwork.load(teacher)
+    assert (net.n_inputs, net.n_hidden, net.n_outputs) == (5, 3, 2)
+    assert np.all(np.abs(net.hidden_bias) <= 0.5)
+    X, Y = nr.io.load_samples(out, **({"target_columns": [-2, -1]} if ext == ".npy" else {}))
+    assert X.shape == (300, 5) and Y.shape == (300, 2)
+    # noiseless labels are the teacher's outputs (same float64 arithmetic on the same rows)
+    assert np.array_equal(np.asarray(Y), net.predict(np.asarray(X)))
+    meta = json.loads(teacher.read_text())["simulation"]
+    assert meta["seed"] == 4 and meta["n_samples"] == 300 and meta["distribution"] == {"name": "gaussian", "dim": 5}
+
+
+def test_simulate_is_reproducible_and_mixture(capsys, tmp_path):
+    paths = []
+    for i in range(2):
+        out = tmp_path / f"s{i}.npz"
+        rc, _, _ = run(capsys, "simulate", "--n", "64", "--seed", "9", "--distribution", "mixture",
+                       "--mixture-components", "3", "--noise", "0.1", "--antithetic",
+                       "--out", str(out), "--teacher", str(tmp_path / f"t{i}.json"))
+        assert rc == 0
+        paths.append(out)
+    a, b = (np.load(p) for p in paths)
+    assert np.array_equal(a["X"], b["X"]) and np.array_equal(a["Y"], b["Y"])
+    assert np.array_equal(a["X"][0::2], -a["X"][1::2])  # antithetic pairs
+    spec = json.loads((tmp_path / "t0.json").read_text())["simulation"]["distribution"]
+    assert spec["name"] == "mixture" and np.allclose(np.linalg.norm(spec["means"], axis=1), 1.0)
+
+
+def test_simulate_user_errors(capsys, tmp_path):
+    assert_user_error(capsys, ["simulate", "--out", str(tmp_path / "s.txt")], "--out must end in one of")
+    assert_user_error(capsys, ["simulate", "--n", "abc"], "argument --n: expected an integer")
+    assert_user_error(capsys, ["simulate", "--n", "0"], "expected a positive integer")
+    assert_user_error(capsys, ["simulate", "--activation", "swishy", "--out", str(tmp_path / "s.npz"),
+                               "--teacher", str(tmp_path / "t.json")], "swishy")
+    assert_user_error(capsys, ["simulate", "--bias-range", "1", "0", "--out", str(tmp_path / "s.npz"),
+                               "--teacher", str(tmp_path / "t.json")], "LOW <= HIGH")
+    assert_user_error(capsys, ["simulate", "--distribution", "cauchy"], "invalid choice: 'cauchy'")
+    assert not (tmp_path / "s.npz").exists()
+
+
+# ------------------------------------------------------------------------------------------ fit / evaluate
+@pytest.fixture
+def simulated(capsys, tmp_path):
+    rc, _, _ = run(capsys, "simulate", "-d", "4", "-k", "2", "--n", "2000", "--seed", "1",
+                   "--out", str(tmp_path / "s.npz"), "--teacher", str(tmp_path / "t.json"))
+    assert rc == 0
+    rc, _, _ = run(capsys, "simulate", "-d", "4", "-k", "2", "--n", "500", "--seed", "1",
+                   "--out", str(tmp_path / "held.csv"), "--teacher", str(tmp_path / "t2.json"))
+    assert rc == 0
+    return tmp_path
+
+
+def test_fit_writes_model_with_fit_record(capsys, fake, simulated):
+    model = simulated / "m.json"
+    rc, out, err = run(capsys, "fit", str(simulated / "s.npz"), "--learner", FAKE, "-k", "2", "--seed", "3",
+                       "--option", "ridge=1e-6", "--out", str(model), "--diagnostics", str(simulated / "d.json"))
+    assert rc == 0, err
+    assert f"fitted {FAKE} (k=2) on 2000 samples (d=4)" in out
+    net = nr.TwoLayerNetwork.load(model)
+    assert (net.n_inputs, net.n_hidden, net.n_outputs) == (4, 2, 1)
+    rec = json.loads(model.read_text())["fit"]
+    assert rec["options"] == {"ridge": 1e-6} and rec["seed"] == 3 and rec["n_samples"] == 2000
+    assert rec["diagnostics"]["n_samples"] == 2000
+    assert json.loads((simulated / "d.json").read_text())["n_samples"] == 2000
+    # the recorded training MSE is the MSE of the saved model on the data
+    X, Y = nr.io.load_samples(simulated / "s.npz")
+    assert rec["training"]["mse"] == pytest.approx(np.mean((net.predict(X) - Y) ** 2), rel=1e-12)
+    # same seed, same model (bit-identical)
+    rc, _, _ = run(capsys, "fit", str(simulated / "s.npz"), "--learner", FAKE, "-k", "2", "--seed", "3",
+                   "--option", "ridge=1e-6", "--out", str(simulated / "m2.npz"))
+    assert rc == 0 and nr.TwoLayerNetwork.load(simulated / "m2.npz") == net
+
+
+def test_fit_npy_and_csv_inputs(capsys, fake, simulated):
+    X, Y = nr.io.load_samples(simulated / "s.npz")
+    np.save(simulated / "x.npy", X)
+    np.save(simulated / "y.npy", Y)
+    rc, _, err = run(capsys, "fit", str(simulated / "x.npy"), "--targets", str(simulated / "y.npy"),
+                     "--learner", FAKE, "-k", "2", "--seed", "0", "--out", str(simulated / "a.json"))
+    assert rc == 0, err
+    pd.DataFrame(np.column_stack([Y, X]), columns=["target", "a", "b", "c", "d"]).to_csv(
+        simulated / "t.csv", index=False, float_format="%.17g")
+    rc, _, err = run(capsys, "fit", str(simulated / "t.csv"), "--target-column", "target",
+                     "--learner", FAKE, "-k", "2", "--seed", "0", "--out", str(simulated / "b.json"))
+    assert rc == 0, err
+    assert nr.TwoLayerNetwork.load(simulated / "a.json") == nr.TwoLayerNetwork.load(simulated / "b.json")
+
+
+def test_fit_user_errors(capsys, fake, simulated):
+    data = str(simulated / "s.npz")
+    line = assert_user_error(capsys, ["fit", data, "--learner", "no-such-learner", "-k", "2"],
+                             "unknown learner 'no-such-learner'")
+    assert FAKE in line  # the message lists what is available
+    line = assert_user_error(capsys, ["fit", data, "--learner", FAKE, "-k", "2", "--option", "lr=0.1"],
+                             "unknown option(s) lr for learner")
+    assert "ridge" in line and "random_state" in line
+    assert_user_error(capsys, ["fit", data, "--learner", FAKE, "-k", "2", "--option", "ridge"], "key=value")
+    assert_user_error(capsys, ["fit", data, "--learner", FAKE, "-k", "2", "--option", "ridge=1",
+                               "--option", "ridge=2"], "given twice")
+    assert_user_error(capsys, ["fit", data, "--learner", FAKE, "-k", "2", "--seed", "1",
+                               "--option", "random_state=2"], "not both")
+    assert_user_error(capsys, ["fit", str(simulated / "missing.npz"), "--learner", FAKE, "-k", "2"],
+                      "does not exist")
+    assert_user_error(capsys, ["fit", data, "--learner", FAKE], "required: --hidden/-k")
+    assert_user_error(capsys, ["fit", data, "--learner", FAKE, "-k", "2", "--out", str(simulated / "m.txt")],
+                      ".json or .npz")
+    assert_user_error(capsys, ["fit", data, "--learner", FAKE, "-k", "2", "--option", "behaviour=refuse",
+                               "--out", str(simulated / "m.json")], "assumption 'x ~ N(0, I)'")
+    assert not (simulated / "m.json").exists()
+
+
+def test_bug_gives_one_line_and_status_1_and_debug_traceback(capsys, fake, simulated):
+    argv = ["fit", str(simulated / "s.npz"), "--learner", FAKE, "-k", "2", "--option", "behaviour=crash",
+            "--out", str(simulated / "m.json")]
+    line = assert_user_error(capsys, argv, "internal error (RuntimeError: deliberate bug", code=1)
+    assert "--debug" in line
+    with pytest.raises(RuntimeError, match="deliberate bug"):
+        main(["--debug", *argv])
+
+
+def test_warnings_are_one_line(capsys, fake, simulated):
+    rc, out, err = run(capsys, "fit", str(simulated / "s.npz"), "--learner", FAKE, "-k", "2",
+                       "--option", "behaviour=warn", "--out", str(simulated / "m.json"))
+    assert rc == 0
+    assert err.strip().splitlines() == ["nnrecover: warning: test double warns over two lines [AssumptionWarning]"]
+
+
+def test_evaluate_against_teacher_and_data(capsys, fake, simulated):
+    # the teacher evaluated against itself: every error is exactly 0
+    rc, out, _ = run(capsys, "evaluate", str(simulated / "t.json"), "--teacher", str(simulated / "t.json"),
+                     "--data", str(simulated / "s.npz"), "--n-eval", "2000")
+    assert rc == 0
+    assert "parameter_error.max_unit_error: 0\n" in out and "weight_error.max_angle: 0\n" in out
+    assert "function_error (relative L2, gaussian, n=2000): 0\n" in out and "data.mse: 0\n" in out
+    run(capsys, "fit", str(simulated / "s.npz"), "--learner", FAKE, "-k", "2", "--seed", "0",
+        "--out", str(simulated / "m.json"))
+    rc, out, _ = run(capsys, "evaluate", str(simulated / "m.json"), "--teacher", str(simulated / "t.json"),
+                     "--data", str(simulated / "held.csv"), "--json")
+    assert rc == 0
+    rep = json.loads(out)
+    model, teacher = nr.TwoLayerNetwork.load(simulated / "m.json"), nr.TwoLayerNetwork.load(simulated / "t.json")
+    assert rep["parameter_error"]["max_unit_error"] == nr.metrics.parameter_error(model, teacher)["max_unit_error"]
+    X, Y = nr.io.load_samples(simulated / "held.csv")
+    assert rep["data"]["n_samples"] == 500
+    assert rep["data"]["mse"] == pytest.approx(np.mean((model.predict(X) - Y) ** 2), rel=1e-12)
+    assert rep["data"]["relative_l2_error"] == pytest.approx(np.linalg.norm(model.predict(X) - Y) / np.linalg.norm(Y), rel=1e-12)
+    assert rep["function_error"] > 0
+
+
+def test_evaluate_user_errors(capsys, simulated, tmp_path):
+    model = str(simulated / "t.json")
+    assert_user_error(capsys, ["evaluate", model], "needs --teacher")
+    assert_user_error(capsys, ["evaluate", str(tmp_path / "none.json"), "--teacher", model], "does not exist")
+    (tmp_path / "broken.json").write_text("{not json")
+    assert_user_error(capsys, ["evaluate", str(tmp_path / "broken.json"), "--teacher", model], "not valid JSON")
+    other = nr.random_network(3, 2, rng=0)
+    other.save(tmp_path / "other.json")
+    assert_user_error(capsys, ["evaluate", str(tmp_path / "other.json"), "--teacher", model],
+                      "3 inputs but the teacher has 4")
+    assert_user_error(capsys, ["evaluate", str(tmp_path / "other.json"), "--data", str(simulated / "s.npz")],
+                      "4 input column(s) but the model has 3")
+
+
+# ------------------------------------------------------------------------------------------ experiment
+def test_experiment_list_and_errors(capsys, tmp_path):
+    rc, out, _ = run(capsys, "experiment", "--list")
+    assert rc == 0 and "baseline-gd" in out and "compare-learners" in out
+    assert_user_error(capsys, ["experiment"], "give an experiment NAME")
+    assert_user_error(capsys, ["experiment", "no-such", "--out", str(tmp_path)], "unknown experiment 'no-such'")
+    assert_user_error(capsys, ["experiment", "compare-learners", "--option", "speed=3", "--out", str(tmp_path)],
+                      "unknown option(s) speed for experiment 'compare-learners'")
+
+
+def test_experiment_runs_and_writes_files(capsys, fake, tmp_path):
+    out = tmp_path / "exp"
+    rc, text, err = run(capsys, "experiment", "compare-learners", "--quick", "--seed", "5", "--out", str(out),
+                        "--option", f'learners=["{FAKE}"]', "--option", "n_samples=3000")
+    assert rc == 0, err
+    assert FAKE in text and "seed 5" in text
+    for name in ("results.csv", "metadata.json", "figure.png"):
+        assert (out / name).is_file()
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["seed"] == 5 and meta["options"] == {"learners": [FAKE], "n_samples": 3000}
+
+
+# ------------------------------------------------------------------------------------------ demo
+def test_demo_quick_with_one_learner(capsys, fake, tmp_path):
+    out = tmp_path / "demo"
+    rc, text, err = run(capsys, "demo", "--quick", "--learner", FAKE, "--out", str(out), "--seed", "2")
+    assert rc == 0, err
+    lines = text.splitlines()
+    header = next(l for l in lines if l.split()[:2] == ["learner", "paper"])
+    assert header.split() == ["learner", "paper", "algorithm", "max_unit_error", "function_error",
+                              "fit_time_s", "n_samples", "status"]
+    row = next(l for l in lines if l.startswith(FAKE))
+    assert row.split()[-2:] == ["20000", "ok"]
+    for name in ("demo.png", "results.csv", "teacher.json", "metadata.json"):
+        assert (out / name).is_file()
+    df = pd.read_csv(out / "results.csv")
+    assert list(df["learner"]) == [FAKE] and df["n_samples"][0] == 20000
+    # the table's errors are the metrics of a fit we can redo: same seed, same teacher, same numbers
+    assert np.isfinite(df["max_unit_error"][0]) and 0 < df["function_error"][0] < 1.5
+    rc2, text2, _ = run(capsys, "demo", "--quick", "--learner", FAKE, "--out", str(tmp_path / "again"), "--seed", "2")
+    df2 = pd.read_csv(tmp_path / "again" / "results.csv")
+    assert rc2 == 0 and df2["max_unit_error"][0] == df["max_unit_error"][0]
+    assert df2["function_error"][0] == df["function_error"][0]
+    assert nr.TwoLayerNetwork.load(out / "teacher.json") == nr.TwoLayerNetwork.load(tmp_path / "again" / "teacher.json")
+
+
+def test_demo_reports_refusing_learner(capsys, fake, monkeypatch, tmp_path):
+    monkeypatch.setattr(RandomFeaturesLearner, "__init__",
+                        lambda self, n_hidden, *, behaviour="refuse", random_state=None:
+                        self.__dict__.update(n_hidden=n_hidden, behaviour=behaviour, random_state=random_state))
+    rc, text, err = run(capsys, "demo", "--quick", "--n-samples", "1000", "--learner", FAKE, "--out", str(tmp_path))
+    assert rc == 0, err
+    assert f"  {FAKE}: not applicable: test double refuses" in text
+    assert_user_error(capsys, ["demo", "--quick", "--learner", "nope", "--out", str(tmp_path)], "unknown learner(s) nope")
+
+
+def test_output_dir_is_a_file(capsys, tmp_path):
+    (tmp_path / "f").write_text("")
+    assert_user_error(capsys, ["demo", "--quick", "--out", str(tmp_path / "f")], "is an existing file")
+
+
+# ------------------------------------------------------------------------------------------ installed entry points
+def test_console_script_and_module(tmp_path):
+    script = Path(sys.executable).with_name("nnrecover")
+    assert script.is_file(), "the console script is installed next to the interpreter (pip install -e .)"
+    for cmd in ([str(script)], [sys.executable, "-m", "nnrecover"]):
+        res = subprocess.run([*cmd, "methods"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.split()[:1] in (["name"], ["no"])
+        res = subprocess.run([*cmd, "fit", "missing.npz", "--learner", "x", "-k", "2"],
+                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert res.returncode == 2
+        assert res.stderr.count("\n") == 1 and res.stderr.startswith("nnrecover: error: ")
+        assert "Traceback" not in res.stderr
