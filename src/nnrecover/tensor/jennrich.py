@@ -134,11 +134,17 @@ def _analyse_pencil(Ta: np.ndarray, Tb: np.ndarray) -> dict[str, Any] | None:
         return None
     M = np.linalg.solve(Tb.T, Ta.T).T  # Ta Tb^{-1} = R Λ R^{-1}   (spec 001 §3.1 step 3)
     lam, R = scipy.linalg.eig(M)
-    # fix the phase of each eigenvector (largest-modulus entry real positive), then keep real parts
-    idx = np.argmax(np.abs(R), axis=0)
-    piv = R[idx, np.arange(r)]
-    R = R * (np.abs(piv) / piv)
-    Rr = R.real
+    # LAPACK (geev) returns real eigenvectors for real eigenvalues and complex-conjugate pairs
+    # consecutively (positive imaginary part first). A pair (v, conj v) is replaced by (Re v, Im v),
+    # which spans the same real invariant subspace, so the real eigenvector matrix stays invertible.
+    Rr = R.real.copy()
+    i = 0
+    while i < r:
+        if lam[i].imag > 0 and i + 1 < r:
+            Rr[:, i + 1] = R[:, i].imag
+            i += 2
+        else:
+            i += 1
     Rr = Rr / np.linalg.norm(Rr, axis=0)
     scale = float(np.max(np.abs(lam)))
     scale = scale if scale > 0 else 1.0
@@ -366,7 +372,7 @@ def jennrich(
         if strict:
             raise AssumptionError(msg)
         warnings.warn(msg, CertificateWarning, stacklevel=2)
-    if chosen["eigenvalue_gap"] < gap_tol:
+    if real and chosen["eigenvalue_gap"] < gap_tol:  # (with complex pairs the real-part gap is meaningless)
         msg = (f"relative eigenvalue gap {chosen['eigenvalue_gap']:.3g} < gap_tol={gap_tol:g} on the best of "
                f"{n_draws} draws: two components have (nearly) parallel mode-3 factors, so they are not "
                "identifiable by Jennrich's algorithm (spec 001 §3.1 requirements).")
@@ -381,7 +387,7 @@ def jennrich(
         Y = X
     else:
         # rows of R^{-1} Ta and R^{-1} Tb are d_i * (Q^T b_i)^T; combine both with aligned signs
-        rows = np.linalg.solve(R, np.concatenate([chosen["Ta"], chosen["Tb"]], axis=1))
+        rows = np.linalg.lstsq(R, np.concatenate([chosen["Ta"], chosen["Tb"]], axis=1), rcond=None)[0]
         rho, sig = rows[:, :rank], rows[:, rank:]
         align = np.sign(np.sum(rho * sig, axis=1))
         align[align == 0] = 1.0
