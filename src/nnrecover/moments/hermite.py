@@ -489,8 +489,8 @@ class HermiteMatrixSliceStatistic(_HermiteStatistic):
 
 # ============================================================================ front ends
 
-def _flatten_free(arr: np.ndarray, f: int, d: int) -> np.ndarray:
-    if f < 2:
+def _flatten_free(arr: np.ndarray, f: int, d: int, flatten: bool) -> np.ndarray:
+    if not flatten or f < 2:
         return arr
     a, b = (f + 1) // 2, f // 2
     return arr.reshape(arr.shape[:arr.ndim - f] + (d ** a, d ** b))
@@ -566,7 +566,7 @@ class HermiteMoments(abc.ABC):
         a leading (s,) axis for several g.
         """
         stat = HermiteVectorSliceStatistic(order, g, output=self.output)
-        return self._finish(_flatten_free(self.evaluate(stat), stat.order - 1, stat.g.shape[1]))
+        return self._finish(_flatten_free(self.evaluate(stat), stat.order - 1, stat.g.shape[1], flatten))
 
     def matrix_slice(self, order: int, G: Any, *, flatten: bool = True) -> np.ndarray:
         """``f_hat_k(., ..., ., G)`` for ``G`` of shape (d, d) or (s, d, d) (symmetrised).
@@ -575,7 +575,7 @@ class HermiteMoments(abc.ABC):
         d^2 x d^2).
         """
         stat = HermiteMatrixSliceStatistic(order, G, output=self.output)
-        return self._finish(_flatten_free(self.evaluate(stat), stat.order - 2, stat.G.shape[1]))
+        return self._finish(_flatten_free(self.evaluate(stat), stat.order - 2, stat.G.shape[1], flatten))
 
 
 class SampleHermiteMoments(HermiteMoments):
