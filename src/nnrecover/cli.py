@@ -14,6 +14,7 @@ Entry point: :func:`main` (``nnrecover = nnrecover.cli:main`` in pyproject.toml;
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -627,6 +628,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise
             _error(str(exc))
             return 2
+        except BrokenPipeError:  # e.g. 'nnrecover methods | head': stop quietly
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
         except (OSError, json.JSONDecodeError) as exc:
             if debug:
                 raise
