@@ -1,0 +1,536 @@
+"""Hermite coefficient tensors ``f^_k = E[f(x) He_k(x)]`` for the Awasthi et al. learner: exact
+(Lemma 3.5) or estimated from samples (eq. (6)), in a small space (internal).
+
+Design (specs/001 sections 2.4, 2.5 and 6.1 item 10):
+
+* order ``l = 1``: every tensor is projected onto the ``m``-dimensional range of ``T_2`` (which is
+  ``span{w_i}``: ``f^_2 = sum_i a_i phi(b_i) w_i w_i^T`` and ``phi > 0``). For a matrix ``P`` with
+  orthonormal columns, ``He_k(x)[P v_1, ..., P v_k] = He_k(P^T x)[v_1, ..., v_k]``, so the projected
+  tensor is the Hermite tensor of ``z = P^T x ~ N(0, I_m)``: nothing of size ``d**k`` is formed.
+  Pass 1 over the data finds ``P`` (exact top-``m`` eigenvectors of ``T_2`` when ``d`` is small, a
+  one-pass randomized range finder otherwise); pass 2 accumulates the raw moments of ``(y, z)``.
+* order ``l = 2`` (overcomplete, ``m > d``): the tensors stay in ``R^d`` (``d`` is small there), one pass.
+
+Raw moments ``S_r = (1/N) sum y z^{(x) r}`` are accumulated packed over monomials as one Gram
+matrix ``F^T diag(y) F`` per half of the data (even / odd rows of every chunk); the halves give the
+split-sample spectral noise estimates of Algorithm 4's thresholds (specs/001 section 3.5) and
+their sum the estimate itself. Hermite tensors are assembled from raw moments by the matching
+formula (:func:`~.symtensor.hermite_from_raw`).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import linalg
+
+from ..._validation import check_random_state
+from ...hermite import network_hermite_expansion
+from ...errors import AssumptionError, AssumptionWarning, InputError
+from ...moments.base import Statistic, accumulate
+from ...tensor import flatten
+from .symtensor import Monomials, contract_rank_one, hermite_from_raw
+
+__all__ = ["HermiteCoefficients", "exact_coefficients", "estimate_coefficients", "min_samples",
+           "RangeStatistic", "ProjectedMomentStatistic"]
+
+
+@dataclass
+class HermiteCoefficients:
+    """Hermite coefficient tensors ``T_0 .. T_K`` of a ReLU network, in coordinates ``z = P^T x``.
+
+    Attributes
+    ----------
+    basis : (d, n) array or None
+        ``P`` with orthonormal columns (``None``: identity, ``n = d``).
+    tensors : dict k -> (n,)*k array
+        Dense symmetric ``T_k`` (``k >= 2``) in the projected coordinates.
+    t0 : float
+        ``T_0 = E[y]``.
+    t1 : (d,) array
+        ``T_1 = E[y x]`` in the input space (FIXSIGNS and the linear part need all of it).
+    exact : bool
+        True for the population coefficients of Lemma 3.5.
+    n_samples : int or None
+    y_second_moment : float
+        ``E[y^2]`` (sets the variance of rank-one contractions, specs/001 section 2.5).
+    noise : dict k -> float
+        Spectral noise ``sigma^_k`` of the flattening used for rank selection (``k = 2l+1``:
+        ``flatten(T_k, l, l+1)``; ``k = 2l+2``: ``flatten(T_k, l, l+2)``; other ``k``:
+        ``flatten(T_k, floor(k/2), ceil(k/2))``), from split halves; 0 for exact coefficients.
+    halves : tuple of two dicts or None
+        ``T_k`` of the two halves (noise estimation only).
+    info : dict
+        Diagnostics of the passes (timings, range finder, input checks).
+    """
+
+    basis: np.ndarray | None
+    tensors: dict
+    t0: float
+    t1: np.ndarray
+    exact: bool
+    n_samples: int | None = None
+    y_second_moment: float = float("nan")
+    noise: dict = field(default_factory=dict)
+    halves: tuple | None = None
+    info: dict = field(default_factory=dict)
+
+    # ---------------------------------------------------------------- coordinates
+    @property
+    def dim(self) -> int:
+        """``n``, the dimension of the coordinates of the tensors."""
+        return self.n_inputs if self.basis is None else self.basis.shape[1]
+
+    @property
+    def n_inputs(self) -> int:
+        return self.t1.shape[0]
+
+    def project(self, W: np.ndarray) -> np.ndarray:
+        """Rows of ``W`` (input space) in the projected coordinates."""
+        return W if self.basis is None else W @ self.basis
+
+    def lift(self, U: np.ndarray) -> np.ndarray:
+        """Rows of ``U`` (projected coordinates) back in the input space."""
+        return U if self.basis is None else U @ self.basis.T
+
+    @property
+    def t1_projected(self) -> np.ndarray:
+        return self.project(self.t1)
+
+    # ---------------------------------------------------------------- access
+    def tensor(self, k: int) -> np.ndarray:
+        if k == 0:
+            return np.asarray(self.t0)
+        if k == 1:
+            return self.t1_projected
+        if k not in self.tensors:
+            raise InputError(f"order-{k} coefficients were not computed (have {sorted(self.tensors)}).")
+        return self.tensors[k]
+
+    def rank_one(self, k: int, U: np.ndarray) -> np.ndarray:
+        """``T_k(u_i, ..., u_i)`` for the rows ``u_i`` of ``U`` (projected coordinates)."""
+        U = np.atleast_2d(U)
+        if k == 0:
+            return np.full(U.shape[0], self.t0)
+        if k == 1:
+            return U @ self.t1_projected
+        return contract_rank_one(self.tensor(k), U)
+
+    def rank_one_std(self, k: int) -> float:
+        """Standard deviation of a rank-one contraction ``T_k(u, ..., u)`` for a unit ``u``:
+        ``sqrt(E[y^2] k! / N)`` (specs/001 section 2.5); 0 for exact coefficients."""
+        if self.exact or not self.n_samples:
+            return 0.0
+        return math.sqrt(self.y_second_moment * math.factorial(k) / self.n_samples)
+
+
+def _flat_shape(k: int, order: int) -> tuple[int, int]:
+    if k == 2 * order + 1:
+        return order, order + 1
+    if k == 2 * order + 2:
+        return order, order + 2
+    return k // 2, k - k // 2
+
+
+def exact_coefficients(network, order: int, n_components: int | None = None, *,
+                       basis: str = "range") -> HermiteCoefficients:
+    """Population Hermite coefficients of a ReLU network (Lemma 3.5), in the learner's coordinates.
+
+    Parameters
+    ----------
+    network : TwoLayerNetwork
+        One output, ReLU activation (any row norms; the output bias enters ``f^_0`` only).
+    order : int
+        ``l``: tensors up to order ``2l + 2`` are formed.
+    n_components : int, optional
+        For ``basis="range"``: the dimension ``m`` of the projection (default: hidden units).
+    basis : {"range", "identity"}
+        ``"range"``: project onto the top-``m`` eigenvectors of ``f^_2`` (what the sample path does,
+        for ``l = 1``); ``"identity"``: stay in ``R^d``.
+    """
+    from ...network import TwoLayerNetwork
+
+    if not isinstance(network, TwoLayerNetwork):
+        raise InputError(f"truth must be a TwoLayerNetwork, got {type(network).__name__}.")
+    if network.activation.name != "relu":
+        raise AssumptionError(f"Awasthi et al. 2021 learn ReLU networks; truth has activation "
+                              f"{network.activation.spec!r}.")
+    if network.n_outputs != 1:
+        raise InputError(f"the Hermite learner handles one output; truth has {network.n_outputs}.")
+    K = 2 * order + 2
+    expansion = network_hermite_expansion(network, K)  # Lemma 3.5, unit directions
+    d = network.n_inputs
+    t0 = float(expansion.tensor(0)[0])
+    t1 = expansion.tensor(1)[0]
+    P = None
+    if basis == "range":
+        m = network.n_hidden if n_components is None else int(n_components)
+        P = _top_eigvecs(expansion.tensor(2)[0], min(m, d))
+    elif basis != "identity":
+        raise InputError(f"basis must be 'range' or 'identity', got {basis!r}.")
+    tensors = {k: expansion.tensor(k, P)[0] for k in range(2, K + 1)}
+    net = network.canonical()
+    c_out = float(net.output_bias[0])
+    y2 = _exact_second_moment(net.output_weights[0], net.hidden_bias, net.hidden_weights)
+    y2 += 2 * c_out * (t0 - c_out) + c_out ** 2
+    return HermiteCoefficients(basis=P, tensors=tensors, t0=t0, t1=t1, exact=True, n_samples=None,
+                               y_second_moment=float(y2), noise={k: 0.0 for k in range(K + 1)},
+                               info={"mode": "population"})
+
+
+def _exact_second_moment(a, b, W) -> float:
+    """``E[(sum_i a_i relu(w_i^T x + b_i))^2]`` for unit rows (closed-form pair kernel)."""
+    from .regression import relu_pair_kernel
+
+    live = np.linalg.norm(W, axis=1) > 0
+    a, b, W = a[live], b[live], W[live]
+    rho = np.clip(W @ W.T, -1.0, 1.0)
+    K = relu_pair_kernel(b[:, None], b[None, :], rho)
+    return float(a @ K @ a)
+
+
+def _top_eigvecs(S: np.ndarray, m: int) -> np.ndarray:
+    """Eigenvectors of the symmetric ``S`` for its ``m`` eigenvalues of largest magnitude."""
+    lam, V = linalg.eigh(0.5 * (S + S.T))
+    idx = np.argsort(-np.abs(lam), kind="stable")[:m]
+    P = V[:, np.sort(idx)]
+    return P
+
+
+# ==================================================================== streaming statistics
+
+class _InputCheck:
+    """Accumulators for the N(0, I) check: sums of ``x``, ``x**2`` and covariance probes."""
+
+    def _reset_check(self) -> None:
+        d = self.d
+        self.sx = np.zeros(d)
+        self.sxx = np.zeros(d)
+        self.sprobe = np.zeros((d, self.omega_cov.shape[1]))
+
+    def _update_check(self, X: np.ndarray, XO: np.ndarray) -> None:
+        self.sx += X.sum(axis=0)
+        self.sxx += np.einsum("ij,ij->j", X, X)
+        self.sprobe += X.T @ XO
+
+    def _merge_check(self, other) -> None:
+        self.sx += other.sx
+        self.sxx += other.sxx
+        self.sprobe += other.sprobe
+
+    def input_deviation(self) -> dict:
+        """Measured deviation of the inputs from N(0, I): max |mean|, max |var - 1|, and a
+        Hutchinson estimate of ``||Cov - I||_F / sqrt(d)`` from the Gaussian probes."""
+        n = max(self.n, 1)
+        mean = self.sx / n
+        var = self.sxx / n - mean ** 2
+        cov_probe = self.sprobe / n - np.outer(mean, mean @ self.omega_cov) - self.omega_cov
+        frob = float(np.linalg.norm(cov_probe) / math.sqrt(self.omega_cov.shape[1]))
+        d = self.d
+        return {"max_abs_mean": float(np.abs(mean).max()), "max_abs_var_minus_1": float(np.abs(var - 1).max()),
+                "cov_minus_identity_frobenius_per_sqrt_d": frob / math.sqrt(d),
+                "expected_mean": float(math.sqrt(2 * math.log(2 * d) / n)),
+                "expected_var": float(math.sqrt(2.0) * math.sqrt(2 * math.log(2 * d) / n)),
+                "expected_cov": float(math.sqrt((d + 1) / n))}
+
+
+class RangeStatistic(_InputCheck, Statistic):
+    """Pass 1 for ``l = 1``: ``T_0``, ``T_1``, ``E[y^2]``, and the range of ``T_2``.
+
+    ``method="full"`` accumulates ``sum y x x^T`` (``d x d``); ``method="sketch"`` accumulates
+    ``sum y x (x^T Omega)`` for a Gaussian ``d x r`` test matrix (cost ``O(N d r)``), from which the
+    range is found by the one-pass symmetric Nystrom-type approximation of Halko, Martinsson and
+    Tropp (2011, section 5.5).
+    """
+
+    def __init__(self, d: int, *, method: str, omega: np.ndarray | None, omega_cov: np.ndarray):
+        self.d = int(d)
+        self.method = method
+        self.omega = omega
+        self.omega_cov = omega_cov
+        super().__init__()
+
+    def _reset(self) -> None:
+        d = self.d
+        self.sy = 0.0
+        self.syy = 0.0
+        self.syx = np.zeros(d)
+        self.syxx = np.zeros((d, d)) if self.method == "full" else np.zeros((d, self.omega.shape[1]))
+        self._reset_check()
+
+    def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        if X.shape[1] != self.d:
+            raise InputError(f"a chunk has {X.shape[1]} columns; earlier chunks had {self.d}.")
+        y = Y[:, 0]
+        self.sy += float(y.sum())
+        self.syy += float(y @ y)
+        self.syx += y @ X
+        if self.method == "full":
+            XO = X @ self.omega_cov
+            self.syxx += (X * y[:, None]).T @ X
+        else:
+            XO_all = X @ np.hstack([self.omega, self.omega_cov])
+            r = self.omega.shape[1]
+            XO = XO_all[:, r:]
+            self.syxx += X.T @ (XO_all[:, :r] * y[:, None])
+        self._update_check(X, XO)
+
+    def _merge(self, other: "RangeStatistic") -> None:
+        self.sy += other.sy
+        self.syy += other.syy
+        self.syx += other.syx
+        self.syxx += other.syxx
+        self._merge_check(other)
+
+    def finalize(self) -> dict:
+        n = self.n
+        out = {"n": n, "t0": self.sy / n, "t1": self.syx / n, "y2": self.syy / n}
+        if self.method == "full":
+            out["t2"] = self.syxx / n - out["t0"] * np.eye(self.d)
+        else:
+            out["t2_omega"] = self.syxx / n - out["t0"] * self.omega
+        return out
+
+    def basis(self, m: int) -> tuple[np.ndarray, dict]:
+        """Orthonormal ``(d, m)`` basis of the dominant range of ``T_2`` and diagnostics."""
+        fin = self.finalize()
+        if self.method == "full":
+            T2 = 0.5 * (fin["t2"] + fin["t2"].T)
+            lam = linalg.eigvalsh(T2)
+            P = _top_eigvecs(T2, m)
+            mags = np.sort(np.abs(lam))[::-1]
+        else:
+            Y = fin["t2_omega"]
+            Q, _ = linalg.qr(Y, mode="economic")
+            # B (Q^T Omega) = Q^T Y  for the symmetric B ~ Q^T T_2 Q (exact when rank T_2 <= r)
+            C = Q.T @ self.omega
+            B = linalg.solve(C.T, (Q.T @ Y).T).T
+            B = 0.5 * (B + B.T)
+            lam, V = linalg.eigh(B)
+            idx = np.argsort(-np.abs(lam), kind="stable")[:m]
+            P = Q @ V[:, np.sort(idx)]
+            P, _ = linalg.qr(P, mode="economic")
+            mags = np.sort(np.abs(lam))[::-1]
+        return P, {"range_method": self.method, "t2_eigenvalue_magnitudes": mags[: m + 1].tolist()}
+
+
+class ProjectedMomentStatistic(_InputCheck, Statistic):
+    """Raw moments ``S_r = (1/N) sum y z^{(x) r}``, ``r <= K``, of ``z = P^T x``, per half.
+
+    Rows ``0, 2, 4, ...`` of every chunk go to half A, the others to half B; the estimate is their
+    sum. Cost per sample: ``O(d n)`` for the projection and ``O(p^2)`` for the Gram matrix of the
+    ``p = sum_{r <= K/2} C(n + r - 1, r)`` packed monomials.
+    """
+
+    def __init__(self, d: int, basis: np.ndarray | None, top_order: int, omega_cov: np.ndarray,
+                 check_inputs: bool = True):
+        self.d = int(d)
+        self.P = basis
+        self.K = int(top_order)
+        self.n_dim = self.d if basis is None else basis.shape[1]
+        self.mono = Monomials(self.n_dim, (self.K + 1) // 2)
+        self.omega_cov = omega_cov
+        self.check_inputs = check_inputs
+        super().__init__()
+
+    def _reset(self) -> None:
+        p = self.mono.size
+        self.gram = [np.zeros((p, p)), np.zeros((p, p))]
+        self.counts = [0, 0]
+        self.syy = 0.0
+        self.sy = 0.0
+        self.syx = np.zeros(self.d)
+        self._reset_check()
+
+    def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        if X.shape[1] != self.d:
+            raise InputError(f"a chunk has {X.shape[1]} columns; earlier chunks had {self.d}.")
+        y = Y[:, 0]
+        Z = X if self.P is None else X @ self.P
+        F = self.mono.features(Z)
+        Fy = F * y[:, None]
+        for h in (0, 1):
+            self.gram[h] += Fy[h::2].T @ F[h::2]
+            self.counts[h] += F[h::2].shape[0]
+        self.syy += float(y @ y)
+        self.sy += float(y.sum())
+        self.syx += y @ X
+        if self.check_inputs:
+            self._update_check(X, X @ self.omega_cov)
+
+    def _merge(self, other: "ProjectedMomentStatistic") -> None:
+        for h in (0, 1):
+            self.gram[h] += other.gram[h]
+            self.counts[h] += other.counts[h]
+        self.syy += other.syy
+        self.sy += other.sy
+        self.syx += other.syx
+        if self.check_inputs:
+            self._merge_check(other)
+
+    def _hermite(self, gram: np.ndarray, n: int) -> dict:
+        raw = {r: self.mono.unpack(gram, r) / n for r in range(self.K + 1)}
+        return {k: hermite_from_raw(raw, k) for k in range(2, self.K + 1)}
+
+    def finalize(self) -> tuple[dict, tuple[dict, dict]]:
+        nA, nB = self.counts
+        if min(nA, nB) == 0:
+            raise InputError("too few samples: both halves of the data need at least one row.")
+        full = self._hermite(self.gram[0] + self.gram[1], nA + nB)
+        halves = (self._hermite(self.gram[0], nA), self._hermite(self.gram[1], nB))
+        return full, halves
+
+
+def min_samples(order: int, n_dim: int) -> int:
+    """Smallest sample size accepted: ten samples per distinct entry of the top tensor
+    ``T_{2l+2}`` in the ``n``-dimensional working space, and at least 1000."""
+    K = 2 * order + 2
+    return max(1000, 10 * math.comb(n_dim + K - 1, K))
+
+
+def _noise_from_halves(halves: tuple[dict, dict], counts: tuple[int, int], order: int) -> dict:
+    nA, nB = counts
+    scale = math.sqrt(nA * nB) / (nA + nB)
+    noise = {}
+    for k in halves[0]:
+        t1, t2 = _flat_shape(k, order)
+        D = flatten(halves[0][k] - halves[1][k], t1, t2)
+        noise[k] = float(scale * linalg.svdvals(D)[0])
+    return noise
+
+
+def estimate_coefficients(data: Any, order: int, n_components: int, *, range_method: str = "auto",
+                          oversample: int = 10, chunk_size: int | None = None, rng=None,
+                          check_inputs: bool = True, input_tolerance: float = 0.1,
+                          min_n: int | None = None) -> HermiteCoefficients:
+    """Estimate ``T_k = (1/N) sum y_n He_k(x_n)`` (eq. (6)) in the learner's working coordinates.
+
+    Parameters
+    ----------
+    data : tuple (X, Y) of arrays (numpy, memmap, dask) or a re-iterable of (X, Y) chunks
+    order : int
+        ``l``; ``l = 1`` projects onto the range of ``T_2`` (two passes), ``l >= 2`` works in ``R^d``
+        (one pass).
+    n_components : int
+        ``m``.
+    range_method : {"auto", "full", "sketch"}
+        How pass 1 finds the range of ``T_2`` for ``l = 1``: the full ``d x d`` matrix (cost
+        ``N d^2``) or a randomized sketch with ``m + oversample`` columns (cost ``2 N d (m +
+        oversample)``); ``"auto"`` takes the cheaper.
+    rng : seed for the random test matrices.
+    check_inputs : bool
+        Warn (:class:`~nnrecover.errors.AssumptionWarning`) when the inputs look far from N(0, I).
+    input_tolerance : float
+        Deviation tolerated on top of the sampling fluctuation before warning.
+    min_n : int, optional
+        Minimum number of samples (default :func:`min_samples`).
+    """
+    import time
+
+    gen = check_random_state(rng)
+    info: dict = {"mode": "samples"}
+    t_start = time.perf_counter()
+    d = _peek_dim(data)
+    n_cov = min(d, 8)
+    omega_cov = gen.standard_normal((d, n_cov))
+    if order == 1:
+        r = min(d, n_components + oversample)
+        method = range_method
+        if method == "auto":
+            method = "full" if d * d <= 2 * d * r or r >= d else "sketch"
+        if method not in ("full", "sketch"):
+            raise InputError(f"range_method must be 'auto', 'full' or 'sketch', got {range_method!r}.")
+        omega = gen.standard_normal((d, r)) if method == "sketch" else None
+        stat1 = accumulate(RangeStatistic(d, method=method, omega=omega, omega_cov=omega_cov), data,
+                           chunk_size=chunk_size)
+        _check_n(stat1.n, order, min(n_components, d), min_n)
+        if check_inputs:
+            _warn_inputs(stat1.input_deviation(), input_tolerance)
+        P, rinfo = stat1.basis(min(n_components, d))
+        info.update(rinfo)
+        info["time_pass1"] = time.perf_counter() - t_start
+        fin1 = stat1.finalize()
+        t0, t1, y2, n = fin1["t0"], fin1["t1"], fin1["y2"], fin1["n"]
+        info["input_deviation"] = stat1.input_deviation()
+        t_mid = time.perf_counter()
+        stat2 = accumulate(ProjectedMomentStatistic(d, P, 2 * order + 2, omega_cov, check_inputs=False),
+                           data, chunk_size=_chunk_rows(chunk_size, P.shape[1], order))
+        if stat2.n != n:
+            raise InputError(f"the data source gave {n} samples in pass 1 but {stat2.n} in pass 2; "
+                             "order 1 needs a re-iterable source (arrays, dask arrays, SampleStream).")
+        info["time_pass2"] = time.perf_counter() - t_mid
+    else:
+        P = None
+        stat2 = accumulate(ProjectedMomentStatistic(d, None, 2 * order + 2, omega_cov, check_inputs=True),
+                           data, chunk_size=_chunk_rows(chunk_size, d, order))
+        _check_n(stat2.n, order, d, min_n)
+        if check_inputs:
+            _warn_inputs(stat2.input_deviation(), input_tolerance)
+        info["input_deviation"] = stat2.input_deviation()
+        n = stat2.n
+        t0, t1, y2 = stat2.sy / n, stat2.syx / n, stat2.syy / n
+        info["time_pass1"] = time.perf_counter() - t_start
+    full, halves = stat2.finalize()
+    noise = _noise_from_halves(halves, tuple(stat2.counts), order)
+    info["time_moments"] = time.perf_counter() - t_start
+    return HermiteCoefficients(basis=P, tensors=full, t0=float(t0), t1=np.asarray(t1), exact=False,
+                               n_samples=int(n), y_second_moment=float(y2), noise=noise, halves=halves,
+                               info=info)
+
+
+def _chunk_rows(chunk_size: int | None, n_dim: int, order: int) -> int:
+    if chunk_size:
+        return int(chunk_size)
+    p = Monomials(n_dim, order + 1).size
+    return int(min(1 << 16, max(1024, (1 << 22) // max(p, 1))))
+
+
+def _peek_dim(data: Any) -> int:
+    if isinstance(data, tuple) and len(data) == 2 and hasattr(data[0], "shape"):
+        shape = data[0].shape
+        if len(shape) != 2:
+            raise InputError(f"X must be 2-D (n_samples, n_features), got shape {tuple(shape)}.")
+        return int(shape[1])
+    n_inputs = getattr(data, "n_inputs", None)
+    if n_inputs is not None:
+        return int(n_inputs)
+    try:
+        first = next(iter(data))
+    except StopIteration:
+        raise InputError("the data source is empty.") from None
+    except TypeError:
+        raise InputError("data must be (X, Y) arrays or an iterable of (X, Y) chunks.") from None
+    if iter(data) is data:
+        raise InputError("the data source is a one-shot iterator; pass a re-iterable source "
+                         "(arrays, dask arrays, a SampleStream or a list of (X, Y) chunks).")
+    X = np.asarray(first[0])
+    if X.ndim != 2:
+        raise InputError(f"chunks of X must be 2-D, got shape {X.shape}.")
+    return int(X.shape[1])
+
+
+def _check_n(n: int, order: int, n_dim: int, min_n: int | None) -> None:
+    need = min_samples(order, n_dim) if min_n is None else int(min_n)
+    if n < need:
+        raise InputError(f"too few samples for order l = {order}: got {n}, need at least {need} "
+                         f"(ten per distinct entry of T_{2 * order + 2} in dimension {n_dim}); "
+                         "supply more samples.")
+
+
+def _warn_inputs(dev: dict, tol: float) -> None:
+    msgs = []
+    if dev["max_abs_mean"] > tol + 4 * dev["expected_mean"]:
+        msgs.append(f"max |mean| = {dev['max_abs_mean']:.3g}")
+    if dev["max_abs_var_minus_1"] > tol + 4 * dev["expected_var"]:
+        msgs.append(f"max |variance - 1| = {dev['max_abs_var_minus_1']:.3g}")
+    if dev["cov_minus_identity_frobenius_per_sqrt_d"] > tol + 4 * dev["expected_cov"]:
+        msgs.append(f"||Cov - I||_F / sqrt(d) ~ {dev['cov_minus_identity_frobenius_per_sqrt_d']:.3g}")
+    if msgs:
+        warnings.warn("inputs look far from N(0, I), which Awasthi et al. 2021 assume (Lemma 3.5): "
+                      + ", ".join(msgs) + f" (tolerance {tol:g} plus sampling fluctuation); the Hermite "
+                      "coefficients, hence the recovered network, are then biased. Whiten the inputs "
+                      "if they are Gaussian with another mean/covariance.", AssumptionWarning, stacklevel=3)

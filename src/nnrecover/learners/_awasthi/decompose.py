@@ -1,0 +1,391 @@
+"""Tensor stage of Awasthi-Tang-Vijayaraghavan 2021: Algorithm 1 (exact coefficients), Algorithm 4
+(robust, order ``l``) and Algorithm 6 (robust full rank) (internal).
+
+Paper symbol -> code (units are rows; ``n`` is the working dimension: ``m`` after projecting onto
+``span{w_i}`` for ``l = 1``, ``d`` for ``l = 2``):
+
+=========================================================  ==========================================
+paper                                                      here
+=========================================================  ==========================================
+``T' = flatten(T_{2l+1}, l, l, 1)``                        ``_tensor_candidates(K = 2l + 1)``
+``T'' = flatten(T_{2l+2}, l, l, 2)``                       ``_tensor_candidates(K = 2l + 2)``
+``k' = max{r <= m : s_r(flatten(T_{2l+1}, l, l+1)) > eta_1}``  ``ranks[K]``
+``k''``: same with ``flatten(T_{2l+2}, l, l+2)`` (E4 fixed)
+Jennrich's algorithm                                       :func:`nnrecover.tensor.jennrich`
+``alpha'_i``, ``alpha''_i``                                Gram least squares on ``T_K`` at ``u_i``
+``eta_1, eta_2, eta_3``                                    :class:`Thresholds`
+``w~_1 .. w~_{m'}``                                        ``HermiteRecovery.U`` (working coords),
+                                                           ``HermiteRecovery.W`` (input space)
+=========================================================  ==========================================
+
+Noise-adaptive thresholds (default, specs/001 section 3.5): ``eta_1 = eta_2 = snr * sigma^_K`` with the
+split-sample spectral noise ``sigma^_K`` of the flattening, ``eta_3 = 0.25``; candidates are
+deduplicated up to sign in decreasing SNR order, so a unit seen by both tensors keeps the better
+estimate. The paper's thresholds (Theorem D.1 chain) are :func:`paper_thresholds`.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import linalg
+
+from ..._validation import check_random_state
+from ...errors import AssumptionError, CertificateWarning, InputError
+from ...tensor import flatten, jennrich
+from .coefficients import HermiteCoefficients
+from .scalars import fix_signs, gram_lstsq, recover_scalars
+
+__all__ = ["Thresholds", "adaptive_thresholds", "paper_thresholds", "HermiteRecovery", "algorithm1",
+           "algorithm4", "algorithm6", "read_units"]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Thresholds of Algorithm 4.
+
+    Attributes
+    ----------
+    eta1 : dict K -> float
+        Rank threshold on the singular values of ``flatten(T_K, l, K - l)``, ``K in {2l+1, 2l+2}``.
+    eta2 : dict K -> float
+        Minimum ``|alpha|`` (Frobenius norm of a rank-one term) for a term of ``T_K`` to be kept.
+    eta3 : float
+        Two directions closer than this up to sign (l2 distance) are duplicates.
+    noise : dict K -> float
+        The noise level each threshold was derived from (``nan`` for the paper's thresholds).
+    mode : str
+        ``"adaptive"``, ``"exact"`` or ``"paper"``.
+    dedup_factor : float or None
+        If set, two candidates ``i, j`` are duplicates when their distance is below
+        ``min(eta3, dedup_factor * (1/snr_i + 1/snr_j))``: a direction read from a term with
+        signal-to-noise ratio ``snr`` is accurate to about ``1/snr``, so genuinely distinct but close
+        units (``|<w_i, w_j>|`` near 1, frequent when ``m > d``) are not merged. ``None``: the paper's
+        fixed ``eta3``.
+    """
+
+    eta1: dict
+    eta2: dict
+    eta3: float
+    noise: dict = field(default_factory=dict)
+    mode: str = "adaptive"
+    dedup_factor: float | None = 3.0
+
+
+def adaptive_thresholds(coeffs: HermiteCoefficients, order: int, *, snr: float = 3.0, dedup: float = 0.25,
+                        dedup_factor: float | None = 3.0, floor: float = 1e-11) -> Thresholds:
+    """Noise-adaptive thresholds: ``eta_1 = eta_2 = snr * max(sigma^_K, floor * s_1)``, ``eta_3 = dedup``
+    (capping the SNR-dependent duplicate radius, see :class:`Thresholds`).
+
+    ``sigma^_K`` is the split-sample spectral noise of ``flatten(T_K, l, K - l)``
+    (:attr:`HermiteCoefficients.noise`); ``floor * s_1`` (``s_1`` the top singular value of the same
+    flattening) stands for round-off when the coefficients are exact, so that terms whose coefficient
+    vanishes (bias at a root of ``He_{2l-1}`` or ``He_{2l}``) are not counted in the rank.
+    """
+    if not snr > 0 or not dedup > 0 or not floor >= 0:
+        raise InputError(f"snr, dedup and floor must be positive, got {snr}, {dedup}, {floor}.")
+    eta1, eta2, noise = {}, {}, {}
+    for K in (2 * order + 1, 2 * order + 2):
+        s1 = float(linalg.svdvals(flatten(coeffs.tensor(K), order, K - order).T)[0])
+        sig = max(float(coeffs.noise.get(K, 0.0)), floor * s1)
+        noise[K] = sig
+        eta1[K] = eta2[K] = snr * sig
+    return Thresholds(eta1, eta2, float(dedup), noise, "exact" if coeffs.exact else "adaptive", dedup_factor)
+
+
+def paper_thresholds(epsilon: float, bound: float, m: int, order: int, s_min: float) -> Thresholds:
+    """The parameter chain of the proof of Theorem D.1 (all 'poly' factors taken as written).
+
+    ``eps' = eps / (4 m B)``; ``eps_3 = eps'^4 s_m(W^{(.)l}) / (16 m^{3/2} (1 + B)^2)`` (Lemma D.9);
+    ``eps_2 = eps_3``; ``eps_1 = sqrt(eps_2)``; ``eta_3 = 2 eps_2``; ``eta_2 = 4 eps_1`` (Theorem D.1;
+    the proof of Lemma D.7 also says ``eps_1 / 2``, erratum E7). The paper leaves ``eta_1`` as
+    ``poly(eps_2, s_m)/poly(m, d, B)``; we take the value for which Lemma D.4 guarantees every term
+    with ``|beta_i| >= eps_1`` is selected: ``eta_1 = eps_1 s_m^2 / (2m)^K`` for ``T_K``.
+    These thresholds are far smaller than sampling noise at any practical N; they are provided to
+    reproduce the paper, the adaptive ones are the default.
+    """
+    for name, val in (("epsilon", epsilon), ("bound", bound), ("s_min", s_min)):
+        if not (np.isfinite(val) and val > 0):
+            raise InputError(f"{name} must be a positive number, got {val!r}.")
+    eps_p = epsilon / (4 * m * bound)
+    eps3 = eps_p ** 4 * s_min / (16 * m ** 1.5 * (1 + bound) ** 2)
+    eps2 = eps3
+    eps1 = math.sqrt(eps2)
+    eta1 = {K: eps1 * s_min ** 2 / (2 * m) ** K for K in (2 * order + 1, 2 * order + 2)}
+    eta2 = {K: 4 * eps1 for K in eta1}
+    return Thresholds(eta1, eta2, 2 * eps2, {K: float("nan") for K in eta1}, "paper", None)
+
+
+def read_units(X: np.ndarray, order: int, n: int) -> np.ndarray:
+    """Step 5(a) of the Jennrich read-off (specs/001 section 3.1): ``u_i`` from ``x_i ~ +-u_i^{(x) l}``.
+
+    ``l = 1``: ``u_i = x_i``. ``l >= 2``: top left singular vector of ``reshape(x_i, n, n^{l-1})``
+    (Claim D.6 makes this stable). ``X`` has the factors as columns; returns unit rows.
+    """
+    if order == 1:
+        U = X.T.copy()
+    else:
+        U = np.empty((X.shape[1], n))
+        for i in range(X.shape[1]):
+            M = X[:, i].reshape(n, n ** (order - 1))
+            if order == 2:
+                lam, V = linalg.eigh(0.5 * (M + M.T))
+                U[i] = V[:, np.argmax(np.abs(lam))]
+            else:
+                u, _, _ = linalg.svd(M, full_matrices=False)
+                U[i] = u[:, 0]
+    return U / np.linalg.norm(U, axis=1, keepdims=True)
+
+
+def _tensor_candidates(coeffs: HermiteCoefficients, K: int, order: int, m: int, th: Thresholds,
+                       rng: np.random.Generator, n_draws: int) -> tuple[list[dict], dict]:
+    """Steps 2/3 of Algorithm 4 on ``T_K``: rank selection, Jennrich, read-off, ``alpha`` by Gram LS."""
+    n = coeffs.dim
+    T = coeffs.tensor(K)
+    third = K - 2 * order
+    sv = linalg.svdvals(flatten(T, order, K - order).T)  # tall: QR first, faster
+    k = int(min(m, n ** order, np.count_nonzero(sv > th.eta1[K])))
+    diag: dict[str, Any] = {"singular_values": sv[: m + 2].tolist(), "rank": k, "eta1": th.eta1[K],
+                            "noise": th.noise.get(K)}
+    if k == 0:
+        return [], diag
+    T3 = flatten(T, order, order, third)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CertificateWarning)
+        res = jennrich(T3, k, n_draws=n_draws, rng=rng, symmetric=True, rank_tol=0.0)
+    jd = res.diagnostics
+    diag["jennrich"] = {key: jd.get(key) for key in ("eigenvalue_gap", "max_imag", "condition",
+                                                     "error_amplification", "holdout_residual",
+                                                     "rank_ratio", "tail_ratio")}
+    diag["jennrich_warnings"] = [str(w.message) for w in caught]
+    U = read_units(res.factors, order, n)
+    alpha, cond = gram_lstsq(U, coeffs.rank_one(K, U), K)
+    if K % 2:  # (alpha', u) ~ (-alpha', -u): convention alpha' >= 0 (specs/001 section 3.1 step 6)
+        flip = np.where(alpha < 0, -1.0, 1.0)
+        U, alpha = U * flip[:, None], alpha * flip
+    diag["gram_condition"] = cond
+    noise = th.noise.get(K, float("nan"))
+    cands = []
+    for i in range(k):
+        snr = abs(alpha[i]) / noise if noise and np.isfinite(noise) and noise > 0 else float("inf")
+        cands.append({"u": U[i], "alpha": float(alpha[i]), "snr": float(snr), "source": f"T{K}",
+                      "kept": abs(alpha[i]) >= th.eta2[K]})
+    return cands, diag
+
+
+def _deduplicate(cands: list[dict], th: Thresholds, m: int) -> tuple[list[dict], list[dict]]:
+    """Step 4: keep candidates in decreasing SNR; drop one within the duplicate radius of a kept one
+    up to sign (``eta3``, or the SNR-dependent radius of :class:`Thresholds`)."""
+    kept: list[dict] = []
+    dups: list[dict] = []
+    for c in sorted(cands, key=lambda c: (-c["snr"], -abs(c["alpha"]))):
+        dist = np.array([min(np.linalg.norm(c["u"] - k["u"]), np.linalg.norm(c["u"] + k["u"])) for k in kept])
+        if th.dedup_factor is None:
+            radius = np.full(dist.shape, th.eta3)
+        else:
+            radius = np.array([min(th.eta3, th.dedup_factor * (1 / c["snr"] + 1 / k["snr"])) for k in kept])
+        if dist.size and np.any(dist < radius):
+            j = int(np.argmin(dist / radius))
+            kept[j].setdefault("also", []).append(c["source"])
+            dups.append(c)
+        else:
+            kept.append(dict(c))
+    return kept[:m], kept[m:] + dups
+
+
+@dataclass
+class HermiteRecovery:
+    """Units recovered by Algorithms 1 / 4 / 6.
+
+    Attributes
+    ----------
+    a : (k,) output weights; b : (k,) biases; W : (k, d) unit rows in the input space.
+    U : (k, n) the same rows in the working coordinates.
+    order : int, ``l``.
+    signs_fixed : bool
+        True after FIXSIGNS (``l = 1``): then ``(a, b, W)`` are the parameters; otherwise
+        ``(a_i, xi_i b_i, xi_i w_i)`` with unknown signs ``xi_i``.
+    source : list of str, the tensor (``"T3"``...) whose decomposition supplied each unit.
+    also_in : list of list of str, other tensors in which the unit was found (and deduplicated).
+    snr : (k,) ``|alpha| / sigma^`` of the supplying tensor.
+    dropped : list of dict, candidate units removed after RECOVERSCALARS (reason, bias, ...).
+    diagnostics : dict, per-tensor ranks, singular values, Jennrich diagnostics, thresholds, Gram
+        conditions, FIXSIGNS z-values.
+    """
+
+    a: np.ndarray
+    b: np.ndarray
+    W: np.ndarray
+    U: np.ndarray
+    order: int
+    signs_fixed: bool
+    source: list
+    also_in: list
+    snr: np.ndarray
+    dropped: list = field(default_factory=list)
+    diagnostics: dict = field(default_factory=dict)
+
+    @property
+    def n_units(self) -> int:
+        return int(self.a.shape[0])
+
+    def network(self, output_bias: float = 0.0):
+        """The recovered units as a :class:`~nnrecover.network.TwoLayerNetwork` (``n_units >= 1``)."""
+        from ...network import TwoLayerNetwork
+
+        if self.n_units == 0:
+            raise InputError("no unit was recovered; use the Algorithm 5 network instead.")
+        return TwoLayerNetwork(self.W, self.b, self.a[None, :], np.array([output_bias]))
+
+
+def _scalar_filter(coeffs: HermiteCoefficients, U: np.ndarray, order: int, sc, max_bias: float,
+                   scalar_snr: float) -> np.ndarray:
+    """Units whose scalars are trustworthy: finite, ``|b~| <= max_bias``, and (from samples) the
+    ``zeta_q`` used by RECOVERSCALARS at least ``scalar_snr`` times its standard deviation."""
+    ok = np.isfinite(sc.a) & np.isfinite(sc.b) & (np.abs(sc.b) <= max_bias)
+    if not coeffs.exact and scalar_snr > 0:
+        for i, qi in enumerate(sc.q):
+            Gq = (U @ U.T) ** int(qi)
+            inv_diag = np.diag(linalg.pinvh(Gq))[i]
+            std = coeffs.rank_one_std(int(qi)) * math.sqrt(max(inv_diag, 0.0))
+            if std > 0 and abs(sc.zeta[int(qi)][i]) < scalar_snr * std:
+                ok[i] = False
+    return ok
+
+
+def algorithm4(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, thresholds: Thresholds | None = None,
+               rng=None, n_draws: int = 5, max_bias: float = np.inf, scalar_snr: float = 3.0,
+               max_gram_condition: float = 1e8, single_tensor: str | None = None) -> HermiteRecovery:
+    """Algorithm 4: recover ``{(a_i, xi_i b_i, xi_i w_i)}`` for the detectable units from ``T_0 .. T_{2l+2}``.
+
+    Parameters
+    ----------
+    coeffs : HermiteCoefficients
+        Estimated (or exact) coefficient tensors in the working coordinates.
+    order : int
+        ``l`` (1 or 2 in the learner; any ``l`` whose tensors fit in memory here).
+    n_hidden : int
+        ``m``, an upper bound on the number of units.
+    thresholds : Thresholds, optional
+        Default :func:`adaptive_thresholds`.
+    rng : seed for Jennrich's random slices.
+    n_draws : int
+        Random slice pairs per Jennrich call (best kept).
+    max_bias : float
+        Units with ``|b~| > max_bias`` are dropped (left to the linear part of Algorithm 5):
+        guards the ``exp(b^2/2)`` amplification of RECOVERSCALARS (specs/001 section 6.1 item 5).
+    scalar_snr : float
+        From samples, drop units whose ``zeta_q`` is below ``scalar_snr`` standard deviations.
+    max_gram_condition : float
+        If a Gram matrix of RECOVERSCALARS is worse conditioned, the lower-SNR unit of the closest
+        pair is removed and the read-out repeated (specs/001 section 3.5).
+    single_tensor : {None, "odd", "even"}
+        Ablation: decompose only ``T_{2l+1}`` ("odd") or ``T_{2l+2}`` ("even") instead of both.
+
+    Returns
+    -------
+    HermiteRecovery
+    """
+    gen = check_random_state(rng)
+    th = thresholds if thresholds is not None else adaptive_thresholds(coeffs, order)
+    m = int(n_hidden)
+    Ks = [2 * order + 1, 2 * order + 2]
+    if single_tensor == "odd":
+        Ks = Ks[:1]
+    elif single_tensor == "even":
+        Ks = Ks[1:]
+    elif single_tensor is not None:
+        raise InputError(f"single_tensor must be None, 'odd' or 'even', got {single_tensor!r}.")
+    cands: list[dict] = []
+    diag: dict[str, Any] = {"thresholds": {"mode": th.mode, "eta1": th.eta1, "eta2": th.eta2, "eta3": th.eta3,
+                                           "noise": th.noise}, "tensors": {}}
+    for K in Ks:
+        c, dK = _tensor_candidates(coeffs, K, order, m, th, gen, n_draws)
+        diag["tensors"][f"T{K}"] = dK
+        dK["n_below_eta2"] = int(sum(not x["kept"] for x in c))
+        cands.extend(x for x in c if x["kept"])
+    kept, removed = _deduplicate(cands, th, m)
+    diag["n_candidates"] = len(cands)
+    diag["n_duplicates_or_excess"] = len(removed)
+    dropped: list[dict] = []
+    while True:
+        if not kept:
+            n = coeffs.dim
+            return HermiteRecovery(np.zeros(0), np.zeros(0), np.zeros((0, coeffs.n_inputs)), np.zeros((0, n)),
+                                   order, False, [], [], np.zeros(0), dropped, diag)
+        U = np.array([k["u"] for k in kept])
+        Gcond = np.linalg.cond((U @ U.T) ** (2 if order == 1 else order))
+        if len(kept) > 1 and Gcond > max_gram_condition:
+            # merge the closest pair (up to sign): drop its lower-SNR member
+            C = np.abs(U @ U.T) - 2 * np.eye(len(kept))
+            i, j = np.unravel_index(np.argmax(C), C.shape)
+            worse = i if kept[i]["snr"] < kept[j]["snr"] else j
+            dropped.append({"reason": f"Gram condition {Gcond:.3g} > {max_gram_condition:g}",
+                            "source": kept[worse]["source"], "snr": kept[worse]["snr"]})
+            kept.pop(worse)
+            continue
+        sc = recover_scalars(U, coeffs, order)
+        ok = _scalar_filter(coeffs, U, order, sc, max_bias, scalar_snr)
+        if ok.all():
+            break
+        for i in np.flatnonzero(~ok):
+            reason = ("non-finite scalars" if not (np.isfinite(sc.a[i]) and np.isfinite(sc.b[i])) else
+                      f"|b| = {abs(sc.b[i]):.3g} > max_bias = {max_bias:g}" if abs(sc.b[i]) > max_bias else
+                      "zeta below the scalar SNR threshold")
+            dropped.append({"reason": reason, "source": kept[i]["source"], "snr": kept[i]["snr"],
+                            "a": float(sc.a[i]), "b": float(sc.b[i]), "w": coeffs.lift(U[i:i + 1])[0].tolist()})
+        kept = [k for k, o in zip(kept, ok) if o]
+    diag["gram_condition"] = sc.condition
+    diag["q"] = sc.q.tolist()
+    return HermiteRecovery(a=sc.a, b=sc.b, W=coeffs.lift(U), U=U, order=order, signs_fixed=False,
+                           source=[k["source"] for k in kept], also_in=[k.get("also", []) for k in kept],
+                           snr=np.array([k["snr"] for k in kept]), dropped=dropped, diagnostics=diag)
+
+
+def _apply_fixsigns(coeffs: HermiteCoefficients, rec: HermiteRecovery) -> HermiteRecovery:
+    """Algorithm 3 on the recovered units (working coordinates), recorded in the diagnostics."""
+    if rec.n_units == 0:
+        rec.signs_fixed = True
+        return rec
+    t1_std = None if coeffs.exact else coeffs.rank_one_std(1)
+    sf = fix_signs(rec.a, rec.b, rec.U, coeffs.t1_projected, t1_noise=t1_std)
+    rec.b, rec.U = sf.b, sf.U
+    rec.W = coeffs.lift(sf.U)
+    rec.signs_fixed = True
+    rec.diagnostics["fixsigns"] = {"z": sf.z.tolist(), "z_std": None if sf.z_std is None else sf.z_std.tolist(),
+                                   "reliable": sf.reliable.tolist(), "consistent": sf.consistent.tolist()}
+    return rec
+
+
+def algorithm6(coeffs: HermiteCoefficients, n_hidden: int, **options) -> HermiteRecovery:
+    """Algorithm 6 (robust full rank): Algorithm 4 with ``l = 1``, then FIXSIGNS (Algorithm 3).
+
+    ``options`` are those of :func:`algorithm4`. The result has ``signs_fixed = True``; units whose sign
+    is unreliable (``|z_i| < 3 std``, typically strongly negative biases) are flagged in
+    ``diagnostics["fixsigns"]["reliable"]``.
+    """
+    if n_hidden > coeffs.n_inputs:
+        raise AssumptionError(f"Algorithm 6 is the full-rank setting of Awasthi et al. 2021 (Theorem 3.1): "
+                              f"it needs m <= d, got m = {n_hidden} > d = {coeffs.n_inputs}; use order 2.")
+    rec = algorithm4(coeffs, 1, n_hidden, **options)
+    return _apply_fixsigns(coeffs, rec)
+
+
+def algorithm1(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, rng=None, n_draws: int = 5
+               ) -> HermiteRecovery:
+    """Algorithm 1 (exact Hermite coefficients): both tensors, RECOVERSCALARS, and FIXSIGNS when ``l = 1``.
+
+    On exact coefficients (:func:`~.coefficients.exact_coefficients`) the ranks ``k'``, ``k''`` are the
+    numerical ranks (round-off floor of :func:`adaptive_thresholds`) and the output is
+    ``(a_i, b_i, w_i)`` for ``l = 1`` (Theorem 4.1) or ``(a_i, xi_i b_i, xi_i w_i)`` for ``l > 1``
+    (Theorem 4.2), to round-off (erratum E11: for ``l = 1`` the result is the FIXSIGNS output).
+    """
+    th = adaptive_thresholds(coeffs, order)
+    rec = algorithm4(coeffs, order, n_hidden, thresholds=th, rng=rng, n_draws=n_draws, scalar_snr=0.0)
+    if order == 1:
+        rec = _apply_fixsigns(coeffs, rec)
+    return rec
