@@ -15,7 +15,9 @@ output_bias (p,)       0                   0                 0                  
 from __future__ import annotations
 
 import json
+import numbers
 import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,25 @@ from .errors import InputError
 __all__ = ["TwoLayerNetwork", "random_network"]
 
 _FORMAT = "nnrecover.TwoLayerNetwork/1"
+
+
+def _float_array(value: Any, name: str) -> np.ndarray:
+    """A float64 copy of ``value``; InputError (naming ``name``) for non-numeric or complex input."""
+    if np.iscomplexobj(value):
+        raise InputError(f"{name} must be real, got a complex array.")
+    try:
+        return np.array(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name} must be an array of real numbers: {exc}") from exc
+
+
+def _row_norms(W: np.ndarray) -> np.ndarray:
+    """Euclidean row norms without overflow or underflow (rows are scaled by their max first)."""
+    m = np.max(np.abs(W), axis=1)
+    out = np.zeros(W.shape[0])
+    ok = m > 0
+    out[ok] = m[ok] * np.linalg.norm(W[ok] / m[ok, None], axis=1)
+    return out
 
 
 class TwoLayerNetwork:
@@ -45,20 +66,40 @@ class TwoLayerNetwork:
         ``c``; zeros by default.
     activation : str or Activation
         Name from :func:`nnrecover.activations.available_activations` (``"relu"`` by default).
+
+    Attributes
+    ----------
+    hidden_weights, hidden_bias, output_weights, output_bias : ndarray
+        float64 copies of the arguments, shapes (k, d), (k,), (p, k), (p,).
+    activation : Activation
+
+    Raises
+    ------
+    InputError
+        Wrong shapes, non-numeric, complex, NaN or infinite parameters, unknown activation.
+
+    Examples
+    --------
+    >>> import numpy as np, nnrecover as nr
+    >>> net = nr.TwoLayerNetwork([[3.0, 4.0]], hidden_bias=[5.0], output_weights=[2.0])
+    >>> net.predict(np.array([[1.0, 1.0]]))
+    array([24.])
+    >>> net.canonical().hidden_weights
+    array([[0.6, 0.8]])
     """
 
     def __init__(self, hidden_weights, hidden_bias=None, output_weights=None, output_bias=None,
                  activation: "str | Activation" = "relu"):
-        W = np.array(hidden_weights, dtype=np.float64)
+        W = _float_array(hidden_weights, "hidden_weights")
         if W.ndim != 2 or W.shape[0] < 1 or W.shape[1] < 1:
             raise InputError(f"hidden_weights must have shape (n_hidden, n_inputs), got {W.shape}.")
         check_finite(W, "hidden_weights")
         k = W.shape[0]
-        b = np.zeros(k) if hidden_bias is None else np.array(hidden_bias, dtype=np.float64).reshape(-1)
+        b = np.zeros(k) if hidden_bias is None else _float_array(hidden_bias, "hidden_bias").reshape(-1)
         if b.shape != (k,):
             raise InputError(f"hidden_bias must have shape ({k},), got {np.shape(hidden_bias)}.")
         check_finite(b, "hidden_bias")
-        A = np.ones((1, k)) if output_weights is None else np.array(output_weights, dtype=np.float64)
+        A = np.ones((1, k)) if output_weights is None else _float_array(output_weights, "output_weights")
         if A.ndim == 1:
             A = A[None, :]
         if A.ndim != 2 or A.shape[1] != k:
@@ -67,7 +108,7 @@ class TwoLayerNetwork:
                 f"{np.shape(output_weights)}.")
         check_finite(A, "output_weights")
         p = A.shape[0]
-        c = np.zeros(p) if output_bias is None else np.array(output_bias, dtype=np.float64).reshape(-1)
+        c = np.zeros(p) if output_bias is None else _float_array(output_bias, "output_bias").reshape(-1)
         if c.shape != (p,):
             raise InputError(f"output_bias must have shape ({p},), got {np.shape(output_bias)}.")
         check_finite(c, "output_bias")
@@ -80,18 +121,22 @@ class TwoLayerNetwork:
     # ------------------------------------------------------------------ shape
     @property
     def n_inputs(self) -> int:
+        """``d``, the input dimension."""
         return self.hidden_weights.shape[1]
 
     @property
     def n_hidden(self) -> int:
+        """``k``, the number of hidden units."""
         return self.hidden_weights.shape[0]
 
     @property
     def n_outputs(self) -> int:
+        """``p``, the number of outputs."""
         return self.output_weights.shape[0]
 
     @property
     def n_parameters(self) -> int:
+        """Number of real parameters, ``k d + k + p k + p``."""
         return sum(a.size for a in (self.hidden_weights, self.hidden_bias, self.output_weights, self.output_bias))
 
     # ------------------------------------------------------------------ evaluation
@@ -109,26 +154,40 @@ class TwoLayerNetwork:
 
     # ------------------------------------------------------------------ forms
     def copy(self) -> "TwoLayerNetwork":
+        """A deep copy (the arrays are copied)."""
         return TwoLayerNetwork(self.hidden_weights.copy(), self.hidden_bias.copy(),
                                self.output_weights.copy(), self.output_bias.copy(), self.activation)
 
     def canonical(self) -> "TwoLayerNetwork":
         """Canonical form: rows of ``W`` scaled to unit norm, the scale moved into ``b`` and ``A``.
 
+        This is the contract's canonical form (ARCHITECTURE section 1) for degree-1 activations, and
+        its natural extension to any positively homogeneous activation.
+
         For an activation homogeneous of degree ``q`` (relu, leaky_relu: 1; relu_power(p): p; step: 0)
         ``act(s t) = s**q act(t)`` for ``s > 0``, so row ``i`` is divided by ``s_i = ||w_i||``, ``b_i``
         too, and column ``i`` of ``A`` is multiplied by ``s_i**q``: the function is unchanged.
         Zero rows and non-homogeneous activations are left as they are (a copy is returned).
+        Row norms are computed without underflow or overflow; a unit whose rescaled bias or output
+        weight overflows float64 raises :class:`~nnrecover.errors.InputError`.
         """
         net = self.copy()
         q = self.activation.degree
         if q is None:
             return net
-        s = np.linalg.norm(net.hidden_weights, axis=1)
+        s = _row_norms(net.hidden_weights)
         ok = s > 0
-        net.hidden_weights[ok] /= s[ok, None]
-        net.hidden_bias[ok] /= s[ok]
-        net.output_weights[:, ok] *= s[ok] ** q
+        with np.errstate(over="ignore"):
+            net.hidden_weights[ok] /= s[ok, None]
+            net.hidden_bias[ok] /= s[ok]
+            net.output_weights[:, ok] *= s[ok] ** q
+        bad = ~(np.isfinite(net.hidden_bias) & np.all(np.isfinite(net.output_weights), axis=0))
+        if np.any(bad):
+            i = int(np.flatnonzero(bad)[0])
+            raise InputError(
+                f"hidden unit {i} cannot be put in canonical form: its rescaled bias or output weight "
+                f"overflows (||w_{i}|| = {s[i]:.3g}, b_{i} = {self.hidden_bias[i]:.3g}); such a unit is "
+                "numerically constant or huge, remove or rescale it.")
         return net
 
     def permuted(self, order) -> "TwoLayerNetwork":
@@ -141,6 +200,7 @@ class TwoLayerNetwork:
 
     # ------------------------------------------------------------------ io
     def to_dict(self) -> dict:
+        """A JSON-serialisable description (nested lists of floats); inverse of :meth:`from_dict`."""
         return {
             "format": _FORMAT,
             "activation": self.activation.spec,
@@ -152,54 +212,108 @@ class TwoLayerNetwork:
 
     @classmethod
     def from_dict(cls, data: dict) -> "TwoLayerNetwork":
+        """Build a network from :meth:`to_dict` output (or the arrays of an ``.npz`` file)."""
+        if not isinstance(data, dict):
+            raise InputError(f"a network description must be a dict, got {type(data).__name__}.")
         missing = {"hidden_weights", "activation"} - set(data)
         if missing:
             raise InputError(f"network description lacks {sorted(missing)}; is it an nnrecover network file?")
+        fmt = data.get("format", _FORMAT)
+        if str(fmt) != _FORMAT:
+            raise InputError(f"unknown network format {str(fmt)!r}; this version reads {_FORMAT!r}.")
+        if not isinstance(data["activation"], str):
+            raise InputError(f"the activation of a network description must be a string, got "
+                             f"{data['activation']!r}.")
         return cls(data["hidden_weights"], data.get("hidden_bias"), data.get("output_weights"),
                    data.get("output_bias"), data["activation"])
 
     def save(self, path: "str | os.PathLike") -> None:
-        """Write to ``.json`` (text; floats round-trip exactly via repr) or ``.npz`` (binary). No pickle."""
+        """Write the network to ``path``; the suffix picks the format. No pickle.
+
+        Parameters
+        ----------
+        path : str or path-like
+            ``*.json``: text; floats are written by ``repr`` and read back bit-exactly.
+            ``*.npz``: binary numpy archive, written to exactly this name (any case of the suffix).
+        """
         path = Path(path)
         suffix = path.suffix.lower()
-        if suffix == ".json":
-            path.write_text(json.dumps(self.to_dict(), indent=1))
-        elif suffix == ".npz":
-            np.savez(path, hidden_weights=self.hidden_weights, hidden_bias=self.hidden_bias,
-                     output_weights=self.output_weights, output_bias=self.output_bias,
-                     activation=np.array(self.activation.spec), format=np.array(_FORMAT))
-        else:
+        if suffix not in (".json", ".npz"):
             raise InputError(f"cannot save a network to {path.name!r}: use a .json or .npz file name.")
+        try:
+            if suffix == ".json":
+                path.write_text(json.dumps(self.to_dict(), indent=1))
+            else:
+                # through a file object: np.savez would append ".npz" to a name ending in ".NPZ"
+                with open(path, "wb") as fh:
+                    np.savez(fh, hidden_weights=self.hidden_weights, hidden_bias=self.hidden_bias,
+                             output_weights=self.output_weights, output_bias=self.output_bias,
+                             activation=np.array(self.activation.spec), format=np.array(_FORMAT))
+        except OSError as exc:
+            raise InputError(f"cannot write network file {str(path)!r}: {exc.strerror or exc}.") from exc
 
     @classmethod
     def load(cls, path: "str | os.PathLike") -> "TwoLayerNetwork":
-        """Read a network written by :meth:`save` (``.json`` or ``.npz``)."""
+        """Read a network written by :meth:`save` (``.json`` or ``.npz``; pickles are refused).
+
+        Raises
+        ------
+        InputError
+            Missing or unreadable file, wrong suffix, or content that is not a network description.
+        """
         path = Path(path)
-        if not path.exists():
-            raise InputError(f"network file {str(path)!r} does not exist.")
         suffix = path.suffix.lower()
-        if suffix == ".json":
-            try:
-                data = json.loads(path.read_text())
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path.name} is not valid JSON: {exc}") from exc
-            if not isinstance(data, dict):
-                raise InputError(f"{path.name} does not hold a network description.")
-            return cls.from_dict(data)
-        if suffix == ".npz":
-            with np.load(path, allow_pickle=False) as f:
-                data = {key: f[key] for key in f.files}
-            if "activation" in data:
-                data["activation"] = str(data["activation"])
-            return cls.from_dict(data)
-        raise InputError(f"cannot load a network from {path.name!r}: use a .json or .npz file.")
+        if suffix not in (".json", ".npz"):
+            raise InputError(f"cannot load a network from {path.name!r}: use a .json or .npz file.")
+        if not path.is_file():
+            raise InputError(f"network file {str(path)!r} does not exist (or is not a file).")
+        try:
+            if suffix == ".json":
+                try:
+                    data = json.loads(path.read_text(encoding="utf-8"))
+                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                    raise InputError(f"{path.name} is not valid JSON: {exc}") from exc
+                if not isinstance(data, dict):
+                    raise InputError(f"{path.name} does not hold a network description.")
+            else:
+                try:
+                    archive = np.load(path, allow_pickle=False)
+                    if not isinstance(archive, np.lib.npyio.NpzFile):
+                        raise InputError(f"{path.name} holds a single array, not a network archive.")
+                    with archive:
+                        data = {key: archive[key] for key in archive.files}
+                except InputError:
+                    raise
+                except (ValueError, zipfile.BadZipFile, EOFError) as exc:
+                    raise InputError(f"{path.name} is not a readable .npz network archive: {exc}") from exc
+                for key in ("activation", "format"):
+                    if key in data:
+                        if data[key].ndim != 0 or data[key].dtype.kind != "U":
+                            raise InputError(f"{path.name}: entry {key!r} must be a string.")
+                        data[key] = str(data[key])
+        except OSError as exc:
+            raise InputError(f"cannot read network file {str(path)!r}: {exc.strerror or exc}.") from exc
+        return cls.from_dict(data)
 
     @classmethod
     def from_sklearn(cls, model: Any) -> "TwoLayerNetwork":
         """Convert a fitted one-hidden-layer ``sklearn.neural_network.MLPRegressor``.
 
-        Supported activations: relu, identity, tanh, logistic (= sigmoid).
+        Supported activations: relu, identity, tanh, logistic (= sigmoid). ``coefs_[0]`` (d, k) and
+        ``coefs_[1]`` (k, p) are transposed into ``W`` and ``A``; the intercepts become ``b`` and ``c``,
+        so ``from_sklearn(m).predict(X)`` equals ``m.predict(X)`` up to rounding.
+
+        Parameters
+        ----------
+        model : sklearn.neural_network.MLPRegressor
+            Fitted, with ``len(hidden_layer_sizes) == 1``.
+
+        Returns
+        -------
+        TwoLayerNetwork
         """
+        if not hasattr(model, "activation"):
+            raise InputError(f"from_sklearn needs a fitted sklearn MLPRegressor, got {type(model).__name__}.")
         coefs = getattr(model, "coefs_", None)
         if coefs is None:
             raise InputError("from_sklearn needs a fitted MLPRegressor (it has no coefs_); call fit first.")
@@ -235,9 +349,12 @@ _RANDOM_OPTIONS = {"bias_range", "output_weight_range", "output_signs", "rows", 
 
 
 def _as_range(value, name):
-    if np.isscalar(value):
-        value = (float(value), float(value))
-    lo, hi = (float(v) for v in value)
+    try:
+        if isinstance(value, numbers.Real):
+            value = (value, value)
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name} must be a number or a (low, high) pair, got {value!r}.") from exc
     if not (np.isfinite(lo) and np.isfinite(hi)) or lo > hi:
         raise InputError(f"{name} must be a number or a (low, high) pair with low <= high, got {value!r}.")
     return lo, hi
@@ -264,7 +381,12 @@ def random_network(n_inputs: int, n_hidden: int, n_outputs: int = 1, *, activati
         entries.
     condition_number : float, optional
         Prescribe the singular values of ``W``: geometrically spaced from 1 to ``1/condition_number``,
-        between random orthonormal factors (needs ``k <= d``); rows are then not renormalised.
+        between Haar-random orthonormal factors, ``W = U diag(s) V^T`` (Ge et al.'s conditioned
+        teachers, specs/003); needs ``k <= d`` (and ``k >= 2`` unless it is 1). Rows are then not
+        renormalised, so ``rows`` cannot be combined with it.
+
+    Draws happen in a fixed order (W, b, A, signs, c), so the same ``rng`` gives the same network.
+    Unknown options raise :class:`~nnrecover.errors.InputError`.
 
     Returns
     -------
@@ -283,11 +405,18 @@ def random_network(n_inputs: int, n_hidden: int, n_outputs: int = 1, *, activati
     if rows not in ("unit", "orthonormal", "gaussian"):
         raise InputError(f"rows must be 'unit', 'orthonormal' or 'gaussian', got {rows!r}.")
     if kappa is not None:
-        kappa = float(kappa)
-        if not kappa >= 1.0:
-            raise InputError(f"condition_number must be >= 1, got {kappa}.")
+        if "rows" in options:
+            raise InputError("give either rows or condition_number: a prescribed spectrum fixes the rows.")
+        try:
+            kappa = float(kappa)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"condition_number must be a number >= 1, got {kappa!r}.") from exc
+        if not (np.isfinite(kappa) and kappa >= 1.0):
+            raise InputError(f"condition_number must be a finite number >= 1, got {kappa}.")
         if k > d:
             raise InputError(f"condition_number needs n_hidden <= n_inputs (got {k} > {d}).")
+        if k == 1 and kappa != 1.0:
+            raise InputError(f"a single hidden unit has condition number 1, got condition_number={kappa}.")
         left = _haar_orthonormal(k, k, gen)
         right = _haar_orthonormal(k, d, gen)
         sv = np.geomspace(1.0, 1.0 / kappa, k) if k > 1 else np.ones(1)
