@@ -500,8 +500,9 @@ def _contract_core(X: np.ndarray, U: np.ndarray, k: int) -> np.ndarray:
     n, s = X.shape[0], U.shape[0]
     if k == 0:
         return np.ones((n, s))
-    P = (X @ U.reshape(s * k, -1).T).reshape(n, s, k)
-    Gm = np.einsum("sad,sbd->sab", U, U)
+    # P[a] = <x_n, u_{s,a}> as contiguous (n, s) blocks, one per slot a
+    P = np.ascontiguousarray((X @ U.reshape(s * k, -1).T).reshape(n, s, k).transpose(2, 0, 1))
+    Gm = np.ascontiguousarray(np.einsum("sad,sbd->abs", U, U))  # Gm[a, b] = <u_{s,a}, u_{s,b}> (s,)
     memo: dict[int, np.ndarray] = {0: np.ones((n, s))}
 
     def F(mask: int) -> np.ndarray:
@@ -510,12 +511,12 @@ def _contract_core(X: np.ndarray, U: np.ndarray, k: int) -> np.ndarray:
             return val
         s0 = (mask & -mask).bit_length() - 1
         rest = mask & ~(1 << s0)
-        val = P[:, :, s0] * F(rest)
+        val = P[s0] * F(rest)
         t_bits = rest
         while t_bits:
             t = (t_bits & -t_bits).bit_length() - 1
             t_bits &= t_bits - 1
-            val = val - Gm[:, s0, t] * F(rest & ~(1 << t))
+            val -= Gm[s0, t] * F(rest & ~(1 << t))
         memo[mask] = val
         return val
 

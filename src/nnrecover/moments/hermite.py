@@ -16,8 +16,9 @@ statistic                              quantity                       cost per s
 :class:`HermiteMatrixSliceStatistic`   T_k(., .., ., G), f = k-2 free O(s d^f): T_4(.,.,G), T_6 (d^2 x d^2)
 =====================================  =============================  ===================================
 
-Dense quantities accumulate *weighted raw moments* ``sum_n w_n x_n^{(x)r}`` as one GEMM of row-wise
-Khatri-Rao powers per order (``(X^{(.)a} * w)^T X^{(.)b}``, a + b = r), so update and merge are sums;
+Dense quantities accumulate *weighted raw moments* ``sum_n w_n x_n^{(x)r}`` as one GEMM per order of
+the matrices of distinct monomials of the rows (``(M_a * w)^T M_b``, a + b = r: the symmetric
+Khatri-Rao product without repeated columns), so update and merge are sums;
 ``finalize`` assembles the Hermite quantity with the formulas of :mod:`nnrecover.hermite`. Contractions
 accumulate per-sample values (and their squares, for :meth:`std_error`).
 
@@ -29,6 +30,8 @@ Every statistic has ``exact(network)``: the population value ``f_hat`` from ATV2
 from __future__ import annotations
 
 import abc
+import functools
+import itertools
 import numbers
 from typing import Any, Sequence
 
@@ -58,32 +61,66 @@ def _check_output(output: Any) -> int | None:
     return int(output)
 
 
-def _raw_sums(Z: np.ndarray, Wt: np.ndarray, orders: Sequence[int], acc: dict, prefix: str) -> None:
-    """``acc[(prefix, r)] += sum_n Wt[n, :] (x) vec(z_n^{(x)r})`` (shape (q, m^r)) for r in ``orders``.
+@functools.lru_cache(maxsize=64)
+def _monomials(m: int, a: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Degree-a monomials in m variables, i_1 <= ... <= i_a, in lexicographic order.
 
-    One GEMM per order on row blocks sized so that temporaries stay below ``_TEMP_ELEMENTS`` entries.
+    Returns ``(parent, last, full_map)``: monomial j is monomial ``parent[j]`` of degree a-1 times
+    ``x[last[j]]``, and ``full_map[c]`` is the monomial of the c-th multi-index (C order over
+    ``range(m)^a``), i.e. of its sorted version.
+    """
+    monos = list(itertools.combinations_with_replacement(range(m), a))
+    index = {mono: j for j, mono in enumerate(monos)}
+    if a == 0:
+        return np.zeros(1, dtype=np.intp), np.zeros(1, dtype=np.intp), np.zeros(1, dtype=np.intp)
+    lower = {mono: j for j, mono in enumerate(itertools.combinations_with_replacement(range(m), a - 1))}
+    parent = np.array([lower[mono[:-1]] for mono in monos], dtype=np.intp)
+    last = np.array([mono[-1] for mono in monos], dtype=np.intp)
+    full_map = np.array([index[tuple(sorted(alpha))] for alpha in itertools.product(range(m), repeat=a)],
+                        dtype=np.intp)
+    return parent, last, full_map
+
+
+def _raw_sums(Z: np.ndarray, Wt: np.ndarray, orders: Sequence[int], acc: dict, prefix: str) -> None:
+    """``acc[(prefix, r)] += sum_n Wt[n, :] (x) z_n^{(x)r}`` for r in ``orders``, over unique monomials.
+
+    Split r = a + b (a = ceil(r/2)); with ``M_a`` the (n, C(m+a-1, a)) matrix of the distinct degree-a
+    monomials of the rows, the accumulator is the GEMM ``(M_a * w)^T M_b`` of shape (q, C_a, C_b)
+    (3.6x fewer flops than Khatri-Rao powers for r = 4 and large m, 27x for r = 6).
+    :func:`_expand_raw` turns it into the dense ``(q,) + (m,)*r`` moment. Row blocks keep the
+    temporaries below ``_TEMP_ELEMENTS`` entries.
     """
     if not len(orders):
         return
     n, m = Z.shape
     q = Wt.shape[1]
     amax = max((r + 1) // 2 for r in orders)
-    step = max(1, _h._TEMP_ELEMENTS // max(1, (q + 2) * m ** amax))
+    width = len(_monomials(m, amax)[0])
+    step = max(1, _h._TEMP_ELEMENTS // max(1, (q + 2) * width))
     for start in range(0, n, step):
         Zc, Wc = Z[start:start + step], Wt[start:start + step]
         nc = Zc.shape[0]
         powers = [np.ones((nc, 1))]
-        for _ in range(amax):
-            powers.append((powers[-1][:, :, None] * Zc[:, None, :]).reshape(nc, -1))
+        for a in range(1, amax + 1):
+            parent, last, _ = _monomials(m, a)
+            powers.append(powers[-1][:, parent] * Zc[:, last])
         for r in orders:
             a, b = (r + 1) // 2, r // 2
             left = (Wc[:, :, None] * powers[a][:, None, :]).reshape(nc, -1)
-            term = (left.T @ powers[b]).reshape(q, -1)
+            term = (left.T @ powers[b]).reshape(q, powers[a].shape[1], powers[b].shape[1])
             key = (prefix, r)
             if key in acc:
                 acc[key] += term
             else:
                 acc[key] = term
+
+
+def _expand_raw(acc: dict, prefix: str, r: int, m: int, lead: tuple, n: int) -> np.ndarray:
+    """Dense raw moment ``acc[(prefix, r)] / n`` of shape ``lead + (m,)*r`` (see :func:`_raw_sums`)."""
+    a, b = (r + 1) // 2, r // 2
+    sums = acc[(prefix, r)]
+    full = sums[:, _monomials(m, a)[2]][:, :, _monomials(m, b)[2]]
+    return (full / n).reshape(lead + (m,) * r)
 
 
 def _parity_orders(top: int) -> list[int]:
@@ -236,8 +273,7 @@ class HermiteTensorStatistic(_HermiteStatistic):
 
     def _finalize(self) -> np.ndarray:
         m = self._d if self.basis is None else self.basis.shape[1]
-        raw = {r: (self._acc[("S", r)] / self.n).reshape((self._p,) + (m,) * r)
-               for r in _parity_orders(self.order)}
+        raw = {r: _expand_raw(self._acc, "S", r, m, (self._p,), self.n) for r in _parity_orders(self.order)}
         cov = None if self.basis is None else self.basis.T @ self.basis
         if self.order == 0:
             return raw[0]
@@ -307,12 +343,25 @@ class HermiteRankOneStatistic(_ScalarContraction):
 
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
         Y = self._prepare(X, Y)
-        r = self.U.shape[0]
-        step = max(1, _h._TEMP_ELEMENTS // max(1, r * (self.max_order + 2)))
+        p, r, K = Y.shape[1], self.U.shape[0], self.max_order
+        wanted = {int(k): j for j, k in enumerate(self.orders)}
+        total = np.zeros((p, len(self.orders), r))
+        total_sq = np.zeros_like(total)
+        step = max(1, _h._TEMP_ELEMENTS // max(1, 4 * r))
         for start in range(0, X.shape[0], step):
             Xc, Yc = X[start:start + step], Y[start:start + step]
-            H = _h.scaled_hermite_all(self.max_order, Xc @ self.U.T, self._sq_norm)[..., self.orders]
-            self._accumulate_values(Yc, H, "np,nro->por")
+            Yt, Y2t = Yc.T, (Yc * Yc).T
+            t = Xc @ self.U.T  # (nc, r); scaled recurrence H_{k+1} = t H_k - k |u|^2 H_{k-1}
+            prev, cur = np.ones_like(t), t
+            for k in range(K + 1):
+                Hk = prev if k == 0 else cur
+                if k in wanted:
+                    total[:, wanted[k]] += Yt @ Hk
+                    total_sq[:, wanted[k]] += Y2t @ (Hk * Hk)
+                if k >= 1 and k < K:
+                    prev, cur = cur, t * cur - (k * self._sq_norm) * prev
+        self._acc_add("sum", total)
+        self._acc_add("sumsq", total_sq)
 
     def _shape(self, arr: np.ndarray) -> np.ndarray:
         if self._scalar_order:
@@ -381,7 +430,7 @@ class HermiteVectorSliceStatistic(_HermiteStatistic):
     Notes
     -----
     ``E[y He_{f+1}(x)[.^f, g]] = E[y (g.x) He_f(x)] - sum_r g@r (x) T_{f-1}``. The first term is
-    assembled from the raw moments ``sum y (g.x) x^{(x)r}`` (r = f, f-2, ...: one weighted Khatri-Rao
+    assembled from the raw moments ``sum y (g.x) x^{(x)r}`` (r = f, f-2, ...: one weighted monomial
     Gram ``(X^{(.)2} * w)^T X^{(.)2}`` per slice for f = 4, O(n d^4)), the second from
     ``sum y x^{(x)r}`` (r = f-1, f-3, ...). ``finalize()`` returns ``(p, [s]) + (d,)*f``.
     """
@@ -407,10 +456,10 @@ class HermiteVectorSliceStatistic(_HermiteStatistic):
 
     def _finalize(self) -> np.ndarray:
         d, f, s, p, n = self.g.shape[1], self.order - 1, self.g.shape[0], self._p, self.n
-        R = {r: (self._acc[("R", r)] / n).reshape((p, s) + (d,) * r) for r in _parity_orders(f)}
+        R = {r: _expand_raw(self._acc, "R", r, d, (p, s), n) for r in _parity_orders(f)}
         out = _h.assemble_hermite_tensor(R, f, np.eye(d)) if f else R[0].copy()
         if f >= 1:
-            S = {r: (self._acc[("S", r)] / n).reshape((p,) + (d,) * r) for r in _parity_orders(f - 1)}
+            S = {r: _expand_raw(self._acc, "S", r, d, (p,), n) for r in _parity_orders(f - 1)}
             T = _h.assemble_hermite_tensor(S, f - 1, np.eye(d))
             out -= _h.placement_sum(_h._outer_groups(self.g[None], 1, T[:, None], f - 1), 1, f)
         return out[:, 0] if self._single else out
@@ -469,8 +518,8 @@ class HermiteMatrixSliceStatistic(_HermiteStatistic):
     def _finalize(self) -> np.ndarray:
         d, f, s, p, n = self.G.shape[1], self.order - 2, self.G.shape[0], self._p, self.n
         eye = np.eye(d)
-        R = {r: (self._acc[("R", r)] / n).reshape((p, s) + (d,) * r) for r in _parity_orders(f)}
-        S = {r: (self._acc[("S", r)] / n).reshape((p,) + (d,) * r) for r in _parity_orders(f)}
+        R = {r: _expand_raw(self._acc, "R", r, d, (p, s), n) for r in _parity_orders(f)}
+        S = {r: _expand_raw(self._acc, "S", r, d, (p,), n) for r in _parity_orders(f)}
         Tf = _h.assemble_hermite_tensor(S, f, eye) if f else S[0]
         weighted = _h.assemble_hermite_tensor(R, f, eye) if f else R[0].copy()
         trace = np.trace(self.G, axis1=1, axis2=2)
