@@ -3,7 +3,11 @@
 Data are generated in fixed blocks of ``BLOCK_ROWS`` rows, block ``j`` from its own random stream
 (``SeedSequence(entropy, spawn_key=(j,))``). ``sample`` concatenates the blocks and ``sample_stream``
 re-slices them into chunks, so for the same seed every chunk size gives the same rows, and
-``sample(...)`` equals the concatenated stream.
+``sample(...)`` equals the concatenated stream. Within a block, ``X`` is drawn first and the label noise
+after it, so ``X`` does not depend on ``noise`` and ``Y`` depends on it linearly (same seed).
+
+Memory of a stream: one block and one chunk at a time, ``O((BLOCK_ROWS + chunk_size) (d + p))`` floats,
+whatever ``n``.
 """
 
 from __future__ import annotations
@@ -30,7 +34,10 @@ def _check(network, distribution, noise):
     if distribution.dim != network.n_inputs:
         raise InputError(f"distribution has dim {distribution.dim} but the network has "
                          f"{network.n_inputs} inputs.")
-    noise = float(noise)
+    try:
+        noise = float(noise)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"noise is the label-noise standard deviation (a number >= 0), got {noise!r}.") from exc
     if not (np.isfinite(noise) and noise >= 0):
         raise InputError(f"noise is the label-noise standard deviation and must be >= 0, got {noise}.")
     return noise
@@ -40,8 +47,12 @@ class SampleStream:
     """A re-iterable stream of ``(X, Y)`` chunks drawn from a teacher.
 
     Iterating twice yields the same data (multi-pass algorithms rely on it). ``len()`` is the number
-    of chunks; ``n_samples`` and ``n_inputs`` describe the whole stream. Memory at any time is
-    O((BLOCK_ROWS + chunk_size) * d).
+    of chunks; ``n_samples``, ``n_inputs`` and ``n_outputs`` describe the whole stream. Every chunk has
+    ``chunk_size`` rows except possibly the last. Memory at any time is
+    O((BLOCK_ROWS + chunk_size) * (d + p)). Build it with :func:`sample_stream`.
+
+    Chunks may be views into an internal block: they stay valid, but writing into one writes into
+    nothing else the stream will yield.
     """
 
     def __init__(self, network, distribution, n, chunk_size, noise, entropy, antithetic):
@@ -49,6 +60,7 @@ class SampleStream:
         self.n_samples, self.chunk_size, self.noise = n, chunk_size, noise
         self.entropy, self.antithetic = entropy, antithetic
         self.n_inputs = network.n_inputs
+        self.n_outputs = network.n_outputs
 
     def __len__(self) -> int:
         return -(-self.n_samples // self.chunk_size)
@@ -65,25 +77,47 @@ class SampleStream:
             yield X, Y
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        bufX: list[np.ndarray] = []
-        bufY: list[np.ndarray] = []
+        # Chunks inside one block are slices of it; only a chunk straddling blocks is assembled by
+        # concatenation. Every row is touched O(1) times whatever chunk_size is.
+        size = self.chunk_size
+        pending: list[tuple[np.ndarray, np.ndarray]] = []
         have = 0
         for X, Y in self._blocks():
-            bufX.append(X)
-            bufY.append(Y)
-            have += X.shape[0]
-            while have >= self.chunk_size:
-                Xc, Yc = np.concatenate(bufX), np.concatenate(bufY)
-                yield Xc[: self.chunk_size], Yc[: self.chunk_size]
-                bufX, bufY = [Xc[self.chunk_size:]], [Yc[self.chunk_size:]]
-                have -= self.chunk_size
+            rows, start = X.shape[0], 0
+            if have:  # complete the chunk started in earlier blocks
+                take = min(size - have, rows)
+                pending.append((X[:take], Y[:take]))
+                have += take
+                start = take
+                if have == size:
+                    yield self._join(pending)
+                    pending, have = [], 0
+            while rows - start >= size:
+                yield X[start:start + size], Y[start:start + size]
+                start += size
+            if start < rows:
+                pending.append((X[start:], Y[start:]))
+                have += rows - start
         if have:
-            yield np.concatenate(bufX), np.concatenate(bufY)
+            yield self._join(pending)
+
+    @staticmethod
+    def _join(parts):
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def to_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """Materialise the whole stream (O(n d) memory)."""
-        parts = list(self._blocks())
-        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        """Materialise the whole stream: ``X`` (n, d) and ``Y`` ((n,) or (n, p)); O(n (d + p)) memory."""
+        n = self.n_samples
+        X = np.empty((n, self.n_inputs))
+        Y = np.empty((n,) if self.n_outputs == 1 else (n, self.n_outputs))
+        start = 0
+        for Xb, Yb in self._blocks():
+            X[start:start + Xb.shape[0]] = Xb
+            Y[start:start + Xb.shape[0]] = Yb
+            start += Xb.shape[0]
+        return X, Y
 
     def __repr__(self) -> str:
         return (f"SampleStream(n_samples={self.n_samples}, n_inputs={self.n_inputs}, "
@@ -95,7 +129,11 @@ def _make_stream(network, distribution, n, chunk_size, noise, rng, antithetic) -
     n = check_positive_int(n, "n")
     chunk_size = check_positive_int(chunk_size, "chunk_size")
     if antithetic and (n % 2 or chunk_size % 2):
-        raise InputError("antithetic sampling emits pairs (x, -x): n and chunk_size must be even.")
+        raise InputError(f"antithetic sampling emits pairs (x, -x): n and chunk_size must be even, got "
+                         f"n={n}, chunk_size={chunk_size}.")
+    if antithetic and not distribution.is_symmetric:
+        raise InputError(f"antithetic sampling emits pairs (x, -x), which needs a symmetric distribution; "
+                         f"{distribution!r} is not symmetric. Use antithetic=False.")
     gen = check_random_state(rng)
     entropy = [int(v) for v in gen.integers(0, 2**63, size=2)]
     return SampleStream(network, distribution, n, chunk_size, noise, entropy, bool(antithetic))
@@ -103,12 +141,32 @@ def _make_stream(network, distribution, n, chunk_size, noise, rng, antithetic) -
 
 def sample(network: TwoLayerNetwork, distribution: Distribution, n: int, *, noise: float = 0.0,
            rng=None, antithetic: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Draw ``n`` labelled samples ``Y = network(X) + noise * N(0, 1)``.
+    """Draw ``n`` labelled samples ``Y = network(X) + noise * N(0, 1)``, ``X ~ distribution``.
+
+    Parameters
+    ----------
+    network : TwoLayerNetwork
+        The teacher.
+    distribution : Distribution
+        Input law, ``distribution.dim == network.n_inputs``.
+    n : int
+        Number of samples, ``>= 1``.
+    noise : float, default 0
+        Standard deviation of i.i.d. Gaussian label noise (added to every output).
+    rng : None, int or numpy.random.Generator
+        Same seed, same data, bit for bit. A Generator is advanced by two draws.
+    antithetic : bool, default False
+        Rows in adjacent pairs ``(x, -x)`` (needs even ``n`` and a symmetric distribution); the noise
+        of the two rows of a pair is independent.
 
     Returns
     -------
     X : (n, d) array
     Y : (n,) array for one output, else (n, p)
+
+    Notes
+    -----
+    Identical to concatenating :func:`sample_stream` with the same arguments, for any chunk size.
     """
     return _make_stream(network, distribution, n, BLOCK_ROWS, noise, rng, antithetic).to_arrays()
 
@@ -116,5 +174,20 @@ def sample(network: TwoLayerNetwork, distribution: Distribution, n: int, *, nois
 def sample_stream(network: TwoLayerNetwork, distribution: Distribution, n: int, *,
                   chunk_size: int = BLOCK_ROWS, noise: float = 0.0, rng=None,
                   antithetic: bool = False) -> SampleStream:
-    """The same samples as :func:`sample`, as a re-iterable stream of ``(X, Y)`` chunks."""
+    """The same samples as :func:`sample`, as a re-iterable stream of ``(X, Y)`` chunks.
+
+    Parameters
+    ----------
+    network, distribution, n, noise, rng, antithetic
+        As in :func:`sample`.
+    chunk_size : int, default BLOCK_ROWS (65536)
+        Rows per chunk (the last chunk may be shorter); even when ``antithetic``, so that pairs stay
+        within a chunk. The rows do not depend on it.
+
+    Returns
+    -------
+    SampleStream
+        Iterable (any number of times, same data each time) of ``(X, Y)`` chunks, ``len()`` chunks,
+        memory bounded by ``O((BLOCK_ROWS + chunk_size) (d + p))`` whatever ``n``.
+    """
     return _make_stream(network, distribution, n, chunk_size, noise, rng, antithetic)
