@@ -412,3 +412,68 @@ def test_random_network_errors(args, kwargs, match):
 def test_random_network_condition_number_one_unit_is_allowed():
     net = random_network(3, 1, rng=0, condition_number=1.0)
     assert np.allclose(np.linalg.norm(net.hidden_weights), 1.0, rtol=0, atol=4 * EPS)
+
+
+# --------------------------------------------------------------------------- shared validation helpers
+# (nnrecover._validation and nnrecover.errors: the building blocks of every error message above)
+
+def test_check_random_state():
+    from nnrecover._validation import check_random_state
+
+    gen = np.random.default_rng(0)
+    assert check_random_state(gen) is gen
+    assert check_random_state(5).random() == np.random.default_rng(5).random()
+    assert check_random_state(np.int64(5)).random() == np.random.default_rng(5).random()
+    ss = np.random.SeedSequence(7)
+    assert check_random_state(ss).random() == np.random.default_rng(np.random.SeedSequence(7)).random()
+    assert isinstance(check_random_state(None), np.random.Generator)
+    legacy = np.random.RandomState(3)
+    assert isinstance(check_random_state(legacy), np.random.Generator)
+    for bad in (-1, True, 1.5, "7", [1, 2]):
+        with pytest.raises(InputError, match="random_state/rng"):
+            check_random_state(bad)
+
+
+def test_array_validators():
+    from nnrecover._validation import as_2d_float, as_targets, check_positive_int, check_xy
+
+    X = as_2d_float([[1, 2], [3, 4]])
+    assert X.dtype == np.float64 and X.shape == (2, 2)
+    same = np.zeros((3, 2))
+    assert as_2d_float(same) is same  # no copy when already float64
+    assert as_2d_float(np.arange(3.0), allow_1d_as_column=True).shape == (3, 1)
+    for bad, match in [(np.arange(3.0), "2-D"), ([[1.0, np.inf]], "NaN or infinite"), ([["a"]], "numeric"),
+                       (np.ones((2, 2), complex), "real"), ([[1.0], [1.0, 2.0]], "could not be converted")]:
+        with pytest.raises(InputError, match=match):
+            as_2d_float(bad, "X")
+    with pytest.raises(InputError, match="3 columns but 2"):
+        as_2d_float(np.ones((2, 3)), n_features=2)
+    with pytest.raises(InputError, match="at least 5"):
+        as_2d_float(np.ones((2, 3)), min_rows=5)
+    assert as_targets([1, 2, 3]).shape == (3,)
+    with pytest.raises(InputError, match="different numbers of samples"):
+        as_targets([1.0, 2.0], n_rows=3)
+    with pytest.raises(InputError, match=r"shape \(n,\) or \(n, p\)"):
+        as_targets(np.ones((2, 2, 2)))
+    Xv, Yv = check_xy(np.ones((4, 2)), np.ones(4))
+    assert Yv.shape == (4, 1)
+    with pytest.raises(InputError, match="at least 10"):
+        check_xy(np.ones((4, 2)), np.ones(4), min_samples=10)
+    assert check_positive_int(np.int32(3), "k") == 3
+    for bad in (0, 2.0, True, "3"):
+        with pytest.raises(InputError, match="k must be"):
+            check_positive_int(bad, "k")
+
+
+def test_error_hierarchy():
+    from sklearn.exceptions import NotFittedError as SkNotFitted
+
+    from nnrecover import errors
+
+    assert issubclass(errors.InputError, (errors.NNRecoverError, ValueError))
+    assert issubclass(errors.AssumptionError, (errors.NNRecoverError, ValueError))
+    assert issubclass(errors.ConvergenceError, (errors.NNRecoverError, RuntimeError))
+    assert issubclass(errors.NotFittedError, SkNotFitted)
+    assert issubclass(errors.AssumptionWarning, UserWarning) and issubclass(errors.CertificateWarning, UserWarning)
+    assert set(errors.__all__) == {"NNRecoverError", "InputError", "AssumptionError", "ConvergenceError",
+                                   "NotFittedError", "AssumptionWarning", "CertificateWarning"}

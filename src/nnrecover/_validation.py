@@ -1,4 +1,8 @@
-"""Input validation shared by every public entry point (internal)."""
+"""Input validation shared by every public entry point (internal).
+
+Every helper raises :class:`nnrecover.errors.InputError` with a message that names the argument and
+says what is expected, so that public functions can pass user input straight through them.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +18,28 @@ __all__ = ["check_random_state", "as_2d_float", "as_targets", "check_xy", "check
 
 
 def check_random_state(seed: Any) -> np.random.Generator:
-    """Turn ``seed`` (None, int, Generator, SeedSequence) into a ``numpy.random.Generator``.
+    """Turn ``seed`` into a ``numpy.random.Generator``.
 
-    A Generator is returned as is (so that callers share its stream); ints give a fresh PCG64 stream.
+    Parameters
+    ----------
+    seed : None, int, numpy.random.Generator, numpy.random.SeedSequence or numpy.random.RandomState
+        A Generator is returned as is (callers then share and advance its stream). ``None`` gives fresh
+        OS entropy; a non-negative int or a SeedSequence a fresh PCG64 stream, the same for the same
+        seed. A legacy RandomState is advanced by one draw that seeds a new Generator.
+
+    Returns
+    -------
+    numpy.random.Generator
+
+    Raises
+    ------
+    InputError
+        Negative ints, bools and any other type.
     """
     if isinstance(seed, np.random.Generator):
         return seed
+    if isinstance(seed, (bool, np.bool_)):
+        raise InputError(f"random_state/rng must be None, an int or a numpy.random.Generator, got {seed!r}.")
     if seed is None or isinstance(seed, (numbers.Integral, np.random.SeedSequence)):
         if isinstance(seed, numbers.Integral) and int(seed) < 0:
             raise InputError(f"random_state/rng must be a non-negative int, got {seed}.")
@@ -32,6 +52,7 @@ def check_random_state(seed: Any) -> np.random.Generator:
 
 
 def check_finite(a: np.ndarray, name: str) -> None:
+    """Raise InputError naming ``name`` and the number of bad entries if ``a`` has NaN or inf."""
     if not np.all(np.isfinite(a)):
         bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
         raise InputError(f"{name} contains {bad} NaN or infinite value(s); remove or impute them first.")
@@ -39,7 +60,21 @@ def check_finite(a: np.ndarray, name: str) -> None:
 
 def as_2d_float(X: Any, name: str = "X", *, n_features: int | None = None, min_rows: int = 1,
                 allow_1d_as_column: bool = False) -> np.ndarray:
-    """Validate a sample matrix: 2-D, real, finite, float64; returns a float64 array (no copy if possible)."""
+    """Validate a sample matrix: 2-D, real, finite; returns it as float64 (no copy if possible).
+
+    Parameters
+    ----------
+    X : array-like
+        The matrix, shape (n_samples, n_features). Bool and integer dtypes are converted.
+    name : str
+        Argument name used in error messages.
+    n_features : int, optional
+        Required number of columns.
+    min_rows : int, default 1
+        Required minimum number of rows.
+    allow_1d_as_column : bool, default False
+        Treat a 1-D array as one column.
+    """
     try:
         arr = np.asarray(X)
     except Exception as exc:  # ragged lists etc.
@@ -62,7 +97,10 @@ def as_2d_float(X: Any, name: str = "X", *, n_features: int | None = None, min_r
 
 
 def as_targets(Y: Any, name: str = "Y", *, n_rows: int | None = None) -> np.ndarray:
-    """Validate targets: shape (n,) or (n, p), finite, float64. Returned as given (1-D stays 1-D)."""
+    """Validate targets: shape (n,) or (n, p), real, finite; returned as float64, 1-D stays 1-D.
+
+    ``n_rows``, when given, is the number of input rows the targets must match.
+    """
     try:
         arr = np.asarray(Y)
     except Exception as exc:
@@ -85,7 +123,7 @@ def as_targets(Y: Any, name: str = "Y", *, n_rows: int | None = None) -> np.ndar
 
 def check_xy(X: Any, Y: Any, *, min_samples: int = 1, n_features: int | None = None
              ) -> tuple[np.ndarray, np.ndarray]:
-    """Validate a pair (X, Y) of samples; Y is returned 2-D (n, p)."""
+    """Validate a pair (X, Y) of samples (see :func:`as_2d_float`, :func:`as_targets`); Y is returned 2-D (n, p)."""
     X = as_2d_float(X, "X", n_features=n_features)
     Y = as_targets(Y, "Y", n_rows=X.shape[0])
     if X.shape[0] < min_samples:
@@ -94,6 +132,7 @@ def check_xy(X: Any, Y: Any, *, min_samples: int = 1, n_features: int | None = N
 
 
 def check_positive_int(value: Any, name: str, *, minimum: int = 1) -> int:
+    """Return ``value`` as an ``int`` if it is an integer (not bool) ``>= minimum``, else InputError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InputError(f"{name} must be an integer, got {value!r}.")
     if int(value) < minimum:
