@@ -267,7 +267,7 @@ def test_fit_style_arguments_are_normalised():
 
 def test_default_chunk_rows_bounds_chunk_memory():
     assert default_chunk_rows(10) == 65536
-    assert default_chunk_rows(1000) * 1000 * 8 <= 32 << 20
+    assert default_chunk_rows(1000) * 1000 * 8 <= 8 << 20
     assert default_chunk_rows(10**7) == 1024
     sizes = [x.shape[0] for x, _ in iterate_chunks((np.zeros((5000, 2000)), None))]
     assert max(sizes) == default_chunk_rows(2000) and sum(sizes) == 5000

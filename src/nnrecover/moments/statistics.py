@@ -126,7 +126,8 @@ class MeanStatistic(Statistic):
         self._sy: np.ndarray | None = None
 
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
-        sx, sy = X.sum(axis=0), Y.sum(axis=0)
+        # einsum: a vectorised column sum, several times faster than X.sum(axis=0) for narrow X
+        sx, sy = np.einsum("ij->j", X), np.einsum("ij->j", Y)
         if self._sx is None:
             self._sx, self._sy = sx, sy
         else:
