@@ -417,7 +417,8 @@ def test_population_internal_consistency(rng):
     for k in range(7):
         T = pop.tensor(k)
         assert T.shape == (2,) + (3,) * k
-        assert rel_err(pop.rank_one(V, k), np.stack([contract_last(T, *([v] * k)) for v in V], axis=-1)) < 1e-12
+        ref = np.stack([contract_last(T, *([v] * k)) for v in V], axis=-1)
+        assert rel_err(pop.rank_one(V, k), ref) < 1e-12
         if k == 5:
             assert rel_err(pop.contract(U), np.stack([contract_last(T, *U[s]) for s in range(2)], -1)) < 1e-12
         if k >= 1:
@@ -465,6 +466,19 @@ def test_scale_handling_homogeneous_equals_canonical(rng):
             assert rel_err(a.tensor(k), b.tensor(k)) < 1e-12
 
 
+def test_zero_hidden_row_is_a_constant_unit(rng):
+    # act(0.x + b) = act(b): it shifts f_hat_0 by A[:, i] act(b) and leaves every other order alone
+    for act in ("relu", "sigmoid"):
+        W = rng.standard_normal((2, 3))
+        A = rng.standard_normal((1, 3))
+        with_zero = nr.TwoLayerNetwork(np.vstack([W, np.zeros(3)]), [0.3, -0.2, 0.7], A, activation=act)
+        without = nr.TwoLayerNetwork(W, [0.3, -0.2], A[:, :2], [A[0, 2] * float(get_activation(act)(0.7))],
+                                     activation=act)
+        a, b = PopulationHermiteMoments(with_zero), PopulationHermiteMoments(without)
+        for k in range(5):
+            assert rel_err(a.tensor(k), b.tensor(k)) < 1e-13
+
+
 @pytest.mark.parametrize("act", ["sigmoid", "exp", "exp_minus_one", "relu"])
 def test_scaled_coefficients_vs_direct_quadrature(act):
     # c_k(b; s) = E[act(s z + b) He_k(z)] against scipy quad of the unscaled activation
@@ -498,7 +512,8 @@ def test_population_vs_monte_carlo(rng, act):
     net = nr.TwoLayerNetwork(W, [0.5, -0.3, 1.0], rng.standard_normal((2, 3)), [0.4, -0.2], activation=act)
     X, Y = nr.sample(net, nr.distributions.StandardGaussian(3), 200_000, rng=11)
     U = rng.standard_normal((4, 3))
-    stats = [HermiteRankOneStatistic(U, list(range(7))), HermiteContractionStatistic(rng.standard_normal((3, 4, 3)))]
+    stats = [HermiteRankOneStatistic(U, list(range(7))),
+             HermiteContractionStatistic(rng.standard_normal((3, 4, 3)))]
     SampleHermiteMoments((X, Y)).compute(stats)
     for stat in stats:
         z = _z_scores(stat.finalize(), stat.exact(net), stat.std_error())

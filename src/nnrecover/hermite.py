@@ -1,21 +1,21 @@
 r"""Hermite polynomials, multivariate Hermite tensors and their implicit contractions.
 
 Conventions (Awasthi-Tang-Vijayaraghavan 2021, "ATV21"; specs/001 section 2)
--------------------------------------------------------------------------------
-=====================================  ==========================================================
-paper                                  here
-=====================================  ==========================================================
-He_k (probabilists', leading coef. 1)  :func:`hermite_1d` (``normalized=False``)
-h_k = He_k / sqrt(k!)                  :func:`hermite_1d` (``normalized=True``)
-He_k(x) in (R^d)^{(x)k}, Def. A.2      :func:`hermite_tensor` (dense, small d)
-He_k(x)[u_1, ..., u_k]                 :func:`hermite_contract` (matching sum, no d^k array)
-He_k(x)[u, ..., u] = |u|^k He_k(u.x/|u|)  :func:`hermite_rank_one`
-He_3(x)[., ., g], He_4(x)[., ., G]     :func:`hermite_vector_slice`, :func:`hermite_matrix_slice`
-c_k(b) of Lemma 3.5                    :func:`activation_hermite_coefficients` (any activation,
-                                       any row norm)
-f_hat_k = E[f(x) He_k(x)] = sum_i a_i c_k(b_i) w_i^{(x)k}  :class:`HermiteExpansion` (Lemma 3.5)
-T_k = (1/N) sum_n y_n He_k(x_n), eq. (6)   ``nnrecover.moments.hermite`` (streaming statistics)
-=====================================  ==========================================================
+----------------------------------------------------------------------------
+Paper symbol -> name here:
+
+* ``He_k`` (probabilists', leading coefficient 1) -> :func:`hermite_1d`, :func:`hermite_1d_all`;
+  ``h_k = He_k / sqrt(k!)`` -> the same with ``normalized=True``.
+* ``He_k(x)`` in ``(R^d)^{(x)k}`` (Def. A.2) -> :func:`hermite_tensor` (dense, small d).
+* ``He_k(x)[u_1, ..., u_k]`` -> :func:`hermite_contract` (matching sum, no d^k array);
+  ``He_k(x)[u, ..., u] = |u|^k He_k(u.x/|u|)`` -> :func:`hermite_rank_one`.
+* ``He_3(x)[., ., g]``, ``He_4(x)[., ., G]`` and their higher-order analogues ->
+  :func:`hermite_vector_slice`, :func:`hermite_matrix_slice`.
+* ``c_k(b)`` of Lemma 3.5 -> :func:`activation_hermite_coefficients` (any activation, any row norm).
+* ``f_hat_k = E[f(x) He_k(x)] = sum_i a_i c_k(b_i) w_i^{(x)k}`` (Lemma 3.5) -> :class:`HermiteExpansion`,
+  :func:`network_hermite_expansion`.
+* ``T_k = (1/N) sum_n y_n He_k(x_n)`` (eq. (6)) -> the statistics of :mod:`nnrecover.moments.hermite`
+  (raw moments assembled by :func:`assemble_hermite_tensor`).
 
 Everything is unnormalised (``E[He_j(z) He_k(z)] = k! delta_jk``), exactly as in the paper; the
 expansion is ``f(x) = sum_k <f_hat_k, He_k(x)> / k!`` (specs/001 section 2.3). Do not mix with the
@@ -45,8 +45,9 @@ Formulas used (specs/001 section 2.2; every one is cross-checked in tests/test_h
   ``He_{f+2}(x)[.^f, G] = (x'Gx - tr G) He_f(x) - 2 sum_r (Gx)@r (x) He_{f-1}(x)
   + sum_{r != s} G@(r,s) (x) He_{f-2}(x)`` (G symmetrised), where ``v@r (x) T`` puts v in slot r and
   T in the other slots. For f = 2 these are the formulas of specs/001 section 2.2. The sample
-  statistics use the equivalent ``E[y (Gx)@r (x) He_{f-1}] = G x_r T_f + sum_{t != r} G@(r,t) T_{f-2}``,
-  which needs only raw moments (x (x) He_{f-1} = He_f + sum_t I@(0,t) (x) He_{f-2}).
+  statistics use ``E[y (Gx)@r (x) He_{f-1}] = (G x_r T_f) + sum_{t != r} G@(r,t) (x) T_{f-2}``
+  (``x_r``: product with G in mode r), which needs only raw moments, because
+  ``x (x) He_{f-1}(x) = He_f(x) + sum_t I@(0,t) (x) He_{f-2}(x)``.
 * Lemma 3.5 for a unit ``act(w.x + b)`` with ``w = s u``, |u| = 1:
   ``E[act(w.x + b) He_k(x)] = c_k(b; s) u^{(x)k}``, ``c_k(b; s) = E_z[act(s z + b) He_k(z)]``.
   Positively homogeneous activations of degree q (relu, leaky_relu, step, relu_power, identity):
@@ -64,9 +65,9 @@ symmetric CP form, so every contraction is a few small matrix products). The str
 
 * one :class:`~nnrecover.moments.Statistic` per estimate (dense/projected tensor, rank-one
   contractions, full contractions, vector slices, matrix slices). Each accumulates **weighted raw
-  moments** (``sum_n w_n x_n^{(x)r}`` as GEMMs of row-wise Khatri-Rao powers) or per-sample
-  contractions, so ``update``/``merge`` are plain additions; ``finalize`` assembles the Hermite
-  quantity. Each statistic also has ``exact(network)``, the same quantity from Lemma 3.5 with the
+  moments** (``sum_n w_n x_n^{(x)r}``, one GEMM per order over the distinct monomials of the rows)
+  or per-sample contractions, so ``update``/``merge`` are plain additions; ``finalize`` assembles the
+  Hermite quantity. Each statistic also has ``exact(network)``, the same quantity from Lemma 3.5 with the
   same shape, so one object describes "what to compute" in both modes.
 * ``HermiteMoments`` (abstract) with ``SampleHermiteMoments(data)`` (one pass over the data per call,
   via :func:`~nnrecover.moments.accumulate`; ``compute`` runs several statistics in one pass) and
@@ -82,7 +83,7 @@ import itertools
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -143,7 +144,8 @@ def _check_orders(orders: Any, name: str = "orders") -> tuple[np.ndarray, bool]:
     except Exception as exc:  # pragma: no cover - defensive
         raise InputError(f"{name} must be an integer or a sequence of integers: {exc}") from exc
     if arr.ndim != 1 or arr.size == 0:
-        raise InputError(f"{name} must be an integer or a non-empty 1-D sequence of integers, got {orders!r}.")
+        raise InputError(f"{name} must be an integer or a non-empty 1-D sequence of integers, "
+                         f"got {orders!r}.")
     return np.array([_check_order(o, name) for o in arr.tolist()]), False
 
 
@@ -745,7 +747,7 @@ class HermiteExpansion:
         return self.offset if k == 0 else np.zeros_like(self.offset)
 
     def tensor(self, order: int, basis: np.ndarray | None = None) -> np.ndarray:
-        """Dense ``f_hat_k`` (or ``f_hat_k[P, ..., P]`` for ``basis`` P of shape (d, m)), ``(p,) + (m,)*k``."""
+        """Dense ``f_hat_k``, or ``f_hat_k[P, ..., P]`` for ``basis`` P (d, m); shape ``(p,) + (m,)*k``."""
         k = _check_order(order, maximum=self.max_order)
         V = self.directions if basis is None else self.directions @ basis
         m = V.shape[1]
@@ -790,7 +792,7 @@ class HermiteExpansion:
 
 
 def network_hermite_expansion(network: Any, max_order: int) -> HermiteExpansion:
-    """The exact :class:`HermiteExpansion` of a :class:`~nnrecover.network.TwoLayerNetwork` up to ``max_order``.
+    """Exact :class:`HermiteExpansion` of a :class:`~nnrecover.network.TwoLayerNetwork` up to ``max_order``.
 
     Valid for inputs ``x ~ N(0, I_d)`` (the setting of ATV21). Rows of any norm and any activation
     are handled by :func:`activation_hermite_coefficients`.

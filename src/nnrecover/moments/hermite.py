@@ -6,15 +6,15 @@ quantity derived from it, computed in one pass over any data source (arrays, chu
 through :func:`~nnrecover.moments.accumulate`) and never as an order-k tensor in d dimensions unless
 that is what was asked for:
 
-=====================================  =============================  ===================================
-statistic                              quantity                       cost per sample
-=====================================  =============================  ===================================
-:class:`HermiteTensorStatistic`        dense T_k, or T_k[P, .., P]    O(m^k), m = d or columns of P
-:class:`HermiteRankOneStatistic`       T_k(u, .., u), many u and k    O(d r + r k_max)
-:class:`HermiteContractionStatistic`   T_k(u_1, .., u_k)              O(s (k d + 2^(k-1) k))
-:class:`HermiteVectorSliceStatistic`   T_k(., .., ., g), f = k-1 free O(s d^f): T_3(.,.,g), T_5 (d^2 x d^2)
-:class:`HermiteMatrixSliceStatistic`   T_k(., .., ., G), f = k-2 free O(s d^f): T_4(.,.,G), T_6 (d^2 x d^2)
-=====================================  =============================  ===================================
+==================================== ================================= ===============================
+statistic                            quantity                          cost per sample
+==================================== ================================= ===============================
+:class:`HermiteTensorStatistic`      dense T_k, or T_k[P, .., P]       O(m^k), m = d or cols of P
+:class:`HermiteRankOneStatistic`     T_k(u, .., u), many u and k       O(d r + r k_max)
+:class:`HermiteContractionStatistic` T_k(u_1, .., u_k)                 O(s (k d + 2^(k-1) k))
+:class:`HermiteVectorSliceStatistic` T_k(., .., ., g), k-1 free slots  O(s d^(k-1)): T_3, T_5 slices
+:class:`HermiteMatrixSliceStatistic` T_k(., .., ., G), k-2 free slots  O(s d^(k-2)): T_4, T_6 slices
+==================================== ================================= ===============================
 
 Dense quantities accumulate *weighted raw moments* ``sum_n w_n x_n^{(x)r}`` as one GEMM per order of
 the matrices of distinct monomials of the rows (``(M_a * w)^T M_b``, a + b = r: the symmetric
@@ -150,7 +150,8 @@ class _HermiteStatistic(Statistic):
     # -- helpers for _update
     def _prepare(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
         if Y.shape[1] == 0:
-            raise InputError(f"{type(self).__name__} needs targets Y (the labels y_n of T_k = mean y He_k(x)).")
+            raise InputError(f"{type(self).__name__} needs targets Y (the labels y_n of "
+                             "T_k = mean y He_k(x)).")
         if self.output is not None:
             if self.output >= Y.shape[1]:
                 raise InputError(f"output={self.output} but Y has only {Y.shape[1]} column(s).")
@@ -510,7 +511,7 @@ class HermiteMatrixSliceStatistic(_HermiteStatistic):
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
         Y = self._prepare(X, Y)
         f = self.order - 2
-        quad = np.einsum("ni,sij,nj->ns", X, self.G, X)
+        quad = np.sum(np.matmul(X, self.G) * X, axis=2).T  # x'G_s x, (n, s), via BLAS
         W = (Y[:, :, None] * quad[:, None, :]).reshape(X.shape[0], -1)  # (n, p*s)
         _raw_sums(X, W, _parity_orders(f), self._acc, "R")
         _raw_sums(X, Y, _parity_orders(f), self._acc, "S")
@@ -604,7 +605,7 @@ class HermiteMoments(abc.ABC):
         return self._finish(self.evaluate(HermiteRankOneStatistic(U, orders, output=self.output)))
 
     def contract(self, U: Any) -> np.ndarray:
-        """Full contractions ``f_hat_k(u_1, ..., u_k)`` for ``U`` of shape (k, d) (scalar) or (s, k, d) ((s,))."""
+        """Full contractions ``f_hat_k(u_1, ..., u_k)``: ``U`` (k, d) gives a scalar, (s, k, d) gives (s,)."""
         return self._finish(self.evaluate(HermiteContractionStatistic(U, output=self.output)))
 
     def vector_slice(self, order: int, g: Any, *, flatten: bool = True) -> np.ndarray:
