@@ -15,11 +15,14 @@ unnormalised, as in Awasthi-Tang-Vijayaraghavan (specs/001 section 2.3). Closed 
 * leaky_relu(t) = relu(t) - alpha relu(-t) and abs(t) = relu(t) + relu(-t), from relu by the parity
   He_k(-z) = (-1)^k He_k(z);
 * exp: c_k = exp(b + 1/2) (the generating function E[e^{z} He_k(z)] = e^{1/2});
+* exp_minus_one (e^t - 1 on t > 0, Bakshi et al.'s rectified example): from
+  e^{z} phi(z) = e^{1/2} phi(z - 1) and the Appell identity He_k(u + 1) = sum_j C(k, j) He_j(u),
+  c_k(b) = e^{b + 1/2} sum_j C(k, j) c_j^step(b + 1) - c_k^step(b);
 * identity: c_0 = b, c_1 = 1, else 0.
 
 Everything else is integrated numerically: Gauss-Hermite quadrature (256 nodes) for smooth activations
 (sigmoid, tanh), adaptive Gauss-Kronrod quadrature (QUADPACK via :func:`scipy.integrate.quad`) split at
-the kink for piecewise-smooth ones (relu_power, exp_minus_one). Against independent references (quadrature
+the kink for piecewise-smooth ones (relu_power). Against independent references (quadrature
 and, where possible, 60-digit arithmetic; see tests/test_activations.py) every coefficient agrees to
 ``1e-12 |c_k| + 1e-14 E|act(z+b) He_k(z)|`` for k <= 8, |b| <= 4: full relative accuracy unless the
 integral itself cancels, in which case no double-precision quadrature can do better than a few ulps of
@@ -142,6 +145,17 @@ def _step_coeffs(k_max: int, b: np.ndarray) -> np.ndarray:
     return out
 
 
+def _exp_minus_one_coeffs(k_max: int, b: np.ndarray) -> np.ndarray:
+    """``E[(e^{z+b} - 1) 1[z + b > 0] He_k(z)]`` through the shift e^z phi(z) = e^{1/2} phi(z - 1).
+
+    The difference cancels for ``b << 0`` (both terms ~ Phi(b), the result ~ phi(b)/b^2), costing a
+    factor ~|b| in relative accuracy: 1e-13 at b = -12 (tests/test_activations.py).
+    """
+    binom = np.array([[math.comb(k, j) for j in range(k_max + 1)] for k in range(k_max + 1)], dtype=np.float64)
+    shifted = _step_coeffs(k_max, b + 1.0) @ binom.T
+    return np.exp(b + 0.5)[..., None] * shifted - _step_coeffs(k_max, b)
+
+
 def _mirror(coeff_fn, k_max, b):
     """Coefficients of t -> g(-t) from those of g: E[g(-(z+b)) He_k(z)] = (-1)^k c_k^g(-b)."""
     return ((-1.0) ** np.arange(k_max + 1)) * coeff_fn(k_max, -b)
@@ -220,6 +234,9 @@ class Activation:
         p = self.param
         return f"{self.name}({int(p) if float(p).is_integer() else repr(float(p))})"
 
+    def __reduce__(self):  # the callables are lambdas: pickle (dask, joblib, sklearn) rebuilds from the spec
+        return (get_activation, (self.spec,))
+
     def __str__(self) -> str:
         return self.spec
 
@@ -246,7 +263,7 @@ class Activation:
         Notes
         -----
         Closed forms: relu (Awasthi et al. Lemma 3.5), step (specs/002 section 1.2), leaky_relu, abs,
-        exp, identity. Numerical paths: Gauss-Hermite with 256 nodes for smooth activations, adaptive
+        exp, exp_minus_one, identity. Numerical paths: Gauss-Hermite with 256 nodes for smooth activations, adaptive
         quadrature on ``[-40, 40]`` split at the kink otherwise (the tails beyond carry
         ``< phi(40) ~ 1e-348``). See the module docstring for the verified accuracy.
         """
@@ -358,7 +375,7 @@ def _make(name: str, param: float | None) -> Activation:
     if name == "exp_minus_one":
         return Activation("exp_minus_one", lambda t: np.expm1(np.maximum(t, 0.0)),
                           lambda t: np.where(t > 0, np.exp(np.maximum(t, 0.0)), 0.0), None, None,
-                          np.log1p, True, (0.0,), None)
+                          np.log1p, True, (0.0,), _exp_minus_one_coeffs)
     if name in ("sigmoid", "logistic"):
         return Activation("sigmoid", special.expit, lambda t: special.expit(t) * special.expit(-t), None,
                           None, special.logit, False, (), None)
