@@ -22,7 +22,7 @@ from scipy import integrate
 import nnrecover as nr
 from nnrecover import hermite as h
 from nnrecover.activations import get_activation
-from nnrecover.errors import InputError
+from nnrecover.errors import AssumptionError, InputError
 from nnrecover.moments import accumulate
 from nnrecover.moments.hermite import (HermiteContractionStatistic, HermiteMatrixSliceStatistic,
                                        HermiteMoments, HermiteRankOneStatistic, HermiteTensorStatistic,
@@ -594,5 +594,12 @@ def test_input_validation(rng, data):
         hm.tensor(1)  # the one-shot iterator is exhausted
     with pytest.raises(InputError):
         HermiteTensorStatistic(2).update(X, Y).merge(HermiteTensorStatistic(2).update(X[:, :2], Y))
+    with pytest.raises(AssumptionError, match="N\\(0, I_d\\)"):
+        PopulationHermiteMoments(net, distribution=nr.distributions.Gaussian(2.0 * np.eye(3)))
+    with pytest.raises(AssumptionError, match="Lemma 3.5"):
+        PopulationHermiteMoments(net, distribution=nr.distributions.SymmetricMixture(np.ones((1, 3))))
+    with pytest.raises(InputError, match="dimension"):
+        PopulationHermiteMoments(net, distribution=nr.distributions.StandardGaussian(4))
+    PopulationHermiteMoments(net, distribution=nr.distributions.StandardGaussian(3))  # accepted
     with pytest.raises(InputError, match="MAX|<="):
         h.hermite_contract(X, np.ones((17, 3)))

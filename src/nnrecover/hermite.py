@@ -277,6 +277,7 @@ def scaled_hermite_all(k_max: int, t: np.ndarray, sq_norm: np.ndarray) -> np.nda
     -------
     ndarray of shape ``broadcast(t, sq_norm).shape + (k_max + 1,)``
     """
+    k_max = _check_order(k_max, "k_max")
     t, s2 = np.broadcast_arrays(np.asarray(t, dtype=np.float64), np.asarray(sq_norm, dtype=np.float64))
     out = np.empty(t.shape + (k_max + 1,))
     out[..., 0] = 1.0

@@ -38,7 +38,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import hermite as _h
-from ..errors import InputError
+from ..errors import AssumptionError, InputError
 from .base import Statistic, accumulate
 
 __all__ = [
@@ -696,14 +696,34 @@ class PopulationHermiteMoments(HermiteMoments):
     output : int, optional
     max_order : int, default 8
         Orders of the Hermite coefficients computed up front (grown on demand).
+    distribution : Distribution, optional
+        The input law, if you want it checked: Lemma 3.5 (and the meaning of ``f_hat_k`` as Hermite
+        coefficients) needs ``x ~ N(0, I_d)``; any other law raises
+        :class:`~nnrecover.errors.AssumptionError`.
+
+    Raises
+    ------
+    AssumptionError
+        ``distribution`` is not the standard Gaussian of dimension ``network.n_inputs``.
     """
 
-    def __init__(self, network: Any, *, output: int | None = None, max_order: int = 8) -> None:
+    def __init__(self, network: Any, *, output: int | None = None, max_order: int = 8,
+                 distribution: Any = None) -> None:
         super().__init__(output=output)
         self.network = network
         self._expansion = _h.network_hermite_expansion(network, max_order)
         if self.output is not None and self.output >= network.n_outputs:
             raise InputError(f"output={self.output} but the network has {network.n_outputs} output(s).")
+        if distribution is not None:
+            dim = getattr(distribution, "dim", None)
+            if dim != network.n_inputs:
+                raise InputError(f"distribution has dimension {dim} but the network has "
+                                 f"{network.n_inputs} inputs.")
+            if not getattr(distribution, "is_standard_gaussian", False):
+                raise AssumptionError(
+                    "exact Hermite moments (Awasthi-Tang-Vijayaraghavan 2021, Lemma 3.5) assume inputs "
+                    f"x ~ N(0, I_d), but the distribution is {type(distribution).__name__} with another "
+                    "law; whiten the data to N(0, I) or use SampleHermiteMoments on samples.")
 
     @property
     def expansion(self) -> _h.HermiteExpansion:
