@@ -25,7 +25,8 @@ from nnrecover.activations import get_activation
 from nnrecover.errors import AssumptionError, InputError
 from nnrecover.moments import accumulate
 from nnrecover.moments.hermite import (HermiteContractionStatistic, HermiteMatrixSliceStatistic,
-                                       HermiteMoments, HermiteRankOneStatistic, HermiteTensorStatistic,
+                                       HermiteMoments, HermitePartialContractionStatistic,
+                                       HermiteRankOneStatistic, HermiteTensorStatistic,
                                        HermiteVectorSliceStatistic, PopulationHermiteMoments,
                                        SampleHermiteMoments)
 
@@ -300,6 +301,29 @@ def test_matrix_slices_match_dense(rng, data, k):
     assert rel_err(res, np.tensordot(Y.T, ref, axes=(1, 0)) / len(X)) < 1e-12
 
 
+@pytest.mark.parametrize("k,c", [(0, 0), (2, 1), (3, 2), (4, 2), (4, 3), (5, 3), (5, 5), (6, 4), (6, 2)])
+def test_partial_contractions_match_dense(rng, data, k, c):
+    X, Y = data
+    V = rng.standard_normal((2, c, 3)) * rng.uniform(0.3, 2.0, size=(2, c, 1))
+    dense = ref_mean(k, X, Y)  # (p,) + (d,)*k; contract its last c slots
+    ref = np.stack([contract_last(dense, *V[s]) for s in range(2)], axis=1)
+    res = HermitePartialContractionStatistic(k, V).update(X, Y).finalize()
+    assert res.shape == (2, 2) + (3,) * (k - c)
+    assert rel_err(res, ref) < 1e-12
+    assert rel_err(HermitePartialContractionStatistic(k, V[1]).update(X, Y).finalize(), ref[:, 1]) < 1e-12
+
+
+def test_partial_contraction_special_cases(rng, data):
+    # c = 1 is the vector slice, f = 0 the full contraction, repeated vectors the rank-one value
+    X, Y = data
+    hm = SampleHermiteMoments((X, Y))
+    g, U, u = rng.standard_normal(3), rng.standard_normal((4, 3)), rng.standard_normal(3)
+    assert rel_err(hm.partial_contract(4, g[None]), hm.vector_slice(4, g, flatten=False)) < 1e-12
+    assert rel_err(hm.partial_contract(4, U), hm.contract(U)) < 1e-12
+    assert rel_err(hm.partial_contract(5, np.tile(u, (5, 1))), hm.rank_one(u, 5)) < 1e-12
+    assert hm.partial_contract(5, U[:1], flatten=True).shape == (2, 9, 9)
+
+
 def test_slice_formulas_of_spec(rng):
     # specs/001 section 2.2: He_3(x)[.,.,g] = (x'g)(xx' - I) - x g' - g x';
     # He_4(x)[.,.,G] = (x'Gx - tr G)(xx' - I) - 2(G x x' + x x' G) + 2G for symmetric G
@@ -341,6 +365,7 @@ def _all_statistics(rng, d=3):
         HermiteContractionStatistic(rng.standard_normal((2, 5, d))),
         HermiteVectorSliceStatistic(5, rng.standard_normal((2, d))),
         HermiteMatrixSliceStatistic(6, rng.standard_normal((2, d, d))),
+        HermitePartialContractionStatistic(5, rng.standard_normal((2, 3, d))),
     ]
 
 
@@ -421,6 +446,8 @@ def test_population_internal_consistency(rng):
         assert rel_err(pop.rank_one(V, k), ref) < 1e-12
         if k == 5:
             assert rel_err(pop.contract(U), np.stack([contract_last(T, *U[s]) for s in range(2)], -1)) < 1e-12
+        if k >= 3:
+            assert rel_err(pop.partial_contract(k, U[0, :3]), contract_last(T, *U[0, :3])) < 1e-12
         if k >= 1:
             assert rel_err(pop.vector_slice(k, g, flatten=False), T @ g) < 1e-12
         if k >= 2:
@@ -537,9 +564,11 @@ def test_front_ends_return_identical_shapes(rng):
         calls = [("mean", ()), ("linear", ()), ("tensor", (3,)), ("tensor", (2, np.eye(3)[:, :2])),
                  ("rank_one", (np.eye(3), 4)), ("rank_one", (np.ones(3), [1, 2])), ("contract", (np.eye(3),)),
                  ("vector_slice", (5, np.ones(3))), ("vector_slice", (3, np.eye(3))),
-                 ("matrix_slice", (6, np.eye(3))), ("matrix_slice", (4, np.ones((2, 3, 3))))]
+                 ("matrix_slice", (6, np.eye(3))), ("matrix_slice", (4, np.ones((2, 3, 3)))),
+                 ("partial_contract", (4, np.eye(3)[:2])), ("partial_contract", (3, np.ones((2, 1, 3))))]
         lead = () if p == 1 else (p,)
-        expected = [(), (3,), (3, 3, 3), (2, 2), (3,), (2,), (), (9, 9), (3, 3, 3), (9, 9), (2, 3, 3)]
+        expected = [(), (3,), (3, 3, 3), (2, 2), (3,), (2,), (), (9, 9), (3, 3, 3), (9, 9), (2, 3, 3),
+                    (3, 3), (2, 3, 3)]
         for (name, args), shape in zip(calls, expected):
             a, b = getattr(sample, name)(*args), getattr(pop, name)(*args)
             assert np.shape(a) == np.shape(b) == lead + shape, (name, np.shape(a), np.shape(b))
@@ -601,5 +630,7 @@ def test_input_validation(rng, data):
     with pytest.raises(InputError, match="dimension"):
         PopulationHermiteMoments(net, distribution=nr.distributions.StandardGaussian(4))
     PopulationHermiteMoments(net, distribution=nr.distributions.StandardGaussian(3))  # accepted
+    with pytest.raises(InputError, match="at most"):
+        HermitePartialContractionStatistic(2, np.ones((3, 3)))
     with pytest.raises(InputError, match="MAX|<="):
         h.hermite_contract(X, np.ones((17, 3)))

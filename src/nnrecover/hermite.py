@@ -48,6 +48,12 @@ Formulas used (specs/001 section 2.2; every one is cross-checked in tests/test_h
   statistics use ``E[y (Gx)@r (x) He_{f-1}] = (G x_r T_f) + sum_{t != r} G@(r,t) (x) T_{f-2}``
   (``x_r``: product with G in mode r), which needs only raw moments, because
   ``x (x) He_{f-1}(x) = He_f(x) + sum_t I@(0,t) (x) He_{f-2}(x)``.
+* General partial contraction with f free slots and c vectors: summing the matching form by the
+  role of each contracted slot (paired with a free slot: set A, injection pi; paired with another
+  contracted slot: perfect matching M of B; single: set R),
+  ``He_{f+c}(x)[.^f, v_1..v_c] = sum (-1)^{|A|+|M|} prod_M <v_a, v_b>
+  sum_pi (v_a @ pi(a))_{a in A} (x) [prod_{r in R} (v_r.x)] He_{f-|A|}(x)``; the bracket times y is
+  averaged from raw moments weighted by ``y prod_R (v_r.x)``.
 * Lemma 3.5 for a unit ``act(w.x + b)`` with ``w = s u``, |u| = 1:
   ``E[act(w.x + b) He_k(x)] = c_k(b; s) u^{(x)k}``, ``c_k(b; s) = E_z[act(s z + b) He_k(z)]``.
   Positively homogeneous activations of degree q (relu, leaky_relu, step, relu_power, identity):
@@ -780,6 +786,21 @@ class HermiteExpansion:
         coef = self.weights(k)[:, :, None] * (self.directions @ g.T)[None]  # (p, m, s)
         out = np.einsum("pms,mD->psD", coef, khatri_rao_power(self.directions, f))
         return out.reshape((self.n_outputs, g.shape[0]) + (d,) * f)
+
+    def partial_contract(self, order: int, V: np.ndarray) -> np.ndarray:
+        """``f_hat_k(., ..., ., v_1, ..., v_c)`` for ``V`` of shape (s, c, d): ``(p, s) + (d,)*(k-c)``."""
+        k = _check_order(order, maximum=self.max_order)
+        c, d = V.shape[1], self.n_inputs
+        f = k - c
+        if f < 0:
+            raise InputError(f"cannot contract {c} vectors into an order-{k} tensor.")
+        _check_dense(self.n_outputs * V.shape[0] * d ** f, f"f_hat_{k} partial contractions")
+        proj = np.prod(np.einsum("md,scd->msc", self.directions, V), axis=2)  # (m, s)
+        out = np.einsum("pms,mD->psD", self.weights(k)[:, :, None] * proj[None],
+                        khatri_rao_power(self.directions, f))
+        if k == 0:
+            out += self.offset[:, None, None]
+        return out.reshape((self.n_outputs, V.shape[0]) + (d,) * f)
 
     def matrix_slice(self, order: int, G: np.ndarray) -> np.ndarray:
         """``f_hat_k(., ..., ., G)`` for ``G`` of shape (s, d, d): ``(p, s) + (d,)*(k-2)``."""

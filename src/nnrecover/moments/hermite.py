@@ -6,15 +6,16 @@ quantity derived from it, computed in one pass over any data source (arrays, chu
 through :func:`~nnrecover.moments.accumulate`) and never as an order-k tensor in d dimensions unless
 that is what was asked for:
 
-==================================== ================================= ===============================
-statistic                            quantity                          cost per sample
-==================================== ================================= ===============================
-:class:`HermiteTensorStatistic`      dense T_k, or T_k[P, .., P]       O(m^k), m = d or cols of P
-:class:`HermiteRankOneStatistic`     T_k(u, .., u), many u and k       O(d r + r k_max)
-:class:`HermiteContractionStatistic` T_k(u_1, .., u_k)                 O(s (k d + 2^(k-1) k))
-:class:`HermiteVectorSliceStatistic` T_k(., .., ., g), k-1 free slots  O(s d^(k-1)): T_3, T_5 slices
-:class:`HermiteMatrixSliceStatistic` T_k(., .., ., G), k-2 free slots  O(s d^(k-2)): T_4, T_6 slices
-==================================== ================================= ===============================
+===========================================  =============================  =============================
+statistic                                    quantity                       cost per sample
+===========================================  =============================  =============================
+:class:`HermiteTensorStatistic`              dense T_k, or T_k[P, .., P]    O(m^k), m = d or cols of P
+:class:`HermiteRankOneStatistic`             T_k(u, .., u), many u and k    O(d r + r k_max)
+:class:`HermiteContractionStatistic`         T_k(u_1, .., u_k)              O(s (k d + 2^(k-1) k))
+:class:`HermiteVectorSliceStatistic`         T_k(., .., g), k-1 free slots  O(s d^(k-1)): T_3, T_5 slices
+:class:`HermiteMatrixSliceStatistic`         T_k(., .., G), k-2 free slots  O(s d^(k-2)): T_4, T_6 slices
+:class:`HermitePartialContractionStatistic`  T_k(., .., v_1, .., v_c)       O(s 2^c d^(k-c))
+===========================================  =============================  =============================
 
 Dense quantities accumulate *weighted raw moments* ``sum_n w_n x_n^{(x)r}`` as one GEMM per order of
 the matrices of distinct monomials of the rows (``(M_a * w)^T M_b``, a + b = r: the symmetric
@@ -47,6 +48,7 @@ __all__ = [
     "HermiteContractionStatistic",
     "HermiteVectorSliceStatistic",
     "HermiteMatrixSliceStatistic",
+    "HermitePartialContractionStatistic",
     "HermiteMoments",
     "SampleHermiteMoments",
     "PopulationHermiteMoments",
@@ -537,6 +539,122 @@ class HermiteMatrixSliceStatistic(_HermiteStatistic):
         return out[:, 0] if self._single else out
 
 
+class HermitePartialContractionStatistic(_HermiteStatistic):
+    """Partial contractions ``T_k(., ..., ., v_1, ..., v_c)`` with ``f = k - c`` free slots (dense).
+
+    The general form of the vector slices (c = 1) and full contractions (f = 0): e.g.
+    ``T_3(u, v, .)`` (the mode-3 vectors of Jennrich for l = 1, specs/001 section 3.1 step 5b) or
+    ``T_5(., ., a, b, c)`` (Kronecker-structured products for a randomised range finder of
+    ``flatten(T_5, 2, 3)``).
+
+    Parameters
+    ----------
+    order : int
+        ``k >= c``.
+    V : array of shape (c, d) or (s, c, d)
+        One or several tuples of c contraction vectors (c <= 8).
+    output : int, optional
+
+    Notes
+    -----
+    Matching form grouped by the role of each contracted slot (module docstring of
+    :mod:`nnrecover.hermite`): ``E[y He_{f+c}(x)[.^f, v]] = sum (-1)^{|A|+|M|} haf_M(<v_a, v_b>)
+    sum_pi v_A@pi (x) E[y prod_R (v_r.x) He_{f-|A|}(x)]``. One weighted raw-moment accumulator per
+    subset R of the vectors: cost O(n s 2^c d^f) per sample block. ``finalize()`` returns
+    ``(p, [s]) + (d,)*f``.
+    """
+
+    _MAX_VECTORS = 8
+
+    def __init__(self, order: int, V: Any, *, output: int | None = None) -> None:
+        self.order = _h._check_order(order)
+        self.max_order = self.order
+        self.V, self._single = _h._vectors(V, "V", None, batch_ndim=2)
+        c = self.V.shape[1]
+        if c > min(self.order, self._MAX_VECTORS):
+            raise InputError(f"V holds {c} vectors per tuple; at most min(order, {self._MAX_VECTORS}) = "
+                             f"{min(self.order, self._MAX_VECTORS)} can be contracted.")
+        self.free = self.order - c
+        self._fixed_dim = self.V.shape[2]
+        self._terms = _partial_terms(c, self.free)
+        needed: dict = {}
+        for _, R, A, _ in self._terms:
+            needed.setdefault(R, set()).add(self.free - len(A))
+        self._needed = {R: sorted(ms) for R, ms in needed.items()}
+        super().__init__(output=output)
+        self._check_size()
+
+    def _check_size(self) -> None:
+        d, s = self.V.shape[2], self.V.shape[0]
+        _h._check_dense((self._p or 1) * s * d ** self.free, f"T_{self.order} partial contractions")
+
+    def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        Y = self._prepare(X, Y)
+        n, (s, c, d) = X.shape[0], self.V.shape
+        proj = (X @ self.V.reshape(s * c, d).T).reshape(n, s, c)
+        for R, ms in self._needed.items():
+            w = np.prod(proj[:, :, list(R)], axis=2) if R else np.ones((n, s))
+            W = (Y[:, :, None] * w[:, None, :]).reshape(n, -1)  # (n, p*s)
+            orders = sorted({r for m in ms for r in _parity_orders(m)})
+            _raw_sums(X, W, orders, self._acc, ("R",) + R)
+
+    def _finalize(self) -> np.ndarray:
+        (s, c, d), p, n, f = self.V.shape, self._p, self.n, self.free
+        D = {}
+        for R, ms in self._needed.items():
+            for m in ms:
+                raw = {r: _expand_raw(self._acc, ("R",) + R, r, d, (p, s), n) for r in _parity_orders(m)}
+                D[R, m] = _h.assemble_hermite_tensor(raw, m, np.eye(d)) if m else raw[0]
+        gram = np.einsum("sad,sbd->sab", self.V, self.V)
+        out = np.zeros((p, s) + (d,) * f)
+        for sign, R, A, B in self._terms:
+            coef = _hafnian(gram, B).reshape((1, s) + (1,) * f)
+            Dm = D[R, f - len(A)]
+            if A:
+                vecs = self.V[:, list(A)]  # (s, |A|, d): sum over injections A -> free slots
+                X = sum(_outer_vectors(vecs[:, list(perm)])
+                        for perm in itertools.permutations(range(len(A))))
+                Dm = _h.placement_sum(_h._outer_groups(X[None], len(A), Dm, f - len(A)), len(A), f)
+            out += sign * coef * Dm
+        return out[:, 0] if self._single else out
+
+    def _exact(self, expansion: _h.HermiteExpansion) -> np.ndarray:
+        out = expansion.partial_contract(self.order, self.V)
+        return out[:, 0] if self._single else out
+
+
+def _partial_terms(c: int, f: int) -> list:
+    """Terms ``(sign, R, A, B)`` of the grouped matching form: R singles, A paired with free slots
+    (|A| <= f), B perfectly matched among themselves (|B| even), sign ``(-1)^(|A| + |B|/2)``."""
+    terms = []
+    slots = range(c)
+    for nr in range(c + 1):
+        for R in itertools.combinations(slots, nr):
+            rest = [i for i in slots if i not in R]
+            for na in range(min(f, len(rest)) + 1):
+                for A in itertools.combinations(rest, na):
+                    B = tuple(i for i in rest if i not in A)
+                    if len(B) % 2 == 0:
+                        terms.append(((-1) ** (na + len(B) // 2), R, A, B))
+    return terms
+
+
+def _hafnian(gram: np.ndarray, B: tuple) -> np.ndarray:
+    """``sum over perfect matchings M of B of prod_{(a,b) in M} gram[:, a, b]``, shape (s,)."""
+    if not B:
+        return np.ones(gram.shape[0])
+    first, rest = B[0], B[1:]
+    return sum(gram[:, first, t] * _hafnian(gram, tuple(u for u in rest if u != t)) for t in rest)
+
+
+def _outer_vectors(vecs: np.ndarray) -> np.ndarray:
+    """``v_1 (x) ... (x) v_a`` for ``vecs`` of shape (s, a, d): shape ``(s,) + (d,)*a``."""
+    out = vecs[:, 0]
+    for j in range(1, vecs.shape[1]):
+        out = out[..., None] * vecs[:, j].reshape((vecs.shape[0],) + (1,) * j + (vecs.shape[2],))
+    return out
+
+
 # ============================================================================ front ends
 
 def _flatten_free(arr: np.ndarray, f: int, d: int, flatten: bool) -> np.ndarray:
@@ -617,6 +735,15 @@ class HermiteMoments(abc.ABC):
         """
         stat = HermiteVectorSliceStatistic(order, g, output=self.output)
         return self._finish(_flatten_free(self.evaluate(stat), stat.order - 1, stat.g.shape[1], flatten))
+
+    def partial_contract(self, order: int, V: Any, *, flatten: bool = False) -> np.ndarray:
+        """``f_hat_k(., ..., ., v_1, ..., v_c)`` for ``V`` of shape (c, d) or (s, c, d).
+
+        ``f = k - c`` free slots, dense ``(d,)*f`` (or flattened as in :meth:`vector_slice` with
+        ``flatten=True``); a leading (s,) axis for several tuples.
+        """
+        stat = HermitePartialContractionStatistic(order, V, output=self.output)
+        return self._finish(_flatten_free(self.evaluate(stat), stat.free, stat.V.shape[2], flatten))
 
     def matrix_slice(self, order: int, G: Any, *, flatten: bool = True) -> np.ndarray:
         """``f_hat_k(., ..., ., G)`` for ``G`` of shape (d, d) or (s, d, d) (symmetrised).
