@@ -191,7 +191,7 @@ def test_normal_helpers():
 
 # --------------------------------------------------------------------------- closed forms
 
-@pytest.mark.parametrize("spec", ["relu", "step"])
+@pytest.mark.parametrize("spec", ["relu", "step", "exp_minus_one"])
 @pytest.mark.parametrize("b", EXACT_BIASES)
 def test_closed_form_vs_100_digit_reference(spec, b):
     c = get_activation(spec).hermite_coefficients(K_MAX, b)
@@ -218,7 +218,7 @@ def test_relu_c0_has_no_cancellation_in_the_left_tail():
     assert relu.hermite_coefficients(1, 1e6).tolist() == [1e6, 1.0]
 
 
-@pytest.mark.parametrize("spec", ["relu", "step", "leaky_relu(0.2)", "abs", "exp", "identity"])
+@pytest.mark.parametrize("spec", ["relu", "step", "leaky_relu(0.2)", "abs", "exp", "identity", "exp_minus_one"])
 @pytest.mark.parametrize("b", BIASES)
 def test_closed_form_vs_quad(spec, b):
     ref, l1 = _quad_reference(spec, b)
@@ -233,6 +233,19 @@ def test_exp_closed_form():
     assert np.array_equal(c, np.repeat(np.exp(b + 0.5)[:, None], 7, axis=1))
     gh = get_activation("exp").hermite_coefficients(6, b, method="quadrature")
     assert np.all(np.abs(gh - c) <= 1e-13 * c)
+
+
+def test_exp_minus_one_closed_form_in_the_tails():
+    emo = get_activation("exp_minus_one")
+    # b >> 0: e^t - 1 ~ e^t on the bulk, so c_k -> e^(b + 1/2) (minus the constant's Phi(b) in c_0)
+    c = emo.hermite_coefficients(3, 700.0)
+    assert np.all(np.isfinite(c)) and np.allclose(c, math.exp(700.5), rtol=1e-13, atol=0)
+    # the Stein relation c_k = c_{k-1} + c_{k-1}(step) holds in closed form too, deep in the left tail
+    b = np.array([-30.0, -20.0, -12.0])
+    e = emo.hermite_coefficients(5, b)
+    s = get_activation("step").hermite_coefficients(4, b)
+    assert np.all(np.abs(e[:, 1:] - (e[:, :-1] + s)) <= 1e-12 * np.abs(e[:, 1:]))
+    assert np.all(e > 0) and np.all(e < 1e-28)
 
 
 def test_identity_closed_form_is_exact():
@@ -305,8 +318,8 @@ def test_stein_numerical_paths():
     c25 = get_activation("relu_power(2.5)").hermite_coefficients(6, b)
     c15 = get_activation("relu_power(1.5)").hermite_coefficients(5, b)
     assert np.all(np.abs(c25[:, 1:] - 2.5 * c15) <= 1e-12 * np.abs(c25).max(axis=1, keepdims=True))
-    # exp_minus_one' = exp on t > 0 = exp_minus_one + step
-    e = get_activation("exp_minus_one").hermite_coefficients(6, b)
+    # exp_minus_one' = exp on t > 0 = exp_minus_one + step (numerical path)
+    e = get_activation("exp_minus_one").hermite_coefficients(6, b, method="quadrature")
     s = get_activation("step").hermite_coefficients(5, b)
     assert np.all(np.abs(e[:, 1:] - (e[:, :-1] + s)) <= 1e-12 * np.abs(e).max(axis=1, keepdims=True))
     # sigmoid, tanh: derivative integrated by an independent Gauss-Hermite rule (200 nodes)
