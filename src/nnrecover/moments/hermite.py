@@ -134,7 +134,7 @@ class _HermiteStatistic(Statistic):
 
     Subclasses set ``max_order`` and their parameters before calling ``super().__init__``, fill
     ``self._acc`` (a dict of arrays that are summed on merge) in ``_update`` and implement
-    ``_finalize`` and ``_exact(expansion)``.
+    ``_finalize()`` (the estimate from the sums) and ``_exact(expansion)`` (the population value).
     """
 
     max_order: int = 0
@@ -180,8 +180,7 @@ class _HermiteStatistic(Statistic):
         else:
             self._acc[key] = value
 
-    def _merge(self, other: "Statistic") -> None:
-        assert isinstance(other, _HermiteStatistic)
+    def _merge(self, other: "_HermiteStatistic") -> None:  # type equality checked by Statistic.merge
         if self.n == 0:
             self._p, self._d = other._p, other._d
         elif (self._p, self._d) != (other._p, other._d):
@@ -194,9 +193,6 @@ class _HermiteStatistic(Statistic):
         """The sample estimate (leading output axis); see the class docstring for the shape."""
         self.require(1, type(self).__name__)
         return self._finalize()
-
-    def _finalize(self) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
 
     def exact(self, network: Any) -> np.ndarray:
         """Population value for ``x ~ N(0, I_d)`` (ATV21 Lemma 3.5), same shape as :meth:`finalize`.
@@ -220,9 +216,6 @@ class _HermiteStatistic(Statistic):
                 raise InputError(f"output={self.output} but the network has {exp.n_outputs} output(s).")
             out = out[self.output:self.output + 1]
         return out
-
-    def _exact(self, expansion: _h.HermiteExpansion) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
 
 
 # ============================================================================ dense / projected
@@ -290,13 +283,6 @@ class HermiteTensorStatistic(_HermiteStatistic):
 
 class _ScalarContraction(_HermiteStatistic):
     """Accumulates sums of per-sample values v (p, ...) and of v^2 for standard errors."""
-
-    def _accumulate_values(self, Y: np.ndarray, V: np.ndarray, subscripts: str) -> None:
-        self._acc_add("sum", np.einsum(subscripts, Y, V))
-        self._acc_add("sumsq", np.einsum(subscripts, Y * Y, V * V))
-
-    def _shape(self, arr: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
 
     def _finalize(self) -> np.ndarray:
         return self._shape(self._acc["sum"] / self.n)
@@ -404,8 +390,10 @@ class HermiteContractionStatistic(_ScalarContraction):
         s = self.U.shape[0]
         step = max(1, _h._TEMP_ELEMENTS // max(1, s * (2 ** self.max_order + self.max_order)))
         for start in range(0, X.shape[0], step):
-            V = _h._contract_core(X[start:start + step], self.U, self.max_order)
-            self._accumulate_values(Y[start:start + step], V, "np,ns->ps")
+            V = _h._contract_core(X[start:start + step], self.U, self.max_order)  # (nc, s)
+            Yc = Y[start:start + step]
+            self._acc_add("sum", Yc.T @ V)
+            self._acc_add("sumsq", (Yc * Yc).T @ (V * V))
 
     def _shape(self, arr: np.ndarray) -> np.ndarray:
         return arr[:, 0] if self._single_u else arr
