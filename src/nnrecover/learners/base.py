@@ -1,0 +1,303 @@
+"""Base class of every nnrecover learner (scikit-learn conventions).
+
+A learner is a thin estimator around an algorithm function (ARCHITECTURE section 2, "one algorithm,
+one function; one estimator wraps it"). :class:`BaseLearner` supplies what they share:
+
+* scikit-learn API: ``__init__`` only stores its keyword arguments (``get_params``/``set_params``/
+  ``clone`` come from :class:`sklearn.base.BaseEstimator`; an unknown keyword is a ``TypeError`` at
+  construction and a ``ValueError`` in ``set_params``), fitted attributes end with ``_``,
+  ``random_state`` is turned into a Generator by :func:`nnrecover._validation.check_random_state`
+  inside ``fit``, ``predict`` before ``fit`` raises :class:`nnrecover.errors.NotFittedError` (a subclass
+  of scikit-learn's), ``score`` is R^2 (:class:`sklearn.base.RegressorMixin`).
+* data: ``fit(X, Y)`` accepts arrays (numpy, memory maps, dask) and ``fit(data)`` any data source of
+  :func:`nnrecover.moments.engine.as_data_source` (an iterable of ``(X, Y)`` chunks such as
+  :class:`nnrecover.SampleStream`, a one-pass iterator, ``.npy`` paths); the subclass receives a
+  validated :class:`~nnrecover.moments.engine.DataSource`.
+* population mode: ``fit_population(truth)`` runs the same algorithm on exact population moments
+  (subclasses that support it set ``_supports_population = True`` and implement ``_fit_population``).
+* refinement convention: learners built on a provable algorithm take ``refine=True|False`` (and
+  optionally ``refine_options``, keyword arguments of :func:`nnrecover.refine.refine_network`);
+  :meth:`BaseLearner._maybe_refine` polishes the provable estimate, keeps the better of the two on
+  held-out data, and records what ran in ``diagnostics_["refinement"]``.
+* certificates: :meth:`BaseLearner._certify` records a self-check in ``diagnostics_["certificates"]``;
+  a failed check raises :class:`~nnrecover.errors.ConvergenceError` when the learner's ``strict`` is
+  True, else warns with :class:`~nnrecover.errors.CertificateWarning`.
+
+Subclass contract
+-----------------
+``__init__(self, n_hidden, *, ..., random_state=None)`` storing every argument unchanged;
+``_check_params(self)`` raising :class:`~nnrecover.errors.InputError` for bad hyper-parameters (call
+``super()._check_params()`` for the shared ones); ``_fit(self, source, rng, diagnostics)`` returning
+the learned :class:`~nnrecover.TwoLayerNetwork` (and filling the ``diagnostics`` dict); optionally
+``_fit_population(self, truth, rng, diagnostics, **kwargs)``.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+
+from .._validation import as_2d_float, check_positive_int, check_random_state
+from ..errors import CertificateWarning, ConvergenceError, InputError, NotFittedError
+from ..network import TwoLayerNetwork
+
+__all__ = ["BaseLearner", "REFINE_OPTIONS"]
+
+REFINE_OPTIONS = ("method", "max_samples", "holdout_fraction", "max_iter", "tol", "train", "jacobian_memory")
+"""Keys accepted in a learner's ``refine_options`` (keyword arguments of ``refine_network``)."""
+
+
+class BaseLearner(RegressorMixin, BaseEstimator):
+    """Base class of nnrecover's scikit-learn style learners (see the module docstring).
+
+    Attributes (after ``fit``)
+    --------------------------
+    network_ : TwoLayerNetwork
+        The learned network.
+    hidden_weights_ : ndarray of shape (n_hidden, n_features_in_)
+        Its hidden weights (every learner; some learners recover only these).
+    n_features_in_ : int
+        ``d``, the number of input columns seen in ``fit``.
+    n_outputs_ : int
+        ``p``.
+    diagnostics_ : dict
+        Certificates, timings (``fit_time``), which refinement ran (``refinement``), and what the
+        algorithm reports.
+    """
+
+    _supports_population = False
+
+    # ------------------------------------------------------------------ hooks for subclasses
+    def _check_params(self) -> None:
+        """Validate the shared hyper-parameters (subclasses extend this)."""
+        if hasattr(self, "n_hidden"):
+            check_positive_int(self.n_hidden, "n_hidden")
+        for flag in ("refine", "strict"):
+            if hasattr(self, flag) and not isinstance(getattr(self, flag), (bool, np.bool_)):
+                raise InputError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
+        if getattr(self, "refine_options", None) is not None:
+            self._refine_kwargs()
+        check_random_state(getattr(self, "random_state", None))
+
+    def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
+        """Run the algorithm on a validated data source; return the learned network."""
+        raise InputError(f"{type(self).__name__} does not implement fitting from samples.")
+
+    def _fit_population(self, truth: TwoLayerNetwork, rng: np.random.Generator, diagnostics: dict,
+                        **kwargs) -> TwoLayerNetwork:
+        raise InputError(f"{type(self).__name__} has no population mode; fit it on samples.")
+
+    # ------------------------------------------------------------------ public API
+    def fit(self, X, Y=None) -> "BaseLearner":
+        """Learn a network from samples.
+
+        Parameters
+        ----------
+        X : array of shape (n, d), or a data source
+            Inputs; or, with ``Y=None``, any data source of
+            :func:`nnrecover.moments.engine.as_data_source`: an iterable of ``(X, Y)`` chunks (e.g.
+            :func:`nnrecover.sample_stream`), a one-pass iterator, a tuple ``(X, Y)``, dask arrays.
+        Y : array of shape (n,) or (n, p), optional
+            Targets (required unless ``X`` carries them).
+
+        Returns
+        -------
+        self
+        """
+        t0 = time.perf_counter()
+        self._check_params()
+        rng = check_random_state(self.random_state)
+        source = self._validate_fit_data(X, Y)
+        self._clear_fitted()
+        diagnostics: dict = {}
+        network = self._fit(source, rng, diagnostics)
+        self._set_fitted(network, diagnostics, t0)
+        return self
+
+    def fit_population(self, truth: TwoLayerNetwork, **kwargs) -> "BaseLearner":
+        """Run the same algorithm on exact population moments of ``truth``; returns self.
+
+        Only learners whose paper gives exact moments support this (see the learner's docstring);
+        with exact moments the result equals the teacher up to its symmetries, to round-off.
+        """
+        t0 = time.perf_counter()
+        if not self._supports_population:
+            raise InputError(f"{type(self).__name__} has no population mode; fit it on samples.")
+        self._check_params()
+        if not isinstance(truth, TwoLayerNetwork):
+            raise InputError(f"truth must be a TwoLayerNetwork, got {type(truth).__name__}.")
+        rng = check_random_state(self.random_state)
+        self._clear_fitted()
+        diagnostics: dict = {"population": True}
+        network = self._fit_population(truth, rng, diagnostics, **kwargs)
+        self._set_fitted(network, diagnostics, t0)
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        """Outputs of the learned network: shape (n,) for one output, else (n, p)."""
+        self._check_fitted()
+        X = as_2d_float(_coerce_array(X, "X", is_X=True), "X")
+        if X.shape[1] != self.n_features_in_:
+            raise InputError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input.")
+        return self.network_.predict(X)
+
+    # ------------------------------------------------------------------ helpers
+    def _validate_fit_data(self, X, Y):
+        """Normalise ``fit``'s arguments to a DataSource that has targets and a known ``d``.
+
+        In-memory arrays get scikit-learn's checks and messages (sparse, complex, object dtype, 1-D X,
+        zero features or samples); memory maps and dask arrays are checked by metadata only and their
+        values chunk by chunk while they are read (:mod:`nnrecover.moments.engine`).
+        """
+        from ..moments.engine import as_data_source
+
+        name = type(self).__name__
+        if Y is not None or _is_single_array(X):
+            X = _coerce_array(X, "X", is_X=True)
+            if Y is None:
+                raise InputError(f"{name} requires y to be passed, but the target y is None; call fit(X, Y), "
+                                 "or fit(data) with an iterable of (X, Y) chunks.")
+            Y = _coerce_array(Y, "Y", is_X=False)
+        source = as_data_source(X, Y)
+        if source.info.n_outputs == 0:
+            raise InputError(f"{name} requires y to be passed, but the target y is None; pass chunks (X, Y) "
+                             "with Y not None.")
+        if source.info.n_samples == 0:
+            raise InputError(f"{name}.fit got no samples.")
+        return source
+
+    def _clear_fitted(self) -> None:
+        for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
+            delattr(self, name)
+
+    def _set_fitted(self, network: TwoLayerNetwork, diagnostics: dict, t0: float) -> None:
+        if not isinstance(network, TwoLayerNetwork):  # pragma: no cover - a subclass bug
+            raise TypeError(f"{type(self).__name__}._fit must return a TwoLayerNetwork.")
+        self.network_ = network
+        self.hidden_weights_ = network.hidden_weights
+        self.n_features_in_ = network.n_inputs
+        self.n_outputs_ = network.n_outputs
+        diagnostics.setdefault("refinement", {"ran": False, "reason": "this learner has no refinement step"})
+        diagnostics["fit_time"] = time.perf_counter() - t0
+        self.diagnostics_ = diagnostics
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "network_")
+
+    def _check_fitted(self) -> None:
+        if not self.__sklearn_is_fitted__():
+            raise NotFittedError(f"this {type(self).__name__} instance is not fitted yet; call fit(X, Y) first.")
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        tags.input_tags.allow_nan = False
+        return tags
+
+    # ------------------------------------------------------------------ refinement convention
+    def _refine_kwargs(self) -> dict:
+        opts = getattr(self, "refine_options", None)
+        if opts is None:
+            return {}
+        if not isinstance(opts, dict):
+            raise InputError(f"refine_options must be a dict of refine_network keyword arguments or None, "
+                             f"got {type(opts).__name__}.")
+        unknown = sorted(set(opts) - set(REFINE_OPTIONS))
+        if unknown:
+            raise InputError(f"unknown refine_options {unknown}; allowed: {list(REFINE_OPTIONS)}.")
+        return dict(opts)
+
+    def _maybe_refine(self, start: TwoLayerNetwork, source, rng: np.random.Generator,
+                      diagnostics: dict) -> TwoLayerNetwork:
+        """Polish ``start`` with :func:`nnrecover.refine.refine_network` when ``self.refine`` is True.
+
+        The refinement keeps the better of ``{start, refined}`` on held-out rows; what ran is recorded
+        in ``diagnostics["refinement"]`` (``{"ran": False, "reason": ...}`` when it did not). A one-pass
+        iterator already consumed by the algorithm cannot be read again: refinement is then skipped
+        with a warning.
+        """
+        if not getattr(self, "refine", False):
+            diagnostics["refinement"] = {"ran": False, "reason": "refine=False"}
+            return start
+        if source is None:
+            diagnostics["refinement"] = {"ran": False, "reason": "no samples (population mode)"}
+            return start
+        if not source.info.reiterable:
+            warnings.warn(f"{type(self).__name__}: the data came as a one-pass iterator, so the refinement "
+                          "step could not read it again and was skipped; pass arrays or a re-iterable "
+                          "stream to refine.", UserWarning, stacklevel=3)
+            diagnostics["refinement"] = {"ran": False, "reason": "one-pass iterator"}
+            return start
+        from ..refine import refine_network
+
+        result = refine_network(start, source, rng=rng, **self._refine_kwargs())
+        diagnostics["refinement"] = result.as_dict()
+        return result.network
+
+    # ------------------------------------------------------------------ certificates
+    def _certify(self, name: str, passed: bool, detail: Any, diagnostics: dict) -> bool:
+        """Record a self-check; on failure raise (``strict=True``) or warn (:class:`CertificateWarning`)."""
+        diagnostics.setdefault("certificates", {})[name] = {"passed": bool(passed), "detail": detail}
+        if not passed:
+            msg = f"{type(self).__name__}: certificate {name!r} failed ({detail})."
+            if getattr(self, "strict", False):
+                raise ConvergenceError(msg + " Set strict=False to get the estimate anyway.")
+            warnings.warn(msg + " The estimate may be wrong.", CertificateWarning, stacklevel=3)
+        return bool(passed)
+
+
+# ---------------------------------------------------------------------- array checks (sklearn messages)
+
+def _is_dask(A: Any) -> bool:
+    return type(A).__module__.split(".")[0] == "dask"
+
+
+def _is_single_array(X: Any) -> bool:
+    """True for one array argument (as opposed to a tuple/iterable of chunks, a path, a DataSource)."""
+    from scipy import sparse
+
+    if isinstance(X, (np.ndarray, list)) and not (isinstance(X, list) and X and isinstance(X[0], tuple)):
+        return True
+    return sparse.issparse(X) or _is_dask(X) or type(X).__module__.split(".")[0] == "pandas" or (
+        hasattr(X, "__array__") and not hasattr(X, "__iter__"))
+
+
+def _coerce_array(A: Any, name: str, *, is_X: bool) -> Any:
+    """Cheap checks of one array argument with scikit-learn's wording; never reads a memmap/dask array."""
+    from scipy import sparse
+
+    if sparse.issparse(A):
+        raise InputError(f"Sparse data was passed for {name}, but dense data is required; nnrecover learners "
+                         f"do not support sparse input: use {name}.toarray().")
+    if _is_dask(A):
+        return A
+    if not isinstance(A, np.ndarray) or A.dtype == object:
+        if isinstance(A, (str, bytes)) or (hasattr(A, "shape") and not isinstance(A, np.ndarray)
+                                           and type(A).__module__.split(".")[0] != "pandas"):
+            return A  # paths and lazily read array-likes (h5py, zarr): checked while reading
+        try:
+            arr = np.asarray(A)
+            if arr.dtype == object:
+                arr = arr.astype(np.float64)
+        except TypeError as exc:
+            raise TypeError(f"{name} could not be converted to float64: {exc}") from exc
+        except ValueError as exc:
+            raise InputError(f"{name} could not be converted to a numeric array: {exc}") from exc
+        A = arr
+    if np.iscomplexobj(A):
+        raise InputError(f"Complex data not supported: {name} must be real, got dtype {A.dtype}.")
+    if is_X:
+        if A.ndim == 1:
+            raise InputError(f"Expected 2D array, got 1D array instead: {name} must have shape (n_samples, "
+                             "n_features). Reshape your data either using X.reshape(-1, 1) if your data has a "
+                             "single feature or X.reshape(1, -1) if it contains a single sample.")
+        if A.ndim == 2 and A.shape[1] == 0:
+            raise InputError(f"Found array with 0 feature(s) (shape={A.shape}) while a minimum of 1 is required.")
+    if A.ndim >= 1 and A.shape[0] == 0:
+        raise InputError(f"Found array with 0 sample(s) (shape={A.shape}) while a minimum of 1 is required.")
+    return A
