@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 from scipy.optimize import linear_sum_assignment
+from scipy.spatial.distance import cdist
 
 from ._validation import check_finite, check_positive_int, check_random_state
 from .activations import norm_cdf, norm_pdf
@@ -155,13 +156,14 @@ def parameter_error(estimated: Any, truth: Any, *, allow_sign_flip: bool = False
     We, be, Ae = est.hidden_weights, est.hidden_bias, est.output_weights.T
     kt, ke = Wt.shape[0], We.shape[0]
 
-    dw = np.linalg.norm(Wt[:, None, :] - We[None, :, :], axis=2)
+    # pairwise distances without a (k_true, k_est, d) intermediate
+    dw = cdist(Wt, We)
     db = np.abs(bt[:, None] - be[None, :])
-    da = np.linalg.norm(At[:, None, :] - Ae[None, :, :], axis=2)
+    da = cdist(At, Ae)
     cost = dw + db + da
     flip = np.zeros((kt, ke), dtype=bool)
     if allow_sign_flip:
-        dw_f = np.linalg.norm(Wt[:, None, :] + We[None, :, :], axis=2)
+        dw_f = cdist(Wt, -We)
         db_f = np.abs(bt[:, None] + be[None, :])
         cost_f = dw_f + db_f + da
         flip = cost_f < cost

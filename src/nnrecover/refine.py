@@ -292,8 +292,9 @@ class _Model:
         if "hidden_weights" in self.slices or "hidden_bias" in self.slices:
             AG = A[None, :, :] * self.act.derivative(Z)[:, None, :]  # (n, p, k): A_ri act'(z_ni)
             if "hidden_weights" in self.slices:
-                J[:, :, self.slices["hidden_weights"]] = (AG[:, :, :, None] * X[:, None, None, :]).reshape(
-                    n, self.p, self.k * self.d)
+                block = J[:, :, self.slices["hidden_weights"]]
+                block.shape = (n, self.p, self.k, self.d)  # a view (raises rather than copy)
+                np.multiply(AG[:, :, :, None], X[:, None, None, :], out=block)
             if "hidden_bias" in self.slices:
                 J[:, :, self.slices["hidden_bias"]] = AG
         if "output_weights" in self.slices:
