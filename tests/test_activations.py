@@ -138,7 +138,8 @@ def _exact_reference(spec: str, b: float) -> np.ndarray:
     elif spec.startswith("relu"):  # relu and relu_power(p), p integer: (z + b)^p by the binomial theorem
         p = 1 if spec == "relu" else int(spec[len("relu_power("):-1])
         m = _d_moments(K_MAX + p, b)
-        tilt = [sum(math.comb(p, i) * (bd ** (p - i) if p > i else 1) * m[i + j] for i in range(p + 1)) for j in range(K_MAX + 1)]
+        power = [bd ** e if e else Decimal(1) for e in range(p + 1)]  # Decimal 0 ** 0 is an error
+        tilt = [sum(math.comb(p, i) * power[p - i] * m[i + j] for i in range(p + 1)) for j in range(K_MAX + 1)]
         vals = [sum(c * tilt[j] for j, c in enumerate(he[k])) for k in range(K_MAX + 1)]
     elif spec == "exp_minus_one":
         # int_{-b}^inf e^(z+b) z^j phi(z) dz = e^(b+1/2) int_{-b-1}^inf (u+1)^j phi(u) du

@@ -141,8 +141,10 @@ def test_perturbed_symmetric_mixture_weights_and_moments():
     z = (frac - lam) / math.sqrt(lam * (1 - lam) / 40_000)
     assert abs(z) < Z_MAX, z
     # the perturbation is drawn from rng when Q is omitted, reproducibly
-    assert np.array_equal(PerturbedSymmetric(Rademacher(d), 0.1, rng=4).Q, PerturbedSymmetric(Rademacher(d), 0.1, rng=4).Q)
-    assert not np.array_equal(PerturbedSymmetric(Rademacher(d), 0.1, rng=4).Q, PerturbedSymmetric(Rademacher(d), 0.1, rng=5).Q)
+    def q_of(seed):
+        return PerturbedSymmetric(Rademacher(d), 0.1, rng=seed).Q
+
+    assert np.array_equal(q_of(4), q_of(4)) and not np.array_equal(q_of(4), q_of(5))
     # symmetric only when the base is
     shifted = Gaussian(np.eye(d), mean=np.ones(d))
     assert not PerturbedSymmetric(shifted, 0.5, rng=0).is_symmetric
