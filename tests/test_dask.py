@@ -68,6 +68,7 @@ def test_threaded_scheduler_equals_in_memory(data):
     ref1 = accumulate(_fresh(), (X, Y[:, 0]))
     _assert_equal_to_1e12(accumulate(_fresh(), (Xd, Yd[:, 0])), ref1)
     _assert_equal_to_1e12(accumulate(_fresh(), (Xd, Y[:, 0])), ref1)
+    _assert_equal_to_1e12(accumulate(_fresh(), (X, Yd[:, 0])), ref1)  # numpy X with a dask Y
     # rechunking the rows on request
     _assert_equal_to_1e12(accumulate(_fresh(), (Xd, Yd), chunk_size=333), ref)
 

@@ -389,6 +389,7 @@ def test_exact_forms_reduce_to_lemma_3_5_for_standard_gaussian_relu():
     np.testing.assert_allclose(He3_from_M3, He3g, rtol=1e-13, atol=1e-14)
     cov = CovarianceStatistic.exact(net, dist)
     np.testing.assert_allclose(cov.yx, Eyx, rtol=1e-14, atol=1e-15)
+    np.testing.assert_array_equal(MeanStatistic.exact(net).y, MeanStatistic.exact(net, dist).y)  # default N(0, I)
     assert SecondMoment.exact(net, dist).yy is None
 
 

@@ -36,7 +36,7 @@ import os
 import sys
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -661,6 +661,10 @@ def _block_statistics(templates: list[Statistic], X: Any, Y: Any, where: str) ->
     return stats
 
 
+def _empty_statistics(templates: list[Statistic]) -> list[Statistic]:
+    return [t.empty_like() for t in templates]
+
+
 def _merge_partials(*parts: list[Statistic]) -> list[Statistic]:
     """One task of the reduction tree: merge the partial results of consecutive blocks, in order."""
     out = [s.empty_like() for s in parts[0]]
@@ -713,8 +717,8 @@ def build_dask_reduction(statistics: Sequence[Statistic], source: DataSource, *,
                  for j in range(0, len(level), split_every)]
         depth += 1
     if not level:  # an empty dask array: the statistics of nothing
-        level = [delayed(lambda t: [s.empty_like() for s in t], pure=False)(
-            templates, dask_key_name=f"nnrecover-empty-statistics-{token}")]
+        level = [delayed(_empty_statistics, pure=False)(templates,
+                                                        dask_key_name=f"nnrecover-empty-statistics-{token}")]
     return level[0], leaves
 
 

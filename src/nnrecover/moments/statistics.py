@@ -66,7 +66,7 @@ __all__ = ["Means", "SecondMoments", "Covariance", "InputDeviation", "MeanStatis
 
 # ==================================================================================== results
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Means:
     """First moments. ``x``: E[x] (d,); ``y``: E[y] (p,); ``n``: samples (``None``: population value)."""
 
@@ -75,7 +75,7 @@ class Means:
     n: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SecondMoments:
     """Raw second moments: ``xx`` E[x x^T] (d, d), ``yx`` E[y x^T] (p, d), ``yy`` E[y y^T] (p, p).
 
@@ -88,7 +88,7 @@ class SecondMoments:
     n: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Covariance:
     """Means and (co)variances of ``x`` and ``y``.
 
@@ -154,8 +154,10 @@ class MeanStatistic(Statistic):
         ----------
         network : TwoLayerNetwork, optional
             The teacher; ``None`` gives ``y`` of length 0.
-        distribution : Distribution
-            The input distribution (``Gaussian`` or ``StandardGaussian`` when ``network`` is given).
+        distribution : Distribution, optional
+            The input distribution (``Gaussian`` or ``StandardGaussian`` when ``network`` is given);
+            by default ``StandardGaussian(network.n_inputs)``. Every ``exact`` method takes these two
+            arguments the same way.
         """
         dist = _check_distribution(distribution, network)
         if network is None:
@@ -492,8 +494,10 @@ def input_deviation_from_standard(stat: "CovarianceStatistic | Covariance", *,
     if not 0.0 < delta < 1.0:
         raise InputError(f"failure_probability must be in (0, 1), got {failure_probability!r}.")
     d = cov.mean_x.shape[0]
-    mean_dev = float(np.max(np.abs(cov.mean_x))) if d else 0.0
-    cov_dev = float(np.linalg.norm(cov.xx - np.eye(d), 2)) if d else 0.0
+    if d == 0:
+        raise InputError("input_deviation_from_standard needs inputs with at least one column.")
+    mean_dev = float(np.max(np.abs(cov.mean_x)))
+    cov_dev = float(np.linalg.norm(cov.xx - np.eye(d), 2))
     if cov.n is None:
         mean_tol = cov_tol = 1e-10
     else:
@@ -508,7 +512,7 @@ def input_deviation_from_standard(stat: "CovarianceStatistic | Covariance", *,
 
 # ==================================================================================== population
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Population:
     mu: np.ndarray        # E[x]
     Sigma: np.ndarray     # Cov(x)
@@ -523,6 +527,10 @@ def _check_distribution(distribution: Any, network: Any, need_network: bool = Fa
     from ..distributions import Distribution
     from ..network import TwoLayerNetwork
 
+    if distribution is None and isinstance(network, TwoLayerNetwork):
+        from ..distributions import StandardGaussian
+
+        distribution = StandardGaussian(network.n_inputs)  # the default input law N(0, I_d)
     if not isinstance(distribution, Distribution):
         raise InputError("distribution must be an nnrecover distribution (e.g. "
                          f"nnrecover.distributions.StandardGaussian(d)), got {type(distribution).__name__}.")
