@@ -160,9 +160,9 @@ def client():
 
 
 def test_local_cluster_equals_in_memory_and_runs_on_both_workers(client):
-    n, d = 200_000, 4
+    n, d = 100_000, 4
     rs = da.random.RandomState(5)
-    Xd = rs.standard_normal((n, d), chunks=(12_500, d)) + 0.25  # generated on the workers
+    Xd = rs.standard_normal((n, d), chunks=(6_250, d)) + 0.25  # generated on the workers
     Yd = da.stack([da.tanh(Xd @ np.array([1.0, -0.5, 0.2, 0.7])), da.maximum(Xd[:, 1], 0.0)], axis=1)
     X, Y = dask.compute(Xd, Yd)  # the same numbers, brought to the client for the reference
     ref = accumulate(_fresh(), (X, Y))
