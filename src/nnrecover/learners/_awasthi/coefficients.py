@@ -30,6 +30,7 @@ from scipy import linalg
 
 from ..._validation import check_random_state
 from ...hermite import network_hermite_expansion
+from ...metrics import relu_second_moment
 from ...errors import AssumptionError, AssumptionWarning, InputError
 from ...moments.base import Statistic, accumulate
 from ...tensor import flatten
@@ -173,24 +174,10 @@ def exact_coefficients(network, order: int, n_components: int | None = None, *,
     elif basis != "identity":
         raise InputError(f"basis must be 'range' or 'identity', got {basis!r}.")
     tensors = {k: expansion.tensor(k, P)[0] for k in range(2, K + 1)}
-    net = network.canonical()
-    c_out = float(net.output_bias[0])
-    y2 = _exact_second_moment(net.output_weights[0], net.hidden_bias, net.hidden_weights)
-    y2 += 2 * c_out * (t0 - c_out) + c_out ** 2
+    y2 = relu_second_moment(network)
     return HermiteCoefficients(basis=P, tensors=tensors, t0=t0, t1=t1, exact=True, n_samples=None,
                                y_second_moment=float(y2), noise={k: 0.0 for k in range(K + 1)},
                                info={"mode": "population"})
-
-
-def _exact_second_moment(a, b, W) -> float:
-    """``E[(sum_i a_i relu(w_i^T x + b_i))^2]`` for unit rows (closed-form pair kernel)."""
-    from .regression import relu_pair_kernel
-
-    live = np.linalg.norm(W, axis=1) > 0
-    a, b, W = a[live], b[live], W[live]
-    rho = np.clip(W @ W.T, -1.0, 1.0)
-    K = relu_pair_kernel(b[:, None], b[None, :], rho)
-    return float(a @ K @ a)
 
 
 def _top_eigvecs(S: np.ndarray, m: int) -> np.ndarray:
@@ -238,6 +225,12 @@ class _InputCheck:
                 "expected_cov": float(math.sqrt((d + 1) / n))}
 
 
+def _target_column(Y: np.ndarray) -> np.ndarray:
+    if Y.shape[1] != 1:
+        raise InputError(f"the Hermite learner needs exactly one target column per sample, got {Y.shape[1]}.")
+    return Y[:, 0]
+
+
 class RangeStatistic(_InputCheck, Statistic):
     """Pass 1 for ``l = 1``: ``T_0``, ``T_1``, ``E[y^2]``, and the range of ``T_2``.
 
@@ -265,7 +258,7 @@ class RangeStatistic(_InputCheck, Statistic):
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
         if X.shape[1] != self.d:
             raise InputError(f"a chunk has {X.shape[1]} columns; earlier chunks had {self.d}.")
-        y = Y[:, 0]
+        y = _target_column(Y)
         self.sy += float(y.sum())
         self.syy += float(y @ y)
         self.syx += y @ X
@@ -349,7 +342,7 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
         if X.shape[1] != self.d:
             raise InputError(f"a chunk has {X.shape[1]} columns; earlier chunks had {self.d}.")
-        y = Y[:, 0]
+        y = _target_column(Y)
         Z = X if self.P is None else X @ self.P
         F = self.mono.features(Z)
         Fy = F * y[:, None]
@@ -434,7 +427,9 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
     gen = check_random_state(rng)
     info: dict = {"mode": "samples"}
     t_start = time.perf_counter()
-    d = _peek_dim(data)
+    data, d = _open_source(data, order)
+    if getattr(data, "n_outputs", None) not in (None, 1):
+        raise InputError(f"the Hermite learner handles one output; the data have {data.n_outputs} target columns.")
     n_cov = min(d, 8)
     omega_cov = gen.standard_normal((d, n_cov))
     if order == 1:
@@ -489,28 +484,28 @@ def _chunk_rows(chunk_size: int | None, n_dim: int, order: int) -> int:
     return int(min(1 << 16, max(1024, (1 << 22) // max(p, 1))))
 
 
-def _peek_dim(data: Any) -> int:
-    if isinstance(data, tuple) and len(data) == 2 and hasattr(data[0], "shape"):
-        shape = data[0].shape
-        if len(shape) != 2:
-            raise InputError(f"X must be 2-D (n_samples, n_features), got shape {tuple(shape)}.")
-        return int(shape[1])
-    n_inputs = getattr(data, "n_inputs", None)
-    if n_inputs is not None:
-        return int(n_inputs)
-    try:
-        first = next(iter(data))
-    except StopIteration:
-        raise InputError("the data source is empty.") from None
-    except TypeError:
-        raise InputError("data must be (X, Y) arrays or an iterable of (X, Y) chunks.") from None
-    if iter(data) is data:
-        raise InputError("the data source is a one-shot iterator; pass a re-iterable source "
-                         "(arrays, dask arrays, a SampleStream or a list of (X, Y) chunks).")
-    X = np.asarray(first[0])
-    if X.ndim != 2:
-        raise InputError(f"chunks of X must be 2-D, got shape {X.shape}.")
-    return int(X.shape[1])
+def _open_source(data: Any, order: int):
+    """A :class:`~nnrecover.moments.engine.DataSource` with known ``d`` (peeking at a one-pass iterator
+    and chaining the chunk back), after checking that order 1 (two passes) gets a re-iterable source."""
+    import itertools
+
+    from ...moments.engine import as_data_source
+
+    source = as_data_source(data)
+    if order == 1 and not source.info.reiterable:
+        raise InputError("order l = 1 makes two passes over the data (range of T_2, then the projected "
+                         "moments), but the data source is a one-pass iterator; pass arrays, dask arrays, "
+                         "a SampleStream or a list of (X, Y) chunks.")
+    if source.n_inputs is None:
+        it = iter(source.chunks())
+        try:
+            first = next(it)
+        except StopIteration:
+            raise InputError("the data source is empty.") from None
+        if source.info.reiterable:  # read it again from the start later
+            return source, int(first[0].shape[1])
+        return as_data_source(itertools.chain([first], it)), int(first[0].shape[1])
+    return source, int(source.n_inputs)
 
 
 def _check_n(n: int, order: int, n_dim: int, min_n: int | None) -> None:

@@ -36,7 +36,7 @@ from scipy import linalg
 
 from ..._validation import check_random_state
 from ...errors import AssumptionError, CertificateWarning, InputError
-from ...tensor import flatten, jennrich
+from ...tensor import flatten, jennrich, joint_diagonalize
 from .coefficients import HermiteCoefficients
 from .scalars import fix_signs, gram_lstsq, recover_scalars
 
@@ -76,7 +76,7 @@ class Thresholds:
     dedup_factor: float | None = 3.0
 
 
-def adaptive_thresholds(coeffs: HermiteCoefficients, order: int, *, snr: float = 3.0, dedup: float = 0.25,
+def adaptive_thresholds(coeffs: HermiteCoefficients, order: int, *, snr: float = 1.5, dedup: float = 0.25,
                         dedup_factor: float | None = 3.0, floor: float = 1e-11) -> Thresholds:
     """Noise-adaptive thresholds: ``eta_1 = eta_2 = snr * max(sigma^_K, floor * s_1)``, ``eta_3 = dedup``
     (capping the SNR-dependent duplicate radius, see :class:`Thresholds`).
@@ -142,7 +142,8 @@ def read_units(X: np.ndarray, order: int, n: int) -> np.ndarray:
 
 
 def _tensor_candidates(coeffs: HermiteCoefficients, K: int, order: int, m: int, th: Thresholds,
-                       rng: np.random.Generator, n_draws: int) -> tuple[list[dict], dict]:
+                       rng: np.random.Generator, n_draws: int, decomposer: str = "joint"
+                       ) -> tuple[list[dict], dict]:
     """Steps 2/3 of Algorithm 4 on ``T_K``: rank selection, Jennrich, read-off, ``alpha`` by Gram LS."""
     n = coeffs.dim
     T = coeffs.tensor(K)
@@ -156,11 +157,25 @@ def _tensor_candidates(coeffs: HermiteCoefficients, K: int, order: int, m: int, 
     T3 = flatten(T, order, order, third)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CertificateWarning)
-        res = jennrich(T3, k, n_draws=n_draws, rng=rng, symmetric=True, rank_tol=0.0)
-    jd = res.diagnostics
-    diag["jennrich"] = {key: jd.get(key) for key in ("eigenvalue_gap", "max_imag", "condition",
-                                                     "error_amplification", "holdout_residual",
-                                                     "rank_ratio", "tail_ratio")}
+        if decomposer == "joint":
+            # Jennrich's pencil on random combinations of all slices, then ALS over all n^{K-2l}
+            # slices T(., ., e_c) jointly ([S]: specs/001 section 6.1 item 3; averages the slice noise)
+            res = joint_diagonalize(np.moveaxis(T3, 2, 0), k, rng=rng, n_draws=n_draws, symmetric=True,
+                                    rank_tol=0.0)
+            jd = dict(res.diagnostics)
+            jd.update({f"pencil_{key}": val for key, val in (jd.pop("jennrich", None) or {}).items()
+                       if key in ("eigenvalue_gap", "max_imag", "condition", "error_amplification")})
+            keys = ("residual", "initial_residual", "n_iter", "converged", "condition", "pencil_eigenvalue_gap",
+                    "pencil_max_imag", "pencil_condition", "pencil_error_amplification", "rank_ratio", "tail_ratio")
+        elif decomposer == "jennrich":
+            res = jennrich(T3, k, n_draws=n_draws, rng=rng, symmetric=True, rank_tol=0.0)
+            jd = res.diagnostics
+            keys = ("eigenvalue_gap", "max_imag", "condition", "error_amplification", "holdout_residual",
+                    "rank_ratio", "tail_ratio")
+        else:
+            raise InputError(f"decomposer must be 'joint' or 'jennrich', got {decomposer!r}.")
+    diag["decomposer"] = decomposer
+    diag["jennrich"] = {key: jd.get(key) for key in keys}
     diag["jennrich_warnings"] = [str(w.message) for w in caught]
     U = read_units(res.factors, order, n)
     alpha, cond = gram_lstsq(U, coeffs.rank_one(K, U), K)
@@ -259,7 +274,8 @@ def _scalar_filter(coeffs: HermiteCoefficients, U: np.ndarray, order: int, sc, m
 
 def algorithm4(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, thresholds: Thresholds | None = None,
                rng=None, n_draws: int = 5, max_bias: float = np.inf, scalar_snr: float = 3.0,
-               max_gram_condition: float = 1e8, single_tensor: str | None = None) -> HermiteRecovery:
+               max_gram_condition: float = 1e8, single_tensor: str | None = None,
+               decomposer: str = "joint") -> HermiteRecovery:
     """Algorithm 4: recover ``{(a_i, xi_i b_i, xi_i w_i)}`` for the detectable units from ``T_0 .. T_{2l+2}``.
 
     Parameters
@@ -285,6 +301,11 @@ def algorithm4(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, thresh
         pair is removed and the read-out repeated (specs/001 section 3.5).
     single_tensor : {None, "odd", "even"}
         Ablation: decompose only ``T_{2l+1}`` ("odd") or ``T_{2l+2}`` ("even") instead of both.
+    decomposer : {"joint", "jennrich"}
+        ``"jennrich"``: the paper's Jennrich algorithm (one random pair of slices, best of ``n_draws``);
+        ``"joint"`` (default): Jennrich as initialisation, then least squares over all mode-3 slices
+        (:func:`nnrecover.tensor.joint_diagonalize`). Identical on exact input; under noise the
+        joint fit is far more accurate (it uses the whole tensor, not two random slices).
 
     Returns
     -------
@@ -304,7 +325,7 @@ def algorithm4(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, thresh
     diag: dict[str, Any] = {"thresholds": {"mode": th.mode, "eta1": th.eta1, "eta2": th.eta2, "eta3": th.eta3,
                                            "noise": th.noise}, "tensors": {}}
     for K in Ks:
-        c, dK = _tensor_candidates(coeffs, K, order, m, th, gen, n_draws)
+        c, dK = _tensor_candidates(coeffs, K, order, m, th, gen, n_draws, decomposer)
         diag["tensors"][f"T{K}"] = dK
         dK["n_below_eta2"] = int(sum(not x["kept"] for x in c))
         cands.extend(x for x in c if x["kept"])
@@ -375,8 +396,8 @@ def algorithm6(coeffs: HermiteCoefficients, n_hidden: int, **options) -> Hermite
     return _apply_fixsigns(coeffs, rec)
 
 
-def algorithm1(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, rng=None, n_draws: int = 5
-               ) -> HermiteRecovery:
+def algorithm1(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, rng=None, n_draws: int = 5,
+               decomposer: str = "jennrich") -> HermiteRecovery:
     """Algorithm 1 (exact Hermite coefficients): both tensors, RECOVERSCALARS, and FIXSIGNS when ``l = 1``.
 
     On exact coefficients (:func:`~.coefficients.exact_coefficients`) the ranks ``k'``, ``k''`` are the
@@ -385,7 +406,8 @@ def algorithm1(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, rng=No
     (Theorem 4.2), to round-off (erratum E11: for ``l = 1`` the result is the FIXSIGNS output).
     """
     th = adaptive_thresholds(coeffs, order)
-    rec = algorithm4(coeffs, order, n_hidden, thresholds=th, rng=rng, n_draws=n_draws, scalar_snr=0.0)
+    rec = algorithm4(coeffs, order, n_hidden, thresholds=th, rng=rng, n_draws=n_draws, scalar_snr=0.0,
+                     decomposer=decomposer)
     if order == 1:
         rec = _apply_fixsigns(coeffs, rec)
     return rec

@@ -12,7 +12,7 @@ paper                                            here
 ``tau``, ``R``, ``L^_tau``                       :func:`truncation_radius`, :func:`ball_radius`
 ``beta^``                                        ``RegressionResult.beta``
 ``g(x) = beta^T Psi(x)``; Claim D.14 form         :func:`consolidate` -> ``TwoLayerNetwork``
-``kappa(b, c, rho) = E[relu(z1) relu(z2)]``      :func:`relu_pair_kernel`
+``kappa(b, c, rho) = E[relu(z1) relu(z2)]``      :func:`nnrecover.metrics.relu_kernel`
 ===============================================  ===========================================
 
 Feature maps (specs/001 section 3.6): ``"general"`` (Lemma D.12: 8 features per unit,
@@ -29,67 +29,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import linalg, special
+from scipy import linalg
 
 from ...activations import norm_cdf, norm_pdf
 from ...errors import InputError
+from ...metrics import relu_kernel
 from ...moments.base import Statistic, accumulate
 
-__all__ = ["relu_pair_kernel", "relu_features", "consolidate", "algorithm5_regression",
+__all__ = ["relu_features", "consolidate", "algorithm5_regression",
            "population_regression", "linear_correction", "RegressionResult", "truncation_radius",
            "ball_radius", "FEATURE_MAPS"]
 
 FEATURE_MAPS = ("reduced", "coordinated", "general")
-
-
-# ============================================================== exact Gaussian kernel
-
-def _bvn_cdf(h: np.ndarray, k: np.ndarray, rho: np.ndarray) -> np.ndarray:
-    """``P(X <= h, Y <= k)`` for a standard bivariate normal with correlation ``|rho| < 1``.
-
-    Owen (1956): ``Phi_2 = (Phi(h) + Phi(k)) / 2 - T(h, a_h) - T(k, a_k) - beta`` with
-    ``a_h = (k - rho h) / (h s)``, ``a_k = (h - rho k) / (k s)``, ``s = sqrt(1 - rho^2)``, and
-    ``beta = 1/2`` when ``h k < 0`` or (``h k = 0`` and ``h + k < 0``), else 0. At ``h = 0`` the
-    limit ``h -> 0+`` gives ``T = sign(k) / 4``; ``Phi_2(0, 0) = 1/4 + arcsin(rho) / (2 pi)``.
-    """
-    h, k, rho = np.broadcast_arrays(np.asarray(h, float), np.asarray(k, float), np.asarray(rho, float))
-    s = np.sqrt(1.0 - rho * rho)
-    hz, kz = h == 0, k == 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        th = np.where(hz, 0.25 * np.sign(k), special.owens_t(h, np.where(hz, 0.0, (k - rho * h) / (h * s))))
-        tk = np.where(kz, 0.25 * np.sign(h), special.owens_t(k, np.where(kz, 0.0, (h - rho * k) / (k * s))))
-    beta = np.where((h * k < 0) | ((h * k == 0) & (h + k < 0)), 0.5, 0.0)
-    res = 0.5 * (norm_cdf(h) + norm_cdf(k)) - th - tk - beta
-    return np.where(hz & kz, 0.25 + np.arcsin(rho) / (2 * np.pi), res)
-
-
-def relu_pair_kernel(b: Any, c: Any, rho: Any) -> np.ndarray:
-    """``kappa(b, c, rho) = E[relu(u^T x + b) relu(v^T x + c)]`` for unit ``u, v`` with ``u^T v = rho``.
-
-    Closed form of specs/001 section 2.6 (verified there against the Hermite series and Monte
-    Carlo); the limits ``rho = +-1`` are handled separately. Broadcasts over its arguments.
-    """
-    b, c, rho = np.broadcast_arrays(np.asarray(b, float), np.asarray(c, float),
-                                    np.clip(np.asarray(rho, float), -1.0, 1.0))
-    out = np.empty(b.shape)
-    pos = rho >= 1.0 - 1e-15
-    neg = rho <= -1.0 + 1e-15
-    mid = ~(pos | neg)
-    if np.any(mid):
-        bb, cc, r = b[mid], c[mid], rho[mid]
-        s = np.sqrt(1 - r * r)
-        phi2 = np.exp(-(bb * bb - 2 * r * bb * cc + cc * cc) / (2 * s * s)) / (2 * np.pi * s)
-        out[mid] = ((r + bb * cc) * _bvn_cdf(bb, cc, r) + bb * norm_pdf(cc) * norm_cdf((bb - r * cc) / s)
-                    + cc * norm_pdf(bb) * norm_cdf((cc - r * bb) / s) + s * s * phi2)
-    if np.any(pos):
-        bb, cc = b[pos], c[pos]
-        t = np.minimum(bb, cc)
-        out[pos] = (1 + bb * cc) * norm_cdf(t) + (bb + cc - t) * norm_pdf(t)
-    if np.any(neg):
-        bb, cc = b[neg], c[neg]
-        val = (bb * cc - 1) * (norm_cdf(bb) + norm_cdf(cc) - 1) + cc * norm_pdf(bb) + bb * norm_pdf(cc)
-        out[neg] = np.where(bb + cc > 0, val, 0.0)
-    return out
 
 
 # ============================================================== features and consolidation
@@ -407,7 +358,7 @@ def algorithm5_regression(data: Any, units, *, feature_map: str = "reduced", row
 
 def population_regression(units, truth, *, linear: str = "output_bias", rcond: float = 1e-12) -> RegressionResult:
     """Exact statistical-query version of Algorithm 5 (proof of Theorem 4.2): ``beta = E[Psi Psi^T]^+ E[Psi y]``
-    with the reduced feature map, every entry in closed form (:func:`relu_pair_kernel`, ``c_0``,
+    with the reduced feature map, every entry in closed form (:func:`nnrecover.metrics.relu_kernel`, ``c_0``,
     ``E[relu(w^T x + b) x] = Phi(b) w``). The fit is exact (zero L2 error) whenever the target is in the
     span, e.g. when ``S`` holds every unit up to sign."""
     a, b, U = _unit_arrays(units)
@@ -416,7 +367,7 @@ def population_regression(units, truth, *, linear: str = "output_bias", rcond: f
     k, d = U.shape
     c0 = lambda bb: bb * norm_cdf(bb) + norm_pdf(bb)  # noqa: E731
     # second moments of (relu features of S, x, 1)
-    Kss = relu_pair_kernel(b[:, None], b[None, :], np.clip(U @ U.T, -1, 1)) * np.outer(a, a)
+    Kss = relu_kernel(b[:, None], b[None, :], np.clip(U @ U.T, -1, 1)) * np.outer(a, a)
     Ksx = (a * norm_cdf(b))[:, None] * U  # E[a relu(u x + b) x]
     Ks1 = a * c0(b)
     p = k + d + 1
@@ -428,10 +379,10 @@ def population_regression(units, truth, *, linear: str = "output_bias", rcond: f
     H[k:k + d, k:k + d] = np.eye(d)
     H[-1, -1] = 1.0
     # E[Psi y]
-    Kst = relu_pair_kernel(b[:, None], bt[None, :], np.clip(U @ Wt.T, -1, 1)) @ at * a + ct * Ks1
+    Kst = relu_kernel(b[:, None], bt[None, :], np.clip(U @ Wt.T, -1, 1)) @ at * a + ct * Ks1
     g = np.concatenate([Kst, (at * norm_cdf(bt)) @ Wt, [at @ c0(bt) + ct]])
     beta = linalg.pinvh(0.5 * (H + H.T), rtol=rcond) @ g
-    ey2 = float(at @ relu_pair_kernel(bt[:, None], bt[None, :], np.clip(Wt @ Wt.T, -1, 1)) @ at
+    ey2 = float(at @ relu_kernel(bt[:, None], bt[None, :], np.clip(Wt @ Wt.T, -1, 1)) @ at
                 + 2 * ct * (at @ c0(bt)) + ct * ct)
     loss = float(ey2 - 2 * g @ beta + beta @ H @ beta)
     net_out = _network_from_beta(beta, (a, b, U), "reduced", d, linear)

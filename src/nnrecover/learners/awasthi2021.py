@@ -1,0 +1,487 @@
+"""Awasthi, Tang, Vijayaraghavan (NeurIPS 2021): learning ``f(x) = sum_i a_i relu(w_i^T x + b_i)``,
+``x ~ N(0, I_d)``, from the Hermite coefficient tensors ``f^_k = E[f(x) He_k(x)]``.
+
+Every algorithm of the paper is a plain function here (re-exported from the private package
+:mod:`nnrecover.learners._awasthi`) and :class:`HermiteTensorLearner` wraps them into a
+scikit-learn style estimator. Specification with the paper's errata: specs/001.
+
+==================================  =====================================  ==============================
+paper                               function                               notes
+==================================  =====================================  ==============================
+Lemma 3.5 / eq. (6)                 :func:`hermite_coefficients`           exact or streamed estimates,
+                                                                           projected on range(T_2) (l=1)
+Algorithm 1 (order l, exact)        :func:`algorithm1`                     Thms 4.1 / 4.2
+Algorithm 2 RECOVERSCALARS          :func:`recover_scalars`                corrected l > 1 form (E1)
+Algorithm 3 FIXSIGNS                :func:`fix_signs`
+Algorithm 4 (robust, order l)       :func:`algorithm4`                     adaptive or paper thresholds
+Algorithm 5 (low L2 error)          :func:`algorithm5`,                    <= m + 2 units (Claim D.14)
+                                    :func:`algorithm5_regression`
+Claim D.14                          :func:`consolidate`                    v_lin = 0 handled (E10)
+Algorithm 6 (robust full rank)      :func:`algorithm6`                     Thm 3.1
+Thm 4.2, SQ regression              :func:`population_regression`
+closed-form linear part             :func:`linear_correction`              signs known
+Theorem 3.4 (sign-flip sets)        :func:`sign_flip_sets`                 corrected eq. (2) (E3)
+Claim 4.8                           :func:`claim48_instance`
+Appendix E (smoothed instances)     :func:`smoothed_instance`,             ``s_m(W^{(.)l})``
+                                    :func:`khatri_rao_smin`
+Lemma 4.3                           :func:`hermite_separation`             corrected constant (E2)
+==================================  =====================================  ==============================
+
+Symbols -> names: the paper's columns ``w_i`` are our rows ``hidden_weights[i]``; ``a = output_weights[0]``,
+``b = hidden_bias``; ``T_k`` (estimate) and ``f^_k`` (exact) are both :class:`HermiteCoefficients`
+(``exact`` tells which); ``l`` is ``order``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+
+from .._validation import check_random_state
+from ..errors import AssumptionError, InputError
+from ..network import TwoLayerNetwork
+from ._awasthi.coefficients import HermiteCoefficients, estimate_coefficients, exact_coefficients, min_samples
+from ._awasthi.decompose import (HermiteRecovery, Thresholds, adaptive_thresholds, algorithm1, algorithm4,
+                                 algorithm6, paper_thresholds)
+from ._awasthi.identifiability import (adversarial_weights, claim48_instance, flip_units, hermite_separation,
+                                       khatri_rao_smin, sign_flip_sets, smoothed_instance)
+from ._awasthi.regression import (RegressionResult, algorithm5_regression, consolidate, linear_correction,
+                                  population_regression, relu_features)
+from ._awasthi.scalars import RecoveredScalars, SignFix, fix_signs, gram_lstsq, recover_scalars
+from ._registry import register
+from .base import BaseLearner
+
+__all__ = ["HermiteTensorLearner", "hermite_coefficients", "HermiteCoefficients", "algorithm1", "algorithm4",
+           "algorithm5", "algorithm6", "recover_scalars", "fix_signs", "gram_lstsq", "RecoveredScalars", "SignFix",
+           "HermiteRecovery", "Thresholds", "adaptive_thresholds", "paper_thresholds", "algorithm5_regression",
+           "population_regression", "consolidate", "linear_correction", "relu_features",
+           "RegressionResult", "sign_flip_sets", "flip_units", "claim48_instance", "smoothed_instance",
+           "khatri_rao_smin", "adversarial_weights", "hermite_separation", "order_limit", "min_samples"]
+
+
+def order_limit(d: int, order: int) -> int:
+    """Largest ``m`` the learner accepts at order ``l``: ``d`` for ``l = 1`` (full rank, Theorem 3.1);
+    ``floor(0.9 C(d + 1, 2))`` for ``l = 2`` (``{w_i^{(x)2}}`` must be robustly independent, which needs
+    ``m <= C(d + 1, 2)``; Corollary 3.3 needs ``m <= (1 - delta) C(d + l - 1, l)``)."""
+    if order == 1:
+        return int(d)
+    return int(math.floor(0.9 * math.comb(d + order - 1, order)))
+
+
+def _check_order(order: Any, m: int, d: int) -> int:
+    if order == "auto":
+        order = 1 if m <= d else 2
+    if order not in (1, 2):
+        raise InputError(f"order must be 'auto', 1 or 2, got {order!r}.")
+    limit = order_limit(d, order)
+    if m > limit:
+        if order == 1:
+            raise AssumptionError(
+                f"order 1 is the full-rank setting of Awasthi et al. 2021 (Theorem 3.1: s_m(W) > 0 needs "
+                f"m <= d), but n_hidden = {m} > d = {d}; use order=2 (overcomplete, m up to {order_limit(d, 2)}).")
+        raise AssumptionError(
+            f"order 2 needs {{w_i (x) w_i}} linearly independent, robustly (Theorem 3.2 / Corollary 3.3: "
+            f"m <= (1 - delta) C(d+1, 2)); supported up to 0.9 C(d+1, 2) = {limit} for d = {d}, got "
+            f"n_hidden = {m}.")
+    return int(order)
+
+
+def hermite_coefficients(source: Any, order: int, n_hidden: int, **options) -> HermiteCoefficients:
+    """Hermite coefficient tensors ``T_0 .. T_{2l+2}`` in the learner's working coordinates.
+
+    ``source`` is a :class:`~nnrecover.TwoLayerNetwork` (exact, Lemma 3.5) or data
+    (``(X, Y)``, dask arrays, a SampleStream...; eq. (6) estimates). For ``l = 1`` the tensors of order
+    ``>= 2`` are projected onto the ``m``-dimensional range of ``T_2``. ``options`` go to
+    :func:`~nnrecover.learners._awasthi.coefficients.estimate_coefficients` (samples) or
+    :func:`~nnrecover.learners._awasthi.coefficients.exact_coefficients` (``basis``).
+    """
+    if isinstance(source, TwoLayerNetwork):
+        return exact_coefficients(source, order, n_hidden, basis=options.pop("basis", "range" if order == 1
+                                                                              else "identity"), **options)
+    return estimate_coefficients(source, order, n_hidden, **options)
+
+
+def algorithm5(data: Any, n_hidden: int, *, order: int | str = "auto", thresholds: Any = "adaptive",
+               feature_map: str = "reduced", solver: str = "exact", epsilon: float = 1e-2, rng=None,
+               **options) -> tuple[RegressionResult, HermiteRecovery]:
+    """Algorithm 5 as printed: tensors from the first half of the samples (even rows of every chunk),
+    Algorithm 4, then regression on the second half and consolidation (Claim D.14).
+
+    Returns the regression result (its ``network`` has at most ``|S| + 2 <= m + 2`` units) and the
+    Algorithm 4 output ``S``. ``options`` go to :func:`algorithm4`.
+    """
+    from ..moments.engine import as_data_source
+
+    gen = check_random_state(rng)
+    source = as_data_source(data)
+    if not source.info.reiterable:
+        raise InputError("Algorithm 5 reads the data twice (tensors, then regression); pass a re-iterable source.")
+    d = source.n_inputs
+    if d is None:
+        raise InputError("Algorithm 5 needs a source with a known number of inputs (arrays or a SampleStream).")
+    order = _check_order(order, int(n_hidden), int(d))
+    first_half = _RowsSource(source, 0)
+    coeffs = estimate_coefficients(first_half, order, n_hidden, rng=gen)
+    th = _make_thresholds(thresholds, coeffs, order, n_hidden, epsilon, options.pop("bound", None))
+    rec = algorithm4(coeffs, order, n_hidden, thresholds=th, rng=gen, **options)
+    if rec.n_units == 0:
+        raise AssumptionError("Algorithm 4 recovered no unit above the noise: more samples are needed.")
+    reg = algorithm5_regression(source, (rec.a, rec.b, rec.W), feature_map=feature_map, rows="second_half",
+                                epsilon=epsilon, n_hidden=n_hidden, solver=solver)
+    return reg, rec
+
+
+class _RowsSource:
+    """The even (``parity = 0``) or odd rows of every chunk of a source (re-iterable)."""
+
+    def __init__(self, source, parity: int):
+        self.source, self.parity = source, parity
+
+    def __iter__(self):
+        for X, Y in self.source.chunks():
+            yield X[self.parity::2], Y[self.parity::2]
+
+
+def _make_thresholds(spec: Any, coeffs: HermiteCoefficients, order: int, m: int, epsilon: float | None,
+                     bound: float | None, snr: float = 3.0, dedup: float = 0.25) -> Thresholds:
+    if isinstance(spec, Thresholds):
+        return spec
+    if spec == "adaptive":
+        return adaptive_thresholds(coeffs, order, snr=snr, dedup=dedup)
+    if spec == "paper":
+        if epsilon is None or bound is None:
+            raise InputError("thresholds='paper' needs epsilon (target accuracy) and bound (B of the "
+                             "B-boundedness assumption).")
+        from scipy import linalg
+
+        from ..tensor import flatten
+
+        # s_m(W^{(.)l}) is not observable; flatten(f^_{2l}, l, l) = W^{(.)l} D W^{(.)l T} with
+        # |D_ii| <= B sqrt((2l-2)!) / sqrt(2 pi) (Cramer's bound, Claim D.8) gives the estimate below
+        sv = linalg.svdvals(flatten(coeffs.tensor(2 * order), order, order))
+        s_m = sv[min(m, sv.size) - 1]
+        s_min = math.sqrt(max(s_m, 1e-300) * math.sqrt(2 * math.pi) / (bound * math.sqrt(math.factorial(2 * order - 2))))
+        return paper_thresholds(epsilon, bound, m, order, min(s_min, 1.0))
+    if isinstance(spec, dict):
+        missing = {"eta1", "eta2", "eta3"} - set(spec)
+        if missing:
+            raise InputError(f"a thresholds dict needs the keys eta1, eta2, eta3; missing {sorted(missing)}.")
+        Ks = (2 * order + 1, 2 * order + 2)
+        as_dict = lambda v: dict(v) if isinstance(v, dict) else {K: float(v) for K in Ks}  # noqa: E731
+        return Thresholds(as_dict(spec["eta1"]), as_dict(spec["eta2"]), float(spec["eta3"]),
+                          {K: float("nan") for K in Ks}, "user", None)
+    raise InputError(f"thresholds must be 'adaptive', 'paper', a dict of eta1/eta2/eta3 or a Thresholds, "
+                     f"got {spec!r}.")
+
+
+class HermiteTensorLearner(BaseLearner):
+    """Learn a one-hidden-layer ReLU network with biases by Hermite tensor decomposition
+    (Awasthi, Tang, Vijayaraghavan 2021).
+
+    Pipeline: Hermite coefficient tensors (streamed; for order 1 projected onto the range of ``T_2``)
+    -> Algorithm 4 (Jennrich on both ``T_{2l+1}`` and ``T_{2l+2}``, so biases at Hermite roots are
+    handled; rank selection, per-unit SNR filter, deduplication up to sign) -> RECOVERSCALARS ->
+    FIXSIGNS (order 1: Algorithm 6) -> the paper's output network -> optional shared refinement.
+
+    The paper's output network (``provable_network_``) is
+
+    * order 1, every one of the ``m`` units recovered: the Algorithm 6 parameters (``m`` units);
+    * otherwise (some units undetectable, e.g. ``|b_i|`` large; or order 2, where the signs ``xi_i`` are
+      unidentifiable): Algorithm 5, a regression on the recovered units plus a linear part,
+      consolidated into at most ``m' + 2`` units (Claim D.14; the constant goes to the output bias).
+
+    Parameters
+    ----------
+    n_hidden : int
+        ``m``, the number of hidden units of the teacher (an upper bound works: fewer units are
+        returned when fewer are detected).
+    order : {"auto", 1, 2}
+        ``l``: 1 (full rank, ``m <= d``) or 2 (overcomplete, ``m <= 0.9 C(d+1, 2)``); "auto" picks 1 when
+        ``m <= d``.
+    refine : bool, default True
+        Polish with :func:`nnrecover.refine.refine_network` and keep the better on held-out rows;
+        False returns the paper's output.
+    refine_options : dict, optional
+        Keyword arguments of :func:`nnrecover.refine.refine_network`.
+    thresholds : {"adaptive", "paper"} or dict or Thresholds
+        "adaptive" (default): split-sample spectral noise ``sigma^_K``, ``eta_1 = eta_2 = snr_threshold
+        sigma^_K``; "paper": the Theorem D.1 chain (needs ``epsilon`` and ``bound``); a dict
+        ``{"eta1", "eta2", "eta3"}`` of absolute values.
+    snr_threshold : float, default 1.5
+        Multiple of the split-sample spectral noise ``sigma^_K`` used by the adaptive thresholds
+        ``eta_1 = eta_2``: singular values that pure noise produces are at most ``||E|| ~ sigma^_K``
+        (which the split estimate gets within about 25%), while a signal singular value above the
+        noise norm is already separated from it, so 1.5 keeps every detectable term (the spec's 3 was
+        measured to lose units at N = 10^6, d = 10).
+    scalar_snr : float, default 3
+        From samples, units whose ``zeta_q`` in RECOVERSCALARS is below ``scalar_snr`` standard
+        deviations (``sqrt(E[y^2] q! / N)`` propagated through the Gram solve) are left to the linear
+        part.
+    dedup_threshold : float, default 0.25
+        ``eta_3``: largest l2 distance (up to sign) for two candidates to be the same unit.
+    epsilon, bound : float, optional
+        Target accuracy and ``B`` for ``thresholds="paper"`` (``epsilon`` also sets Algorithm 5's
+        truncation radius, default 1e-2).
+    max_bias : float, default 4.0
+        Recovered units with ``|b| > max_bias`` are left to the linear part (specs/001 section 6.1 item 5).
+    decomposer : {"joint", "jennrich"}
+        "joint" (default): Jennrich's pencil, then least squares over all slices; "jennrich": the
+        paper's single pencil.
+    n_draws : int, default 5
+        Random slice pairs per Jennrich call.
+    output : {"auto", "parameters", "regression"}
+        Which network is the paper's output: "auto" as above; "parameters": the recovered units alone
+        (raises if none); "regression": always Algorithm 5.
+    feature_map : {"reduced", "coordinated", "general"}
+        Algorithm 5 features (specs/001 section 3.6).
+    regression_rows : {"all", "second_half"}
+        Rows of the Algorithm 5 regression; the paper uses the half not used for the tensors.
+    range_method : {"auto", "full", "sketch"}
+        How order 1 finds the range of ``T_2`` (``d x d`` matrix or randomized sketch).
+    chunk_size : int, optional
+        Rows per chunk when streaming arrays.
+    check_inputs : bool, default True
+        Warn (:class:`~nnrecover.errors.AssumptionWarning`) when the inputs look far from N(0, I).
+    input_tolerance : float, default 0.1
+        Deviation tolerated (on top of the sampling fluctuation) before warning.
+    min_n : int, optional
+        Minimum number of samples (default: ten per distinct entry of ``T_{2l+2}`` in the working space,
+        at least 1000).
+    random_state : int, Generator or None
+
+    Attributes
+    ----------
+    network_ : TwoLayerNetwork
+        The returned network (refined if ``refine`` and better on held-out data).
+    provable_network_ : TwoLayerNetwork
+        The paper's output.
+    units_ : HermiteRecovery
+        The units recovered by Algorithm 4 / 6 / 1 (order 2: ``(a_i, xi_i b_i, xi_i w_i)``).
+    coefficients_ : HermiteCoefficients
+        The Hermite tensors used.
+    order_ : int
+    hidden_weights_, n_features_in_, n_outputs_ : see :class:`~nnrecover.learners.base.BaseLearner`.
+    diagnostics_ : dict
+        ``per_unit_snr``, ``unit_source`` (tensor that supplied each unit), ``also_in``, ``ranks``,
+        ``jennrich`` (gaps, conditioning per tensor), ``noise``, ``thresholds``, ``units_recovered``,
+        ``units_left_to_linear_part``, ``dropped_units``, ``fixsigns``, ``output`` (which network),
+        ``regression``, ``input_deviation``, ``timings``, ``refinement``.
+
+    Examples
+    --------
+    >>> import nnrecover as nr
+    >>> teacher = nr.random_network(6, 3, rng=0, bias_range=(-1, 1))
+    >>> learner = nr.learners.HermiteTensorLearner(3, refine=False).fit_population(teacher)
+    >>> nr.metrics.parameter_error(learner.network_, teacher)["max_unit_error"] < 1e-9
+    True
+    """
+
+    _supports_population = True
+
+    def __init__(self, n_hidden: int, *, order: "int | str" = "auto", refine: bool = True,
+                 refine_options: dict | None = None, thresholds: Any = "adaptive", snr_threshold: float = 1.5,
+                 scalar_snr: float = 3.0,
+                 dedup_threshold: float = 0.25, epsilon: float | None = None, bound: float | None = None,
+                 max_bias: float = 4.0, decomposer: str = "joint", n_draws: int = 5, output: str = "auto",
+                 feature_map: str = "reduced", regression_rows: str = "all", range_method: str = "auto",
+                 chunk_size: int | None = None, check_inputs: bool = True, input_tolerance: float = 0.1,
+                 min_n: int | None = None, random_state=None):
+        self.n_hidden = n_hidden
+        self.order = order
+        self.refine = refine
+        self.refine_options = refine_options
+        self.thresholds = thresholds
+        self.snr_threshold = snr_threshold
+        self.scalar_snr = scalar_snr
+        self.dedup_threshold = dedup_threshold
+        self.epsilon = epsilon
+        self.bound = bound
+        self.max_bias = max_bias
+        self.decomposer = decomposer
+        self.n_draws = n_draws
+        self.output = output
+        self.feature_map = feature_map
+        self.regression_rows = regression_rows
+        self.range_method = range_method
+        self.chunk_size = chunk_size
+        self.check_inputs = check_inputs
+        self.input_tolerance = input_tolerance
+        self.min_n = min_n
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ validation
+    def _check_params(self) -> None:
+        super()._check_params()
+        choices = {"decomposer": ("joint", "jennrich"), "output": ("auto", "parameters", "regression"),
+                   "feature_map": ("reduced", "coordinated", "general"),
+                   "regression_rows": ("all", "second_half"), "range_method": ("auto", "full", "sketch")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise InputError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}.")
+        if self.order not in ("auto", 1, 2):
+            raise InputError(f"order must be 'auto', 1 or 2, got {self.order!r}.")
+        for name in ("snr_threshold", "scalar_snr", "dedup_threshold", "max_bias", "input_tolerance"):
+            val = getattr(self, name)
+            if isinstance(val, bool) or not isinstance(val, (int, float)) or not val > 0:
+                raise InputError(f"{name} must be a positive number, got {val!r}.")
+        for name in ("epsilon", "bound"):
+            val = getattr(self, name)
+            if val is not None and (isinstance(val, bool) or not isinstance(val, (int, float)) or not val > 0):
+                raise InputError(f"{name} must be None or a positive number, got {val!r}.")
+        if isinstance(self.n_draws, bool) or not isinstance(self.n_draws, int) or self.n_draws < 1:
+            raise InputError(f"n_draws must be a positive integer, got {self.n_draws!r}.")
+        if not isinstance(self.check_inputs, bool):
+            raise InputError(f"check_inputs must be True or False, got {self.check_inputs!r}.")
+
+    # ------------------------------------------------------------------ fitting
+    def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
+        if source.n_outputs not in (None, 1):
+            raise InputError(f"HermiteTensorLearner learns one output (Awasthi et al. 2021); Y has "
+                             f"{source.n_outputs} columns: fit one learner per column.")
+        m = int(self.n_hidden)
+        source, d = _peek_source(source, self.order)
+        order = _check_order(self.order, m, d)
+        t0 = time.perf_counter()
+        coeffs = estimate_coefficients(source, order, m, range_method=self.range_method, chunk_size=self.chunk_size,
+                                       rng=rng, check_inputs=self.check_inputs,
+                                       input_tolerance=self.input_tolerance, min_n=self.min_n)
+        diagnostics["timings"] = {"moments": time.perf_counter() - t0}
+        return self._finish(coeffs, order, source, None, rng, diagnostics)
+
+    def _fit_population(self, truth: TwoLayerNetwork, rng: np.random.Generator, diagnostics: dict,
+                        **kwargs) -> TwoLayerNetwork:
+        if kwargs:
+            raise InputError(f"fit_population takes no options, got {sorted(kwargs)}.")
+        if truth.n_outputs != 1:
+            raise InputError(f"HermiteTensorLearner learns one output; truth has {truth.n_outputs}.")
+        m = int(self.n_hidden)
+        order = _check_order(self.order, m, truth.n_inputs)
+        t0 = time.perf_counter()
+        coeffs = exact_coefficients(truth, order, m, basis="range" if order == 1 else "identity")
+        diagnostics["timings"] = {"moments": time.perf_counter() - t0}
+        return self._finish(coeffs, order, None, truth, rng, diagnostics)
+
+    def _finish(self, coeffs: HermiteCoefficients, order: int, source, truth, rng, diagnostics) -> TwoLayerNetwork:
+        m = int(self.n_hidden)
+        t0 = time.perf_counter()
+        th = _make_thresholds(self.thresholds, coeffs, order, m, self.epsilon, self.bound,
+                              snr=float(self.snr_threshold), dedup=float(self.dedup_threshold))
+        opts = dict(thresholds=th, rng=rng, n_draws=self.n_draws, decomposer=self.decomposer,
+                    max_bias=float(self.max_bias) if not coeffs.exact else np.inf,
+                    scalar_snr=float(self.scalar_snr) if not coeffs.exact else 0.0)
+        rec = algorithm6(coeffs, m, **opts) if order == 1 else algorithm4(coeffs, order, m, **opts)
+        diagnostics["timings"]["tensor_stage"] = time.perf_counter() - t0
+        self.coefficients_ = coeffs
+        self.units_ = rec
+        self.order_ = order
+        self._record_units(coeffs, rec, order, m, diagnostics)
+
+        t1 = time.perf_counter()
+        use_params = (self.output == "parameters" or
+                      (self.output == "auto" and order == 1 and rec.n_units == m and not rec.dropped))
+        if use_params:
+            if rec.n_units == 0:
+                raise AssumptionError("no unit was recovered above the noise level (Algorithm 4); supply more "
+                                      "samples or use output='regression'.")
+            provable = rec.network()
+            diagnostics["output"] = "Algorithm 6 parameters" if order == 1 else "Algorithm 4 parameters"
+        else:
+            units = (rec.a, rec.b, rec.W)
+            if truth is not None:
+                reg = population_regression(units, truth)
+            else:
+                reg = algorithm5_regression(source, units, feature_map=self.feature_map,
+                                            rows=self.regression_rows, epsilon=self.epsilon or 1e-2,
+                                            bound=self.bound, n_hidden=m, chunk_size=self.chunk_size)
+            provable = reg.network
+            diagnostics["output"] = "Algorithm 5 regression (Claim D.14 consolidation)"
+            diagnostics["regression"] = {"loss": reg.loss, "n_units": provable.n_hidden, **reg.info}
+        diagnostics["timings"]["output_stage"] = time.perf_counter() - t1
+        self.provable_network_ = provable
+        diagnostics["provable_network_units"] = provable.n_hidden
+        return self._maybe_refine(provable, source, rng, diagnostics)
+
+    @staticmethod
+    def _record_units(coeffs: HermiteCoefficients, rec: HermiteRecovery, order: int, m: int,
+                      diagnostics: dict) -> None:
+        tens = rec.diagnostics.get("tensors", {})
+        diagnostics.update({
+            "order": order,
+            "mode": "population" if coeffs.exact else "samples",
+            "n_samples": coeffs.n_samples,
+            "working_dimension": coeffs.dim,
+            "units_recovered": rec.n_units,
+            "units_left_to_linear_part": m - rec.n_units,
+            "per_unit_snr": rec.snr.tolist(),
+            "unit_source": list(rec.source),
+            "also_in": [list(x) for x in rec.also_in],
+            "ranks": {k: v.get("rank") for k, v in tens.items()},
+            "singular_values": {k: v.get("singular_values") for k, v in tens.items()},
+            "jennrich": {k: v.get("jennrich") for k, v in tens.items()},
+            "jennrich_warnings": {k: v.get("jennrich_warnings") for k, v in tens.items() if v.get("jennrich_warnings")},
+            "noise": {f"T{k}": v for k, v in coeffs.noise.items()},
+            "thresholds": rec.diagnostics.get("thresholds"),
+            "dropped_units": rec.dropped,
+            "gram_condition": rec.diagnostics.get("gram_condition"),
+            "signs_fixed": rec.signs_fixed,
+            "fixsigns": rec.diagnostics.get("fixsigns"),
+            "coefficients": coeffs.info,
+        })
+        if "input_deviation" in coeffs.info:
+            diagnostics["input_deviation"] = coeffs.info["input_deviation"]
+
+
+def _peek_source(source, order):
+    """Make sure ``d`` is known (the engine leaves it None for one-pass iterators)."""
+    if source.n_inputs is not None:
+        return source, int(source.n_inputs)
+    from ._awasthi.coefficients import _open_source
+
+    if order == "auto" or order == 1:
+        if not source.info.reiterable:
+            raise InputError("the data source is a one-pass iterator of unknown width; pass order=2 (one pass) "
+                             "or a re-iterable source (arrays, dask arrays, SampleStream, list of chunks).")
+    return _open_source(source, 2)
+
+
+# ---------------------------------------------------------------------------------------- registry
+_PAPER = "awasthi2021"
+_GAUSS = "x ~ N(0, I_d)"
+_RELU = "f(x) = sum_i a_i relu(w_i^T x + b_i), a_i != 0"
+register("hermite-tensor", paper=_PAPER, algorithm="Algorithms 4-6 (Theorems 3.1, 3.2)", target=HermiteTensorLearner,
+         assumptions=(_GAUSS, _RELU, "order 1: m <= d, s_m(W) > 0; order 2: m <= 0.9 C(d+1, 2), s_m(W^(.)2) > 0",
+                      "no two w_i parallel"),
+         description="Hermite tensor decomposition (Jennrich on T_{2l+1} and T_{2l+2}) + regression/refinement",
+         is_learner=True)
+register("atv21-algorithm1", paper=_PAPER, algorithm="Algorithm 1", target=algorithm1,
+         assumptions=(_GAUSS, _RELU, "exact Hermite coefficients", "{w_i^(x)l} linearly independent"),
+         description="order-l recovery from exact coefficients (Theorems 4.1, 4.2)")
+register("atv21-recoverscalars", paper=_PAPER, algorithm="Algorithm 2", target=recover_scalars,
+         assumptions=("directions w_i up to sign", "Gram matrices G^(o j) nonsingular"),
+         description="RECOVERSCALARS: a_i and xi_i b_i from T_l..T_{l+3} (corrected l > 1 formula)")
+register("atv21-fixsigns", paper=_PAPER, algorithm="Algorithm 3", target=fix_signs,
+         assumptions=("full rank: w_i linearly independent",), description="FIXSIGNS from T_1")
+register("atv21-algorithm4", paper=_PAPER, algorithm="Algorithm 4", target=algorithm4,
+         assumptions=(_GAUSS, _RELU, "s_m(W^(.)l) >= 1/poly"), description="robust order-l recovery (Theorem D.1)")
+register("atv21-algorithm5", paper=_PAPER, algorithm="Algorithm 5", target=algorithm5,
+         assumptions=(_GAUSS, _RELU), description="low-L2-error ReLU network with <= m + 2 units (Lemma D.12)")
+register("atv21-algorithm6", paper=_PAPER, algorithm="Algorithm 6", target=algorithm6,
+         assumptions=(_GAUSS, _RELU, "m <= d, s_m(W) >= 1/poly"), description="robust full-rank recovery (Theorem 3.1)")
+register("atv21-consolidate", paper=_PAPER, algorithm="Claim D.14", target=consolidate,
+         description="regression output as a ReLU network with <= |S| + 2 units")
+register("atv21-population-regression", paper=_PAPER, algorithm="Theorem 4.2 (SQ regression)",
+         target=population_regression, assumptions=(_GAUSS,), description="exact-moment Algorithm 5 (zero L2 error)")
+register("atv21-linear-correction", paper=_PAPER, algorithm="Section 1 overview (iv) / Algorithm 5 linear part",
+         target=linear_correction, assumptions=(_GAUSS, "signs known"), description="closed-form linear part from T_0, T_1")
+register("atv21-sign-flip-sets", paper=_PAPER, algorithm="Theorem 3.4", target=sign_flip_sets,
+         description="sign patterns giving the same function (corrected eq. (2))")
+register("atv21-claim-4.8", paper=_PAPER, algorithm="Claim 4.8", target=claim48_instance,
+         assumptions=("w_i linearly dependent",), description="sign non-identifiability construction")
+register("atv21-smoothed-instance", paper=_PAPER, algorithm="Appendix E (Corollary 3.3)", target=smoothed_instance,
+         description="smoothed instances and s_m(W^(.)l)")
+register("atv21-hermite-separation", paper=_PAPER, algorithm="Lemma 4.3", target=hermite_separation,
+         description="min_x max(|He_k|, |He_{k+1}|) (corrected constant)")
