@@ -1,0 +1,326 @@
+"""Streaming moments for the pure-neuron detector, exact Gaussian population moments, symmetry test.
+
+Paper symbol -> name here (Ge, Kuditipudi, Li, Wang 2019, Algorithms 1-4):
+
+==========================================  ==========================================================
+``E[x x^T]``                                ``PartMoments.second``  (Sigma, d x d)
+``E[y x^T]``                                ``PartMoments.cross``   (P, l x d; = A W Sigma / 2, Lemma 1)
+``E[y y^T]``                                ``PartMoments.yy``      (only the noisy detector, Eq. 11)
+``E[y]``                                    ``PartMoments.mean_y``  (SignFix)
+``E[y (x) x^{(x)3}]``                       ``DetectorMoments.h3``  (l, d, d(d+1)/2): ``E[y_a x_p x_r x_s]``
+``E[y (x) y (x) (x (x) x)]``                ``DetectorMoments.g4``  (l, l, d(d+1)/2): ``E[y_a y_b x_r x_s]``
+==========================================  ==========================================================
+
+The last index of ``h3``/``g4`` runs over pairs ``r <= s`` (``numpy.triu_indices(d)``); the fourth-order
+moments are symmetric in ``(r, s)`` so nothing is lost.
+
+:class:`PureNeuronStatistic` accumulates all of them in one pass (a :class:`nnrecover.moments.Statistic`:
+``update``/``merge``/``finalize``, picklable) and routes rows to the parts of the paper's sample split.
+Rows are assigned **by pairs** ``(2j, 2j+1)``: pair ``j`` goes to part ``layout[j % len(layout)]``. An
+antithetic sample (rows ``x, -x`` adjacent) therefore keeps every ``+-x`` pair inside one part, so each
+part is itself exactly symmetric (Algorithm 3's split "keeping +-x pairs together").
+
+:func:`gaussian_population_moments` gives the same moments exactly for ``x ~ N(0, Sigma)``: by Lemma 6
+the ReLU disappears from every moment of even total degree, and by Lemma 7
+``E[s(a.x) s(b.x) x x^T] = E[(a.x)(b.x) x x^T] / 2 - mat(N_ab) / 2``, with Isserlis' theorem for the
+Gaussian fourth moments and Lemma 19 for ``N_ab``.
+
+:func:`symmetry_test` tests ``H0: x and -x have the same law`` through the odd features
+``g(x) = (x, x**3)`` (elementwise), whose mean vanishes under H0: Hotelling's statistic
+``n gbar^T Cov(g)^+ gbar`` is asymptotically chi-square with ``rank Cov(g)`` degrees of freedom.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import stats as _stats
+
+from ...errors import InputError
+from ...moments import Statistic
+from .symmetric import n_sym
+
+__all__ = ["PartMoments", "DetectorMoments", "PureNeuronMoments", "PureNeuronStatistic",
+           "SymmetryTest", "symmetry_test", "gaussian_population_moments", "SPLIT_LAYOUTS"]
+
+#: pair-to-part layouts: "none" one part; "alg3" halves (T | readout); "alg4" 1/2, 1/4, 1/4
+#: (projection | T | readout), Appendix A.3.
+SPLIT_LAYOUTS = {"none": (0,), "alg3": (0, 1), "alg4": (0, 0, 1, 2)}
+
+
+@dataclass
+class PartMoments:
+    """Low-order moments of one part of the sample (``n`` is ``None`` for population moments)."""
+
+    n: int | None
+    mean_x: np.ndarray
+    second: np.ndarray
+    cross: np.ndarray
+    yy: np.ndarray
+    mean_y: np.ndarray
+
+
+@dataclass
+class DetectorMoments:
+    """Third/fourth-order moments entering the pure-neuron detector (BuildT)."""
+
+    n: int | None
+    h3: np.ndarray
+    g4: np.ndarray
+
+
+@dataclass
+class SymmetryTest:
+    """Result of :func:`symmetry_test`: statistic, degrees of freedom and p-value."""
+
+    statistic: float
+    df: int
+    p_value: float
+    n: int
+
+
+@dataclass
+class PureNeuronMoments:
+    """Everything the learner needs, per part of the split (see :data:`SPLIT_LAYOUTS`)."""
+
+    parts: list[PartMoments]
+    detector: DetectorMoments
+    detector_part: int
+    symmetry: SymmetryTest | None = None
+    layout: tuple = field(default=(0,))
+
+    @property
+    def n_inputs(self) -> int:
+        return self.parts[0].second.shape[0]
+
+    @property
+    def n_outputs(self) -> int:
+        return self.parts[0].cross.shape[0]
+
+
+def _vech_products(X: np.ndarray) -> np.ndarray:
+    """Rows ``(x_r x_s)_{r <= s}`` for every sample, shape (n, d(d+1)/2)."""
+    iu = np.triu_indices(X.shape[1])
+    return X[:, iu[0]] * X[:, iu[1]]
+
+
+class PureNeuronStatistic(Statistic):
+    """One-pass sums for Algorithms 1-4 of Ge et al. 2019, with the paper's sample split.
+
+    Parameters
+    ----------
+    split : {"none", "alg3", "alg4"}
+        How rows (in pairs) are routed to parts, see :data:`SPLIT_LAYOUTS`.
+    detector_part : int
+        The part on which the third/fourth-order detector moments are accumulated (Algorithm 3: the
+        first half; Algorithm 4 with split: the second quarter, part 1).
+    symmetry : bool
+        Also accumulate the odd features of :func:`symmetry_test` (over all rows).
+
+    Notes
+    -----
+    The detector moments cost ``O(n l d^3)`` flops and ``O(l d^3 / 2 + l^2 d^2 / 2)`` memory (one GEMM
+    per chunk); ``l`` is the output dimension. Dimensions are fixed by the first chunk.
+    """
+
+    def __init__(self, split: str = "none", detector_part: int = 0, symmetry: bool = True) -> None:
+        if split not in SPLIT_LAYOUTS:
+            raise InputError(f"split must be one of {sorted(SPLIT_LAYOUTS)}, got {split!r}.")
+        self.split = split
+        self.layout = SPLIT_LAYOUTS[split]
+        n_parts = max(self.layout) + 1
+        if not 0 <= detector_part < n_parts:
+            raise InputError(f"detector_part must be in [0, {n_parts}), got {detector_part}.")
+        self.detector_part = detector_part
+        self.symmetry = bool(symmetry)
+        super().__init__()
+
+    # ---------------------------------------------------------------- Statistic protocol
+    def _reset(self) -> None:
+        self.dims: tuple[int, int] | None = None
+        self._row = 0  # running row counter: pairs are (2j, 2j+1)
+        self._parts: list[dict] | None = None
+        self._det: dict | None = None
+        self._sym: dict | None = None
+
+    def _allocate(self, d: int, l: int) -> None:
+        self.dims = (d, l)
+        n_parts = max(self.layout) + 1
+        self._parts = [dict(n=0, sx=np.zeros(d), sxx=np.zeros((d, d)), syx=np.zeros((l, d)),
+                            syy=np.zeros((l, l)), sy=np.zeros(l)) for _ in range(n_parts)]
+        D2 = n_sym(d)
+        self._det = dict(n=0, h3=np.zeros((l * d, D2)), g4=np.zeros((n_sym(l), D2)))
+        if self.symmetry:
+            self._sym = dict(n=0, sg=np.zeros(2 * d), sgg=np.zeros((2 * d, 2 * d)))
+
+    def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        n, d = X.shape
+        l = Y.shape[1]
+        if l == 0:
+            raise InputError("the pure-neuron statistic needs targets Y (got none).")
+        if self.dims is None:
+            self._allocate(d, l)
+        elif self.dims != (d, l):
+            raise InputError(f"chunk has {d} inputs and {l} outputs, earlier chunks had {self.dims}.")
+        rows = self._row + np.arange(n)
+        self._row += n
+        part_of_row = np.asarray(self.layout)[(rows // 2) % len(self.layout)]
+        for p, acc in enumerate(self._parts):
+            sel = part_of_row == p
+            if not sel.any():
+                continue
+            Xp, Yp = (X, Y) if sel.all() else (X[sel], Y[sel])
+            acc["n"] += Xp.shape[0]
+            acc["sx"] += Xp.sum(axis=0)
+            acc["sxx"] += Xp.T @ Xp
+            acc["syx"] += Yp.T @ Xp
+            acc["syy"] += Yp.T @ Yp
+            acc["sy"] += Yp.sum(axis=0)
+            if p == self.detector_part:
+                phi = _vech_products(Xp)
+                yx = (Yp[:, :, None] * Xp[:, None, :]).reshape(Xp.shape[0], l * d)
+                il = np.triu_indices(l)
+                self._det["n"] += Xp.shape[0]
+                self._det["h3"] += yx.T @ phi
+                self._det["g4"] += (Yp[:, il[0]] * Yp[:, il[1]]).T @ phi
+        if self._sym is not None:
+            g = np.hstack([X, X ** 3])
+            self._sym["n"] += n
+            self._sym["sg"] += g.sum(axis=0)
+            self._sym["sgg"] += g.T @ g
+
+    def _merge(self, other: "PureNeuronStatistic") -> None:
+        if (other.split, other.detector_part, other.symmetry) != (self.split, self.detector_part,
+                                                                  self.symmetry):
+            raise InputError("cannot merge pure-neuron statistics with different split settings.")
+        if other.dims is None:
+            return
+        if self.dims is None:
+            self._allocate(*other.dims)
+        elif self.dims != other.dims:
+            raise InputError(f"cannot merge statistics of dimensions {other.dims} into {self.dims}.")
+        for mine, theirs in zip(self._parts, other._parts):
+            for key in mine:
+                mine[key] = mine[key] + theirs[key]
+        for key in self._det:
+            self._det[key] = self._det[key] + other._det[key]
+        if self._sym is not None:
+            for key in self._sym:
+                self._sym[key] = self._sym[key] + other._sym[key]
+        self._row += other._row
+
+    def finalize(self) -> PureNeuronMoments:
+        """The moments of every part, the detector moments and the symmetry test."""
+        if self.dims is None:
+            raise InputError("no samples were seen; pass a non-empty data set.")
+        d, l = self.dims
+        parts = []
+        for p, acc in enumerate(self._parts):
+            m = acc["n"]
+            if m < 2:
+                raise InputError(f"part {p} of the sample split received {m} samples; more samples are "
+                                 "needed (or use split=False).")
+            parts.append(PartMoments(m, acc["sx"] / m, acc["sxx"] / m, acc["syx"] / m, acc["syy"] / m,
+                                     acc["sy"] / m))
+        m = self._det["n"]
+        h3 = (self._det["h3"] / m).reshape(l, d, -1)
+        g4p = self._det["g4"] / m
+        il = np.triu_indices(l)
+        g4 = np.empty((l, l, g4p.shape[1]))
+        g4[il[0], il[1]] = g4p
+        g4[il[1], il[0]] = g4p
+        sym = None
+        if self._sym is not None:
+            sym = _symmetry_from_sums(self._sym["n"], self._sym["sg"], self._sym["sgg"])
+        return PureNeuronMoments(parts, DetectorMoments(m, h3, g4), self.detector_part, sym, self.layout)
+
+
+# -------------------------------------------------------------------------------------------- symmetry
+def _symmetry_from_sums(n: int, sg: np.ndarray, sgg: np.ndarray) -> SymmetryTest:
+    gbar = sg / n
+    cov = sgg / n - np.outer(gbar, gbar)
+    scale = np.sqrt(np.clip(np.diag(cov), 0, None))
+    ok = scale > 1e-300
+    if not ok.any():
+        return SymmetryTest(0.0, 0, 1.0, n)
+    corr = cov[np.ix_(ok, ok)] / np.outer(scale[ok], scale[ok])
+    z = gbar[ok] / scale[ok]
+    vals, vecs = np.linalg.eigh(corr)
+    keep = vals > 1e-10 * vals.max()
+    proj = vecs[:, keep].T @ z
+    stat = float(n * np.sum(proj ** 2 / vals[keep]))
+    df = int(keep.sum())
+    return SymmetryTest(stat, df, float(_stats.chi2.sf(stat, df)), n)
+
+
+def symmetry_test(X: np.ndarray) -> SymmetryTest:
+    """Test whether the law of ``x`` is symmetric (``x`` and ``-x`` equal in law), Ge et al.'s assumption.
+
+    Parameters
+    ----------
+    X : array of shape (n, d)
+
+    Returns
+    -------
+    SymmetryTest
+        Hotelling's statistic for ``E[g(x)] = 0`` with the odd features ``g(x) = (x, x**3)``, its
+        degrees of freedom (rank of the feature covariance) and the asymptotic chi-square p-value. An
+        exactly symmetric sample (``+-x`` pairs) gives statistic 0 and p-value 1.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[0] < 2:
+        raise InputError(f"symmetry_test needs X of shape (n >= 2, d), got {X.shape}.")
+    g = np.hstack([X, X ** 3])
+    return _symmetry_from_sums(X.shape[0], g.sum(axis=0), g.T @ g)
+
+
+# -------------------------------------------------------------------------------------------- population
+def gaussian_population_moments(hidden_weights: np.ndarray, output_weights: np.ndarray,
+                                cov: np.ndarray | None = None) -> PureNeuronMoments:
+    """Exact moments of ``y = A relu(W x)``, ``x ~ N(0, cov)`` (no noise), for population mode.
+
+    Parameters
+    ----------
+    hidden_weights : (k, d) array ``W``
+    output_weights : (l, k) array ``A``
+    cov : (d, d) array, optional
+        Input covariance ``Q Q^T`` (identity by default).
+
+    Returns
+    -------
+    PureNeuronMoments
+        One part (no split is needed with exact moments, Appendix A.2), ``n = None``.
+    """
+    from .distinguishing import gaussian_distinguishing_matrix
+
+    W = np.asarray(hidden_weights, dtype=np.float64)
+    A = np.asarray(output_weights, dtype=np.float64)
+    k, d = W.shape
+    Sigma = np.eye(d) if cov is None else np.asarray(cov, dtype=np.float64)
+    U = W @ Sigma  # rows u_i = Sigma w_i
+    G = U @ W.T  # w_i^T Sigma w_j
+    N, m = gaussian_distinguishing_matrix(W, cov=Sigma, return_scalars=True)  # (d*d, k2), (k2,)
+    ip, jp = np.triu_indices(k, 1)
+    # E[h_i h_j] = (w_i^T Sigma w_j - m_ij) / 2 (Lemma 7 with Lemma 6); m_ii = 0.
+    Mfull = np.zeros((k, k))
+    Mfull[ip, jp] = m
+    Mfull[jp, ip] = m
+    Ehh = (G - Mfull) / 2
+    mean_h = np.sqrt(np.diag(G) / (2 * np.pi))
+    iu = np.triu_indices(d)
+    # E[h_i x_p x_r x_s] = (u_ip S_rs + u_ir S_ps + u_is S_pr) / 2  (Lemma 6, Isserlis)
+    S_rs = Sigma[iu[0], iu[1]]
+    Eh3 = 0.5 * (U[:, :, None] * S_rs[None, None, :]
+                 + U[:, iu[0]][:, None, :] * Sigma[:, iu[1]][None, :, :]
+                 + U[:, iu[1]][:, None, :] * Sigma[:, iu[0]][None, :, :])  # (k, d, D2)
+    h3 = np.einsum("ai,ipq->apq", A, Eh3)
+    # E[h_i h_j x_r x_s] = ((w_i S w_j) S_rs + u_ir u_js + u_is u_jr) / 2 - N_ij[r, s] / 2
+    Ehh4 = 0.5 * (G[:, :, None] * S_rs[None, None, :]
+                  + U[:, None, iu[0]] * U[None, :, iu[1]] + U[:, None, iu[1]] * U[None, :, iu[0]])
+    Npk = N.reshape(d, d, -1)[iu[0], iu[1]].T  # (k2, D2) (vec of a symmetric matrix)
+    Ehh4[ip, jp] -= Npk / 2
+    Ehh4[jp, ip] -= Npk / 2
+    g4 = np.einsum("ai,bj,ijq->abq", A, A, Ehh4)
+    part = PartMoments(None, np.zeros(d), Sigma.copy(), 0.5 * A @ U, A @ Ehh @ A.T, A @ mean_h)
+    return PureNeuronMoments([part], DetectorMoments(None, h3, g4), 0, None, (0,))
