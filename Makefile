@@ -46,7 +46,7 @@ demo: $(STAMP)
 	$(VENV)/bin/nnrecover demo
 
 test: $(TSTAMP)
-	$(PY) -m pytest -q -n 2 --timeout=900 tests
+	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --timeout=900 tests
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

@@ -6,6 +6,19 @@ sources (arrays, memory-mapped files, chunk iterables, dask arrays), and
 """
 
 from .base import Statistic, accumulate
+from .engine import DataInfo, DataSource, as_data_source, default_chunk_rows, describe_data, iterate_chunks
+from .statistics import (
+    Covariance,
+    CovarianceStatistic,
+    InputDeviation,
+    MeanStatistic,
+    Means,
+    SecondMoment,
+    SecondMoments,
+    ThirdMomentContraction,
+    WeightedSecondMoment,
+    input_deviation_from_standard,
+)
 from .hermite import (
     HermiteContractionStatistic,
     HermiteMatrixSliceStatistic,
@@ -20,6 +33,9 @@ from .hermite import (
 
 __all__ = [
     "Statistic", "accumulate",
+    "DataInfo", "DataSource", "as_data_source", "describe_data", "iterate_chunks", "default_chunk_rows",
+    "MeanStatistic", "SecondMoment", "CovarianceStatistic", "WeightedSecondMoment", "ThirdMomentContraction",
+    "Means", "SecondMoments", "Covariance", "InputDeviation", "input_deviation_from_standard",
     "HermiteTensorStatistic", "HermiteRankOneStatistic", "HermiteContractionStatistic",
     "HermiteVectorSliceStatistic", "HermiteMatrixSliceStatistic", "HermitePartialContractionStatistic",
     "HermiteMoments", "SampleHermiteMoments", "PopulationHermiteMoments",
