@@ -184,8 +184,14 @@ def _top_eigvecs(S: np.ndarray, m: int) -> np.ndarray:
     """Eigenvectors of the symmetric ``S`` for its ``m`` eigenvalues of largest magnitude."""
     lam, V = linalg.eigh(0.5 * (S + S.T))
     idx = np.argsort(-np.abs(lam), kind="stable")[:m]
-    P = V[:, np.sort(idx)]
-    return P
+    return _fix_column_signs(V[:, np.sort(idx)])
+
+
+def _fix_column_signs(P: np.ndarray) -> np.ndarray:
+    """Flip columns so that each one's largest-|entry| is positive (a deterministic basis, so the
+    projected tensors do not depend on LAPACK's sign choices, e.g. between data sources)."""
+    piv = P[np.argmax(np.abs(P), axis=0), np.arange(P.shape[1])]
+    return P * np.where(piv < 0, -1.0, 1.0)
 
 
 # ==================================================================== streaming statistics
@@ -306,7 +312,7 @@ class RangeStatistic(_InputCheck, Statistic):
             lam, V = linalg.eigh(B)
             idx = np.argsort(-np.abs(lam), kind="stable")[:m]
             P = Q @ V[:, np.sort(idx)]
-            P, _ = linalg.qr(P, mode="economic")
+            P = _fix_column_signs(linalg.qr(P, mode="economic")[0])
             mags = np.sort(np.abs(lam))[::-1]
         return P, {"range_method": self.method, "t2_eigenvalue_magnitudes": mags[: m + 1].tolist()}
 

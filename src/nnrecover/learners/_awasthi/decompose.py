@@ -209,7 +209,15 @@ def _deduplicate(cands: list[dict], th: Thresholds, m: int) -> tuple[list[dict],
             dups.append(c)
         else:
             kept.append(dict(c))
-    return kept[:m], kept[m:] + dups
+    # at most m units exist: while there are more candidates, the closest pair (up to sign) is one
+    # unit seen twice -- keep its higher-SNR member (kept is sorted by decreasing SNR)
+    while len(kept) > m:
+        U = np.array([k["u"] for k in kept])
+        C = np.abs(U @ U.T) - 2.0 * np.eye(len(kept))
+        i, j = sorted(np.unravel_index(int(np.argmax(C)), C.shape))
+        kept[i].setdefault("also", []).append(kept[j]["source"])
+        dups.append(kept.pop(j))
+    return kept, dups
 
 
 @dataclass
