@@ -1,0 +1,362 @@
+"""Approximate hidden weights from Gaussian moments (Bakshi et al. 2019, Section 4.2; spec 004 §2.4.2).
+
+Stein's identity for ``x ~ N(0, I_d)`` and unit rows ``V*_j`` (Appendix A of spec 004):
+
+    E[y He_r(x)] = sum_j c_r(f) U*_{:,j} ⊗ V*_j^{⊗r},     c_r(f) = E_z[f(z) He_r(z)],
+
+so every order ``r`` with ``c_r(f) != 0`` gives a tensor whose CP factors are the hidden directions.
+The paper's Algorithm 4 uses ``r = 3`` (the score tensor ``S_3``). For ReLU ``c_3 = 0`` (``relu(z) =
+z/2 + |z|/2`` and ``|z|`` is even), so that tensor vanishes in expectation and Algorithm 4 cannot work
+as written (spec 004 §2.4.2 item 1, erratum 1): :func:`choose_order` raises
+:class:`~nnrecover.errors.AssumptionError` for ``order=3`` with ReLU and picks the order from the first
+non-zero Hermite coefficient otherwise.
+
+Estimators (all return unit vectors ``v_j ≈ ±V*_j`` in unknown order and sign):
+
+``order=2`` (Option A, needs ``m >= 2`` outputs so that there are at least two slices)
+    ``T_2 = E[y ⊗ He_2(x)] = c_2 sum_j U*_j ⊗ V*_j ⊗ V*_j`` (m x d x d), decomposed by joint
+    diagonalisation of its projected slices (Jennrich pencil + ALS over all slices,
+    :func:`nnrecover.tensor.joint_diagonalize`). Plain single-pair Jennrich varies widely between
+    draws (spec 004 §5.5); the indefinite whitening of JSA15 is invalid (§2.4.2 item 2).
+``order=4`` (Option B, any m including m = 1)
+    ``T_4 = E[y ⊗ He_4(x̃)]`` in the k-dimensional span ``x̃ = P^T x``; its k² mode-(3, 4) slices
+    ``c_4 sum_j <θ, U*_j> w_ja w_jc w_j w_j^T`` are jointly diagonalised.
+``order=3`` (Algorithm 4 / Option C, activations with ``c_3 != 0`` such as ``relu_power(2)``)
+    the projected ``T_3`` with its k·K slices, same decomposition.
+
+Span ``P`` (d x k) of the hidden rows [S]: ``"linear"`` uses ``E[y x^T] = c_1 U* V*`` (top-k right
+singular vectors; needs ``c_1 != 0`` and ``m >= k``; one cheap pass), ``"second"`` uses the top-k
+eigenvectors of ``sum_r M_r^2`` with ``M_r = E[y_r He_2(x)]`` (spec 004 Option A step 2; costs
+``O(n m d^2)``). With the linear span the outputs are also compressed to the k-dimensional column span
+of ``E[y x^T]``. Only ``O(n k^r)`` work is then done per order-``r`` statistic, and no tensor in d
+dimensions is ever formed.
+
+Control variates [S]: ``He_r`` (r >= 2) is orthogonal to every polynomial of degree <= 1, so
+replacing ``y`` by ``y - E[y] - E[y x^T] x`` leaves ``E[y He_r(x)]`` unchanged and removes the variance
+of the constant and linear parts of the network (about half of the variance for ReLU).
+
+Non-identity covariance (Remark 3, spec 004 §2.6): with ``whiten=True`` the inputs are whitened with
+the estimated ``Σ^{-1/2}`` (``x' = Σ^{-1/2} x``, ``V' = V* Σ^{1/2}``) and the directions mapped back as
+``V ∝ V' Σ^{-1/2}``.
+
+Streaming: every statistic is a :class:`~nnrecover.moments.Statistic` fed chunk by chunk (arrays,
+memory maps, re-iterable chunk streams, dask arrays); the first ``skip`` rows (the refinement sample
+of the exact step, sample splitting) are left out.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import scipy.linalg
+
+from ..._validation import check_positive_int, check_random_state
+from ...activations import get_activation
+from ...errors import AssumptionError, InputError
+from ...moments.base import accumulate
+from ...moments.engine import as_data_source
+from ...moments.hermite import HermiteTensorStatistic
+from ...moments.statistics import MeanStatistic, SecondMoment
+from ...tensor import joint_diagonalize
+
+__all__ = ["ApproximateResult", "choose_order", "approximate_hidden_weights",
+           "approximate_hidden_weights_population", "decompose_projected", "HERMITE_TOL"]
+
+#: |c_r(f)| below this counts as zero (ReLU's c_3 is 0 to round-off)
+HERMITE_TOL = 1e-8
+
+
+@dataclass
+class ApproximateResult:
+    """Approximate hidden directions from moments.
+
+    Attributes
+    ----------
+    hidden_weights : ndarray (k, d)
+        Unit rows ``v_j ≈ ξ_j V*_j`` (unknown signs ``ξ_j`` and order).
+    diagnostics : dict
+        ``order``, ``span``, ``coefficients`` (``c_0..c_4`` of the activation), ``span_singular_values``,
+        ``span_gap`` (``s_{k+1}/s_k``), ``decomposition`` (joint-diagonalisation diagnostics),
+        ``n_moment_samples``, ``whitened``, ``time``.
+    """
+
+    hidden_weights: np.ndarray
+    diagnostics: dict = field(default_factory=dict)
+
+
+def choose_order(activation: Any, n_outputs: int, order: "int | str" = "auto") -> tuple[int, np.ndarray]:
+    """The moment order used by the tensor step, from the activation's Hermite coefficients.
+
+    ``"auto"``: the smallest ``r >= 2`` with ``|c_r(f)| > HERMITE_TOL`` that is usable with ``n_outputs``
+    (order 2 needs at least two outputs: one matrix slice per output). ReLU: 2 (``m >= 2``) or 4
+    (``m = 1``, since ``c_3 = 0``); ``relu_power(2)``: 2 or 3; ``exp_minus_one``: 2 or 3.
+
+    Raises
+    ------
+    AssumptionError
+        The requested order has ``c_r(f) = 0`` (order 3 with ReLU: Algorithm 4 as written cannot work),
+        or order 2 with one output, or no usable order up to 4.
+    """
+    act = get_activation(activation)
+    coeffs = np.asarray(act.hermite_coefficients(4), dtype=float)
+    scale = max(float(np.max(np.abs(coeffs))), 1e-300)
+    nonzero = np.abs(coeffs) > HERMITE_TOL * scale
+    if order == "auto":
+        for r in (2, 3, 4):
+            if nonzero[r] and (r > 2 or n_outputs >= 2):
+                return r, coeffs
+        raise AssumptionError(f"activation {act.spec!r} has c_2 = c_3 = c_4 = 0 (or c_2 only, with one output): "
+                              "no moment tensor of order <= 4 identifies the hidden units (spec 004 §2.4.2).")
+    if isinstance(order, bool) or not isinstance(order, (int, np.integer)) or order not in (2, 3, 4):
+        raise InputError(f"order must be 'auto', 2, 3 or 4, got {order!r}.")
+    r = int(order)
+    if not nonzero[r]:
+        extra = (" For ReLU, c_3 = E[relu(z) He_3(z)] = E[z^4; z > 0] - 3 E[z^2; z > 0] = 3/2 - 3/2 = 0, so the "
+                 "third-order score tensor of Algorithm 4 vanishes in expectation for every U*, V* and the "
+                 "algorithm cannot work as written (spec 004 §2.4.2 item 1, erratum 1); use order=2 "
+                 "(Option A) or order=4 (Option B).") if act.name == "relu" and r == 3 else ""
+        raise AssumptionError(f"order={r} needs the Hermite coefficient c_{r}(f) = E[f(z) He_{r}(z)] to be "
+                              f"non-zero, but c_{r}({act.spec}) = {abs(coeffs[r]) if abs(coeffs[r]) < 1e-300 else coeffs[r]:.3g}.{extra}")
+    if r == 2 and n_outputs < 2:
+        raise AssumptionError("order=2 (Option A) needs at least two outputs: with m = 1 the order-2 moment is a "
+                              "single matrix, whose eigenvectors do not identify non-orthogonal units; use order=4 "
+                              "(Option B) or 3.")
+    return r, coeffs
+
+
+# --------------------------------------------------------------------------------------- data plumbing
+
+class _Tail:
+    """Re-iterable view of a data source without its first ``skip`` rows, with a chunk transform."""
+
+    def __init__(self, source, skip: int, transform: Callable | None = None, chunk_size: int | None = None):
+        self.source, self.skip, self.transform, self.chunk_size = source, skip, transform, chunk_size
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        seen = 0
+        for X, Y in self.source.chunks(self.chunk_size, progress=False):
+            n = X.shape[0]
+            start = min(max(self.skip - seen, 0), n)
+            seen += n
+            if start >= n:
+                continue
+            X, Y = X[start:], Y[start:]
+            yield (X, Y) if self.transform is None else self.transform(X, Y)
+
+
+def _top_right(B: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    U, s, Vt = scipy.linalg.svd(B, full_matrices=False, check_finite=False)
+    return U[:, :k], s, Vt[:k].T
+
+
+def _span_second(M2: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k eigenvectors of ``sum_r M_r^2`` (PSD, range = span of the hidden rows)."""
+    S = np.einsum("rab,rbc->ac", M2, M2)
+    lam, vec = np.linalg.eigh(0.5 * (S + S.T))
+    order = np.argsort(-lam)
+    return vec[:, order[:k]], np.sqrt(np.maximum(lam[order], 0.0))
+
+
+def decompose_projected(T: np.ndarray, k: int, *, rng: Any = None, n_draws: int = 8) -> tuple[np.ndarray, dict]:
+    """CP factors of a projected symmetric moment tensor ``T`` of shape ``(K,) + (k,)*r``.
+
+    The modes after the first two hidden modes are folded into the slice index, giving
+    ``K k^{r-2}`` symmetric k x k slices ``sum_j λ_{s,j} w_j w_j^T``, jointly diagonalised
+    (:func:`nnrecover.tensor.joint_diagonalize`). Returns the unit factors (k, k) (columns ``w_j``) and
+    the joint-diagonalisation diagnostics.
+    """
+    K, r = T.shape[0], T.ndim - 1
+    slices = np.moveaxis(T.reshape((K,) + (k,) * r), (1, 2), (-2, -1)).reshape(-1, k, k)
+    slices = 0.5 * (slices + slices.transpose(0, 2, 1))
+    res = joint_diagonalize(slices, k, rng=rng, n_draws=n_draws, symmetric=True)
+    diag = {key: val for key, val in res.diagnostics.items() if key != "jennrich"}
+    diag["jennrich_eigenvalue_gap"] = res.diagnostics["jennrich"].get("eigenvalue_gap")
+    return res.factors, diag
+
+
+def _finish_directions(W: np.ndarray, P: np.ndarray, L: np.ndarray | None) -> np.ndarray:
+    V = (P @ W).T                              # rows in (whitened) input coordinates
+    if L is not None:
+        V = V @ L                              # V x = V' x' with x' = L x
+    return V / np.linalg.norm(V, axis=1, keepdims=True)
+
+
+def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = None, *, activation: Any = "relu",
+                               order: "int | str" = "auto", span: str = "auto", control_variates: bool = True,
+                               whiten: "bool | str" = False, skip: int = 0, n_draws: int = 8,
+                               paper_noise: bool = False, chunk_size: int | None = None, rng: Any = None
+                               ) -> ApproximateResult:
+    """Approximate hidden directions ``v_j ≈ ±V*_j`` from Gaussian moments (Algorithm 4 steps 1-4, Options A-C).
+
+    Parameters
+    ----------
+    X, Y : data
+        ``(n, d)`` inputs and ``(n,)``/``(n, m)`` outputs as arrays, memory maps or dask arrays, or ``X``
+        an iterable of ``(X, Y)`` chunks (re-iterable: two or three passes are made) with ``Y=None``.
+    n_hidden : int
+        ``k``.
+    activation : str or Activation, default "relu"
+    order : {"auto", 2, 3, 4}
+        Moment order (:func:`choose_order`).
+    span : {"auto", "linear", "second"}
+        How the k-dimensional span of the hidden rows is estimated (module docstring). "auto": "linear"
+        when ``c_1 != 0`` and ``m >= k``, else "second".
+    control_variates : bool, default True
+        Subtract the fitted constant and linear parts of ``y`` (unbiased for r >= 2, lower variance).
+    whiten : bool, default False
+        Whiten the inputs with the estimated second moment (inputs ``N(0, Σ)``, Remark 3).
+    skip : int, default 0
+        Leave out the first ``skip`` rows (reserved for the exact refinement: sample splitting).
+    n_draws : int, default 8
+        Random pencils tried by the joint-diagonalisation initialisation.
+    paper_noise : bool, default False
+        Add the ``N(0, 1)`` matrix ``G`` to the outputs (Algorithm 4 step 2; an analysis device of
+        Lemma 13 that only adds variance, off by default).
+    chunk_size : int, optional
+        Rows per chunk when reading arrays.
+    rng : int, Generator or None
+        Randomness of the pencils and of ``paper_noise``.
+
+    Returns
+    -------
+    ApproximateResult
+
+    Raises
+    ------
+    InputError
+        Bad data or arguments, fewer than ``max(4 d, 100)`` moment samples.
+    AssumptionError
+        Unusable order (ReLU and order 3), ``span="linear"`` without ``c_1`` or with ``m < k``.
+    """
+    t0 = time.perf_counter()
+    gen = check_random_state(rng)
+    source = as_data_source(X, Y)
+    source.require_targets("the tensor step of Bakshi et al.")
+    info = source.info
+    k = check_positive_int(n_hidden, "n_hidden")
+    skip = check_positive_int(skip, "skip", minimum=0)
+    act = get_activation(activation)
+    if span not in ("auto", "linear", "second"):
+        raise InputError(f"span must be 'auto', 'linear' or 'second', got {span!r}.")
+    if whiten not in (True, False):
+        raise InputError(f"whiten must be True or False, got {whiten!r}.")
+    m_hint = info.n_outputs
+    if m_hint is None:
+        m_hint = source.peek()[1].shape[1]
+    r, coeffs = choose_order(act, m_hint, order)
+    noise_seed = int(gen.integers(0, 2**63)) if paper_noise else None
+
+    # pass 1: E[x], E[y], E[x x^T], E[y x^T] on the moment rows
+    base = _Tail(source, skip, _noise_fn(noise_seed), chunk_size)
+    mean, second = accumulate([MeanStatistic(), SecondMoment()], base)
+    n_mom = mean.n
+    d, m = mean.n_inputs, mean.n_outputs
+    if k > d:
+        raise AssumptionError(f"V* must have full row rank k <= d (Bakshi et al. Section 1); got k={k} > d={d}.")
+    if n_mom < max(4 * d, 100):
+        raise InputError(f"the tensor step needs at least max(4 d, 100) = {max(4 * d, 100)} moment samples "
+                         f"after the {skip} refinement rows; got {n_mom}.")
+    mom, sec = mean.finalize(), second.finalize()
+    L = None
+    if whiten:
+        S = 0.5 * (sec.xx + sec.xx.T)
+        lam, Q = np.linalg.eigh(S)
+        if lam[0] <= 1e-12 * lam[-1]:
+            raise AssumptionError("the input second moment is singular; whitening (Remark 3) needs a "
+                                  "non-degenerate Gaussian N(0, Σ).")
+        L = (Q / np.sqrt(lam)) @ Q.T           # Σ^{-1/2}
+    Lx = np.eye(d) if L is None else L
+    ybar = mom.y
+    Byx = sec.yx @ Lx                          # E[y x'^T]
+    use = span
+    if use == "auto":
+        use = "linear" if (abs(coeffs[1]) > HERMITE_TOL and m >= k) else "second"
+    if use == "linear" and (abs(coeffs[1]) <= HERMITE_TOL or m < k):
+        raise AssumptionError(f"span='linear' needs c_1(f) != 0 and m >= k (E[y x^T] = c_1 U* V* has rank k); "
+                              f"got c_1 = {coeffs[1]:.3g}, m = {m}, k = {k}. Use span='second'.")
+    cv_mean = ybar if control_variates else np.zeros(m)
+    cv_lin = Byx if control_variates else np.zeros((m, d))
+    diag: dict = {"order": r, "span": use, "coefficients": coeffs, "n_moment_samples": int(n_mom),
+                  "whitened": bool(whiten), "control_variates": bool(control_variates)}
+
+    def resid_fn(Qout):
+        def fn(Xc, Yc):
+            if noise_seed is not None:
+                Xc, Yc = _noise_fn(noise_seed)(Xc, Yc)
+            Xw = Xc if L is None else Xc @ L
+            R = Yc - cv_mean - Xw @ cv_lin.T
+            return Xw, (R if Qout is None else R @ Qout)
+        return fn
+
+    if use == "linear":
+        Qout, s, P = _top_right(Byx, k)
+        diag["span_singular_values"] = s[: k + 1].copy()
+        diag["span_gap"] = float(s[k] / s[k - 1]) if s.size > k else 0.0
+    else:
+        Qout = None
+        full = accumulate(HermiteTensorStatistic(2), _Tail(source, skip, resid_fn(None), chunk_size))
+        M2 = full.finalize()                   # (m, d, d)
+        P, s = _span_second(M2, k)
+        diag["span_singular_values"] = s[: k + 1].copy()
+        diag["span_gap"] = float(s[k] / s[k - 1]) if s.size > k and s[k - 1] > 0 else 0.0
+        if r == 2:
+            T = np.einsum("da,rde,eb->rab", P, M2, P)
+    if use == "linear" or r != 2:
+        stat = accumulate(HermiteTensorStatistic(r, basis=P), _Tail(source, skip, resid_fn(Qout), chunk_size))
+        T = stat.finalize()
+    W, jd = decompose_projected(T, k, rng=gen, n_draws=n_draws)
+    diag["decomposition"] = jd
+    V = _finish_directions(W, P, L)
+    diag["time"] = time.perf_counter() - t0
+    return ApproximateResult(V, diag)
+
+
+def _noise_fn(seed: int | None):
+    if seed is None:
+        return None
+
+    def add(Xc, Yc):
+        # noise keyed by the chunk content so that every pass sees the same G (Algorithm 4 step 2)
+        key = np.frombuffer(np.ascontiguousarray(Xc[:1]).tobytes(), dtype=np.uint32)
+        g = np.random.default_rng([seed, *key.tolist()])
+        return Xc, Yc + g.standard_normal(Yc.shape)
+    return add
+
+
+def approximate_hidden_weights_population(network: Any, *, order: "int | str" = "auto", span: str = "auto",
+                                          n_draws: int = 8, rng: Any = None) -> ApproximateResult:
+    """The tensor step on exact population moments of ``network`` with ``x ~ N(0, I)``.
+
+    Runs the same span estimate and decomposition as :func:`approximate_hidden_weights`, with
+    ``E[y x^T]`` and ``E[y He_r(x)]`` in closed form (Hermite expansion of the activation); the
+    directions are then exact to round-off (the population test of the tensor step).
+    """
+    from ...network import TwoLayerNetwork
+
+    if not isinstance(network, TwoLayerNetwork):
+        raise InputError(f"network must be a TwoLayerNetwork, got {type(network).__name__}.")
+    gen = check_random_state(rng)
+    k, d, m = network.n_hidden, network.n_inputs, network.n_outputs
+    r, coeffs = choose_order(network.activation, m, order)
+    from ...distributions import StandardGaussian
+
+    Byx = SecondMoment.exact(network, StandardGaussian(d)).yx
+    use = span
+    if use == "auto":
+        use = "linear" if (abs(coeffs[1]) > HERMITE_TOL and m >= k) else "second"
+    diag: dict = {"order": r, "span": use, "coefficients": coeffs, "population": True}
+    if use == "linear":
+        Qout, s, P = _top_right(Byx, k)
+        T = HermiteTensorStatistic(r, basis=P).exact(network)
+        T = np.tensordot(Qout.T, T, axes=(1, 0))
+    else:
+        M2 = HermiteTensorStatistic(2).exact(network)
+        P, s = _span_second(M2, k)
+        T = HermiteTensorStatistic(r, basis=P).exact(network)
+    diag["span_singular_values"] = s[: k + 1].copy()
+    W, jd = decompose_projected(T, k, rng=gen, n_draws=n_draws)
+    diag["decomposition"] = jd
+    return ApproximateResult(_finish_directions(W, P, None), diag)
