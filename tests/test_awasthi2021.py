@@ -248,6 +248,22 @@ def test_consolidation_claim_d14():
 
 # ============================================================================ building blocks
 
+def test_packed_moments_match_dense_hermite_tensors():
+    # the packed monomial Gram + matching assembly equals mean(y He_k(z)) with the dense Hermite tensors
+    # of nnrecover.hermite (two independent implementations), up to round-off, for k <= 6
+    from nnrecover.hermite import hermite_tensor
+    from nnrecover.learners._awasthi.symtensor import Monomials, hermite_from_raw
+
+    rng = np.random.default_rng(0)
+    Z, y = rng.standard_normal((3000, 3)), rng.standard_normal(3000)
+    mono = Monomials(3, 3)
+    G = mono.weighted_gram(mono.features(Z), y) / 3000
+    raw = {r: mono.unpack(G, r) for r in range(7)}
+    for k in range(1, 7):
+        ref = np.einsum("n,n...->...", y, hermite_tensor(k, Z)) / 3000
+        np.testing.assert_allclose(hermite_from_raw(raw, k), ref, atol=1e-12 * max(1.0, np.abs(ref).max()))
+
+
 def test_gram_lstsq_equals_vec_least_squares():
     rng = np.random.default_rng(0)
     U = rng.standard_normal((4, 3))
@@ -322,14 +338,14 @@ def _perms(k):
 
 def test_samples_noiseless_refined_to_roundoff():
     # Must show 2 in small (the 20-seed N = 1e6 run is the atv21-samples experiment): d = 10, m = 5,
-    # biases U[-1.5, 1.5], noiseless, 3 seeds at N = 5e5 (at 2e5 the weakest unit is often below the
-    # split-sample noise of both T_3 and T_4 in this configuration). The provable stage finds all 5
-    # units; its error is a sampling error, O(N^{-1/2}) ~ 0.1-1 here. On noiseless data the residual
+    # biases U[-1.5, 1.5], noiseless, 3 seeds at N = 1e6 (at 2e5-5e5 the weakest unit is sometimes
+    # below the split-sample noise of both T_3 and T_4 in this configuration). The provable stage finds
+    # all 5 units; its error is a sampling error, O(N^{-1/2}) ~ 0.1-1 here. On noiseless data the residual
     # vanishes at the truth, so Levenberg-Marquardt converges quadratically and stops at round-off
     # (relative step 1e-15): the Must-show threshold 1e-8 leaves 7 orders of margin (measured ~1e-15).
     for seed in range(3):
         truth = nr.random_network(10, 5, rng=100 + seed, bias_range=(-1.5, 1.5))
-        X, Y = nr.sample(truth, nr.distributions.StandardGaussian(10), 500_000, rng=seed)
+        X, Y = nr.sample(truth, nr.distributions.StandardGaussian(10), 1_000_000, rng=seed)
         learner = HermiteTensorLearner(5, random_state=seed,
                                        refine_options={"max_samples": 20_000}).fit(X, Y)
         assert learner.units_.n_units == 5
@@ -380,18 +396,21 @@ def test_stream_and_dask_match_arrays():
 
 
 def test_large_bias_units_left_to_linear_part():
-    # A unit with b = 6 is linear on all samples (Phi(-6) ~ 1e-9): undetectable in T_3/T_4, left to the
-    # linear part of Algorithm 5, whose network (<= m' + 2 units) still has a small L2 error.
+    # A unit with b = 6 is linear on all samples (Phi(-6) ~ 1e-9): undetectable in T_3/T_4 (coefficients
+    # ~6e-8 and 3e-7), left to the linear part -- Algorithm 5's regression or the closed form from T_0,
+    # T_1 -- whose network (<= m' + 2 units) still has a small L2 error: the residual of the linear unit
+    # is E[(z - relu(z))^2] ~ 1e-10 for z ~ N(6, 1), so only the sampling error of the fits remains.
     W = np.linalg.qr(np.random.default_rng(0).standard_normal((6, 6)))[0][:4]
     truth = nr.TwoLayerNetwork(W, [0.3, -0.5, 0.8, 6.0], [[1.0, -1.2, 0.9, 1.1]])
     X, Y = nr.sample(truth, nr.distributions.StandardGaussian(6), 300_000, rng=1)
-    learner = HermiteTensorLearner(4, refine=False, random_state=0).fit(X, Y)
-    d = learner.diagnostics_
-    assert d["units_left_to_linear_part"] >= 1
-    assert d["output"].startswith("Algorithm 5")
-    assert learner.network_.n_hidden <= learner.units_.n_units + 2
-    rel = relu_l2_distance(learner.network_, truth) / math.sqrt(relu_second_moment(truth))
-    assert rel < 0.05
+    for linear_part, label in (("auto", "recovered units + closed-form"), ("regression", "Algorithm 5")):
+        learner = HermiteTensorLearner(4, refine=False, random_state=0, linear_part=linear_part).fit(X, Y)
+        d = learner.diagnostics_
+        assert d["units_left_to_linear_part"] >= 1
+        assert d["output"].startswith(label)
+        assert learner.network_.n_hidden <= learner.units_.n_units + 2
+        rel = relu_l2_distance(learner.network_, truth) / math.sqrt(relu_second_moment(truth))
+        assert rel < 0.05
 
 
 def test_diagnostics_contents():

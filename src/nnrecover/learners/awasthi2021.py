@@ -191,8 +191,9 @@ class HermiteTensorLearner(BaseLearner):
 
     * order 1, every one of the ``m`` units recovered: the Algorithm 6 parameters (``m`` units);
     * otherwise (some units undetectable, e.g. ``|b_i|`` large; or order 2, where the signs ``xi_i`` are
-      unidentifiable): Algorithm 5, a regression on the recovered units plus a linear part,
-      consolidated into at most ``m' + 2`` units (Claim D.14; the constant goes to the output bias).
+      unidentifiable): the recovered units plus a linear part -- Algorithm 5's regression, or for
+      order 1 (signs known) its closed-form version -- consolidated into at most ``m' + 2`` units
+      (Claim D.14; the constant goes to the output bias).
 
     Parameters
     ----------
@@ -235,7 +236,14 @@ class HermiteTensorLearner(BaseLearner):
         Random slice pairs per Jennrich call.
     output : {"auto", "parameters", "regression"}
         Which network is the paper's output: "auto" as above; "parameters": the recovered units alone
-        (raises if none); "regression": always Algorithm 5.
+        (raises if none); "regression": always the units plus a linear part (see ``linear_part``).
+    linear_part : {"auto", "closed_form", "regression"}
+        How the units are completed into a low-L2 network when not every unit was recovered:
+        "regression" is Algorithm 5 (least squares on the unit features, ``x`` and 1 over the data,
+        one more pass); "closed_form" adds the best linear fit of the residual,
+        ``(T_1 - sum a~ Phi(b~) w~)^T x + T_0 - sum a~ c_0(b~)`` (exact when the residual is linear;
+        needs the signs, so order 1 only; no pass over the data). "auto": closed form for order 1,
+        regression for order 2.
     feature_map : {"reduced", "coordinated", "general"}
         Algorithm 5 features (specs/001 section 3.6).
     regression_rows : {"all", "second_half"}
@@ -287,7 +295,7 @@ class HermiteTensorLearner(BaseLearner):
                  scalar_snr: float = 3.0,
                  dedup_threshold: float = 0.25, epsilon: float | None = None, bound: float | None = None,
                  max_bias: float = 4.0, decomposer: str = "joint", n_draws: int = 5, output: str = "auto",
-                 feature_map: str = "reduced", regression_rows: str = "all", range_method: str = "auto",
+                 linear_part: str = "auto", feature_map: str = "reduced", regression_rows: str = "all", range_method: str = "auto",
                  chunk_size: int | None = None, check_inputs: bool = True, input_tolerance: float = 0.1,
                  min_n: int | None = None, random_state=None):
         self.n_hidden = n_hidden
@@ -304,6 +312,7 @@ class HermiteTensorLearner(BaseLearner):
         self.decomposer = decomposer
         self.n_draws = n_draws
         self.output = output
+        self.linear_part = linear_part
         self.feature_map = feature_map
         self.regression_rows = regression_rows
         self.range_method = range_method
@@ -317,6 +326,7 @@ class HermiteTensorLearner(BaseLearner):
     def _check_params(self) -> None:
         super()._check_params()
         choices = {"decomposer": ("joint", "jennrich"), "output": ("auto", "parameters", "regression"),
+                   "linear_part": ("auto", "closed_form", "regression"),
                    "feature_map": ("reduced", "coordinated", "general"),
                    "regression_rows": ("all", "second_half"), "range_method": ("auto", "full", "sketch")}
         for name, allowed in choices.items():
@@ -391,15 +401,25 @@ class HermiteTensorLearner(BaseLearner):
             diagnostics["output"] = "Algorithm 6 parameters" if order == 1 else "Algorithm 4 parameters"
         else:
             units = (rec.a, rec.b, rec.W)
-            if truth is not None:
-                reg = population_regression(units, truth)
+            how = self.linear_part
+            if how == "auto":
+                how = "closed_form" if order == 1 else "regression"
+            if how == "closed_form" and order != 1:
+                raise AssumptionError("the closed-form linear part needs known signs, i.e. order 1 (FIXSIGNS); "
+                                      "use linear_part='regression' (Algorithm 5) for order 2.")
+            if how == "closed_form":
+                provable = linear_correction(units, coeffs.t0, coeffs.t1)
+                diagnostics["output"] = "recovered units + closed-form linear part (T_0, T_1; Claim D.14)"
             else:
-                reg = algorithm5_regression(source, units, feature_map=self.feature_map,
-                                            rows=self.regression_rows, epsilon=self.epsilon or 1e-2,
-                                            bound=self.bound, n_hidden=m, chunk_size=self.chunk_size)
-            provable = reg.network
-            diagnostics["output"] = "Algorithm 5 regression (Claim D.14 consolidation)"
-            diagnostics["regression"] = {"loss": reg.loss, "n_units": provable.n_hidden, **reg.info}
+                if truth is not None:
+                    reg = population_regression(units, truth)
+                else:
+                    reg = algorithm5_regression(source, units, feature_map=self.feature_map,
+                                                rows=self.regression_rows, epsilon=self.epsilon or 1e-2,
+                                                bound=self.bound, n_hidden=m, chunk_size=self.chunk_size)
+                provable = reg.network
+                diagnostics["output"] = "Algorithm 5 regression (Claim D.14 consolidation)"
+                diagnostics["regression"] = {"loss": reg.loss, "n_units": provable.n_hidden, **reg.info}
         diagnostics["timings"]["output_stage"] = time.perf_counter() - t1
         self.provable_network_ = provable
         diagnostics["provable_network_units"] = provable.n_hidden

@@ -12,7 +12,7 @@ Design (specs/001 sections 2.4, 2.5 and 6.1 item 10):
 * order ``l = 2`` (overcomplete, ``m > d``): the tensors stay in ``R^d`` (``d`` is small there), one pass.
 
 Raw moments ``S_r = (1/N) sum y z^{(x) r}`` are accumulated packed over monomials as one Gram
-matrix ``F^T diag(y) F`` per half of the data (even / odd rows of every chunk); the halves give the
+matrix ``F^T diag(y) F`` per half of the data (rows of even / odd index); the halves give the
 split-sample spectral noise estimates of Algorithm 4's thresholds (specs/001 section 3.5) and
 their sum the estimate itself. Hermite tensors are assembled from raw moments by the matching
 formula (:func:`~.symtensor.hermite_from_raw`).
@@ -267,16 +267,22 @@ class RangeStatistic(_InputCheck, Statistic):
         y = _target_column(Y)
         self.sy += float(y.sum())
         self.syy += float(y @ y)
-        self.syx += y @ X
+        rc = self.omega_cov.shape[1]
         if self.method == "full":
             XO = X @ self.omega_cov
             self.syxx += (X * y[:, None]).T @ X
-        else:
-            XO_all = X @ np.hstack([self.omega, self.omega_cov])
+            R = X.T @ np.hstack([XO, y[:, None], np.ones((X.shape[0], 1))])
+            self.sprobe += R[:, :rc]
+        else:  # one GEMM in, one GEMM out: X [Omega, Omega_c], X^T [y (x) X Omega, X Omega_c, y, 1]
             r = self.omega.shape[1]
-            XO = XO_all[:, r:]
-            self.syxx += X.T @ (XO_all[:, :r] * y[:, None])
-        self._update_check(X, XO)
+            XO = X @ np.hstack([self.omega, self.omega_cov])
+            XO[:, :r] *= y[:, None]
+            R = X.T @ np.hstack([XO, y[:, None], np.ones((X.shape[0], 1))])
+            self.syxx += R[:, :r]
+            self.sprobe += R[:, r:r + rc]
+        self.syx += R[:, -2]
+        self.sx += R[:, -1]
+        self.sxx += np.einsum("ij,ij->j", X, X)
 
     def _merge(self, other: "RangeStatistic") -> None:
         self.sy += other.sy
@@ -320,8 +326,9 @@ class RangeStatistic(_InputCheck, Statistic):
 class ProjectedMomentStatistic(_InputCheck, Statistic):
     """Raw moments ``S_r = (1/N) sum y z^{(x) r}``, ``r <= K``, of ``z = P^T x``, per half.
 
-    Rows ``0, 2, 4, ...`` of every chunk go to half A, the others to half B; the estimate is their
-    sum. Cost per sample: ``O(d n)`` for the projection and ``O(p^2)`` for the Gram matrix of the
+    Rows with an even global index go to half A, the others to half B (the index counts the rows this
+    statistic has seen, so the split does not depend on the chunking; on dask each block counts from
+    its start); the estimate is their sum. Cost per sample: ``O(d n)`` for the projection and ``O(p^2)`` for the Gram matrix of the
     ``p = sum_{r <= K/2} C(n + r - 1, r)`` packed monomials.
     """
 
@@ -350,11 +357,12 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
             raise InputError(f"a chunk has {X.shape[1]} columns; earlier chunks had {self.d}.")
         y = _target_column(Y)
         Z = X if self.P is None else X @ self.P
-        F = self.mono.features(Z)
-        Fy = F * y[:, None]
+        Ft = self.mono.features(Z)
+        first = self.n % 2  # global row parity (self.n rows seen so far): independent of the chunking
         for h in (0, 1):
-            self.gram[h] += Fy[h::2].T @ F[h::2]
-            self.counts[h] += F[h::2].shape[0]
+            cols = slice((h + first) % 2, None, 2)
+            self.gram[h] += self.mono.weighted_gram(np.ascontiguousarray(Ft[:, cols]), y[cols])
+            self.counts[h] += len(y[cols])
         self.syy += float(y @ y)
         self.sy += float(y.sum())
         self.syx += y @ X
@@ -403,7 +411,7 @@ def _noise_from_halves(halves: tuple[dict, dict], counts: tuple[int, int], order
 
 
 def estimate_coefficients(data: Any, order: int, n_components: int, *, range_method: str = "auto",
-                          oversample: int = 10, chunk_size: int | None = None, rng=None,
+                          oversample: int = 5, chunk_size: int | None = None, rng=None,
                           check_inputs: bool = True, input_tolerance: float = 0.1,
                           min_n: int | None = None) -> HermiteCoefficients:
     """Estimate ``T_k = (1/N) sum y_n He_k(x_n)`` (eq. (6)) in the learner's working coordinates.
@@ -436,7 +444,7 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
     data, d = _open_source(data, order)
     if getattr(data, "n_outputs", None) not in (None, 1):
         raise InputError(f"the Hermite learner handles one output; the data have {data.n_outputs} target columns.")
-    n_cov = min(d, 8)
+    n_cov = min(d, 4)
     omega_cov = gen.standard_normal((d, n_cov))
     if order == 1:
         r = min(d, n_components + oversample)

@@ -62,12 +62,13 @@ def contract_rank_one(T: np.ndarray, U: np.ndarray) -> np.ndarray:
 
 class Monomials:
     """Packed monomial features ``z^alpha`` of degree ``<= top`` in ``n`` variables, and the maps that
-    unpack the Gram matrix ``F^T diag(y) F`` of those features into dense raw moments ``S_r``.
+    unpack the weighted Gram matrix ``F^T diag(y) F`` of those features into dense raw moments ``S_r``.
 
-    Degree-``r`` monomials are the multisets ``i_1 <= ... <= i_r`` (``C(n+r-1, r)`` of them). A raw
-    moment entry of order ``r <= 2 top`` is read from the Gram block (degree ``r1``, degree ``r - r1``)
-    with ``r1 = min(r, top)``: the first ``r1`` sorted indices give the row monomial, the rest the
-    column monomial.
+    Degree-``r`` monomials are the multisets ``i_1 <= ... <= i_r`` (``C(n+r-1, r)`` of them) in
+    lexicographic order. A raw moment entry of order ``r <= 2 top`` is read from the Gram block
+    (degree ``r - r1``, degree ``r1``) with ``r1 = min(r, top)``: the first ``r1`` sorted indices give
+    the column monomial, the rest the row monomial. Only the blocks that are read are computed
+    (:meth:`weighted_gram`): every row against the top degree, and the lower degrees among themselves.
     """
 
     def __init__(self, n: int, top: int):
@@ -77,35 +78,51 @@ class Monomials:
         self.index = [{c: i for i, c in enumerate(cs)} for cs in self.combos]
         self.offsets = np.cumsum([0] + [len(cs) for cs in self.combos])
         self.size = int(self.offsets[-1])
-        # recursive construction of degree-r features from degree r-1: parent index and last variable
-        self._parent, self._last = [None], [None]
+        # lexicographic order: degree-r monomials with first index i are z_i times the tail of the
+        # degree-(r-1) list that starts at its first monomial with first index >= i
+        self._tails = [None]
         for r in range(1, self.top + 1):
-            parent = np.array([self.index[r - 1][c[:-1]] for c in self.combos[r]], dtype=np.intp)
-            last = np.array([c[-1] for c in self.combos[r]], dtype=np.intp)
-            self._parent.append(parent)
-            self._last.append(last)
+            prev = self.combos[r - 1]
+            self._tails.append([next((j for j, c in enumerate(prev) if not c or c[0] >= i), len(prev))
+                                if r > 1 else 0 for i in range(self.n)])
         self._unpack: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def features(self, Z: np.ndarray) -> np.ndarray:
-        """``F`` of shape ``(N, size)``: all monomials of degree ``0..top`` of the rows of ``Z``."""
+        """``F^T`` of shape ``(size, N)``: all monomials of degree ``0..top`` of the rows of ``Z``, one
+        monomial per row (contiguous block products, no gathers)."""
         N = Z.shape[0]
-        F = np.empty((N, self.size))
-        F[:, 0] = 1.0
+        Zt = np.ascontiguousarray(Z.T)
+        Ft = np.empty((self.size, N))
+        Ft[0] = 1.0
         for r in range(1, self.top + 1):
-            lo, hi = self.offsets[r], self.offsets[r + 1]
-            plo = self.offsets[r - 1]
-            np.multiply(F[:, plo + self._parent[r]], Z[:, self._last[r]], out=F[:, lo:hi])
-        return F
+            plo, phi = self.offsets[r - 1], self.offsets[r]
+            row = self.offsets[r]
+            for i in range(self.n):
+                src = Ft[plo + self._tails[r][i]:phi]
+                np.multiply(Zt[i], src, out=Ft[row:row + src.shape[0]])
+                row += src.shape[0]
+        return Ft
+
+    def weighted_gram(self, Ft: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The blocks of ``F^T diag(y) F`` that :meth:`unpack` reads (others left at zero), from the
+        transposed features ``Ft`` of :meth:`features`."""
+        p, lo = self.size, int(self.offsets[self.top])
+        G = np.zeros((p, p))
+        Fy = Ft * y
+        G[:, lo:] = Fy @ Ft[lo:].T
+        if lo:
+            G[:lo, :lo] = Fy[:lo] @ Ft[:lo].T
+        return G
 
     def unpack(self, gram: np.ndarray, r: int) -> np.ndarray:
-        """Dense symmetric ``S_r`` (``n**r``) from the feature Gram matrix (``r <= 2 top``)."""
+        """Dense symmetric ``S_r`` (``n**r``) from the weighted Gram matrix (``r <= 2 top``)."""
         if r not in self._unpack:
             r1 = min(r, self.top)
             r2 = r - r1
             grid = np.indices((self.n,) * r).reshape(r, -1).T if r else np.zeros((1, 0), dtype=int)
             srt = np.sort(grid, axis=1)
-            rows = np.array([self.offsets[r1] + self.index[r1][tuple(s[:r1])] for s in srt], dtype=np.intp)
-            cols = np.array([self.offsets[r2] + self.index[r2][tuple(s[r1:])] for s in srt], dtype=np.intp)
+            cols = np.array([self.offsets[r1] + self.index[r1][tuple(s[:r1])] for s in srt], dtype=np.intp)
+            rows = np.array([self.offsets[r2] + self.index[r2][tuple(s[r1:])] for s in srt], dtype=np.intp)
             self._unpack[r] = (rows, cols)
         rows, cols = self._unpack[r]
         return gram[rows, cols].reshape((self.n,) * r)
