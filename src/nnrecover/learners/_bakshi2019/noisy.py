@@ -1,0 +1,186 @@
+"""Sub-Gaussian label noise: Algorithm 6 (signs by projections) and Lemma 20 (regression for U).
+
+Model (Section 5): ``A = U* f(V* X) + E`` with i.i.d. mean-zero sub-Gaussian ``E`` of variance σ².
+Pipeline (Theorem 10, spec 004 §2.7):
+
+1. (Remark 5) scale ``A`` by ``1 / max_j ||A_{:,j}||`` (kept in ``diagnostics['scale']``, undone at the end);
+2. the tensor step gives ``v_i ≈ ξ_i V*_i`` (:mod:`.tensor_step`; it tolerates mean-zero noise);
+3. Algorithm 6 fixes every ``ξ_i``: with ``S_{i,±} = {f(±v_j X̄)}_{j≠i} ∪ {f(±v_i X̄)}`` (both signs of
+   the other units, so their unknown signs do not matter),
+   ``a_i^± = sum_j ||Ā_{j,*} (I - P_{S_{i,±}})||^2`` and ``V_i = v_i`` iff ``a_i^+ < a_i^-``.
+   The paper writes ``A`` instead of ``Ā`` in ``a^+`` (erratum 5); both use ``Ā``.
+   Efficient form [S]: ``a^± = ||Ā||_F^2 - ||Ā Q_±||_F^2`` with ``Q_±`` an orthonormal basis (QR) of the
+   2k-1 rows: ``O(ℓ k^2 + m ℓ k)`` per unit, never an ℓ x ℓ projection;
+4. (Lemma 20) ``U = argmin ||U f(V X̄) - Ā||_F = Ā f(VX̄)^T [f(VX̄) f(VX̄)^T]^{-1}``; [S] over all n
+   samples (streamed normal equations), which lowers the variance. Lemma 20's error term is
+   ``O(1) √ℓ ε``, not ``√(ℓ ε)`` (erratum 11).
+
+No step refines ``V`` beyond the tensor estimate (spec 004 §2.7 [S]): the ε accuracy is that of the
+approximate step, ``O(n^{-1/2})``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+
+from ..._validation import check_positive_int, check_random_state
+from ...errors import InputError
+from ...moments.base import Statistic, accumulate
+from ._common import ExactResult, check_hidden_estimate, check_rectified, check_samples
+from .pipeline import _prepare, split_refinement
+from .tensor_step import _Tail, approximate_hidden_weights
+
+__all__ = ["algorithm6", "regression_output_weights", "noisy_pipeline", "OutputRegressionStatistic"]
+
+
+def algorithm6(V_approx: Any, X_bar: Any, Y_bar: Any, *, activation: Any = "relu") -> tuple[np.ndarray, dict]:
+    """Algorithm 6, RecoveringSigns: the signs ``ξ_i`` of approximate hidden rows from projections.
+
+    Parameters
+    ----------
+    V_approx : array (k, d)
+        ``v_i ≈ ξ_i V*_i`` (normalised here).
+    X_bar, Y_bar : arrays (ℓ, d), (ℓ,) or (ℓ, m)
+        Samples, noisy or not (the paper's first ℓ columns).
+    activation : str or Activation
+
+    Returns
+    -------
+    V : ndarray (k, d)
+        ``ξ_i v_i`` (unit rows).
+    diagnostics : dict
+        ``a_plus``, ``a_minus`` (k,) residual energies, ``signs`` (k,), ``margins``
+        ``|a^- - a^+| / (a^- + a^+)`` (how clear each decision was).
+    """
+    act = check_rectified(activation, what="Algorithm 6")
+    X_bar, Y_bar = check_samples(X_bar, Y_bar, name_x="X_bar", name_y="Y_bar")
+    V = check_hidden_estimate(V_approx, None, X_bar.shape[1])
+    k = V.shape[0]
+    T = X_bar @ V.T                            # (ℓ, k)
+    Fp, Fm = act(T), act(-T)
+    total = float(np.sum(Y_bar * Y_bar))
+    a_plus, a_minus = np.empty(k), np.empty(k)
+    for i in range(k):
+        others = [Fp[:, j] for j in range(k) if j != i] + [Fm[:, j] for j in range(k) if j != i]
+        for sgn, store in ((1, a_plus), (-1, a_minus)):
+            S = np.column_stack(others + [Fp[:, i] if sgn > 0 else Fm[:, i]])
+            Q, _ = np.linalg.qr(S)
+            store[i] = total - float(np.sum((Q.T @ Y_bar) ** 2))
+    signs = np.where(a_plus < a_minus, 1.0, -1.0)
+    margins = np.abs(a_minus - a_plus) / np.maximum(a_minus + a_plus, np.finfo(float).tiny)
+    return V * signs[:, None], {"a_plus": a_plus, "a_minus": a_minus, "signs": signs, "margins": margins}
+
+
+class OutputRegressionStatistic(Statistic):
+    """Streaming normal equations of ``A = U f(V X)``: sums of ``H^T H`` and ``H^T Y``, ``H = f(X V^T)``.
+
+    Parameters
+    ----------
+    V : array (k, d)
+    activation : Activation
+    """
+
+    def __init__(self, V: np.ndarray, activation) -> None:
+        self.V = np.asarray(V, dtype=np.float64)
+        self.activation = activation
+        super().__init__()
+
+    def _reset(self) -> None:
+        self._hh = None
+        self._hy = None
+        self._yy = 0.0
+
+    def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        H = self.activation(X @ self.V.T)
+        hh, hy = H.T @ H, H.T @ Y
+        if self._hh is None:
+            self._hh, self._hy = hh, hy
+        else:
+            self._hh += hh
+            self._hy += hy
+        self._yy += float(np.sum(Y * Y))
+
+    def _merge(self, other: "OutputRegressionStatistic") -> None:
+        if self._hh is None:
+            self._hh, self._hy = other._hh.copy(), other._hy.copy()
+        else:
+            self._hh += other._hh
+            self._hy += other._hy
+        self._yy += other._yy
+
+    def finalize(self) -> tuple[np.ndarray, dict]:
+        """``U`` (m, k) and ``{"residual": ||Y - H U^T||_F/||Y||_F, "condition": κ(H^T H)}``."""
+        self.require(1, "OutputRegressionStatistic")
+        U = scipy.linalg.solve(self._hh, self._hy, assume_a="pos").T
+        # ||Y - H U^T||^2 = ||Y||^2 - 2 tr(U H^T Y) + tr(U H^T H U^T)
+        rss = self._yy - 2 * float(np.sum(U.T * self._hy)) + float(np.sum((U @ self._hh) * U))
+        return U, {"residual": float(np.sqrt(max(rss, 0.0) / self._yy)) if self._yy > 0 else 0.0,
+                   "condition": float(np.linalg.cond(self._hh))}
+
+
+def regression_output_weights(V: Any, X: Any, Y: Any = None, *, activation: Any = "relu",
+                              chunk_size: int | None = None) -> tuple[np.ndarray, dict]:
+    """Lemma 20: ``U = argmin_U ||U f(V X) - A||_F`` from any data source (streamed normal equations)."""
+    act = check_rectified(activation, what="Lemma 20 regression")
+    V = np.asarray(V, dtype=np.float64)
+    if V.ndim != 2 or not np.all(np.isfinite(V)):
+        raise InputError(f"V must be a finite (k, d) array, got shape {V.shape}.")
+    from ...moments.engine import as_data_source
+
+    stat = accumulate(OutputRegressionStatistic(V, act), as_data_source(X, Y), chunk_size=chunk_size)
+    return stat.finalize()
+
+
+def noisy_pipeline(X: Any, Y: Any = None, n_hidden: int | None = None, *, activation: Any = "relu",
+                   order: "int | str" = "auto", span: str = "auto", n_sign: int | None = None,
+                   whiten: bool = False, control_variates: bool = True, n_draws: int = 8,
+                   regression: str = "all", chunk_size: int | None = None, rng: Any = None) -> ExactResult:
+    """Theorem 10: approximate ``U*``, ``V*`` from noisy Gaussian samples (tensor step, Algorithm 6, Lemma 20).
+
+    Parameters
+    ----------
+    X, Y : data
+        ``Y = f(X V*^T) U*^T + E`` (arrays or re-iterable chunks).
+    n_hidden : int
+    n_sign : int, optional
+        Rows reserved for Algorithm 6 (the paper's ℓ; default ``min(n // 4, 100000)``); the tensor step
+        uses the rest (sample splitting).
+    regression : {"all", "sign"}, default "all"
+        Solve Lemma 20 on all n samples [S] or only on the Algorithm 6 rows (the paper's ``X̄``).
+    Other parameters as :func:`.pipeline.gaussian_pipeline`.
+
+    Returns
+    -------
+    ExactResult
+        ``certified`` is always False (nothing here is exact); ``diagnostics`` has ``signs``
+        (Algorithm 6), ``scale`` (Remark 5), ``residual``, ``approximate``.
+    """
+    t0 = time.perf_counter()
+    gen = check_random_state(rng)
+    if regression not in ("all", "sign"):
+        raise InputError(f"regression must be 'all' or 'sign', got {regression!r}.")
+    source, k, act, d, m, _ = _prepare(X, Y, n_hidden, activation, 1, "the noisy pipeline")
+    n = source.info.n_samples
+    ell = (min(n // 4, 100_000) if n is not None else 100_000) if n_sign is None else \
+        check_positive_int(n_sign, "n_sign")
+    Xb, Yb = split_refinement(source, ell)
+    scale = float(np.max(np.linalg.norm(Yb, axis=1)))   # Remark 5: 1 / max column norm of A
+    scale = 1.0 / scale if scale > 0 else 1.0
+    approx = approximate_hidden_weights(source, None, k, activation=act, order=order, span=span,
+                                        control_variates=control_variates, whiten=whiten, skip=ell,
+                                        n_draws=n_draws, chunk_size=chunk_size, rng=gen)
+    V, sdiag = algorithm6(approx.hidden_weights, Xb, Yb * scale, activation=act)
+    if regression == "all":
+        stat = accumulate(OutputRegressionStatistic(V, act), _Tail(source, 0, None, chunk_size))
+    else:
+        stat = OutputRegressionStatistic(V, act).update(Xb, Yb)
+    U, rdiag = stat.finalize()
+    diagnostics = {"approximate": approx.diagnostics, "signs": sdiag, "scale": scale, "n_sign": ell,
+                   "residual": rdiag["residual"], "regression_condition": rdiag["condition"],
+                   "regression": regression, "certified": False, "failure_reasons": [],
+                   "time": time.perf_counter() - t0, "route": "tensor -> Algorithm 6 -> Lemma 20"}
+    return ExactResult(V, U, act, False, diagnostics)
