@@ -424,6 +424,38 @@ def test_diagnostics_contents():
     assert d["refinement"] == {"ran": False, "reason": "refine=False"}
 
 
+def test_paper_thresholds_on_exact_coefficients():
+    # the Theorem D.1 threshold chain (eps = 0.5, B = 3) is tiny (eta_1 ~ 1e-9, eta_3 ~ 1e-10) but far
+    # above round-off, so on exact coefficients it selects the true ranks and recovers the teacher
+    truth = _teacher(7, 3, 12, bias_range=(-1.0, 1.0))
+    learner = HermiteTensorLearner(3, thresholds="paper", epsilon=0.5, bound=3.0, random_state=0).fit_population(truth)
+    th = learner.diagnostics_["thresholds"]
+    assert th["mode"] == "paper" and max(th["eta1"].values()) < 1e-6 and th["eta3"] < 1e-6
+    assert parameter_error(learner.network_, truth)["max_unit_error"] < 1e-9
+
+
+def test_algorithm5_as_printed():
+    # Algorithm 5: tensors from one half of the samples, regression on the other, Claim D.14 network with
+    # <= m' + 2 units. Relative L2 error bound: the regression is least squares over a span that contains
+    # f up to the unit errors (~0.1 at N/2 = 1e5), so 0.1 is generous for the fit it returns (measured ~0.02).
+    truth = _teacher(6, 3, 13, bias_range=(-1.0, 1.0), rows="orthonormal")
+    X, Y = nr.sample(truth, nr.distributions.StandardGaussian(6), 200_000, rng=3)
+    reg, rec = atv.algorithm5((X, Y), 3, rng=0)
+    assert reg.network.n_hidden <= rec.n_units + 2
+    assert reg.info["rows_kept"] == 100_000 and reg.info["rows_truncated"] == 0
+    rel = relu_l2_distance(reg.network, truth) / math.sqrt(relu_second_moment(truth))
+    assert rel < 0.1
+
+
+def test_sklearn_conventions():
+    from sklearn.base import clone
+
+    est = HermiteTensorLearner(3, order=1, snr_threshold=2.0)
+    assert clone(est).get_params()["snr_threshold"] == 2.0
+    with pytest.raises(nr.errors.NotFittedError):
+        est.predict(np.zeros((2, 4)))
+
+
 # ============================================================================ refusals and warnings
 
 def test_bad_inputs():

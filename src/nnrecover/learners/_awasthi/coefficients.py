@@ -12,7 +12,7 @@ Design (specs/001 sections 2.4, 2.5 and 6.1 item 10):
 * order ``l = 2`` (overcomplete, ``m > d``): the tensors stay in ``R^d`` (``d`` is small there), one pass.
 
 Raw moments ``S_r = (1/N) sum y z^{(x) r}`` are accumulated packed over monomials as one Gram
-matrix ``F^T diag(y) F`` per half of the data (rows of even / odd index); the halves give the
+matrix ``F^T diag(y) F`` per half of the data (alternating blocks of 4096 rows); the halves give the
 split-sample spectral noise estimates of Algorithm 4's thresholds (specs/001 section 3.5) and
 their sum the estimate itself. Hermite tensors are assembled from raw moments by the matching
 formula (:func:`~.symtensor.hermite_from_raw`).
@@ -35,6 +35,9 @@ from ...errors import AssumptionError, AssumptionWarning, InputError
 from ...moments.base import Statistic, accumulate
 from ...tensor import flatten
 from .symtensor import Monomials, contract_rank_one, hermite_from_raw
+
+SPLIT_BLOCK = 4096
+"""Rows per block of the split-sample halves (alternating A, B, A, ...)."""
 
 __all__ = ["HermiteCoefficients", "exact_coefficients", "estimate_coefficients", "min_samples",
            "RangeStatistic", "ProjectedMomentStatistic"]
@@ -326,9 +329,9 @@ class RangeStatistic(_InputCheck, Statistic):
 class ProjectedMomentStatistic(_InputCheck, Statistic):
     """Raw moments ``S_r = (1/N) sum y z^{(x) r}``, ``r <= K``, of ``z = P^T x``, per half.
 
-    Rows with an even global index go to half A, the others to half B (the index counts the rows this
-    statistic has seen, so the split does not depend on the chunking; on dask each block counts from
-    its start); the estimate is their sum. Cost per sample: ``O(d n)`` for the projection and ``O(p^2)`` for the Gram matrix of the
+    Rows go to half A or B in alternating blocks of ``SPLIT_BLOCK`` consecutive rows, counted from the
+    first row this statistic sees (so the split does not depend on the chunking; on dask every block
+    counts from its own start); the estimate is their sum. Cost per sample: ``O(d n)`` for the projection and ``O(p^2)`` for the Gram matrix of the
     ``p = sum_{r <= K/2} C(n + r - 1, r)`` packed monomials.
     """
 
@@ -358,11 +361,17 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
         y = _target_column(Y)
         Z = X if self.P is None else X @ self.P
         Ft = self.mono.features(Z)
-        first = self.n % 2  # global row parity (self.n rows seen so far): independent of the chunking
-        for h in (0, 1):
-            cols = slice((h + first) % 2, None, 2)
-            self.gram[h] += self.mono.weighted_gram(np.ascontiguousarray(Ft[:, cols]), y[cols])
-            self.counts[h] += len(y[cols])
+        # halves by blocks of SPLIT_BLOCK consecutive rows, counted from the first row this statistic
+        # saw (self.n): contiguous for BLAS and independent of the chunking
+        g0, n = self.n, Ft.shape[1]
+        start = 0
+        while start < n:
+            block = (g0 + start) // SPLIT_BLOCK
+            stop = min(n, (block + 1) * SPLIT_BLOCK - g0)
+            h = block % 2
+            self.gram[h] += self.mono.weighted_gram(Ft[:, start:stop], y[start:stop])
+            self.counts[h] += stop - start
+            start = stop
         self.syy += float(y @ y)
         self.sy += float(y.sum())
         self.syx += y @ X
