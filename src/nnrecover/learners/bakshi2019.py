@@ -1,0 +1,336 @@
+"""Bakshi, Jayaram, Woodruff (COLT 2019): learning two-layer rectified networks ``A = U* f(V* X)`` exactly.
+
+nnrecover's form (ARCHITECTURE section 1): ``hidden_weights = V*`` (k, d), ``output_weights = U*``
+(m, k), zero biases, samples as rows (``X`` is (n, d); the paper's ``X`` is d x n and ``A = Y^T``).
+The canonical form has unit rows of ``V*`` (ReLU and other homogeneous activations).
+
+=================================================  =====================================================
+paper                                              here
+=================================================  =====================================================
+Lemma 1 (candidate sign patterns)                  :func:`enumerate_sign_patterns`
+Algorithm 1 (IterativeLP), Remark 1                :func:`iterative_lp`
+Algorithm 2 / Theorem 1 (worst-case X, rank A = k) :func:`algorithm2` (HiGHS LPs; refuses rank(A) < k)
+Theorem 2, Props 1-2 (NP-hardness)                 :func:`sat_to_relu_separability`,
+                                                   :func:`separability_to_network` (+ checkers)
+Algorithm 3 / Theorem 4 (ICA, orthonormal V*)      :func:`algorithm3`, :func:`ica_unmixing`
+Algorithm 3 steps 4-8 / Cor 5 (from approx. U)     :func:`refine_from_output_weights`, :func:`refine_from_unmixing`
+Theorem 5, Algorithm 4 steps 1-4 (tensor step)     :func:`approximate_hidden_weights` (Options A/B/C,
+                                                   order from the Hermite coefficients), population form
+Algorithm 4 / Theorem 7 (Gaussian, exact)          :func:`gaussian_pipeline`, :func:`algorithm4` (order 3)
+Algorithm 5 / Theorem 6 (exact V*, signs)          :func:`algorithm5` (threshold and margin forms)
+Lemma 16 (n = Ω(κ) lower bound)                    :func:`lemma16_instances`
+Algorithm 6, Lemma 20, Theorem 10 (noise)          :func:`algorithm6`, :func:`regression_output_weights`,
+                                                   :func:`noisy_pipeline`, :class:`NoisyReLULearner`
+Algorithm 7 / Theorem 11 (FPT, m < k)              :func:`algorithm7` (corrected non-collinearity)
+Algorithm 8 / Theorems 12-13 (arbitrary noise)     :func:`algorithm8`, :func:`pv_halfspace`, :func:`grid_candidates`
+Theorem 14 / Corollary 8 (sparse noise)            :func:`principal_component_pursuit`, :func:`sparse_noise_pipeline`
+Remark 3 (N(0, Σ))                                 ``whiten=True``
+Appendix 9.1 (rectified f = φ on t > 0)            ``activation="relu_power(p)"`` / ``"exp_minus_one"``
+estimator (Gaussian pipeline)                      :class:`ExactReLULearner`
+=================================================  =====================================================
+
+Errata of the paper, implemented in corrected form (spec 004 §5.3), each with a test in
+``tests/test_bakshi2019_*.py``:
+
+* Algorithm 4 uses the order-3 score tensor, whose expectation is ``c_3(f) sum_j <θ, U*_j> V*_j^{⊗3}`` and
+  ``c_3(relu) = 0``: it cannot work for ReLU; the order is chosen from the first non-zero Hermite
+  coefficient (2 with m >= 2 outputs, else 4 for ReLU) and ``order=3`` with ReLU raises AssumptionError.
+* ``M_2(θ)`` is indefinite, so JSA15's PSD whitening is invalid: the slices are jointly diagonalised.
+* Algorithm 5 / Algorithm 3 step 4's threshold ``τ`` puts true small positives in the zero set; the
+  margin form with sample splitting and certificates is the default (``form="margin"``).
+* ``w ∈ R^k`` must multiply a k-row basis of rowspan(Ā), not the m x ℓ matrix Ā.
+* Algorithm 6 writes ``A`` for ``Ā`` in ``a^+``; Lemma 20 reads ``√ℓ ε``, not ``√(ℓ ε)``.
+* Algorithm 7 allows columns ``[u, -u]``, which break it; the condition is no two collinear columns.
+* Algorithm 1's projection is ``Q^T (Q Q^T)^{-1} Q``; its variables are ``w ∈ R^d``, ``z ∈ R^k``.
+* Algorithm 8's grid lacks negative entries and is infeasible beyond toy sizes (candidate generators).
+* PCP needs the weight ``λ = 1/√max(m, n)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from ..network import TwoLayerNetwork
+from ._bakshi2019._common import ExactResult
+from ._bakshi2019.arbitrary_noise import algorithm8, gaussian_sketch, grid_candidates, pv_halfspace
+from ._bakshi2019.exact import (MARGIN_QUANTILES, algorithm5, refine_from_output_weights, refine_from_unmixing,
+                                row_from_zero_set)
+from ._bakshi2019.fpt import algorithm7, parallel_classes
+from ._bakshi2019.hardness import (assignment_to_separator, brute_force_sat, brute_force_separability,
+                                   check_network_instance, close_under_reversal, is_relu_separated, is_satisfied,
+                                   lemma16_equal_outputs, lemma16_instances, sat_to_relu_separability,
+                                   separability_to_network, separability_to_network_variable_alpha,
+                                   separator_to_assignment)
+from ._bakshi2019.noisy import OutputRegressionStatistic, algorithm6, noisy_pipeline, regression_output_weights
+from ._bakshi2019.pipeline import (algorithm3, algorithm4, default_n_refine, gaussian_pipeline, ica_unmixing,
+                                   split_refinement)
+from ._bakshi2019.sparse import incoherence, polish_low_rank, principal_component_pursuit, sparse_noise_pipeline
+from ._bakshi2019.tensor_step import (ApproximateResult, approximate_hidden_weights,
+                                      approximate_hidden_weights_population, choose_order)
+from ._bakshi2019.worst_case import algorithm2, enumerate_sign_patterns, iterative_lp, numerical_rank
+from ._registry import register
+from .base import BaseLearner
+
+__all__ = [
+    "ExactReLULearner", "NoisyReLULearner", "ExactResult", "ApproximateResult",
+    "gaussian_pipeline", "algorithm3", "algorithm4", "algorithm5", "algorithm6", "algorithm7", "algorithm8",
+    "algorithm2", "iterative_lp", "enumerate_sign_patterns", "numerical_rank", "row_from_zero_set",
+    "refine_from_output_weights", "refine_from_unmixing", "ica_unmixing", "approximate_hidden_weights",
+    "approximate_hidden_weights_population", "choose_order", "noisy_pipeline", "regression_output_weights",
+    "OutputRegressionStatistic", "parallel_classes", "pv_halfspace", "gaussian_sketch", "grid_candidates",
+    "principal_component_pursuit", "polish_low_rank", "incoherence", "sparse_noise_pipeline",
+    "sat_to_relu_separability", "close_under_reversal", "is_satisfied", "brute_force_sat", "is_relu_separated",
+    "assignment_to_separator", "separator_to_assignment", "separability_to_network",
+    "separability_to_network_variable_alpha", "check_network_instance", "brute_force_separability",
+    "lemma16_instances", "lemma16_equal_outputs", "MARGIN_QUANTILES", "split_refinement", "default_n_refine",
+]
+
+_PAPER = "bakshi2019"
+_GAUSS = "x ~ N(0, I) (N(0, Σ) with whiten=True)"
+_RANKS = "U* (m x k) and V* (k x d) of rank k"
+_RECT = "rectified activation f = φ > 0 on t > 0 (relu, relu_power, exp_minus_one)"
+
+
+class ExactReLULearner(BaseLearner):
+    """Exact recovery of ``A = U* f(V* X)`` from noiseless Gaussian samples (Bakshi et al. 2019, Theorem 7).
+
+    The approximate phase estimates the hidden directions from moments (``approximate="tensor"``:
+    order-2/3/4 Hermite tensors, :func:`approximate_hidden_weights`) or an unmixing matrix by ICA
+    (``approximate="ica"``: Algorithm 3, orthonormal ``V*`` only); the exact phase reads the weights
+    off sparsity-pattern linear systems (Algorithm 5 / Algorithm 3 steps 4-8) on a held-out refinement
+    sample, and solves ``A = U f(V X)``. Every answer is checked by certificates (null-space ratios,
+    sign-pattern consistency, final residual); ``diagnostics_["certified"]`` says whether they held.
+
+    Parameters
+    ----------
+    n_hidden : int
+        ``k``.
+    activation : str, default "relu"
+        Rectified activation: relu, relu_power(p), exp_minus_one (Appendix 9.1).
+    approximate : {"tensor", "ica"}, default "tensor"
+    order : {"auto", 2, 3, 4}, default "auto"
+        Moment order of the tensor step (``order=3`` is the paper's Algorithm 4: AssumptionError for ReLU).
+    span : {"auto", "linear", "second"}, default "auto"
+    form : {"margin", "threshold"}, default "margin"
+        Algorithm 5's form (the paper's threshold form is fragile in floating point).
+    n_refine : int, optional
+        Rows held out for the exact step (default ``min(max(5000, 100 (d + k)), n // 4)``).
+    whiten : bool, default False
+        Inputs ``N(0, Σ)``: whiten the moments (Remark 3). Not available with ``approximate="ica"``.
+    control_variates : bool, default True
+    n_draws : int, default 8
+    sketch : {"svd", "gaussian"}, default "svd"
+        ICA route: the sketch ``T``.
+    chunk_size : int, optional
+    refine : bool, default True
+        When the certificates fail, polish the (fallback) estimate with
+        :func:`nnrecover.refine.refine_network`. When they hold the estimate is exact to round-off and
+        the polish is skipped (recorded in ``diagnostics_["refinement"]``).
+    refine_options : dict, optional
+    strict : bool, default False
+        Raise :class:`~nnrecover.errors.ConvergenceError` when a certificate fails (else a
+        :class:`~nnrecover.errors.CertificateWarning` and an uncertified estimate).
+    random_state : int, Generator or None
+
+    Attributes
+    ----------
+    network_, hidden_weights_, n_features_in_, n_outputs_, diagnostics_
+        ``diagnostics_``: ``certified``, ``failure_reasons``, ``exact`` (all diagnostics of the pipeline:
+        per-unit certificates, residual, the approximate step's spectra), ``route``, ``refinement``,
+        ``certificates``, ``fit_time``.
+
+    Examples
+    --------
+    >>> import nnrecover as nr
+    >>> truth = nr.random_network(10, 3, 4, rng=0).canonical()
+    >>> X, Y = nr.sample(truth, nr.distributions.StandardGaussian(10), 100_000, rng=1)
+    >>> learner = nr.learners.ExactReLULearner(3, random_state=0).fit(X, Y)
+    >>> learner.diagnostics_["certified"]
+    True
+    >>> nr.metrics.parameter_error(learner.network_, truth)["max_unit_error"] < 1e-10
+    True
+    """
+
+    def __init__(self, n_hidden: int, *, activation: str = "relu", approximate: str = "tensor",
+                 order: "int | str" = "auto", span: str = "auto", form: str = "margin", n_refine: int | None = None,
+                 whiten: bool = False, control_variates: bool = True, n_draws: int = 8, sketch: str = "svd",
+                 chunk_size: int | None = None, refine: bool = True, refine_options: dict | None = None,
+                 strict: bool = False, random_state: Any = None):
+        self.n_hidden = n_hidden
+        self.activation = activation
+        self.approximate = approximate
+        self.order = order
+        self.span = span
+        self.form = form
+        self.n_refine = n_refine
+        self.whiten = whiten
+        self.control_variates = control_variates
+        self.n_draws = n_draws
+        self.sketch = sketch
+        self.chunk_size = chunk_size
+        self.refine = refine
+        self.refine_options = refine_options
+        self.strict = strict
+        self.random_state = random_state
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        if self.approximate not in ("tensor", "ica"):
+            raise InputError(f"approximate must be 'tensor' or 'ica', got {self.approximate!r}.")
+        if self.form not in ("margin", "threshold"):
+            raise InputError(f"form must be 'margin' or 'threshold', got {self.form!r}.")
+        for flag in ("whiten", "control_variates"):
+            if not isinstance(getattr(self, flag), (bool, np.bool_)):
+                raise InputError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
+        if self.approximate == "ica" and self.whiten:
+            raise InputError("approximate='ica' needs identity input covariance (Algorithm 3 relies on the "
+                             "orthonormal rows of V*; whitening would destroy them, Remark 3); use "
+                             "approximate='tensor' with whiten=True.")
+
+    def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
+        k = self.n_hidden
+        if self.approximate == "tensor":
+            res = gaussian_pipeline(source, None, k, activation=self.activation, order=self.order, span=self.span,
+                                    form=self.form, n_refine=self.n_refine, whiten=self.whiten,
+                                    control_variates=self.control_variates, n_draws=self.n_draws,
+                                    chunk_size=self.chunk_size, rng=rng)
+        else:
+            res = algorithm3(source, None, k, activation=self.activation, sketch=self.sketch, form=self.form,
+                             n_refine=self.n_refine, chunk_size=self.chunk_size, rng=rng)
+        diagnostics["exact"] = res.diagnostics
+        diagnostics["route"] = res.diagnostics.get("route")
+        diagnostics["certified"] = bool(res.certified)
+        diagnostics["failure_reasons"] = list(res.diagnostics.get("failure_reasons", []))
+        self._certify("exact_recovery", res.certified,
+                      "; ".join(diagnostics["failure_reasons"]) or "all certificates held", diagnostics)
+        if res.certified:
+            diagnostics["refinement"] = {"ran": False, "reason": "exact-recovery certificates held: the estimate "
+                                         "is exact to round-off"}
+            return res.network
+        start = self._fallback(res, source)
+        return self._maybe_refine(start, source, rng, diagnostics)
+
+    def _fallback(self, res: ExactResult, source) -> TwoLayerNetwork:
+        """Uncertified estimate: recovered units where they passed, else the approximate direction with its
+        sign from Algorithm 6; ``U`` by least squares on the refinement rows (Lemma 20)."""
+        n_ref = res.diagnostics["n_refine"]
+        Xb, Yb = split_refinement(source, n_ref)
+        V = np.array(res.hidden_weights, dtype=float)
+        bad = ~np.all(np.isfinite(V), axis=1)
+        if np.any(bad):
+            if self.approximate == "tensor":
+                approx = res.diagnostics["approximate_hidden_weights"]
+            else:   # ICA: directions from the unmixed sources by least squares
+                Z = Yb @ res.diagnostics["unmixing"].T
+                approx = np.linalg.lstsq(Xb, np.maximum(Z, 0.0), rcond=None)[0].T
+            signed, _ = algorithm6(approx, Xb, Yb, activation=self.activation)
+            V[bad] = signed[bad]
+        U, _ = regression_output_weights(V, Xb, Yb, activation=self.activation)
+        return TwoLayerNetwork(V, None, U, None, self.activation)
+
+
+class NoisyReLULearner(BaseLearner):
+    """Approximate recovery under i.i.d. sub-Gaussian label noise (Bakshi et al. 2019, Theorem 10).
+
+    Tensor step -> Algorithm 6 (signs by projections) -> Lemma 20 (least-squares ``U`` over all samples),
+    then optionally the shared local refinement (``refine=True``). See :func:`noisy_pipeline`.
+
+    Parameters
+    ----------
+    n_hidden : int
+    activation, order, span, whiten, control_variates, n_draws, chunk_size : as :class:`ExactReLULearner`
+    n_sign : int, optional
+        Rows reserved for Algorithm 6 (default ``min(n // 4, 100000)``).
+    regression : {"all", "sign"}, default "all"
+    refine : bool, default True
+    refine_options : dict, optional
+    random_state : int, Generator or None
+    """
+
+    def __init__(self, n_hidden: int, *, activation: str = "relu", order: "int | str" = "auto", span: str = "auto",
+                 n_sign: int | None = None, whiten: bool = False, control_variates: bool = True, n_draws: int = 8,
+                 regression: str = "all", chunk_size: int | None = None, refine: bool = True,
+                 refine_options: dict | None = None, random_state: Any = None):
+        self.n_hidden = n_hidden
+        self.activation = activation
+        self.order = order
+        self.span = span
+        self.n_sign = n_sign
+        self.whiten = whiten
+        self.control_variates = control_variates
+        self.n_draws = n_draws
+        self.regression = regression
+        self.chunk_size = chunk_size
+        self.refine = refine
+        self.refine_options = refine_options
+        self.random_state = random_state
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        if self.regression not in ("all", "sign"):
+            raise InputError(f"regression must be 'all' or 'sign', got {self.regression!r}.")
+
+    def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
+        res = noisy_pipeline(source, None, self.n_hidden, activation=self.activation, order=self.order,
+                             span=self.span, n_sign=self.n_sign, whiten=self.whiten,
+                             control_variates=self.control_variates, n_draws=self.n_draws,
+                             regression=self.regression, chunk_size=self.chunk_size, rng=rng)
+        diagnostics["noisy"] = res.diagnostics
+        diagnostics["route"] = res.diagnostics["route"]
+        return self._maybe_refine(res.network, source, rng, diagnostics)
+
+
+# ------------------------------------------------------------------------------------------ registry
+register("exact-relu", paper=_PAPER, algorithm="Algorithms 4-5 (Theorem 7)", target=ExactReLULearner,
+         assumptions=(_GAUSS, _RANKS, _RECT, "noiseless"), is_learner=True,
+         description="tensor step (order from Hermite coefficients) + exact sparsity-pattern systems, certified")
+register("bjw19-noisy", paper=_PAPER, algorithm="Algorithm 6, Lemma 20 (Theorem 10)", target=NoisyReLULearner,
+         assumptions=(_GAUSS, _RANKS, _RECT, "i.i.d. mean-zero sub-Gaussian noise"), is_learner=True,
+         description="tensor step + projection signs + least-squares U (+ optional refinement)")
+register("bjw19-lemma1", paper=_PAPER, algorithm="Lemma 1", target=enumerate_sign_patterns,
+         assumptions=("rank(A) = k",), description="candidate sign patterns from k tight constraints")
+register("bjw19-algorithm1", paper=_PAPER, algorithm="Algorithm 1 (Remark 1)", target=iterative_lp,
+         assumptions=("ReLU",), description="IterativeLP: a new independent row of f(VX) in rowspan(A) (HiGHS)")
+register("bjw19-algorithm2", paper=_PAPER, algorithm="Algorithm 2 (Theorem 1)", target=algorithm2,
+         assumptions=("any X", "rank(A) = k", "ReLU", "small n"),
+         description="worst-case exact factorisation A = U f(VX); refuses rank(A) < k (Theorem 2)")
+register("bjw19-algorithm3", paper=_PAPER, algorithm="Algorithm 3 (Theorem 4)", target=algorithm3,
+         assumptions=("x ~ N(0, I)", "V* orthonormal rows", "U* rank k", _RECT),
+         description="ICA (FastICA, skewness signs) + exact steps 4-8")
+register("bjw19-algorithm3-refine", paper=_PAPER, algorithm="Algorithm 3 steps 4-8 (Corollary 5)",
+         target=refine_from_output_weights, assumptions=(_RANKS, "Û ≈ U* Π D, D > 0"),
+         description="exact V*, U* from approximate output weights")
+register("bjw19-tensor-step", paper=_PAPER, algorithm="Algorithm 4 steps 1-4 (Theorem 5)",
+         target=approximate_hidden_weights, assumptions=(_GAUSS, _RANKS, "c_r(f) != 0"),
+         description="approximate ±V* from order-2/3/4 Hermite moments (Options A-C)")
+register("bjw19-algorithm4", paper=_PAPER, algorithm="Algorithm 4 (Theorem 7)", target=algorithm4,
+         assumptions=(_GAUSS, _RANKS, "c_3(f) != 0 (not ReLU)"),
+         description="the paper's order-3 pipeline; AssumptionError for ReLU (c_3 = 0)")
+register("bjw19-gaussian-pipeline", paper=_PAPER, algorithm="Algorithms 4-5 (Theorem 7)",
+         target=gaussian_pipeline, assumptions=(_GAUSS, _RANKS, _RECT, "noiseless"),
+         description="tensor step + Algorithm 5 + A = U f(VX), certified")
+register("bjw19-algorithm5", paper=_PAPER, algorithm="Algorithm 5 (Theorem 6)", target=algorithm5,
+         assumptions=(_RANKS, "||v_i - ±V*_i|| <= ε", "noiseless"),
+         description="exact V* and signs by sparsity-pattern systems (threshold / margin form)")
+register("bjw19-algorithm6", paper=_PAPER, algorithm="Algorithm 6 (Theorem 9)", target=algorithm6,
+         assumptions=(_RANKS, "||v_i - ±V*_i|| <= ε"), description="signs by projection residuals")
+register("bjw19-lemma20", paper=_PAPER, algorithm="Lemma 20", target=regression_output_weights,
+         description="least-squares U for given V (streamed normal equations)")
+register("bjw19-noisy-pipeline", paper=_PAPER, algorithm="Theorem 10", target=noisy_pipeline,
+         assumptions=(_GAUSS, _RANKS, "i.i.d. sub-Gaussian noise"), description="tensor step + Algorithm 6 + Lemma 20")
+register("bjw19-algorithm7", paper=_PAPER, algorithm="Algorithm 7 (Theorem 11)", target=algorithm7,
+         assumptions=("x ~ N(0, I)", "rank V* = k", "no two columns of U* collinear (corrected)", "noiseless"),
+         description="FPT exact recovery from 1-sparse columns; any m >= 2, m < k allowed")
+register("bjw19-algorithm8", paper=_PAPER, algorithm="Algorithm 8 (Theorem 13)", target=algorithm8,
+         assumptions=("x ~ N(0, I)", "E independent of X"),
+         description="sketch, candidate (SU*)^-1, noisy-halfspace PV estimator, selection by residual")
+register("bjw19-pcp", paper=_PAPER, algorithm="Theorem 14, Corollary 8", target=sparse_noise_pipeline,
+         assumptions=("x ~ N(0, I)", "U* orthonormal incoherent columns", "sparse E"),
+         description="principal component pursuit (ADMM) + polish + exact pipeline")
+register("bjw19-hardness", paper=_PAPER, algorithm="Theorem 2, Propositions 1-2", target=sat_to_relu_separability,
+         description="reversible 6-SAT -> ReLU-separability -> network fitting builders with checkers")
+register("bjw19-lemma16", paper=_PAPER, algorithm="Lemma 16", target=lemma16_instances,
+         description="two instances with equal outputs for n << 1/a (n = Ω(κ) lower bound)")
