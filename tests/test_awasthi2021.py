@@ -492,3 +492,28 @@ def test_warns_when_inputs_not_standard_gaussian():
     with warnings.catch_warnings():
         warnings.simplefilter("error", AssumptionWarning)
         HermiteTensorLearner(2, refine=False, random_state=0).fit(Xg, Yg)
+
+
+# ============================================================================ experiments
+
+@pytest.mark.parametrize("name,columns", [
+    ("atv21-samples", {"provable_error", "refined_error", "units_recovered", "part"}),
+    ("atv21-bias", {"bias", "variant", "unit_error", "recovered", "source"}),
+    ("atv21-overcomplete", {"s_m", "exact_error", "noisy_error_over_eta", "sample_relative_l2"}),
+])
+def test_experiments_quick(name, columns):
+    from nnrecover.experiments import get_experiment
+
+    df, fig = get_experiment(name).func(rng=0, quick=True)
+    assert columns <= set(df.columns) and len(df) > 0
+    assert hasattr(fig, "savefig")
+    if name == "atv21-bias":
+        # exact coefficients: the two-tensor algorithm recovers unit 0 at every bias of the quick grid,
+        # T_3 alone misses it at b = 0 (He_1(0) = 0) and T_4 alone at b = +-1 (He_2(+-1) = 0)
+        exact = df[df["mode"] == "exact"].set_index(["variant", "bias"])
+        assert exact.loc["both tensors", "recovered"].all()
+        assert exact.loc["both tensors", "unit_error"].max() < 1e-9
+        assert not exact.loc[("T3 only", 0.0), "recovered"]
+        assert not exact.loc[("T4 only", 1.0), "recovered"] and not exact.loc[("T4 only", -1.0), "recovered"]
+    if name == "atv21-overcomplete":
+        assert df["exact_error"].max() < 1e-9
