@@ -194,8 +194,26 @@ def fit_unit(y_pos: np.ndarray, X_pos: np.ndarray, act: Activation) -> tuple[np.
     vals = np.array([objective(s) for s in grid])
     j = int(np.argmin(vals))
     lo, hi = grid[max(j - 1, 0)], grid[min(j + 1, grid.size - 1)]
-    opt = minimize_scalar(objective, bounds=(lo, hi), method="bounded", options={"xatol": 1e-13})
+    opt = minimize_scalar(objective, bounds=(lo, hi), method="bounded", options={"xatol": 1e-10})
     s = float(opt.x) if opt.fun <= vals[j] else float(grid[j])
+    # Gauss-Newton on the residual vector r(s) = (I - QQ^T) φ^{-1}(y e^{-s}): a scalar minimiser locates
+    # the minimum of |r| only to ~sqrt(eps); the vector iteration converges quadratically to round-off
+    for _ in range(50):
+        with np.errstate(all="ignore"):
+            u = y_pos * np.exp(-s)
+            g = act.inverse(u)
+            dg = -u / act.derivative(g)        # d/ds φ^{-1}(y e^{-s}) = -u / φ'(φ^{-1}(u))
+        if not (np.all(np.isfinite(g)) and np.all(np.isfinite(dg))):
+            break
+        r = g - Q @ (Q.T @ g)
+        J = dg - Q @ (Q.T @ dg)
+        jj = float(J @ J)
+        if jj == 0:
+            break
+        step = -float(J @ r) / jj
+        s += step
+        if abs(step) <= 4 * EPS * max(1.0, abs(s)):
+            break
     c = float(np.exp(s))
     g = act.inverse(y_pos / c)
     z, *_ = scipy.linalg.lstsq(X_pos, g, check_finite=False)
