@@ -16,6 +16,7 @@ import nnrecover as nr
 from nnrecover._validation import check_random_state
 from nnrecover.cli import main, parse_option
 from nnrecover.errors import AssumptionError, AssumptionWarning, InputError
+from nnrecover.experiments.runner import to_jsonable
 from nnrecover.learners import _registry
 
 SUBCOMMANDS = ("demo", "methods", "simulate", "fit", "evaluate", "experiment")
@@ -344,9 +345,9 @@ def test_demo_quick_with_one_learner(capsys, fake, tmp_path):
     lines = text.splitlines()
     header = next(l for l in lines if l.split()[:2] == ["learner", "paper"])
     assert header.split() == ["learner", "paper", "algorithm", "max_unit_error", "function_error",
-                              "fit_time_s", "n_samples", "status"]
+                              "fit_time_s", "n_samples", "outputs", "status"]
     row = next(l for l in lines if l.startswith(FAKE))
-    assert row.split()[-2:] == ["20000", "ok"]
+    assert row.split()[-3:] == ["20000", "4", "ok"]
     for name in ("demo.png", "results.csv", "teacher.json", "metadata.json"):
         assert (out / name).is_file()
     df = pd.read_csv(out / "results.csv")
@@ -358,6 +359,37 @@ def test_demo_quick_with_one_learner(capsys, fake, tmp_path):
     assert rc2 == 0 and df2["max_unit_error"][0] == df["max_unit_error"][0]
     assert df2["function_error"][0] == df["function_error"][0]
     assert nr.TwoLayerNetwork.load(out / "teacher.json") == nr.TwoLayerNetwork.load(tmp_path / "again" / "teacher.json")
+
+
+def test_demo_with_the_gradient_descent_baseline(capsys, tmp_path):
+    # a tiny noiseless teacher: the baseline's best restart reaches zero training loss, so the table's
+    # function error is at round-off. A mismatch between the streamed X and Y (or the output columns)
+    # would leave an O(1) error: this checks the plumbing from the stream to the learner and metrics.
+    rc, text, err = run(capsys, "demo", "--quick", "--n-samples", "3000", "--learner", "gradient-descent",
+                        "-d", "4", "-k", "2", "-p", "2", "--seed", "0", "--out", str(tmp_path))
+    assert rc == 0, err
+    df = pd.read_csv(tmp_path / "results.csv")
+    row = df.iloc[0]
+    assert row["learner"] == "gradient-descent" and row["status"] == "ok"
+    assert row["n_samples"] == 3000 and row["outputs"] == 2
+    assert row["function_error"] < 1e-8 and row["max_unit_error"] < 1e-6
+
+
+def test_fit_and_evaluate_with_the_gradient_descent_baseline(capsys, simulated):
+    model = simulated / "gd.json"
+    rc, out, err = run(capsys, "fit", str(simulated / "s.npz"), "--learner", "gradient-descent", "-k", "2",
+                       "--seed", "0", "--option", "n_restarts=2", "--option", "max_samples=1000",
+                       "--out", str(model))
+    assert rc == 0, err
+    rec = json.loads(model.read_text())["fit"]
+    assert rec["diagnostics"]["n_samples_used"] == 1000 and rec["diagnostics"]["n_samples_seen"] == 2000
+    rc, out, _ = run(capsys, "evaluate", str(model), "--teacher", str(simulated / "t.json"), "--json")
+    rep = json.loads(out)
+    net, teacher = nr.TwoLayerNetwork.load(model), nr.TwoLayerNetwork.load(simulated / "t.json")
+    assert rep["parameter_error"] == to_jsonable(nr.metrics.parameter_error(net, teacher))
+    # the learner validates option values when it fits: still one line and status 2
+    assert_user_error(capsys, ["fit", str(simulated / "s.npz"), "--learner", "gradient-descent", "-k", "2",
+                               "--option", "method=newton"], "method must be one of")
 
 
 def test_demo_reports_refusing_learner(capsys, fake, monkeypatch, tmp_path):

@@ -184,7 +184,7 @@ def test_compare_learners_reports_exact_errors(oracles):
     df = compare_learners(teacher, dist, 5000, rng=1, learners=["test-oracle", "test-not-for-me"],
                           learner_options={"test-oracle": {"eps": eps}}, chunk_size=999, eval_samples=2000)
     assert list(df.columns) == ["learner", "paper", "algorithm", "status", "max_unit_error", "max_angle",
-                                "function_error", "fit_time_s", "n_samples"]
+                                "function_error", "fit_time_s", "n_samples", "outputs"]
     ok = df.iloc[0]
     assert ok["status"] == "ok" and ok["n_samples"] == 5000 and _Oracle.seen[0][1] == 5000
     a_norm = np.linalg.norm(teacher.output_weights, axis=0).max()
@@ -196,6 +196,42 @@ def test_compare_learners_reports_exact_errors(oracles):
     assert np.isnan(skipped["max_unit_error"])
     fig = comparison_figure(df, title="t")
     assert isinstance(fig, Figure)
+
+
+def test_single_output_learner_gets_the_first_output(oracles, monkeypatch):
+    # a learner declaring max_outputs = 1 sees Y[:, 0] and is compared with the teacher restricted to
+    # output 0; the oracle returns exactly that restricted teacher, so both errors are exactly zero
+    teacher, dist = demo_teacher(2, n_inputs=5, n_hidden=2, n_outputs=3)
+
+    class Single(_Oracle):
+        max_outputs = 1
+
+        def fit(self, X, Y=None):
+            shapes = {np.shape(y)[1:] for _, y in X}
+            assert shapes == {()}, shapes  # one output: 1-D target chunks
+            super().fit(X)
+            t = self.teacher
+            self.network_ = nr.TwoLayerNetwork(t.hidden_weights, t.hidden_bias, t.output_weights[:1],
+                                               t.output_bias[:1], t.activation)
+            return self
+
+    Single.teacher = _Oracle.teacher = teacher
+    monkeypatch.setitem(_registry._RECORDS, "test-single",
+                        _registry.AlgorithmRecord("test-single", "baseline", "oracle", (), Single, "", True))
+    df = compare_learners(teacher, dist, 300, rng=0, learners=["test-single", "test-oracle"])
+    assert list(df["outputs"]) == [1, 3] and list(df["status"]) == ["ok", "ok"]
+    assert df["max_unit_error"][0] == 0.0 and df["function_error"][0] == 0.0
+    assert df["max_unit_error"][1] == 0.0 and df["function_error"][1] == 0.0
+
+
+def test_baseline_gd_quick(tmp_path):
+    df = run_experiment("baseline-gd", tmp_path, quick=True, rng=0)
+    assert list(df["n_samples"]) == [500, 2000] and set(df["trial"]) == {0}
+    assert {"max_unit_error", "function_error", "fit_time_s"} <= set(df.columns)
+    # label noise 0.05: the fit cannot be exact, and it cannot be worse than predicting zero by much
+    assert (df["function_error"] > 0).all() and (df["function_error"] < 1).all()
+    meta = json.loads((tmp_path / "metadata.json").read_text())
+    assert meta["experiment"] == "baseline-gd" and meta["quick"] is True
 
 
 def test_compare_learners_refusals_and_failures(oracles):

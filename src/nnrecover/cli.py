@@ -227,7 +227,8 @@ def _make_distribution(args, d: int, gen) -> tuple[Any, dict]:
 
 # ------------------------------------------------------------------------------------------ commands
 def _cmd_demo(args) -> int:
-    from .experiments.baseline import DEMO_DEFAULTS, compare_learners, comparison_figure, demo_teacher
+    from .experiments.baseline import (DEMO_DEFAULTS, DEMO_LEARNER_OPTIONS, compare_learners, comparison_figure,
+                                       demo_teacher)
     from .experiments.runner import environment_info, to_jsonable
 
     out = _out_dir(args.out)
@@ -240,7 +241,7 @@ def _cmd_demo(args) -> int:
          f"{n} samples streamed in chunks (seed {args.seed}).")
     t0 = time.perf_counter()
     df = compare_learners(teacher, dist, n, rng=gen, learners=args.learner, noise=args.noise,
-                          chunk_size=DEMO_DEFAULTS["chunk_size"],
+                          learner_defaults=DEMO_LEARNER_OPTIONS, chunk_size=DEMO_DEFAULTS["chunk_size"],
                           eval_samples=10_000 if args.quick else DEMO_DEFAULTS["eval_samples"],
                           time_budget=args.time_budget, log=_say)
     wall = time.perf_counter() - t0
@@ -248,7 +249,7 @@ def _cmd_demo(args) -> int:
                               for s in df["status"]])
     _say()
     _say(_table(table.to_dict("records"), ["learner", "paper", "algorithm", "max_unit_error", "function_error",
-                                           "fit_time_s", "n_samples", "status"],
+                                           "fit_time_s", "n_samples", "outputs", "status"],
                 {"max_unit_error": _fmt, "function_error": _fmt, "fit_time_s": lambda v: _fmt(v, ".2f")}))
     for name, status in zip(df["learner"], df["status"]):
         if status != "ok":
@@ -490,7 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "learner that applies, print a comparison table (errors, fit time, samples) and "
                        "save demo.png, results.csv, teacher.json and metadata.json into --out.")
     p.add_argument("--n-samples", type=_pos_int, default=None, metavar="N",
-                   help="samples to draw (default 150000; 20000 with --quick)")
+                   help="samples to draw (default 100000; 20000 with --quick)")
     p.add_argument("--seed", type=_nonneg_int, default=0, help="random seed (default 0)")
     p.add_argument("--out", default="nnrecover-demo", metavar="DIR", help="output directory (default ./nnrecover-demo)")
     p.add_argument("--quick", action="store_true", help="small sample size (seconds; for smoke tests)")

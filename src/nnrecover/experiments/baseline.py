@@ -11,11 +11,18 @@ Experiments (registered in :mod:`nnrecover.experiments.registry`):
     Every registered learner that applies to one teacher, fitted on the same stream of samples:
     parameter error, function error, fit time. ``nnrecover demo`` runs it with the defaults below.
 
-Applicability. A learner record (or its class) may define ``applies_to(network, distribution)``
-returning a bool or ``(bool, reason)``; learners without it are tried, and a learner that refuses
-the teacher by raising :class:`nnrecover.errors.AssumptionError` is reported as "not applicable" with
-its message. A learner failing with another nnrecover error (e.g. ``ConvergenceError``) is reported
-as failed; any other exception is a bug and propagates.
+Optional learner attributes read by the comparison (all looked up defensively):
+
+``applies_to(network, distribution)``
+    On the record or the class; returns a bool or ``(bool, reason)``. A learner without it is tried,
+    and one that refuses the teacher by raising :class:`nnrecover.errors.AssumptionError` is reported
+    as "not applicable" with its message. Another nnrecover error (e.g. ``ConvergenceError``) is
+    reported as "failed"; any other exception is a bug and propagates.
+``max_outputs``
+    On the class: the number of outputs the algorithm learns (e.g. 1 for Awasthi et al.'s scalar
+    model). With a teacher of more outputs the learner is fitted on the first ``max_outputs`` target
+    columns and compared with the teacher restricted to those outputs (same hidden layer); the
+    ``outputs`` column of the table says how many outputs each learner saw.
 """
 
 from __future__ import annotations
@@ -32,11 +39,16 @@ from .registry import experiment
 from .runner import make_learner
 
 __all__ = ["demo_teacher", "compare_learners", "comparison_figure", "baseline_gd", "run_compare_learners",
-           "DEMO_DEFAULTS"]
+           "DEMO_DEFAULTS", "DEMO_LEARNER_OPTIONS"]
+
+#: per-learner options of the demo (applied when the learner takes them): the baseline's least-squares
+#: fit on all 100,000 rows with 5 restarts takes minutes; 20,000 rows and 2 restarts recover a
+#: noiseless teacher to round-off in seconds when a restart finds the global minimum
+DEMO_LEARNER_OPTIONS = {"gradient-descent": {"max_samples": 20_000, "n_restarts": 2}}
 
 #: the demo problem: d = 10 inputs, k = 4 ReLU units, p = 4 outputs (Ge et al. and Bakshi et al. need
 #: p >= k), small biases (Awasthi et al. handle biases; the bias-free papers see a small misfit)
-DEMO_DEFAULTS = {"n_inputs": 10, "n_hidden": 4, "n_outputs": 4, "bias": 0.1, "n_samples": 150_000,
+DEMO_DEFAULTS = {"n_inputs": 10, "n_hidden": 4, "n_outputs": 4, "bias": 0.1, "n_samples": 100_000,
                  "quick_n_samples": 20_000, "eval_samples": 50_000, "chunk_size": 1 << 15}
 
 
@@ -71,6 +83,32 @@ def _applies(record, network, distribution) -> tuple[bool, str]:
     return True, ""
 
 
+class _FirstOutputs:
+    """Re-iterable view of a stream of ``(X, Y)`` chunks keeping the first ``m`` target columns."""
+
+    def __init__(self, stream, m: int):
+        self.stream, self.m = stream, m
+        self.n_samples = getattr(stream, "n_samples", None)
+
+    def __iter__(self):
+        for X, Y in self.stream:
+            Y2 = np.asarray(Y).reshape(len(Y), -1)[:, : self.m]
+            yield X, (Y2[:, 0] if self.m == 1 else Y2)
+
+
+def _restrict_outputs(network, m: int):
+    """The network computing only the first ``m`` outputs (same hidden layer)."""
+    from ..network import TwoLayerNetwork
+
+    return TwoLayerNetwork(network.hidden_weights, network.hidden_bias, network.output_weights[:m],
+                           network.output_bias[:m], network.activation)
+
+
+def _max_outputs(target) -> int | None:
+    value = getattr(target, "max_outputs", None)
+    return int(value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1 else None
+
+
 def _learner_seed(base: int, name: str) -> int:
     """A per-learner seed that does not depend on which other learners are registered."""
     ss = np.random.SeedSequence(base, spawn_key=(zlib.crc32(name.encode()),))
@@ -85,6 +123,7 @@ def _one_line(exc: BaseException) -> str:
 def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
                      learners: Sequence[str] | None = None,
                      learner_options: Mapping[str, Mapping[str, Any]] | None = None,
+                     learner_defaults: Mapping[str, Mapping[str, Any]] | None = None,
                      noise: float = 0.0, chunk_size: int = 1 << 15, eval_samples: int = 50_000,
                      time_budget: float | None = None, log: Callable[[str], None] | None = None):
     """Fit every applicable registered learner on one stream of samples from ``teacher``.
@@ -103,6 +142,9 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
         Registry names to run (default: every learner in ``nnrecover.learners.available(learners_only=True)``).
     learner_options : mapping name -> options, optional
         Extra constructor options per learner (unknown options raise :class:`InputError`).
+    learner_defaults : mapping name -> options, optional
+        Per-learner options applied only if the learner is run, takes them, and ``learner_options``
+        does not set them (the demo's :data:`DEMO_LEARNER_OPTIONS`).
     noise : float
         Label-noise standard deviation.
     chunk_size : int
@@ -119,7 +161,8 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
     -------
     pandas.DataFrame
         One row per learner: ``learner, paper, algorithm, status, max_unit_error, max_angle,
-        function_error, fit_time_s, n_samples``. Errors are NaN when the learner was not run.
+        function_error, fit_time_s, n_samples, outputs``. Errors are NaN when the learner was not
+        run; ``outputs`` is the number of teacher outputs the learner was given (see ``max_outputs``).
     """
     import pandas as pd
 
@@ -150,9 +193,13 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
         defaults.update(time_budget=float(time_budget), max_time=float(time_budget))
     rows = []
     for i, rec in enumerate(records, 1):
+        m = _max_outputs(rec.target)
+        m = teacher.n_outputs if m is None else min(m, teacher.n_outputs)
+        truth = teacher if m == teacher.n_outputs else _restrict_outputs(teacher, m)
+        data = stream if m == teacher.n_outputs else _FirstOutputs(stream, m)
         row = {"learner": rec.name, "paper": rec.paper, "algorithm": rec.algorithm, "status": "ok",
                "max_unit_error": np.nan, "max_angle": np.nan, "function_error": np.nan,
-               "fit_time_s": np.nan, "n_samples": n_samples}
+               "fit_time_s": np.nan, "n_samples": n_samples, "outputs": m}
         ok, reason = _applies(rec, teacher, distribution)
         if not ok:
             row["status"] = "not applicable" + (f": {reason}" if reason else "")
@@ -160,13 +207,14 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
             if log:
                 log(f"[{i}/{len(records)}] {rec.name}: {row['status']}")
             continue
-        est = make_learner(rec.target, teacher.n_hidden, options.get(rec.name), defaults=defaults,
+        est = make_learner(rec.target, teacher.n_hidden, options.get(rec.name),
+                           defaults={**defaults, **dict((learner_defaults or {}).get(rec.name, {}))},
                            random_state=_learner_seed(base, rec.name))
         if log:
             log(f"[{i}/{len(records)}] fitting {rec.name} ({rec.paper}, {rec.algorithm}) ...")
         t0 = time.perf_counter()
         try:
-            est.fit(stream)
+            est.fit(data)
         except AssumptionError as exc:
             row["status"] = f"not applicable: {_one_line(exc)}"
         except NNRecoverError as exc:
@@ -174,15 +222,17 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
         row["fit_time_s"] = time.perf_counter() - t0
         if row["status"] == "ok":
             diag = getattr(est, "diagnostics_", None) or {}
-            if isinstance(diag.get("n_samples"), (int, np.integer)):
-                row["n_samples"] = int(diag["n_samples"])
+            for key in ("n_samples_used", "n_samples_seen", "n_samples"):  # what the fit actually used
+                if isinstance(diag.get(key), (int, np.integer)):
+                    row["n_samples"] = int(diag[key])
+                    break
             W = getattr(est, "hidden_weights_", None)
-            if W is not None and np.shape(W) == teacher.hidden_weights.shape:
-                row["max_angle"] = float(metrics.weight_error(W, teacher.hidden_weights)["max_angle"])
+            if W is not None and np.shape(W) == truth.hidden_weights.shape:
+                row["max_angle"] = float(metrics.weight_error(W, truth.hidden_weights)["max_angle"])
             net = getattr(est, "network_", None)
             if net is not None:
-                row["max_unit_error"] = float(metrics.parameter_error(net, teacher)["max_unit_error"])
-                row["function_error"] = float(metrics.function_error(net, teacher, distribution,
+                row["max_unit_error"] = float(metrics.parameter_error(net, truth)["max_unit_error"])
+                row["function_error"] = float(metrics.function_error(net, truth, distribution,
                                                                      n=eval_samples, rng=eval_seed))
         if log:
             log(f"[{i}/{len(records)}] {rec.name}: {row['status']} in {row['fit_time_s']:.1f} s")
@@ -234,7 +284,7 @@ def run_compare_learners(*, rng, quick: bool = False, n_inputs: int = 10, n_hidd
     if n_samples is None:
         n_samples = DEMO_DEFAULTS["quick_n_samples" if quick else "n_samples"]
     df = compare_learners(teacher, dist, n_samples, rng=gen, learners=learners, noise=noise,
-                          chunk_size=DEMO_DEFAULTS["chunk_size"],
+                          learner_defaults=DEMO_LEARNER_OPTIONS, chunk_size=DEMO_DEFAULTS["chunk_size"],
                           eval_samples=10_000 if quick else DEMO_DEFAULTS["eval_samples"],
                           time_budget=time_budget)
     fig = comparison_figure(df, title=f"d={n_inputs}, k={n_hidden}, p={n_outputs}, |b|<={bias}, "
