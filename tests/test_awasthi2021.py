@@ -231,7 +231,8 @@ def test_consolidation_claim_d14():
     k, d = 4, 5
     U = rng.standard_normal((k, d))
     U /= np.linalg.norm(U, axis=1, keepdims=True)
-    b, al, alp, v, c = rng.standard_normal(k), rng.standard_normal(k), rng.standard_normal(k), rng.standard_normal(d), 0.7
+    b, al, alp = rng.standard_normal(k), rng.standard_normal(k), rng.standard_normal(k)
+    v, c = rng.standard_normal(d), 0.7
     X = rng.standard_normal((3000, d))
     Z = X @ U.T + b
     g = X @ v + c + np.maximum(Z, 0) @ al + np.maximum(-Z, 0) @ alp
@@ -319,8 +320,9 @@ def test_noisy_population_error_is_linear_in_noise():
     ratios = []
     for eta in (1e-8, 1e-7, 1e-6, 1e-5):
         # noise level known: the spectral norm of each flattening of eta * noise is at most eta
-        noisy = HermiteCoefficients(basis=exact.basis, tensors={k: T + eta * noise[k] for k, T in exact.tensors.items()},
-                                    t0=exact.t0, t1=exact.t1 + eta * t1_noise / np.linalg.norm(t1_noise), exact=False,
+        tensors = {k: T + eta * noise[k] for k, T in exact.tensors.items()}
+        t1 = exact.t1 + eta * t1_noise / np.linalg.norm(t1_noise)
+        noisy = HermiteCoefficients(basis=exact.basis, tensors=tensors, t0=exact.t0, t1=t1, exact=False,
                                     noise={k: eta for k in exact.noise})
         rec = atv.algorithm1(noisy, 1, 4, rng=0)
         err = parameter_error(rec.network(), truth)["max_unit_error"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 

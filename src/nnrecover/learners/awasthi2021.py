@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from typing import Any
 
 import numpy as np
@@ -164,7 +163,8 @@ def _make_thresholds(spec: Any, coeffs: HermiteCoefficients, order: int, m: int,
         # |D_ii| <= B sqrt((2l-2)!) / sqrt(2 pi) (Cramer's bound, Claim D.8) gives the estimate below
         sv = linalg.svdvals(flatten(coeffs.tensor(2 * order), order, order))
         s_m = sv[min(m, sv.size) - 1]
-        s_min = math.sqrt(max(s_m, 1e-300) * math.sqrt(2 * math.pi) / (bound * math.sqrt(math.factorial(2 * order - 2))))
+        cramer = bound * math.sqrt(math.factorial(2 * order - 2)) / math.sqrt(2 * math.pi)
+        s_min = math.sqrt(max(s_m, 1e-300) / cramer)
         return paper_thresholds(epsilon, bound, m, order, min(s_min, 1.0))
     if isinstance(spec, dict):
         missing = {"eta1", "eta2", "eta3"} - set(spec)
@@ -295,7 +295,8 @@ class HermiteTensorLearner(BaseLearner):
                  scalar_snr: float = 3.0,
                  dedup_threshold: float = 0.25, epsilon: float | None = None, bound: float | None = None,
                  max_bias: float = 4.0, decomposer: str = "joint", n_draws: int = 5, output: str = "auto",
-                 linear_part: str = "auto", feature_map: str = "reduced", regression_rows: str = "all", range_method: str = "auto",
+                 linear_part: str = "auto", feature_map: str = "reduced", regression_rows: str = "all",
+                 range_method: str = "auto",
                  chunk_size: int | None = None, check_inputs: bool = True, input_tolerance: float = 0.1,
                  min_n: int | None = None, random_state=None):
         self.n_hidden = n_hidden
@@ -496,7 +497,8 @@ register("atv21-consolidate", paper=_PAPER, algorithm="Claim D.14", target=conso
 register("atv21-population-regression", paper=_PAPER, algorithm="Theorem 4.2 (SQ regression)",
          target=population_regression, assumptions=(_GAUSS,), description="exact-moment Algorithm 5 (zero L2 error)")
 register("atv21-linear-correction", paper=_PAPER, algorithm="Section 1 overview (iv) / Algorithm 5 linear part",
-         target=linear_correction, assumptions=(_GAUSS, "signs known"), description="closed-form linear part from T_0, T_1")
+         target=linear_correction, assumptions=(_GAUSS, "signs known"),
+         description="closed-form linear part from T_0, T_1")
 register("atv21-sign-flip-sets", paper=_PAPER, algorithm="Theorem 3.4", target=sign_flip_sets,
          description="sign patterns giving the same function (corrected eq. (2))")
 register("atv21-claim-4.8", paper=_PAPER, algorithm="Claim 4.8", target=claim48_instance,

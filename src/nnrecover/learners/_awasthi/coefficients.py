@@ -331,7 +331,8 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
 
     Rows go to half A or B in alternating blocks of ``SPLIT_BLOCK`` consecutive rows, counted from the
     first row this statistic sees (so the split does not depend on the chunking; on dask every block
-    counts from its own start); the estimate is their sum. Cost per sample: ``O(d n)`` for the projection and ``O(p^2)`` for the Gram matrix of the
+    counts from its own start); the estimate is their sum. Cost per sample: ``O(d n)`` for the
+    projection and ``O(p^2)`` for the Gram matrix of the
     ``p = sum_{r <= K/2} C(n + r - 1, r)`` packed monomials.
     """
 

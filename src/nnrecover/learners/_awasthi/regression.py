@@ -261,7 +261,8 @@ def _solve_ball(H: np.ndarray, g: np.ndarray, R: float, solver: str, ridge: floa
                 beta = new
                 break
             beta = new
-        return beta, {"solver": "pgd", "iterations": it + 1, "ball_active": bool(np.linalg.norm(beta) >= R * (1 - 1e-12))}
+        active = bool(np.linalg.norm(beta) >= R * (1 - 1e-12))
+        return beta, {"solver": "pgd", "iterations": it + 1, "ball_active": active}
     raise InputError(f"solver must be 'exact' or 'pgd', got {solver!r}.")
 
 
