@@ -75,14 +75,16 @@ def gaussian_sketch(m: int, k: int, *, rows: int | None = None, delta: float = 0
     return check_random_state(rng).standard_normal((r, m)) / np.sqrt(k)
 
 
-def grid_candidates(k: int, r: int, *, sigma_min: float, kappa: float, levels: int,
-                    ratio: float = 2.0, max_candidates: int = 100_000) -> Iterable[np.ndarray]:
+def grid_candidates(k: int, r: int, *, sigma_min: float, levels: int, ratio: float = 2.0,
+                    max_candidates: int = 100_000) -> Iterable[np.ndarray]:
     """Step 2's exhaustive grid, with signs: every k x r matrix with entries in
     ``{0} ∪ {±(1/σ_min) ratio^{-i} : 0 <= i < levels}``. Toy sizes only (``(2 levels + 1)^{k r}`` matrices).
 
     The paper's ratio is ``1 + ε^4/(c k^4)`` and ``levels`` about ``c' k^8 ε^{-8} κ^8``: far beyond any
     computer for every k >= 1; this generator refuses more than ``max_candidates`` matrices.
     """
+    if not (np.isfinite(sigma_min) and sigma_min > 0 and np.isfinite(ratio) and ratio > 1):
+        raise InputError(f"sigma_min must be > 0 and ratio > 1, got {sigma_min!r}, {ratio!r}.")
     k, r, levels = check_positive_int(k, "k"), check_positive_int(r, "r"), check_positive_int(levels, "levels")
     count = (2 * levels + 1) ** (k * r)
     if count > max_candidates:
@@ -90,7 +92,6 @@ def grid_candidates(k: int, r: int, *, sigma_min: float, kappa: float, levels: i
                          f"{max_candidates}); the paper's grid is infeasible beyond toy sizes (spec 004 §2.9). Use "
                          "candidates='noisy' or pass explicit candidates.")
     mags = (1.0 / sigma_min) * ratio ** (-np.arange(levels, dtype=float))
-    mags = mags[mags * sigma_min * kappa >= 1.0 / kappa ** 2] if kappa > 0 else mags
     values = np.concatenate([[0.0], mags, -mags])
     for entries in itertools.product(values, repeat=k * r):
         yield np.array(entries).reshape(k, r)

@@ -113,7 +113,12 @@ class OutputRegressionStatistic(Statistic):
         self._yy += other._yy
 
     def finalize(self) -> tuple[np.ndarray, dict]:
-        """``U`` (m, k) and ``{"residual": ||Y - H U^T||_F/||Y||_F, "condition": κ(H^T H)}``."""
+        """``U`` (m, k) and ``{"residual": ||Y - H U^T||_F/||Y||_F, "condition": κ(H^T H)}``.
+
+        The residual is evaluated from the accumulated sums (``||Y||^2 - 2 tr(U H^T Y) + tr(U H^T H U^T)``),
+        so it is accurate only to about ``sqrt(eps) = 1e-8`` relative; ``U`` itself is accurate to
+        ``κ(H^T H) eps`` (normal equations).
+        """
         self.require(1, "OutputRegressionStatistic")
         U = scipy.linalg.solve(self._hh, self._hy, assume_a="pos").T
         # ||Y - H U^T||^2 = ||Y||^2 - 2 tr(U H^T Y) + tr(U H^T H U^T)
