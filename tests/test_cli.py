@@ -344,7 +344,7 @@ def test_demo_quick_with_one_learner(capsys, fake, tmp_path):
     assert rc == 0, err
     lines = text.splitlines()
     header = next(l for l in lines if l.split()[:2] == ["learner", "paper"])
-    assert header.split() == ["learner", "paper", "algorithm", "max_unit_error", "function_error",
+    assert header.split() == ["learner", "paper", "algorithm", "refine", "max_unit_error", "function_error",
                               "fit_time_s", "n_samples", "outputs", "status"]
     row = next(l for l in lines if l.startswith(FAKE))
     assert row.split()[-3:] == ["20000", "4", "ok"]

@@ -183,8 +183,8 @@ def test_compare_learners_reports_exact_errors(oracles):
     eps = 0.01
     df = compare_learners(teacher, dist, 5000, rng=1, learners=["test-oracle", "test-not-for-me"],
                           learner_options={"test-oracle": {"eps": eps}}, chunk_size=999, eval_samples=2000)
-    assert list(df.columns) == ["learner", "paper", "algorithm", "status", "max_unit_error", "max_angle",
-                                "function_error", "fit_time_s", "n_samples", "outputs"]
+    assert list(df.columns) == ["learner", "paper", "algorithm", "refine", "status", "max_unit_error",
+                                "max_angle", "function_error", "fit_time_s", "n_samples", "outputs"]
     ok = df.iloc[0]
     assert ok["status"] == "ok" and ok["n_samples"] == 5000 and _Oracle.seen[0][1] == 5000
     a_norm = np.linalg.norm(teacher.output_weights, axis=0).max()
@@ -222,6 +222,30 @@ def test_single_output_learner_gets_the_first_output(oracles, monkeypatch):
     assert list(df["outputs"]) == [1, 3] and list(df["status"]) == ["ok", "ok"]
     assert df["max_unit_error"][0] == 0.0 and df["function_error"][0] == 0.0
     assert df["max_unit_error"][1] == 0.0 and df["function_error"][1] == 0.0
+
+
+class _Refining(_Oracle):
+    """Oracle whose unrefined estimate is off by eps in the output weights and refined one is exact."""
+
+    def __init__(self, n_hidden, *, refine=True, random_state=None):
+        super().__init__(n_hidden, eps=0.0 if refine else 0.02, random_state=random_state)
+        self.refine = refine
+
+
+def test_with_unrefined_adds_a_refine_false_row(oracles, monkeypatch):
+    teacher, dist = demo_teacher(1, n_inputs=5, n_hidden=2, n_outputs=1)
+    _Oracle.teacher = teacher
+    monkeypatch.setitem(_registry._RECORDS, "test-refining",
+                        _registry.AlgorithmRecord("test-refining", "baseline", "oracle", (), _Refining, "", True))
+    df = compare_learners(teacher, dist, 200, rng=0, learners=["test-refining", "test-oracle"], with_unrefined=True)
+    assert list(zip(df["learner"], df["refine"])) == [("test-refining", "no"), ("test-refining", "yes"),
+                                                     ("test-oracle", "-")]
+    assert df["function_error"][0] == pytest.approx(0.02, rel=1e-9) and df["function_error"][1] == 0.0
+    assert _Oracle.seen[0][0] == _Oracle.seen[1][0]  # both variants start from the same random_state
+    # an explicit refine option is respected: one row
+    df = compare_learners(teacher, dist, 200, rng=0, learners=["test-refining"], with_unrefined=True,
+                          learner_options={"test-refining": {"refine": False}})
+    assert list(df["refine"]) == ["no"]
 
 
 def test_baseline_gd_quick(tmp_path):

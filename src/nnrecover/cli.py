@@ -227,8 +227,8 @@ def _make_distribution(args, d: int, gen) -> tuple[Any, dict]:
 
 # ------------------------------------------------------------------------------------------ commands
 def _cmd_demo(args) -> int:
-    from .experiments.baseline import (DEMO_DEFAULTS, DEMO_LEARNER_OPTIONS, compare_learners, comparison_figure,
-                                       demo_teacher)
+    from .experiments.baseline import (DEMO_COMMON_OPTIONS, DEMO_DEFAULTS, DEMO_LEARNER_OPTIONS, compare_learners,
+                                       comparison_figure, demo_teacher)
     from .experiments.runner import environment_info, to_jsonable
 
     out = _out_dir(args.out)
@@ -241,21 +241,23 @@ def _cmd_demo(args) -> int:
          f"{n} samples streamed in chunks (seed {args.seed}).")
     t0 = time.perf_counter()
     df = compare_learners(teacher, dist, n, rng=gen, learners=args.learner, noise=args.noise,
-                          learner_defaults=DEMO_LEARNER_OPTIONS, chunk_size=DEMO_DEFAULTS["chunk_size"],
+                          learner_defaults=DEMO_LEARNER_OPTIONS, common_defaults=DEMO_COMMON_OPTIONS,
+                          with_unrefined=not args.refined_only, chunk_size=DEMO_DEFAULTS["chunk_size"],
                           eval_samples=10_000 if args.quick else DEMO_DEFAULTS["eval_samples"],
                           time_budget=args.time_budget, log=_say)
     wall = time.perf_counter() - t0
     table = df.assign(status=[s if s == "ok" else ("n/a" if s.startswith("not applicable") else "failed")
                               for s in df["status"]])
     _say()
-    _say(_table(table.to_dict("records"), ["learner", "paper", "algorithm", "max_unit_error", "function_error",
-                                           "fit_time_s", "n_samples", "outputs", "status"],
+    _say(_table(table.to_dict("records"), ["learner", "paper", "algorithm", "refine", "max_unit_error",
+                                           "function_error", "fit_time_s", "n_samples", "outputs", "status"],
                 {"max_unit_error": _fmt, "function_error": _fmt, "fit_time_s": lambda v: _fmt(v, ".2f")}))
-    for name, status in zip(df["learner"], df["status"]):
+    for name, refine, status in zip(df["learner"], df["refine"], df["status"]):
         if status != "ok":
-            _say(f"  {name}: {status}")
+            _say(f"  {name}{' (refine=no)' if refine == 'no' else ''}: {status}")
     _say("max_unit_error: after matching units, max over units of |w - w'| + |b - b'| + |a - a'| "
-         "(canonical form); function_error: relative L2 error under N(0, I).")
+         "(canonical form); function_error: relative L2 error under N(0, I); refine=no: the paper's "
+         "algorithm alone, yes: followed by the shared local refinement; n_samples: rows the fit used.")
     fig = comparison_figure(df, title=f"nnrecover demo: d={teacher.n_inputs}, k={teacher.n_hidden}, "
                                       f"p={teacher.n_outputs}, n={n}, seed={args.seed}")
     fig.savefig(out / "demo.png", dpi=120)
@@ -496,6 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="nnrecover-demo", metavar="DIR", help="output directory (default ./nnrecover-demo)")
     p.add_argument("--quick", action="store_true", help="small sample size (seconds; for smoke tests)")
     p.add_argument("--learner", action="append", metavar="NAME", help="run only this learner (repeatable)")
+    p.add_argument("--refined-only", action="store_true",
+                   help="skip the refine=False runs (the papers' algorithms without local refinement)")
     p.add_argument("--time-budget", type=_nonneg_float, default=20.0, metavar="SECONDS",
                    help="per-learner time budget for learners that take one (default 20)")
     p.add_argument("--noise", type=_nonneg_float, default=0.0, help="label-noise standard deviation (default 0)")

@@ -36,15 +36,19 @@ import numpy as np
 from .._validation import check_positive_int, check_random_state
 from ..errors import AssumptionError, InputError, NNRecoverError
 from .registry import experiment
-from .runner import make_learner
+from .runner import learner_parameters, make_learner
 
 __all__ = ["demo_teacher", "compare_learners", "comparison_figure", "baseline_gd", "run_compare_learners",
-           "DEMO_DEFAULTS", "DEMO_LEARNER_OPTIONS"]
+           "DEMO_DEFAULTS", "DEMO_LEARNER_OPTIONS", "DEMO_COMMON_OPTIONS"]
 
 #: per-learner options of the demo (applied when the learner takes them): the baseline's least-squares
 #: fit on all 100,000 rows with 5 restarts takes minutes; 20,000 rows and 2 restarts recover a
 #: noiseless teacher to round-off in seconds when a restart finds the global minimum
 DEMO_LEARNER_OPTIONS = {"gradient-descent": {"max_samples": 20_000, "n_restarts": 2}}
+
+#: options of every learner in the demo (when it takes them): the shared local refinement fits on at
+#: most 20,000 rows (its default of 80% of the samples takes most of the demo's time)
+DEMO_COMMON_OPTIONS = {"refine_options": {"max_samples": 20_000}}
 
 #: the demo problem: d = 10 inputs, k = 4 ReLU units, p = 4 outputs (Ge et al. and Bakshi et al. need
 #: p >= k), small biases (Awasthi et al. handle biases; the bias-free papers see a small misfit)
@@ -124,8 +128,10 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
                      learners: Sequence[str] | None = None,
                      learner_options: Mapping[str, Mapping[str, Any]] | None = None,
                      learner_defaults: Mapping[str, Mapping[str, Any]] | None = None,
+                     common_defaults: Mapping[str, Any] | None = None,
                      noise: float = 0.0, chunk_size: int = 1 << 15, eval_samples: int = 50_000,
-                     time_budget: float | None = None, log: Callable[[str], None] | None = None):
+                     time_budget: float | None = None, with_unrefined: bool = False,
+                     log: Callable[[str], None] | None = None):
     """Fit every applicable registered learner on one stream of samples from ``teacher``.
 
     Parameters
@@ -145,6 +151,8 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
     learner_defaults : mapping name -> options, optional
         Per-learner options applied only if the learner is run, takes them, and ``learner_options``
         does not set them (the demo's :data:`DEMO_LEARNER_OPTIONS`).
+    common_defaults : mapping, optional
+        The same for every learner (the demo's :data:`DEMO_COMMON_OPTIONS`).
     noise : float
         Label-noise standard deviation.
     chunk_size : int
@@ -154,19 +162,24 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
         is about ``sqrt(Var[(f - g)^2] / eval_samples) / E[f^2]``.
     time_budget : float, optional
         Seconds per learner, passed as ``time_budget``/``max_time`` to learners that take one.
+    with_unrefined : bool, default False
+        Also fit every learner that takes ``refine`` with ``refine=False`` (the paper's algorithm
+        alone, without the shared local refinement), one extra row each.
     log : callable, optional
-        Called with one progress line per learner.
+        Called with progress lines.
 
     Returns
     -------
     pandas.DataFrame
-        One row per learner: ``learner, paper, algorithm, status, max_unit_error, max_angle,
-        function_error, fit_time_s, n_samples, outputs``. Errors are NaN when the learner was not
-        run; ``outputs`` is the number of teacher outputs the learner was given (see ``max_outputs``).
+        One row per learner (and refine setting): ``learner, paper, algorithm, refine, status,
+        max_unit_error, max_angle, function_error, fit_time_s, n_samples, outputs``. ``refine`` is
+        "yes"/"no" for learners with a ``refine`` option, else "-". Errors are NaN when the learner
+        was not run; ``n_samples`` is what the fit reports it used (``diagnostics_["n_samples_used"]``)
+        or else the number drawn; ``outputs`` is the number of teacher outputs the learner was given
+        (see ``max_outputs``).
     """
     import pandas as pd
 
-    from .. import metrics
     from ..learners import available
     from ..sampling import sample_stream
 
@@ -188,7 +201,7 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
     unknown = sorted(set(options) - {r.name for r in records})
     if unknown:
         raise InputError(f"learner_options names learner(s) {', '.join(unknown)} that are not being run.")
-    defaults: dict[str, Any] = {"activation": teacher.activation.spec}
+    defaults: dict[str, Any] = {"activation": teacher.activation.spec, **dict(common_defaults or {})}
     if time_budget is not None:
         defaults.update(time_budget=float(time_budget), max_time=float(time_budget))
     rows = []
@@ -197,47 +210,65 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
         m = teacher.n_outputs if m is None else min(m, teacher.n_outputs)
         truth = teacher if m == teacher.n_outputs else _restrict_outputs(teacher, m)
         data = stream if m == teacher.n_outputs else _FirstOutputs(stream, m)
-        row = {"learner": rec.name, "paper": rec.paper, "algorithm": rec.algorithm, "status": "ok",
-               "max_unit_error": np.nan, "max_angle": np.nan, "function_error": np.nan,
-               "fit_time_s": np.nan, "n_samples": n_samples, "outputs": m}
+        base_row = {"learner": rec.name, "paper": rec.paper, "algorithm": rec.algorithm, "refine": "-",
+                    "status": "ok", "max_unit_error": np.nan, "max_angle": np.nan, "function_error": np.nan,
+                    "fit_time_s": np.nan, "n_samples": n_samples, "outputs": m}
+        tag = f"[{i}/{len(records)}] {rec.name}"
         ok, reason = _applies(rec, teacher, distribution)
         if not ok:
-            row["status"] = "not applicable" + (f": {reason}" if reason else "")
-            rows.append(row)
+            rows.append({**base_row, "status": "not applicable" + (f": {reason}" if reason else "")})
             if log:
-                log(f"[{i}/{len(records)}] {rec.name}: {row['status']}")
+                log(f"{tag}: {rows[-1]['status']}")
             continue
-        est = make_learner(rec.target, teacher.n_hidden, options.get(rec.name),
-                           defaults={**defaults, **dict((learner_defaults or {}).get(rec.name, {}))},
-                           random_state=_learner_seed(base, rec.name))
-        if log:
-            log(f"[{i}/{len(records)}] fitting {rec.name} ({rec.paper}, {rec.algorithm}) ...")
-        t0 = time.perf_counter()
-        try:
-            est.fit(data)
-        except AssumptionError as exc:
-            row["status"] = f"not applicable: {_one_line(exc)}"
-        except NNRecoverError as exc:
-            row["status"] = f"failed ({type(exc).__name__}): {_one_line(exc)}"
-        row["fit_time_s"] = time.perf_counter() - t0
-        if row["status"] == "ok":
-            diag = getattr(est, "diagnostics_", None) or {}
-            for key in ("n_samples_used", "n_samples_seen", "n_samples"):  # what the fit actually used
-                if isinstance(diag.get(key), (int, np.integer)):
-                    row["n_samples"] = int(diag[key])
-                    break
-            W = getattr(est, "hidden_weights_", None)
-            if W is not None and np.shape(W) == truth.hidden_weights.shape:
-                row["max_angle"] = float(metrics.weight_error(W, truth.hidden_weights)["max_angle"])
-            net = getattr(est, "network_", None)
-            if net is not None:
-                row["max_unit_error"] = float(metrics.parameter_error(net, truth)["max_unit_error"])
-                row["function_error"] = float(metrics.function_error(net, truth, distribution,
-                                                                     n=eval_samples, rng=eval_seed))
-        if log:
-            log(f"[{i}/{len(records)}] {rec.name}: {row['status']} in {row['fit_time_s']:.1f} s")
-        rows.append(row)
+        opts = dict(options.get(rec.name) or {})
+        variants: list[bool | None] = [None]
+        if "refine" in learner_parameters(rec.target) and "refine" not in opts:
+            variants = [False, True] if with_unrefined else [True]
+        for refine in variants:
+            kw = opts if refine is None else {**opts, "refine": refine}
+            est = make_learner(rec.target, teacher.n_hidden, kw,
+                               defaults={**defaults, **dict((learner_defaults or {}).get(rec.name, {}))},
+                               random_state=_learner_seed(base, rec.name))
+            row = dict(base_row)
+            if refine is not None or "refine" in opts:
+                row["refine"] = "yes" if getattr(est, "refine", refine) else "no"
+            label = tag + ("" if refine is None else f" (refine={refine})")
+            if log:
+                log(f"{label}: fitting ({rec.paper}, {rec.algorithm}) ...")
+            _fit_and_score(est, data, truth, distribution, row, eval_samples, eval_seed)
+            if log:
+                log(f"{label}: {row['status']} in {row['fit_time_s']:.1f} s")
+            rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _fit_and_score(est, data, truth, distribution, row: dict, eval_samples: int, eval_seed: int) -> None:
+    """Fit ``est`` on ``data`` and fill ``row`` with status, time, samples used and errors."""
+    from .. import metrics
+
+    t0 = time.perf_counter()
+    try:
+        est.fit(data)
+    except AssumptionError as exc:
+        row["status"] = f"not applicable: {_one_line(exc)}"
+    except NNRecoverError as exc:
+        row["status"] = f"failed ({type(exc).__name__}): {_one_line(exc)}"
+    row["fit_time_s"] = time.perf_counter() - t0
+    if row["status"] != "ok":
+        return
+    diag = getattr(est, "diagnostics_", None) or {}
+    for key in ("n_samples_used", "n_samples_seen", "n_samples"):  # what the fit actually used
+        if isinstance(diag.get(key), (int, np.integer)):
+            row["n_samples"] = int(diag[key])
+            break
+    W = getattr(est, "hidden_weights_", None)
+    if W is not None and np.shape(W) == truth.hidden_weights.shape:
+        row["max_angle"] = float(metrics.weight_error(W, truth.hidden_weights)["max_angle"])
+    net = getattr(est, "network_", None)
+    if net is not None:
+        row["max_unit_error"] = float(metrics.parameter_error(net, truth)["max_unit_error"])
+        row["function_error"] = float(metrics.function_error(net, truth, distribution, n=eval_samples,
+                                                             rng=eval_seed))
 
 
 def comparison_figure(df, *, title: str = ""):
@@ -246,7 +277,7 @@ def comparison_figure(df, *, title: str = ""):
 
     fig = Figure(figsize=(9, 3.8), layout="constrained")
     ax_err, ax_time = fig.subplots(1, 2, width_ratios=(2, 1))
-    names = list(df["learner"])
+    names = [n + (" (no refine)" if r == "no" else "") for n, r in zip(df["learner"], df["refine"])]
     x = np.arange(len(names))
     width = 0.38
     floor = 1e-17  # plot exact zeros at the bottom of a log axis
@@ -277,14 +308,15 @@ def comparison_figure(df, *, title: str = ""):
 def run_compare_learners(*, rng, quick: bool = False, n_inputs: int = 10, n_hidden: int = 4,
                          n_outputs: int = 4, bias: float = 0.1, n_samples: int | None = None,
                          noise: float = 0.0, learners: Sequence[str] | None = None,
-                         time_budget: float | None = None):
+                         time_budget: float | None = None, with_unrefined: bool = True):
     """The ``nnrecover demo`` comparison as a registered experiment (``quick``: 20,000 samples)."""
     gen = check_random_state(rng)
     teacher, dist = demo_teacher(gen, n_inputs=n_inputs, n_hidden=n_hidden, n_outputs=n_outputs, bias=bias)
     if n_samples is None:
         n_samples = DEMO_DEFAULTS["quick_n_samples" if quick else "n_samples"]
     df = compare_learners(teacher, dist, n_samples, rng=gen, learners=learners, noise=noise,
-                          learner_defaults=DEMO_LEARNER_OPTIONS, chunk_size=DEMO_DEFAULTS["chunk_size"],
+                          learner_defaults=DEMO_LEARNER_OPTIONS, common_defaults=DEMO_COMMON_OPTIONS,
+                          with_unrefined=with_unrefined, chunk_size=DEMO_DEFAULTS["chunk_size"],
                           eval_samples=10_000 if quick else DEMO_DEFAULTS["eval_samples"],
                           time_budget=time_budget)
     fig = comparison_figure(df, title=f"d={n_inputs}, k={n_hidden}, p={n_outputs}, |b|<={bias}, "
