@@ -272,32 +272,33 @@ def _fit_and_score(est, data, truth, distribution, row: dict, eval_samples: int,
 
 
 def comparison_figure(df, *, title: str = ""):
-    """Bar chart of the comparison table: errors (log scale) and fit time per learner."""
+    """Horizontal bar chart of the comparison table: errors (log scale) and fit time per learner."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(9, 3.8), layout="constrained")
-    ax_err, ax_time = fig.subplots(1, 2, width_ratios=(2, 1))
-    names = [n + (" (no refine)" if r == "no" else "") for n, r in zip(df["learner"], df["refine"])]
-    x = np.arange(len(names))
-    width = 0.38
-    floor = 1e-17  # plot exact zeros at the bottom of a log axis
-    for off, col, label in ((-width / 2, "max_unit_error", "max unit error"),
-                            (width / 2, "function_error", "relative L2 function error")):
+    labels = [f"{n} ({'refined' if r == 'yes' else 'no refine'})" if r in ("yes", "no") else n
+              for n, r in zip(df["learner"], df["refine"])]
+    y = np.arange(len(labels))[::-1]  # first row on top
+    fig = Figure(figsize=(10, 1.2 + 0.42 * len(labels)), layout="constrained")
+    ax_err, ax_time = fig.subplots(1, 2, sharey=True, width_ratios=(2.2, 1))
+    height = 0.38
+    floor = 1e-17  # exact zeros drawn at the left edge of the log axis
+    for off, col, label in ((height / 2, "max_unit_error", "max unit error"),
+                            (-height / 2, "function_error", "relative L2 function error")):
         vals = np.asarray(df[col], dtype=float)
-        ax_err.bar(x + off, np.where(np.isfinite(vals), np.maximum(vals, floor), np.nan), width, label=label)
-    ax_err.set_yscale("log")
-    ax_err.set_xticks(x, names, rotation=20, ha="right")
-    ax_err.set_ylabel("error")
-    ax_err.legend(fontsize=8)
-    ax_err.grid(axis="y", alpha=0.3)
-    ax_time.bar(x, np.asarray(df["fit_time_s"], dtype=float), color="tab:gray")
-    ax_time.set_xticks(x, names, rotation=20, ha="right")
-    ax_time.set_ylabel("fit time [s]")
-    ax_time.grid(axis="y", alpha=0.3)
-    for j, status in enumerate(df["status"]):
+        ax_err.barh(y + off, np.where(np.isfinite(vals), np.maximum(vals, floor), np.nan), height, label=label)
+    ax_err.set_xscale("log")
+    ax_err.set_xlim(left=floor)
+    ax_err.set_yticks(y, labels)
+    ax_err.set_xlabel("error (log scale)")
+    ax_err.grid(axis="x", alpha=0.3)
+    ax_err.legend(fontsize=8, loc="lower right")
+    ax_time.barh(y, np.asarray(df["fit_time_s"], dtype=float), color="tab:gray")
+    ax_time.set_xlabel("fit time [s]")
+    ax_time.grid(axis="x", alpha=0.3)
+    for j, status in zip(y, df["status"]):
         if status != "ok":
-            ax_err.annotate("n/a" if status.startswith("not applicable") else "failed", (x[j], 1),
-                            xycoords=("data", "axes fraction"), ha="center", va="top", fontsize=8)
+            ax_err.annotate("not applicable" if status.startswith("not applicable") else "failed",
+                            (0.02, j), xycoords=("axes fraction", "data"), va="center", fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
