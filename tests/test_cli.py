@@ -263,6 +263,37 @@ def test_fit_user_errors(capsys, fake, simulated):
     assert not (simulated / "m.json").exists()
 
 
+class HiddenOnlyLearner:
+    """Test double recovering only the hidden weights (like Goel-Panigrahy's first-layer learner):
+    returns the true rows, read from a class attribute."""
+
+    rows = None
+
+    def __init__(self, n_hidden, *, random_state=None):
+        self.n_hidden, self.random_state = n_hidden, random_state
+
+    def fit(self, X, Y=None):
+        self.hidden_weights_ = np.array(self.rows)
+        self.diagnostics_ = {}
+        return self
+
+
+def test_hidden_weights_only_model(capsys, monkeypatch, simulated):
+    HiddenOnlyLearner.rows = nr.TwoLayerNetwork.load(simulated / "t.json").hidden_weights[::-1]
+    monkeypatch.setitem(_registry._RECORDS, "test-hidden-only",
+                        _registry.AlgorithmRecord("test-hidden-only", "baseline", "t", (), HiddenOnlyLearner, "", True))
+    model = simulated / "h.json"
+    rc, out, err = run(capsys, "fit", str(simulated / "s.npz"), "--learner", "test-hidden-only", "-k", "2",
+                       "--out", str(model))
+    assert rc == 0, err
+    assert "hidden weights only" in out
+    rc, out, _ = run(capsys, "evaluate", str(model), "--teacher", str(simulated / "t.json"))
+    assert rc == 0 and "weight_error.max_angle: 0\n" in out and "parameter_error" not in out
+    assert_user_error(capsys, ["evaluate", str(model), "--data", str(simulated / "s.npz")], "cannot predict")
+    assert_user_error(capsys, ["fit", str(simulated / "s.npz"), "--learner", "test-hidden-only", "-k", "2",
+                               "--out", str(simulated / "h.npz")], "save them to a .json file")
+
+
 def test_bug_gives_one_line_and_status_1_and_debug_traceback(capsys, fake, simulated):
     argv = ["fit", str(simulated / "s.npz"), "--learner", FAKE, "-k", "2", "--option", "behaviour=crash",
             "--out", str(simulated / "m.json")]
