@@ -306,3 +306,23 @@ def test_registry_lists_bakshi2019():
                         ("bjw19-algorithm8", "Algorithm 8"), ("bjw19-pcp", "Theorem 14")]:
         assert label in recs[name].algorithm
     assert recs["exact-relu"].is_learner and recs["exact-relu"].target is nr.learners.ExactReLULearner
+
+
+# ------------------------------------------------------------------------------------------ experiments
+
+@pytest.mark.parametrize("name, options", [("bjw19-exact", {}), ("bjw19-exact", {"suite": "must-show"}),
+                                           ("bjw19-noise", {}), ("bjw19-fpt", {})])
+def test_experiments_quick(tmp_path, name, options):
+    from nnrecover.experiments.runner import RESULT_FILES, run_experiment
+
+    df = run_experiment(name, tmp_path, quick=True, rng=0, **options)
+    assert all((tmp_path / f).exists() for f in RESULT_FILES)
+    if name == "bjw19-exact":
+        assert df["success"].all() and (df["max_unit_error"] < 1e-10).all()
+        assert (df["kappa_u"] <= 10).all() and (df.loc[df["route"] == "tensor", "kappa_v"] <= 10).all()
+    elif name == "bjw19-noise":
+        assert (df["signs_correct"] == 1.0).all()
+        assert (df["slope_V"] < -0.3).all()          # n^{-1/2} up to the noise of one trial per point
+    else:
+        assert df.loc[df["case"] == "[u, -u]", "refused"].all()
+        assert df.loc[(df["case"] == "generic") & (df["k"] == 3), "success"].all()
