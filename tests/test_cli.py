@@ -366,6 +366,13 @@ def test_experiment_runs_and_writes_files(capsys, fake, tmp_path):
         assert (out / name).is_file()
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["seed"] == 5 and meta["options"] == {"learners": [FAKE], "n_samples": 3000}
+    # the recorded command replays the run: same table (fit times aside)
+    argv = __import__("shlex").split(meta["command"])
+    assert argv[:2] == ["nnrecover", "experiment"]
+    rc, _, err = run(capsys, *argv[1:], "--out", str(tmp_path / "replay"))
+    assert rc == 0, err
+    a, b = (pd.read_csv(p / "results.csv").drop(columns="fit_time_s") for p in (out, tmp_path / "replay"))
+    pd.testing.assert_frame_equal(a, b)
 
 
 # ------------------------------------------------------------------------------------------ demo

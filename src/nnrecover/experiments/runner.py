@@ -186,11 +186,21 @@ def run_experiment(name: str, out_dir: "str | os.PathLike[str]", *, quick: bool 
         "n_rows": int(len(df)),
         "columns": [str(c) for c in df.columns],
         "files": list(RESULT_FILES),
-        "command": "nnrecover experiment " + record.name + (" --quick" if quick else "") + f" --seed {seed}",
+        "command": _command(record.name, quick, seed, options),
         **environment_info(),
     }
     (out / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
     return df
+
+
+def _command(name: str, quick: bool, seed: int, options: Mapping[str, Any]) -> str:
+    """The ``nnrecover experiment`` command line that replays this run (options as JSON values)."""
+    import shlex
+
+    parts = ["nnrecover", "experiment", name, *(["--quick"] if quick else []), "--seed", str(seed)]
+    for key, value in options.items():
+        parts += ["--option", f"{key}={json.dumps(to_jsonable(value))}"]
+    return shlex.join(parts)
 
 
 def _close(fig) -> None:
