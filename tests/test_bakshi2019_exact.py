@@ -206,3 +206,17 @@ def test_refine_from_output_weights_approximate(teacher):
     assert not paper.certified
     with pytest.raises(InputError, match="shape"):
         refine_from_unmixing(np.ones((K, M + 1)), X, Y)
+
+
+def test_refinement_on_symmetric_mixture_inputs():
+    """Section 4.3 / Remark 6: the exact steps use only sign patterns and linear systems, so they work for
+    symmetric inputs with full support (here a mixture of N(±mu_j, I)) given Û ≈ U* D (as from GKLW18)."""
+    net = nr.random_network(8, 3, 4, rng=31).canonical()
+    g = np.random.default_rng(32)
+    dist = nr.distributions.SymmetricMixture(g.standard_normal((2, 8)))
+    X = dist.sample(3000, g)
+    Y = net.predict(X)
+    Ua = net.output_weights * g.uniform(0.5, 2, 3) + 0.02 * g.standard_normal((4, 3))
+    res = refine_from_output_weights(Ua, X, Y)
+    assert res.certified
+    assert nr.metrics.parameter_error(res.network, net)["max_unit_error"] < 1e-11

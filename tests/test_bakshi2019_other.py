@@ -326,3 +326,20 @@ def test_experiments_quick(tmp_path, name, options):
     else:
         assert df.loc[df["case"] == "[u, -u]", "refused"].all()
         assert df.loc[(df["case"] == "generic") & (df["k"] == 3), "success"].all()
+
+
+def test_incoherence_parameters():
+    """Definition 13: a matrix whose left factor is e_1..e_k has μ_left = m/k (maximal); a random
+    orthonormal factor is far less coherent."""
+    from nnrecover.learners.bakshi2019 import incoherence
+
+    g = np.random.default_rng(0)
+    m, n, k = 50, 80, 3
+    R = g.standard_normal((k, n))
+    spiky = np.zeros((m, k))
+    spiky[:k, :k] = np.eye(k)
+    assert incoherence(spiky @ R, k)["mu_left"] == pytest.approx(m / k)
+    Q, _ = np.linalg.qr(g.standard_normal((m, k)))
+    # random leverage scores are ~ χ²_k / m: max over m rows <= (k + 2 sqrt(2 k log m) + 2 log m)/m ≈ 0.35
+    # w.h.p., i.e. μ_left <= 0.35 m / k ≈ 6 < 0.5 m / k
+    assert incoherence(Q @ R, k)["mu_left"] < 0.5 * m / k

@@ -223,6 +223,10 @@ def test_single_output_learner_gets_the_first_output(oracles, monkeypatch):
     assert list(df["outputs"]) == [1, 3] and list(df["status"]) == ["ok", "ok"]
     assert df["max_unit_error"][0] == 0.0 and df["function_error"][0] == 0.0
     assert df["max_unit_error"][1] == 0.0 and df["function_error"][1] == 0.0
+    # the same through the max_outputs argument, for a class that does not declare it
+    monkeypatch.delattr(Single, "max_outputs")
+    df = compare_learners(teacher, dist, 300, rng=0, learners=["test-single"], max_outputs={"test-single": 1})
+    assert list(df["outputs"]) == [1] and df["function_error"][0] == 0.0
 
 
 class _Refining(_Oracle):
