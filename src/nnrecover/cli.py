@@ -227,8 +227,8 @@ def _make_distribution(args, d: int, gen) -> tuple[Any, dict]:
 
 # ------------------------------------------------------------------------------------------ commands
 def _cmd_demo(args) -> int:
-    from .experiments.baseline import (DEMO_COMMON_OPTIONS, DEMO_DEFAULTS, DEMO_LEARNER_OPTIONS, compare_learners,
-                                       comparison_figure, demo_teacher)
+    from .experiments.baseline import (DEMO_COMMON_OPTIONS, DEMO_DEFAULTS, DEMO_LEARNER_OPTIONS, DEMO_MAX_OUTPUTS,
+                                       compare_learners, comparison_figure, demo_teacher)
     from .experiments.runner import environment_info, to_jsonable
 
     out = _out_dir(args.out)
@@ -242,7 +242,8 @@ def _cmd_demo(args) -> int:
     t0 = time.perf_counter()
     df = compare_learners(teacher, dist, n, rng=gen, learners=args.learner, noise=args.noise,
                           learner_defaults=DEMO_LEARNER_OPTIONS, common_defaults=DEMO_COMMON_OPTIONS,
-                          with_unrefined=not args.refined_only, chunk_size=DEMO_DEFAULTS["chunk_size"],
+                          max_outputs=DEMO_MAX_OUTPUTS, with_unrefined=not args.refined_only,
+                          chunk_size=DEMO_DEFAULTS["chunk_size"],
                           eval_samples=10_000 if args.quick else DEMO_DEFAULTS["eval_samples"],
                           time_budget=args.time_budget, log=_say)
     wall = time.perf_counter() - t0

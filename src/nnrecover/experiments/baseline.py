@@ -39,12 +39,16 @@ from .registry import experiment
 from .runner import learner_parameters, make_learner
 
 __all__ = ["demo_teacher", "compare_learners", "comparison_figure", "baseline_gd", "run_compare_learners",
-           "DEMO_DEFAULTS", "DEMO_LEARNER_OPTIONS", "DEMO_COMMON_OPTIONS"]
+           "DEMO_DEFAULTS", "DEMO_LEARNER_OPTIONS", "DEMO_COMMON_OPTIONS", "DEMO_MAX_OUTPUTS"]
 
 #: per-learner options of the demo (applied when the learner takes them): the baseline's least-squares
 #: fit on all 100,000 rows with 5 restarts takes minutes; 20,000 rows and 2 restarts recover a
 #: noiseless teacher to round-off in seconds when a restart finds the global minimum
 DEMO_LEARNER_OPTIONS = {"gradient-descent": {"max_samples": 20_000, "n_restarts": 2}}
+
+#: outputs a learner can learn, for learner classes that do not declare ``max_outputs`` themselves:
+#: Awasthi et al. 2021 learn a scalar network f(x) = a^T relu(W^T x + b) (specs/001 section 1.1)
+DEMO_MAX_OUTPUTS = {"hermite-tensor": 1}
 
 #: options of every learner in the demo (when it takes them): the shared local refinement fits on at
 #: most 20,000 rows (its default of 80% of the samples takes most of the demo's time)
@@ -129,6 +133,7 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
                      learner_options: Mapping[str, Mapping[str, Any]] | None = None,
                      learner_defaults: Mapping[str, Mapping[str, Any]] | None = None,
                      common_defaults: Mapping[str, Any] | None = None,
+                     max_outputs: Mapping[str, int] | None = None,
                      noise: float = 0.0, chunk_size: int = 1 << 15, eval_samples: int = 50_000,
                      time_budget: float | None = None, with_unrefined: bool = False,
                      log: Callable[[str], None] | None = None):
@@ -153,6 +158,9 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
         does not set them (the demo's :data:`DEMO_LEARNER_OPTIONS`).
     common_defaults : mapping, optional
         The same for every learner (the demo's :data:`DEMO_COMMON_OPTIONS`).
+    max_outputs : mapping name -> int, optional
+        Outputs a learner can learn, used when its class does not declare ``max_outputs`` (the
+        demo's :data:`DEMO_MAX_OUTPUTS`).
     noise : float
         Label-noise standard deviation.
     chunk_size : int
@@ -207,6 +215,8 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
     rows = []
     for i, rec in enumerate(records, 1):
         m = _max_outputs(rec.target)
+        if m is None and rec.name in (max_outputs or {}):
+            m = check_positive_int(max_outputs[rec.name], f"max_outputs[{rec.name!r}]")
         m = teacher.n_outputs if m is None else min(m, teacher.n_outputs)
         truth = teacher if m == teacher.n_outputs else _restrict_outputs(teacher, m)
         data = stream if m == teacher.n_outputs else _FirstOutputs(stream, m)
@@ -317,7 +327,8 @@ def run_compare_learners(*, rng, quick: bool = False, n_inputs: int = 10, n_hidd
         n_samples = DEMO_DEFAULTS["quick_n_samples" if quick else "n_samples"]
     df = compare_learners(teacher, dist, n_samples, rng=gen, learners=learners, noise=noise,
                           learner_defaults=DEMO_LEARNER_OPTIONS, common_defaults=DEMO_COMMON_OPTIONS,
-                          with_unrefined=with_unrefined, chunk_size=DEMO_DEFAULTS["chunk_size"],
+                          max_outputs=DEMO_MAX_OUTPUTS, with_unrefined=with_unrefined,
+                          chunk_size=DEMO_DEFAULTS["chunk_size"],
                           eval_samples=10_000 if quick else DEMO_DEFAULTS["eval_samples"],
                           time_budget=time_budget)
     fig = comparison_figure(df, title=f"d={n_inputs}, k={n_hidden}, p={n_outputs}, |b|<={bias}, "
