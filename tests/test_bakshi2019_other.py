@@ -318,7 +318,7 @@ def test_experiments_quick(tmp_path, name, options):
     df = run_experiment(name, tmp_path, quick=True, rng=0, **options)
     assert all((tmp_path / f).exists() for f in RESULT_FILES)
     if name == "bjw19-exact":
-        assert df["success"].all() and (df["max_unit_error"] < 1e-10).all()
+        assert df["success"].all() and (df["max_unit_error"] < 1e-10).all() and not df["certified_wrong"].any()
         assert (df["kappa_u"] <= 10).all() and (df.loc[df["route"] == "tensor", "kappa_v"] <= 10).all()
     elif name == "bjw19-noise":
         assert (df["signs_correct"] == 1.0).all()
