@@ -147,7 +147,7 @@ def _exact_figure(df, suite):
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("samples n")
         ax.set_ylabel(f"success rate (certified, max unit error < {EXACT_TOL:g})")
-        d, k, m = df.iloc[0][["d", "k", "m"]]
+        d, k, m = (int(v) for v in df.iloc[0][["d", "k", "m"]])
         ax.set_title(f"Bakshi et al. exact recovery, d={d}, k={k}, m={m} "
                      f"(certified but wrong: {int(df['certified_wrong'].sum())})", fontsize=9)
         ax.legend()
@@ -237,7 +237,7 @@ def _noise_figure(df):
         ax.set_xlabel("samples n")
         ax.set_ylabel(name)
         ax.legend(fontsize=7)
-    d, k, m = df.iloc[0][["d", "k", "m"]]
+    d, k, m = (int(v) for v in df.iloc[0][["d", "k", "m"]])
     fig.suptitle(f"Bakshi et al. noisy pipeline (tensor step + Algorithm 6 + Lemma 20), d={d}, k={k}, m={m}")
     fig.tight_layout()
     return fig
