@@ -180,6 +180,24 @@ def test_simulate_is_reproducible_and_mixture(capsys, tmp_path):
     assert spec["name"] == "mixture" and np.allclose(np.linalg.norm(spec["means"], axis=1), 1.0)
 
 
+def test_simulate_from_an_existing_teacher(capsys, tmp_path):
+    rc, _, _ = run(capsys, "simulate", "-d", "3", "-k", "2", "-p", "3", "--n", "50", "--seed", "1",
+                   "--out", str(tmp_path / "train.npy"), "--teacher", str(tmp_path / "t.json"))
+    assert rc == 0
+    rc, out, _ = run(capsys, "simulate", "--use-teacher", str(tmp_path / "t.json"), "--n", "40", "--seed", "2",
+                     "--out", str(tmp_path / "held.npy"))
+    assert rc == 0 and "from the teacher in" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["held.npy", "t.json", "train.npy"]
+    net = nr.TwoLayerNetwork.load(tmp_path / "t.json")
+    # comma-separated target positions, as on the command line
+    X, Y = nr.io.load_samples(tmp_path / "held.npy", target_columns="-3,-2,-1".split(","))
+    assert X.shape == (40, 3) and np.array_equal(np.asarray(Y), net.predict(np.asarray(X)))
+    Xt, _ = nr.io.load_samples(tmp_path / "train.npy", target_columns=[-3, -2, -1])
+    assert not np.array_equal(np.asarray(Xt[:40]), np.asarray(X))  # fresh inputs
+    assert_user_error(capsys, ["simulate", "--use-teacher", str(tmp_path / "t.json"), "-k", "3",
+                               "--out", str(tmp_path / "x.npz")], "-k/--hidden describe a new teacher")
+
+
 def test_simulate_user_errors(capsys, tmp_path):
     assert_user_error(capsys, ["simulate", "--out", str(tmp_path / "s.txt")], "--out must end in one of")
     assert_user_error(capsys, ["simulate", "--n", "abc"], "argument --n: expected an integer")
@@ -232,6 +250,14 @@ def test_fit_npy_and_csv_inputs(capsys, fake, simulated):
     rc, _, err = run(capsys, "fit", str(simulated / "x.npy"), "--targets", str(simulated / "y.npy"),
                      "--learner", FAKE, "-k", "2", "--seed", "0", "--out", str(simulated / "a.json"))
     assert rc == 0, err
+    np.save(simulated / "xy.npy", np.column_stack([X[:, :2], Y, X[:, 2:]]))
+    rc, _, err = run(capsys, "fit", str(simulated / "xy.npy"), "--target-column", "2",
+                     "--learner", FAKE, "-k", "2", "--seed", "0", "--out", str(simulated / "c.json"))
+    assert rc == 0, err
+    # same rows; the column split leaves X non-contiguous, so BLAS may sum in another order: round-off only
+    a, c = nr.TwoLayerNetwork.load(simulated / "a.json"), nr.TwoLayerNetwork.load(simulated / "c.json")
+    assert np.allclose(a.output_weights, c.output_weights, rtol=1e-10, atol=0)
+    assert np.array_equal(a.hidden_weights, c.hidden_weights)
     pd.DataFrame(np.column_stack([Y, X]), columns=["target", "a", "b", "c", "d"]).to_csv(
         simulated / "t.csv", index=False, float_format="%.17g")
     rc, _, err = run(capsys, "fit", str(simulated / "t.csv"), "--target-column", "target",

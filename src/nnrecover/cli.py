@@ -296,42 +296,68 @@ def _cmd_methods(args) -> int:
     return 0
 
 
+_TEACHER_FLAGS = {"inputs": "-d/--inputs", "hidden": "-k/--hidden", "outputs": "-p/--outputs",
+                  "activation": "--activation", "bias_range": "--bias-range", "rows": "--rows"}
+_TEACHER_DEFAULTS = {"inputs": 10, "hidden": 4, "outputs": 1, "activation": "relu", "bias_range": (0.0, 0.0),
+                     "rows": "unit"}
+
+
 def _cmd_simulate(args) -> int:
     from .experiments.runner import resolve_seed
     from .io import SAMPLE_FORMATS, save_sample_stream
-    from .network import random_network
+    from .network import TwoLayerNetwork, random_network
     from .sampling import sample_stream
 
+    if args.use_teacher is not None:
+        given = [flag for key, flag in _TEACHER_FLAGS.items() if getattr(args, key) is not None]
+        if given:
+            raise InputError(f"{', '.join(given)} describe a new teacher; with --use-teacher they come from "
+                             f"{args.use_teacher}.")
+    else:
+        for key, value in _TEACHER_DEFAULTS.items():
+            if getattr(args, key) is None:
+                setattr(args, key, value)
+    teacher_out = args.teacher if args.teacher is not None else (None if args.use_teacher else "teacher.json")
     if Path(args.out).suffix.lower() not in SAMPLE_FORMATS:
         raise InputError(f"--out must end in one of {', '.join(SAMPLE_FORMATS)}, got {Path(args.out).name!r}.")
-    if Path(args.teacher).suffix.lower() != ".json":
-        raise InputError(f"--teacher must name a .json file, got {Path(args.teacher).name!r}.")
-    if Path(args.out).resolve() == Path(args.teacher).resolve():
-        raise InputError("--out and --teacher must be different files.")
+    if teacher_out is not None:
+        if Path(teacher_out).suffix.lower() != ".json":
+            raise InputError(f"--teacher must name a .json file, got {Path(teacher_out).name!r}.")
+        if Path(args.out).resolve() == Path(teacher_out).resolve():
+            raise InputError("--out and --teacher must be different files.")
     seed = resolve_seed(args.seed)
     gen = np.random.default_rng(seed)
-    lo, hi = args.bias_range
-    if lo > hi:
-        raise InputError(f"--bias-range needs LOW <= HIGH, got {lo:g} {hi:g}.")
-    teacher = random_network(args.inputs, args.hidden, args.outputs, activation=args.activation, rng=gen,
-                             bias_range=(lo, hi), rows=args.rows)
-    dist, dist_spec = _make_distribution(args, args.inputs, gen)
+    if args.use_teacher is not None:
+        teacher = TwoLayerNetwork.load(args.use_teacher)
+    else:
+        lo, hi = args.bias_range
+        if lo > hi:
+            raise InputError(f"--bias-range needs LOW <= HIGH, got {lo:g} {hi:g}.")
+        teacher = random_network(args.inputs, args.hidden, args.outputs, activation=args.activation, rng=gen,
+                                 bias_range=(lo, hi), rows=args.rows)
+    dist, dist_spec = _make_distribution(args, teacher.n_inputs, gen)
     stream = sample_stream(teacher, dist, args.n, noise=args.noise, rng=gen, antithetic=args.antithetic)
-    out, teacher_path = _out_file(args.out), _out_file(args.teacher)
+    out = _out_file(args.out)
     _, rows = save_sample_stream(out, stream)
-    data = teacher.to_dict()
-    data["simulation"] = {"distribution": dist_spec, "noise": args.noise, "n_samples": rows, "seed": seed,
-                          "samples_file": str(out), "antithetic": args.antithetic}
-    _write_json(teacher_path, data)
-    _say(f"wrote {rows} samples (X: {rows} x {teacher.n_inputs}, Y: {teacher.n_outputs} column(s)) to {out} "
-         f"and the teacher ({teacher.n_hidden} {teacher.activation.spec} units) to {teacher_path}; seed {seed}.")
+    where = ""
+    if teacher_out is not None:
+        data = teacher.to_dict()
+        data["simulation"] = {"distribution": dist_spec, "noise": args.noise, "n_samples": rows, "seed": seed,
+                              "samples_file": str(out), "antithetic": args.antithetic}
+        _write_json(_out_file(teacher_out), data)
+        where = f" and the teacher ({teacher.n_hidden} {teacher.activation.spec} units) to {teacher_out}"
+    else:
+        where = f" from the teacher in {args.use_teacher}"
+    _say(f"wrote {rows} samples (X: {rows} x {teacher.n_inputs}, Y: {teacher.n_outputs} column(s)) to {out}"
+         f"{where}; seed {seed}.")
     return 0
 
 
 def _load_data(args):
     from .io import load_samples
 
-    return load_samples(args.data, targets=args.targets, target_columns=args.target_column or None,
+    columns = [c.strip() for item in (args.target_column or ()) for c in item.split(",") if c.strip()]
+    return load_samples(args.data, targets=args.targets, target_columns=columns or None,
                         x_key=args.x_key, y_key=args.y_key)
 
 
@@ -451,8 +477,9 @@ def _cmd_experiment(args) -> int:
         if not recs:
             _say("no experiments are registered.")
         width = max((len(r.name) for r in recs), default=0)
+        pwidth = max((len(r.paper) for r in recs), default=0) + 2
         for r in recs:
-            _say(f"{r.name:<{width}}  [{r.paper}]  {r.description}")
+            _say(f"{r.name:<{width}}  {'[' + r.paper + ']':<{pwidth}}  {r.description}")
         return 0
     if args.name is None:
         raise InputError("give an experiment NAME (see 'nnrecover experiment --list').")
@@ -472,8 +499,8 @@ def _data_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--targets", metavar="FILE",
                    help="separate file with the targets (the data file then holds the inputs only)")
     p.add_argument("--target-column", action="append", metavar="COL",
-                   help="target column: name (.csv/.parquet) or position (.npy, e.g. -1); repeatable. "
-                        "Default: 'y', else 'y0, y1, ...', else the last column")
+                   help="target column(s): names (.csv/.parquet) or positions (.npy, e.g. -1), comma-separated "
+                        "or repeated. Default: 'y', else 'y0, y1, ...', else the last column")
     p.add_argument("--x-key", default="X", help="array name of the inputs in a .npz file (default: X)")
     p.add_argument("--y-key", default="Y", help="array name of the targets in a .npz file (default: Y)")
 
@@ -522,15 +549,17 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Draw a random teacher network and n labelled samples; write the samples "
                        "(format by --out suffix; .npy/.csv/.parquet are written chunk by chunk) and the teacher "
                        "as JSON (with the input distribution, noise and seed).")
-    p.add_argument("--inputs", "-d", type=_pos_int, default=10, help="input dimension d (default 10)")
-    p.add_argument("--hidden", "-k", type=_pos_int, default=4, help="hidden units k (default 4)")
-    p.add_argument("--outputs", "-p", type=_pos_int, default=1, help="outputs p (default 1)")
-    p.add_argument("--activation", default="relu", help="activation name, e.g. relu, step, sigmoid, "
+    p.add_argument("--inputs", "-d", type=_pos_int, default=None, help="input dimension d (default 10)")
+    p.add_argument("--hidden", "-k", type=_pos_int, default=None, help="hidden units k (default 4)")
+    p.add_argument("--outputs", "-p", type=_pos_int, default=None, help="outputs p (default 1)")
+    p.add_argument("--activation", default=None, help="activation name, e.g. relu, step, sigmoid, "
                    "'leaky_relu(0.1)' (default relu)")
-    p.add_argument("--bias-range", type=_finite_float, nargs=2, default=(0.0, 0.0), metavar=("LOW", "HIGH"),
+    p.add_argument("--bias-range", type=_finite_float, nargs=2, default=None, metavar=("LOW", "HIGH"),
                    help="hidden biases uniform in [LOW, HIGH] (default 0 0)")
-    p.add_argument("--rows", choices=("unit", "orthonormal", "gaussian"), default="unit",
-                   help="hidden weight rows: random unit vectors, orthonormal (k <= d) or N(0, 1/d) entries")
+    p.add_argument("--rows", choices=("unit", "orthonormal", "gaussian"), default=None,
+                   help="hidden weight rows: random unit vectors (default), orthonormal (k <= d) or N(0, 1/d) entries")
+    p.add_argument("--use-teacher", metavar="T.json",
+                   help="draw samples from this teacher instead of a new random one (e.g. held-out data)")
     p.add_argument("--n", type=_pos_int, default=10_000, help="number of samples (default 10000)")
     p.add_argument("--noise", type=_nonneg_float, default=0.0, help="label-noise standard deviation (default 0)")
     p.add_argument("--distribution", choices=_DISTRIBUTIONS, default="gaussian",
@@ -541,7 +570,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--antithetic", action="store_true", help="emit samples in pairs (x, -x) (n even)")
     p.add_argument("--seed", type=_nonneg_int, default=None, help="random seed (default: fresh, printed)")
     p.add_argument("--out", default="samples.npz", help="samples file (default samples.npz)")
-    p.add_argument("--teacher", default="teacher.json", help="teacher file (default teacher.json)")
+    p.add_argument("--teacher", default=None, metavar="T.json",
+                   help="write the teacher here (default teacher.json; not written with --use-teacher unless given)")
     p.set_defaults(func=_cmd_simulate)
 
     p = sub.add_parser("fit", help="fit a learner to samples and write the model",
