@@ -227,8 +227,8 @@ def _make_distribution(args, d: int, gen) -> tuple[Any, dict]:
 
 # ------------------------------------------------------------------------------------------ commands
 def _cmd_demo(args) -> int:
-    from .experiments.baseline import (DEMO_COMMON_OPTIONS, DEMO_DEFAULTS, DEMO_LEARNER_OPTIONS, DEMO_MAX_OUTPUTS,
-                                       compare_learners, comparison_figure, demo_teacher)
+    from .experiments.baseline import (DEMO_DEFAULTS, DEMO_MAX_OUTPUTS, compare_learners, comparison_figure,
+                                       demo_options, demo_teacher)
     from .experiments.runner import environment_info, to_jsonable
 
     out = _out_dir(args.out)
@@ -239,9 +239,10 @@ def _cmd_demo(args) -> int:
     _say(f"nnrecover demo: teacher with d={teacher.n_inputs} inputs, k={teacher.n_hidden} ReLU units, "
          f"p={teacher.n_outputs} outputs, biases in [-{args.bias:g}, {args.bias:g}]; x ~ N(0, I); "
          f"{n} samples streamed in chunks (seed {args.seed}).")
+    per_learner, common = demo_options(args.quick)
     t0 = time.perf_counter()
     df = compare_learners(teacher, dist, n, rng=gen, learners=args.learner, noise=args.noise,
-                          learner_defaults=DEMO_LEARNER_OPTIONS, common_defaults=DEMO_COMMON_OPTIONS,
+                          learner_defaults=per_learner, common_defaults=common,
                           max_outputs=DEMO_MAX_OUTPUTS, with_unrefined=not args.refined_only,
                           chunk_size=DEMO_DEFAULTS["chunk_size"],
                           eval_samples=10_000 if args.quick else DEMO_DEFAULTS["eval_samples"],
@@ -524,7 +525,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="samples to draw (default 100000; 20000 with --quick)")
     p.add_argument("--seed", type=_nonneg_int, default=0, help="random seed (default 0)")
     p.add_argument("--out", default="nnrecover-demo", metavar="DIR", help="output directory (default ./nnrecover-demo)")
-    p.add_argument("--quick", action="store_true", help="small sample size (seconds; for smoke tests)")
+    p.add_argument("--quick", action="store_true",
+                   help="20000 samples and least-squares fits on 5000 rows (a fast smoke test)")
     p.add_argument("--learner", action="append", metavar="NAME", help="run only this learner (repeatable)")
     p.add_argument("--refined-only", action="store_true",
                    help="skip the refine=False runs (the papers' algorithms without local refinement)")

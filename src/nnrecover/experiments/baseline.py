@@ -39,20 +39,25 @@ from .registry import experiment
 from .runner import learner_parameters, make_learner
 
 __all__ = ["demo_teacher", "compare_learners", "comparison_figure", "baseline_gd", "run_compare_learners",
-           "DEMO_DEFAULTS", "DEMO_LEARNER_OPTIONS", "DEMO_COMMON_OPTIONS", "DEMO_MAX_OUTPUTS"]
-
-#: per-learner options of the demo (applied when the learner takes them): the baseline's least-squares
-#: fit on all 100,000 rows with 5 restarts takes minutes; 20,000 rows and 2 restarts recover a
-#: noiseless teacher to round-off in seconds when a restart finds the global minimum
-DEMO_LEARNER_OPTIONS = {"gradient-descent": {"max_samples": 20_000, "n_restarts": 2}}
+           "demo_options", "DEMO_DEFAULTS", "DEMO_MAX_OUTPUTS"]
 
 #: outputs a learner can learn, for learner classes that do not declare ``max_outputs`` themselves:
 #: Awasthi et al. 2021 learn a scalar network f(x) = a^T relu(W^T x + b) (specs/001 section 1.1)
 DEMO_MAX_OUTPUTS = {"hermite-tensor": 1}
 
-#: options of every learner in the demo (when it takes them): the shared local refinement fits on at
-#: most 20,000 rows (its default of 80% of the samples takes most of the demo's time)
-DEMO_COMMON_OPTIONS = {"refine_options": {"max_samples": 20_000}}
+
+def demo_options(quick: bool = False) -> tuple[dict, dict]:
+    """Learner options of the demo: ``(per_learner, common)``, applied to learners that take them.
+
+    Least-squares fits dominate the demo's time, so they use at most ``rows`` = 20,000 rows (5,000 with
+    ``quick``): the baseline (2 random starts instead of 5; on all 100,000 rows with 5 starts it takes
+    minutes) and every learner's shared local refinement (``refine_options``; its default is 80% of
+    the samples). On noiseless data this many rows still pin the parameters down to round-off.
+    """
+    rows = 5_000 if quick else 20_000
+    return ({"gradient-descent": {"max_samples": rows, "n_restarts": 2}},
+            {"refine_options": {"max_samples": rows}})
+
 
 #: the demo problem: d = 10 inputs, k = 4 ReLU units, p = 4 outputs (Ge et al. and Bakshi et al. need
 #: p >= k), small biases (Awasthi et al. handle biases; the bias-free papers see a small misfit)
@@ -155,9 +160,9 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
         Extra constructor options per learner (unknown options raise :class:`InputError`).
     learner_defaults : mapping name -> options, optional
         Per-learner options applied only if the learner is run, takes them, and ``learner_options``
-        does not set them (the demo's :data:`DEMO_LEARNER_OPTIONS`).
+        does not set them (the demo's :func:`demo_options`).
     common_defaults : mapping, optional
-        The same for every learner (the demo's :data:`DEMO_COMMON_OPTIONS`).
+        The same for every learner (the demo's :func:`demo_options`).
     max_outputs : mapping name -> int, optional
         Outputs a learner can learn, used when its class does not declare ``max_outputs`` (the
         demo's :data:`DEMO_MAX_OUTPUTS`).
@@ -325,8 +330,9 @@ def run_compare_learners(*, rng, quick: bool = False, n_inputs: int = 10, n_hidd
     teacher, dist = demo_teacher(gen, n_inputs=n_inputs, n_hidden=n_hidden, n_outputs=n_outputs, bias=bias)
     if n_samples is None:
         n_samples = DEMO_DEFAULTS["quick_n_samples" if quick else "n_samples"]
+    per_learner, common = demo_options(quick)
     df = compare_learners(teacher, dist, n_samples, rng=gen, learners=learners, noise=noise,
-                          learner_defaults=DEMO_LEARNER_OPTIONS, common_defaults=DEMO_COMMON_OPTIONS,
+                          learner_defaults=per_learner, common_defaults=common,
                           max_outputs=DEMO_MAX_OUTPUTS, with_unrefined=with_unrefined,
                           chunk_size=DEMO_DEFAULTS["chunk_size"],
                           eval_samples=10_000 if quick else DEMO_DEFAULTS["eval_samples"],
