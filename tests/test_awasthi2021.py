@@ -397,6 +397,26 @@ def test_stream_and_dask_match_arrays():
     assert again.provable_network_ == ref.provable_network_  # same seed: bit-identical
 
 
+def test_hermite_polish_repairs_signs_and_scalars():
+    # refine=True's first step: on exact coefficients the truncated Hermite loss (Prop. B.1) is zero only
+    # at the teacher (up to the identifiable symmetries), so from a start with one wrong sign, a 50%
+    # wrong output weight and a bias off by 0.3, the polish (sign-invariant fit, exhaustive sign
+    # search on T_0/T_1, full fit) returns the teacher; the finite-difference Levenberg-Marquardt stops
+    # at xtol = 1e-12, far below the 1e-6 tolerance.
+    from dataclasses import replace
+
+    truth = _teacher(7, 4, 31, bias_range=(-1.2, 1.2))
+    coeffs = atv.hermite_coefficients(truth, 1, 4)
+    rec = atv.algorithm1(coeffs, 1, 4, rng=0)
+    xi = np.array([1.0, -1.0, 1.0, 1.0])
+    bad = replace(rec, a=rec.a * np.array([1.5, 1, 1, 1]), b=xi * (rec.b + np.array([0, 0, 0.3, 0])),
+                  U=xi[:, None] * rec.U, W=coeffs.lift(xi[:, None] * rec.U))
+    assert parameter_error(bad.network(), truth)["max_unit_error"] > 1.0
+    polished, report = atv.hermite_loss_polish(coeffs, bad, 1, 4)
+    assert report["sign_search_flips"] == [1]
+    assert parameter_error(polished.network(), truth)["max_unit_error"] < 1e-6
+
+
 def test_large_bias_units_left_to_linear_part():
     # A unit with b = 6 is linear on all samples (Phi(-6) ~ 1e-9): undetectable in T_3/T_4 (coefficients
     # ~6e-8 and 3e-7), left to the linear part -- Algorithm 5's regression or the closed form from T_0,

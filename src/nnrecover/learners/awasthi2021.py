@@ -50,6 +50,7 @@ from ._awasthi.identifiability import (adversarial_weights, claim48_instance, fl
                                        khatri_rao_smin, sign_flip_sets, smoothed_instance)
 from ._awasthi.regression import (RegressionResult, algorithm5_regression, consolidate, linear_correction,
                                   population_regression, relu_features)
+from ._awasthi.polish import hermite_loss_polish
 from ._awasthi.scalars import RecoveredScalars, SignFix, fix_signs, gram_lstsq, recover_scalars
 from ._registry import register
 from .base import BaseLearner
@@ -59,7 +60,8 @@ __all__ = ["HermiteTensorLearner", "hermite_coefficients", "HermiteCoefficients"
            "HermiteRecovery", "Thresholds", "adaptive_thresholds", "paper_thresholds", "algorithm5_regression",
            "population_regression", "consolidate", "linear_correction", "relu_features",
            "RegressionResult", "sign_flip_sets", "flip_units", "claim48_instance", "smoothed_instance",
-           "khatri_rao_smin", "adversarial_weights", "hermite_separation", "order_limit", "min_samples"]
+           "khatri_rao_smin", "adversarial_weights", "hermite_separation", "order_limit", "min_samples",
+           "hermite_loss_polish"]
 
 
 def order_limit(d: int, order: int) -> int:
@@ -204,8 +206,10 @@ class HermiteTensorLearner(BaseLearner):
         ``l``: 1 (full rank, ``m <= d``) or 2 (overcomplete, ``m <= 0.9 C(d+1, 2)``); "auto" picks 1 when
         ``m <= d``.
     refine : bool, default True
-        Polish with :func:`nnrecover.refine.refine_network` and keep the better on held-out rows;
-        False returns the paper's output.
+        Polish the paper's output and keep the better on held-out rows: first the Hermite-loss polish
+        (:func:`hermite_loss_polish`: Prop. B.1's loss truncated at order ``2l + 2``, fitted to the
+        estimated tensors, no pass over the data), then :func:`nnrecover.refine.refine_network` on the
+        samples from the polished network. False returns the paper's output.
     refine_options : dict, optional
         Keyword arguments of :func:`nnrecover.refine.refine_network`.
     thresholds : {"adaptive", "paper"} or dict or Thresholds
@@ -392,39 +396,56 @@ class HermiteTensorLearner(BaseLearner):
         self._record_units(coeffs, rec, order, m, diagnostics)
 
         t1 = time.perf_counter()
+        provable, out = self._output_network(rec, coeffs, order, source, truth)
+        diagnostics.update(out)
+        diagnostics["timings"]["output_stage"] = time.perf_counter() - t1
+        self.provable_network_ = provable
+        diagnostics["provable_network_units"] = provable.n_hidden
+        start = provable
+        if self.refine and not coeffs.exact and rec.n_units:
+            # Hermite-loss polish (Prop. B.1 truncated at order 2l + 2): moment space, no data pass
+            t2 = time.perf_counter()
+            polished, report = hermite_loss_polish(coeffs, rec, order, m)
+            report["time"] = time.perf_counter() - t2
+            diagnostics["hermite_polish"] = report
+            if report.get("kept") == "polished":
+                start, _ = self._output_network(polished, coeffs, order, source, truth)
+        else:
+            diagnostics["hermite_polish"] = {"ran": False, "reason": "refine=False" if not self.refine else
+                                             "exact coefficients" if coeffs.exact else "no unit"}
+        return self._maybe_refine(start, source, rng, diagnostics)
+
+    def _output_network(self, rec: HermiteRecovery, coeffs: HermiteCoefficients, order: int, source, truth):
+        """The paper's output network for the recovered units (see the class docstring)."""
+        m = int(self.n_hidden)
+        out: dict = {}
         use_params = (self.output == "parameters" or
                       (self.output == "auto" and order == 1 and rec.n_units == m and not rec.dropped))
         if use_params:
             if rec.n_units == 0:
                 raise AssumptionError("no unit was recovered above the noise level (Algorithm 4); supply more "
                                       "samples or use output='regression'.")
-            provable = rec.network()
-            diagnostics["output"] = "Algorithm 6 parameters" if order == 1 else "Algorithm 4 parameters"
+            out["output"] = "Algorithm 6 parameters" if order == 1 else "Algorithm 4 parameters"
+            return rec.network(), out
+        units = (rec.a, rec.b, rec.W)
+        how = self.linear_part
+        if how == "auto":
+            how = "closed_form" if order == 1 else "regression"
+        if how == "closed_form" and order != 1:
+            raise AssumptionError("the closed-form linear part needs known signs, i.e. order 1 (FIXSIGNS); "
+                                  "use linear_part='regression' (Algorithm 5) for order 2.")
+        if how == "closed_form":
+            out["output"] = "recovered units + closed-form linear part (T_0, T_1; Claim D.14)"
+            return linear_correction(units, coeffs.t0, coeffs.t1), out
+        if truth is not None:
+            reg = population_regression(units, truth)
         else:
-            units = (rec.a, rec.b, rec.W)
-            how = self.linear_part
-            if how == "auto":
-                how = "closed_form" if order == 1 else "regression"
-            if how == "closed_form" and order != 1:
-                raise AssumptionError("the closed-form linear part needs known signs, i.e. order 1 (FIXSIGNS); "
-                                      "use linear_part='regression' (Algorithm 5) for order 2.")
-            if how == "closed_form":
-                provable = linear_correction(units, coeffs.t0, coeffs.t1)
-                diagnostics["output"] = "recovered units + closed-form linear part (T_0, T_1; Claim D.14)"
-            else:
-                if truth is not None:
-                    reg = population_regression(units, truth)
-                else:
-                    reg = algorithm5_regression(source, units, feature_map=self.feature_map,
-                                                rows=self.regression_rows, epsilon=self.epsilon or 1e-2,
-                                                bound=self.bound, n_hidden=m, chunk_size=self.chunk_size)
-                provable = reg.network
-                diagnostics["output"] = "Algorithm 5 regression (Claim D.14 consolidation)"
-                diagnostics["regression"] = {"loss": reg.loss, "n_units": provable.n_hidden, **reg.info}
-        diagnostics["timings"]["output_stage"] = time.perf_counter() - t1
-        self.provable_network_ = provable
-        diagnostics["provable_network_units"] = provable.n_hidden
-        return self._maybe_refine(provable, source, rng, diagnostics)
+            reg = algorithm5_regression(source, units, feature_map=self.feature_map, rows=self.regression_rows,
+                                        epsilon=self.epsilon or 1e-2, bound=self.bound, n_hidden=m,
+                                        chunk_size=self.chunk_size)
+        out["output"] = "Algorithm 5 regression (Claim D.14 consolidation)"
+        out["regression"] = {"loss": reg.loss, "n_units": reg.network.n_hidden, **reg.info}
+        return reg.network, out
 
     @staticmethod
     def _record_units(coeffs: HermiteCoefficients, rec: HermiteRecovery, order: int, m: int,

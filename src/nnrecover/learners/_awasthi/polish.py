@@ -1,0 +1,150 @@
+"""Hermite-loss polish of recovered units (internal; an [S] extension, run only with ``refine=True``).
+
+Appendix B of Awasthi et al. (Prop. B.1): the population squared loss of a model network ``g`` is
+
+    E[(g(x) - f(x))^2] = sum_{k >= 0} (1/k!) || g^_k - f^_k ||_F^2,
+
+a sum of tensor-decomposition objectives. Truncated at the orders the algorithm has estimated,
+``k <= K = 2l + 2``, and with ``f^_k`` replaced by the estimates ``T_k``, this is a smooth least-squares
+problem in the unit parameters that uses every estimated tensor jointly (Algorithms 2 and 4 use each
+tensor separately: ``T_{2l+1}``/``T_{2l+2}`` for directions, ``T_l..T_{l+3}`` through Gram solves for
+the scalars, so an error in one unit's direction leaks into the others' scalars). Minimising it from the
+provable estimate is a method-of-moments refinement: no pass over the data, a few milliseconds in the
+``m``-dimensional working space. The model's tensors are Lemma 3.5's
+``g^_k = sum_i a_i c_k(b_i) u_i^{(x)k}``.
+
+Orders ``k = 0, 1`` depend on the signs ``xi_i``; they are used only when the signs are fixed
+(order 1 after FIXSIGNS), together with a free linear part ``(v, c)`` when fewer than ``m`` units were
+recovered (the undetected, nearly linear units live in ``T_0``, ``T_1``). Orders ``k >= 2`` are invariant
+under ``(b_i, w_i) -> (-b_i, -w_i)``. With every unit recovered, the signs are first re-chosen by an
+exhaustive search on the order-0/1 terms (:func:`_best_signs`), a discrete step the smooth solver
+cannot take.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+from scipy import optimize
+
+from ...activations import get_activation
+from .coefficients import HermiteCoefficients
+from .symtensor import rank_one_sum
+
+__all__ = ["hermite_loss_polish"]
+
+
+def _model_tensors(a, b, U, orders):
+    coef = get_activation("relu").hermite_coefficients(max(orders), b)  # (k, K+1), c_k(b) of Lemma 3.5
+    return {k: rank_one_sum(a * coef[:, k], U, k) for k in orders}
+
+
+def _best_signs(coeffs: HermiteCoefficients, rec):
+    """Signs ``xi`` minimising the order-0 and order-1 terms of the Hermite loss,
+    ``(T_0 - sum a c_0(xi b))^2 + ||T_1 - sum a Phi(xi b) xi u||^2``, over all ``2^k`` patterns (the
+    terms of order >= 2 do not depend on the signs). Unlike FIXSIGNS' linear solve, this uses the exact
+    nonlinearity ``Phi(xi b)``, so a unit whose ``a~`` is inflated by a bias error
+    (``exp(b^2/2)``) does not flip the decision."""
+    import itertools
+
+    a, b, U = rec.a, rec.b, rec.U
+    t0, t1 = float(coeffs.t0), coeffs.t1_projected
+    best, best_xi = np.inf, np.ones(a.shape[0])
+    for xi in itertools.product((1.0, -1.0), repeat=a.shape[0]):
+        xi = np.array(xi)
+        c = get_activation("relu").hermite_coefficients(1, xi * b)
+        r0 = t0 - a @ c[:, 0]
+        r1 = t1 - (a * c[:, 1] * xi) @ U
+        val = r0 * r0 + r1 @ r1
+        if val < best:
+            best, best_xi = val, xi
+    flips = np.flatnonzero(best_xi < 0).tolist()
+    if flips:
+        rec = replace(rec, b=best_xi * b, U=best_xi[:, None] * U, W=coeffs.lift(best_xi[:, None] * U))
+    return rec, {"sign_search_flips": flips}
+
+
+def _lm_fit(coeffs: HermiteCoefficients, a, b, U, orders, linear: bool, max_nfev: int):
+    """Levenberg-Marquardt on the truncated Hermite loss over ``orders``; returns (a, b, U, v, c, info)."""
+    k_units, n = U.shape
+    targets = {k: np.asarray(coeffs.tensor(k), float) for k in orders}
+    weights = {k: 1.0 / math.sqrt(math.factorial(k)) for k in orders}
+
+    def unpack(theta):
+        V = theta[2 * k_units:2 * k_units + k_units * n].reshape(k_units, n)
+        return (theta[:k_units], theta[k_units:2 * k_units], V / np.linalg.norm(V, axis=1, keepdims=True),
+                theta[2 * k_units + k_units * n:])
+
+    def residual(theta):
+        a_, b_, U_, rest = unpack(theta)
+        model = _model_tensors(a_, b_, U_, orders)
+        if linear:
+            model[0] = model[0] + rest[-1]
+            model[1] = model[1] + rest[:n]
+        return np.concatenate([weights[k] * (targets[k] - model[k]).ravel() for k in orders])
+
+    theta0 = np.concatenate([a, b, U.ravel()] + ([np.zeros(n + 1)] if linear else []))
+    if linear:  # start the linear part at the best fit of the residual of T_0, T_1
+        model = _model_tensors(a, b, U, [0, 1])
+        theta0[-(n + 1):-1] = targets[1] - model[1]
+        theta0[-1] = float(targets[0] - model[0])
+    r0 = residual(theta0)
+    loss0 = float(r0 @ r0)
+    if not np.isfinite(loss0) or theta0.size > r0.size:
+        return a, b, U, None, None, {"loss_start": loss0, "loss_end": loss0, "nfev": 0, "kept": "start"}
+    sol = optimize.least_squares(residual, theta0, method="lm", max_nfev=max_nfev * theta0.size,
+                                 xtol=1e-12, ftol=1e-12)
+    loss1 = float(sol.fun @ sol.fun)
+    info = {"loss_start": loss0, "loss_end": loss1, "nfev": int(sol.nfev), "status": int(sol.status)}
+    if not (np.isfinite(loss1) and loss1 <= loss0):
+        info["kept"] = "start"
+        return a, b, U, None, None, info
+    a1, b1, U1, rest = unpack(sol.x)
+    info["kept"] = "polished"
+    return a1, b1, U1, (rest[:n] if linear else None), (float(rest[-1]) if linear else None), info
+
+
+def hermite_loss_polish(coeffs: HermiteCoefficients, rec, order: int, n_hidden: int, *, max_nfev: int = 100):
+    """Minimise the truncated Hermite loss over ``(a, b, U)`` starting from ``rec``.
+
+    Steps: (1) fit the sign-invariant orders ``2 .. 2l+2``; (2) when the signs are known (order 1 after
+    FIXSIGNS) and every unit was recovered, re-choose the signs by :func:`_best_signs` with the improved
+    scalars; (3) fit all orders ``0 .. 2l+2`` (a free linear part joins when units are missing).
+
+    Parameters
+    ----------
+    coeffs : HermiteCoefficients
+        The estimated tensors (working coordinates).
+    rec : HermiteRecovery
+        The provable estimate (``U`` in working coordinates).
+    order : int
+        ``l``.
+    n_hidden : int
+        ``m``; with signs fixed and fewer units than ``m``, a free linear part joins the model.
+    max_nfev : int
+        Budget of each Levenberg-Marquardt solve, in Jacobian evaluations (finite differences).
+
+    Returns
+    -------
+    (HermiteRecovery, dict)
+        The polished units (signs as in ``rec`` unless the search changed them) and a report.
+    """
+    K = 2 * order + 2
+    signed = bool(rec.signs_fixed)
+    linear = signed and rec.n_units < int(n_hidden)
+    report: dict = {"ran": True, "linear_part": linear}
+    a, b, U, _, _, info = _lm_fit(coeffs, rec.a, rec.b, rec.U, list(range(2, K + 1)), False, max_nfev)
+    report["sign_invariant_fit"] = info
+    cur = replace(rec, a=a, b=b, U=U, W=coeffs.lift(U))
+    if signed and not linear and rec.n_units <= 14:
+        cur, sign_report = _best_signs(coeffs, cur)
+        report.update(sign_report)
+    if signed:
+        a, b, U, v, c, info = _lm_fit(coeffs, cur.a, cur.b, cur.U, list(range(0, K + 1)), linear, max_nfev)
+        report["full_fit"] = info
+        cur = replace(cur, a=a, b=b, U=U, W=coeffs.lift(U))
+    report["kept"] = "polished"
+    cur = replace(cur, diagnostics={**rec.diagnostics, "hermite_polish": report})
+    return cur, report
