@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as _dt
 import json
 import os
 import sys
@@ -238,8 +239,10 @@ def _cmd_demo(args) -> int:
                                  bias=args.bias)
     _say(f"nnrecover demo: teacher with d={teacher.n_inputs} inputs, k={teacher.n_hidden} ReLU units, "
          f"p={teacher.n_outputs} outputs, biases in [-{args.bias:g}, {args.bias:g}]; x ~ N(0, I); "
-         f"{n} samples streamed in chunks (seed {args.seed}).")
+         f"{n} samples streamed in chunks, {'label noise ' + format(args.noise, 'g') if args.noise else 'noiseless'} "
+         f"(seed {args.seed}).")
     per_learner, common = demo_options(args.quick)
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     df = compare_learners(teacher, dist, n, rng=gen, learners=args.learner, noise=args.noise,
                           learner_defaults=per_learner, common_defaults=common,
@@ -266,7 +269,8 @@ def _cmd_demo(args) -> int:
     df.to_csv(out / "results.csv", index=False)
     teacher.save(out / "teacher.json")
     meta = {"command": "nnrecover demo " + " ".join(args.argv), "seed": args.seed, "n_samples": n,
-            "quick": args.quick, "noise": args.noise, "wall_time_s": round(wall, 3), **environment_info()}
+            "quick": args.quick, "noise": args.noise, "learner_options": per_learner, "common_options": common,
+            "started_at_utc": started, "wall_time_s": round(wall, 3), **environment_info()}
     _write_json(out / "metadata.json", to_jsonable(meta))
     _say(f"wrote {out / 'demo.png'}, {out / 'results.csv'}, {out / 'teacher.json'}, {out / 'metadata.json'} "
          f"({wall:.1f} s in total)")
@@ -649,7 +653,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.command is None:
                 parser.print_help()
                 return 2
-            args.argv = [a for a in argv if a != args.command]
+            args.argv = argv[argv.index(args.command) + 1:]
             return int(args.func(args) or 0)
         except SystemExit as exc:  # --help / --version
             return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
