@@ -223,8 +223,9 @@ class HermiteTensorLearner(BaseLearner):
         noise norm is already separated from it, so 1.5 keeps every detectable term (the spec's 3 was
         measured to lose units at N = 10^6, d = 10).
     scalar_snr : float, default 3
-        From samples, units whose ``zeta_q`` in RECOVERSCALARS is below ``scalar_snr`` standard
-        deviations (``sqrt(E[y^2] q! / N)`` propagated through the Gram solve) are left to the linear
+        From samples, units whose output weight ``a~`` has a predicted relative error above
+        ``1 / scalar_snr`` (the contraction noise ``sqrt(E[y^2] j! / N)`` propagated through the Gram
+        solves and RECOVERSCALARS, which amplifies it like ``|b| exp(b^2/2)``) are left to the linear
         part.
     dedup_threshold : float, default 0.25
         ``eta_3``: largest l2 distance (up to sign) for two candidates to be the same unit.
@@ -403,9 +404,11 @@ class HermiteTensorLearner(BaseLearner):
         diagnostics["provable_network_units"] = provable.n_hidden
         start = provable
         if self.refine and not coeffs.exact and rec.n_units:
-            # Hermite-loss polish (Prop. B.1 truncated at order 2l + 2): moment space, no data pass
+            # Hermite-loss polish (Prop. B.1 truncated at order 2l + 2): moment space, no data pass. It
+            # starts from every detected unit, also those whose scalars were too inaccurate for the
+            # paper's output: the joint fit repairs scalars, which the refinement needs for all m units
             t2 = time.perf_counter()
-            polished, report = hermite_loss_polish(coeffs, rec, order, m)
+            polished, report = hermite_loss_polish(coeffs, _with_inaccurate_units(rec, coeffs, m), order, m)
             report["time"] = time.perf_counter() - t2
             diagnostics["hermite_polish"] = report
             if report.get("kept") == "polished":
@@ -475,6 +478,20 @@ class HermiteTensorLearner(BaseLearner):
         })
         if "input_deviation" in coeffs.info:
             diagnostics["input_deviation"] = coeffs.info["input_deviation"]
+
+
+def _with_inaccurate_units(rec: HermiteRecovery, coeffs: HermiteCoefficients, m: int) -> HermiteRecovery:
+    """``rec`` plus the units dropped only for inaccurate scalars (finite, |b| <= max_bias), up to m."""
+    from dataclasses import replace
+
+    extra = [d for d in rec.dropped if d.get("scalars_inaccurate")][: max(0, m - rec.n_units)]
+    if not extra:
+        return rec
+    U = np.vstack([rec.U] + [np.asarray(d["u"])[None, :] for d in extra])
+    return replace(rec, a=np.concatenate([rec.a, [d["a"] for d in extra]]),
+                   b=np.concatenate([rec.b, [d["b"] for d in extra]]), U=U, W=coeffs.lift(U),
+                   source=rec.source + [d["source"] for d in extra], also_in=rec.also_in + [[] for _ in extra],
+                   snr=np.concatenate([rec.snr, [d["snr"] for d in extra]]))
 
 
 def _peek_source(source, order):

@@ -35,6 +35,7 @@ import numpy as np
 from scipy import linalg
 
 from ..._validation import check_random_state
+from ...activations import hermite_e
 from ...errors import AssumptionError, CertificateWarning, InputError
 from ...tensor import flatten, jennrich, joint_diagonalize
 from .coefficients import HermiteCoefficients
@@ -265,19 +266,43 @@ class HermiteRecovery:
         return TwoLayerNetwork(self.W, self.b, self.a[None, :], np.array([output_bias]))
 
 
+def _zeta_std(coeffs: HermiteCoefficients, U: np.ndarray, j: int) -> np.ndarray:
+    """Standard deviations of the Gram solutions ``zeta_j``: ``sqrt(E[y^2] j! / N)`` per rank-one
+    contraction (specs/001 section 2.5), propagated through ``(G^{o j})^{-1}`` (diagonal)."""
+    if j <= 1:
+        return np.zeros(U.shape[0])
+    inv_diag = np.diag(linalg.pinvh((U @ U.T) ** j))
+    return coeffs.rank_one_std(j) * np.sqrt(np.maximum(inv_diag, 0.0))
+
+
 def _scalar_filter(coeffs: HermiteCoefficients, U: np.ndarray, order: int, sc, max_bias: float,
-                   scalar_snr: float) -> np.ndarray:
-    """Units whose scalars are trustworthy: finite, ``|b~| <= max_bias``, and (from samples) the
-    ``zeta_q`` used by RECOVERSCALARS at least ``scalar_snr`` times its standard deviation."""
+                   scalar_snr: float) -> tuple[np.ndarray, np.ndarray]:
+    """Units whose scalars are trustworthy, and the predicted relative error of their ``a~``.
+
+    Kept: finite, ``|b~| <= max_bias`` and, from samples, a predicted relative error of ``a~`` of at
+    most ``1 / scalar_snr``. First-order propagation through RECOVERSCALARS:
+    ``sigma_b = sqrt(s_{q+1}^2 + (q-2)^2 s_{q-1}^2 + b~^2 s_q^2) / |zeta_q|`` (``s_j`` the standard
+    deviation of ``zeta_j``), and ``a~ ~ zeta_q exp(b~^2 / 2) / He_{q-2}(b~)`` gives
+    ``rel(a~) ~ s_q / |zeta_q| + |b~ - He'_{q-2}/He_{q-2}| sigma_b``. This is what blows up for large
+    ``|b|`` (``exp(b^2/2)``, specs/001 section 6.1 item 5): such units go to the linear part instead.
+    """
     ok = np.isfinite(sc.a) & np.isfinite(sc.b) & (np.abs(sc.b) <= max_bias)
+    rel = np.zeros(U.shape[0])
     if not coeffs.exact and scalar_snr > 0:
+        std = {j: _zeta_std(coeffs, U, j) for j in sc.zeta}
         for i, qi in enumerate(sc.q):
-            Gq = (U @ U.T) ** int(qi)
-            inv_diag = np.diag(linalg.pinvh(Gq))[i]
-            std = coeffs.rank_one_std(int(qi)) * math.sqrt(max(inv_diag, 0.0))
-            if std > 0 and abs(sc.zeta[int(qi)][i]) < scalar_snr * std:
-                ok[i] = False
-    return ok
+            q = int(qi)
+            zq = abs(sc.zeta[q][i])
+            if not (zq > 0 and np.isfinite(sc.b[i])):
+                rel[i] = np.inf
+                continue
+            s_prev = std[q - 1][i] if (q - 1) in std else 0.0
+            s_b = math.sqrt(std[q + 1][i] ** 2 + ((q - 2) * s_prev) ** 2 + (sc.b[i] * std[q][i]) ** 2) / zq
+            he = hermite_e(max(q - 2, 0), sc.b[i])
+            dlog_he = (q - 2) * he[q - 3] / he[q - 2] if q > 2 and he[q - 2] != 0 else 0.0
+            rel[i] = std[q][i] / zq + abs(sc.b[i] - dlog_he) * s_b
+        ok &= rel <= 1.0 / scalar_snr
+    return ok, rel
 
 
 def algorithm4(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, thresholds: Thresholds | None = None,
@@ -303,7 +328,8 @@ def algorithm4(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, thresh
         Units with ``|b~| > max_bias`` are dropped (left to the linear part of Algorithm 5):
         guards the ``exp(b^2/2)`` amplification of RECOVERSCALARS (specs/001 section 6.1 item 5).
     scalar_snr : float
-        From samples, drop units whose ``zeta_q`` is below ``scalar_snr`` standard deviations.
+        From samples, drop units whose ``a~`` has a predicted relative error above ``1 / scalar_snr``
+        (first-order propagation of the contraction noise through RECOVERSCALARS).
     max_gram_condition : float
         If a Gram matrix of RECOVERSCALARS is worse conditioned, the lower-SNR unit of the closest
         pair is removed and the read-out repeated (specs/001 section 3.5).
@@ -358,18 +384,21 @@ def algorithm4(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, thresh
             kept.pop(worse)
             continue
         sc = recover_scalars(U, coeffs, order)
-        ok = _scalar_filter(coeffs, U, order, sc, max_bias, scalar_snr)
+        ok, rel_a = _scalar_filter(coeffs, U, order, sc, max_bias, scalar_snr)
         if ok.all():
             break
         for i in np.flatnonzero(~ok):
             reason = ("non-finite scalars" if not (np.isfinite(sc.a[i]) and np.isfinite(sc.b[i])) else
                       f"|b| = {abs(sc.b[i]):.3g} > max_bias = {max_bias:g}" if abs(sc.b[i]) > max_bias else
-                      "zeta below the scalar SNR threshold")
+                      f"predicted relative error of a {rel_a[i]:.3g} > 1/scalar_snr = {1 / scalar_snr:.3g}")
             dropped.append({"reason": reason, "source": kept[i]["source"], "snr": kept[i]["snr"],
-                            "a": float(sc.a[i]), "b": float(sc.b[i]), "w": coeffs.lift(U[i:i + 1])[0].tolist()})
+                            "a": float(sc.a[i]), "b": float(sc.b[i]), "w": coeffs.lift(U[i:i + 1])[0].tolist(),
+                            "u": U[i].tolist(), "scalars_inaccurate": bool(np.isfinite(sc.a[i]) and np.isfinite(sc.b[i])
+                                                                          and abs(sc.b[i]) <= max_bias)})
         kept = [k for k, o in zip(kept, ok) if o]
     diag["gram_condition"] = sc.condition
     diag["q"] = sc.q.tolist()
+    diag["predicted_relative_error_a"] = rel_a.tolist()
     return HermiteRecovery(a=sc.a, b=sc.b, W=coeffs.lift(U), U=U, order=order, signs_fixed=False,
                            source=[k["source"] for k in kept], also_in=[k.get("also", []) for k in kept],
                            snr=np.array([k["snr"] for k in kept]), dropped=dropped, diagnostics=diag)
