@@ -84,6 +84,19 @@ def test_tensor_step_population_exact(act, m, order, span):
     assert _dir_error(res.hidden_weights, net.hidden_weights) < 1e-11
 
 
+@pytest.mark.parametrize("method", ["joint", "jennrich", "whiten"])
+def test_tensor_step_decompositions_population(method):
+    """Option A's decompositions are exact on population moments; "whiten" uses a definite combination
+    N(θ) of the slices (checked, since M_2(θ) is indefinite in general), for k = 10 found from the
+    Jennrich estimate of the weights when random θ fail (probability of one sign pattern ~ 2^-9)."""
+    net = nr.random_network(24, 10, 10, rng=1, condition_number=5).canonical()
+    res = approximate_hidden_weights_population(net, decomposition=method, rng=0)
+    assert res.diagnostics["decomposition"]["method"] == method
+    assert _dir_error(res.hidden_weights, net.hidden_weights) < 1e-12
+    if method == "whiten":
+        assert res.diagnostics["decomposition"]["definiteness"] > 0
+
+
 def test_tensor_step_samples_and_control_variates():
     """Finite samples, d = 10, k = 3, m = 4, n = 1e5. Entries of the order-2 moment have standard error
     about sqrt(E[y^2] E[(x_a x_b)^2] / n) ~ 2e-3 x ||U|| while the smallest component is c_2 min_j ||U_j||

@@ -122,6 +122,9 @@ class ExactReLULearner(BaseLearner):
         Inputs ``N(0, Σ)``: whiten the moments (Remark 3). Not available with ``approximate="ica"``.
     control_variates : bool, default True
     n_draws : int, default 8
+    decomposition : {"joint", "jennrich", "whiten"}, default "joint"
+        How the projected moment tensor is decomposed (joint diagonalisation; plain Jennrich; Option A's
+        whitening by a definite combination of slices).
     sketch : {"svd", "gaussian"}, default "svd"
         ICA route: the sketch ``T``.
     chunk_size : int, optional
@@ -156,9 +159,10 @@ class ExactReLULearner(BaseLearner):
 
     def __init__(self, n_hidden: int, *, activation: str = "relu", approximate: str = "tensor",
                  order: "int | str" = "auto", span: str = "auto", form: str = "margin", n_refine: int | None = None,
-                 whiten: bool = False, control_variates: bool = True, n_draws: int = 8, sketch: str = "svd",
-                 chunk_size: int | None = None, refine: bool = True, refine_options: dict | None = None,
-                 strict: bool = False, random_state: Any = None):
+                 whiten: bool = False, control_variates: bool = True, n_draws: int = 8,
+                 decomposition: str = "joint", sketch: str = "svd", chunk_size: int | None = None,
+                 refine: bool = True, refine_options: dict | None = None, strict: bool = False,
+                 random_state: Any = None):
         self.n_hidden = n_hidden
         self.activation = activation
         self.approximate = approximate
@@ -169,6 +173,7 @@ class ExactReLULearner(BaseLearner):
         self.whiten = whiten
         self.control_variates = control_variates
         self.n_draws = n_draws
+        self.decomposition = decomposition
         self.sketch = sketch
         self.chunk_size = chunk_size
         self.refine = refine
@@ -182,6 +187,8 @@ class ExactReLULearner(BaseLearner):
             raise InputError(f"approximate must be 'tensor' or 'ica', got {self.approximate!r}.")
         if self.form not in ("margin", "threshold"):
             raise InputError(f"form must be 'margin' or 'threshold', got {self.form!r}.")
+        if self.decomposition not in ("joint", "jennrich", "whiten"):
+            raise InputError(f"decomposition must be 'joint', 'jennrich' or 'whiten', got {self.decomposition!r}.")
         for flag in ("whiten", "control_variates"):
             if not isinstance(getattr(self, flag), (bool, np.bool_)):
                 raise InputError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
@@ -196,7 +203,7 @@ class ExactReLULearner(BaseLearner):
             res = gaussian_pipeline(source, None, k, activation=self.activation, order=self.order, span=self.span,
                                     form=self.form, n_refine=self.n_refine, whiten=self.whiten,
                                     control_variates=self.control_variates, n_draws=self.n_draws,
-                                    chunk_size=self.chunk_size, rng=rng)
+                                    decomposition=self.decomposition, chunk_size=self.chunk_size, rng=rng)
         else:
             res = algorithm3(source, None, k, activation=self.activation, sketch=self.sketch, form=self.form,
                              n_refine=self.n_refine, chunk_size=self.chunk_size, rng=rng)

@@ -266,6 +266,18 @@ class HermiteRecovery:
         return TwoLayerNetwork(self.W, self.b, self.a[None, :], np.array([output_bias]))
 
 
+def _check_inputs(coeffs: Any, order: Any, n_hidden: Any) -> None:
+    from ..._validation import check_positive_int
+
+    if not isinstance(coeffs, HermiteCoefficients):
+        raise InputError(f"coeffs must be HermiteCoefficients (see hermite_coefficients), got {type(coeffs).__name__}.")
+    order = check_positive_int(order, "order")
+    check_positive_int(n_hidden, "n_hidden")
+    missing = [k for k in range(2, 2 * order + 3) if k not in coeffs.tensors]
+    if missing:
+        raise InputError(f"order l = {order} needs T_2 .. T_{2 * order + 2}; coeffs lacks the orders {missing}.")
+
+
 def _zeta_std(coeffs: HermiteCoefficients, U: np.ndarray, j: int) -> np.ndarray:
     """Standard deviations of the Gram solutions ``zeta_j``: ``sqrt(E[y^2] j! / N)`` per rank-one
     contraction (specs/001 section 2.5), propagated through ``(G^{o j})^{-1}`` (diagonal)."""
@@ -345,6 +357,7 @@ def algorithm4(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, thresh
     -------
     HermiteRecovery
     """
+    _check_inputs(coeffs, order, n_hidden)
     gen = check_random_state(rng)
     th = thresholds if thresholds is not None else adaptive_thresholds(coeffs, order)
     m = int(n_hidden)
@@ -426,6 +439,7 @@ def algorithm6(coeffs: HermiteCoefficients, n_hidden: int, **options) -> Hermite
     is unreliable (``|z_i| < 3 std``, typically strongly negative biases) are flagged in
     ``diagnostics["fixsigns"]["reliable"]``.
     """
+    _check_inputs(coeffs, 1, n_hidden)
     if n_hidden > coeffs.n_inputs:
         raise AssumptionError(f"Algorithm 6 is the full-rank setting of Awasthi et al. 2021 (Theorem 3.1): "
                               f"it needs m <= d, got m = {n_hidden} > d = {coeffs.n_inputs}; use order 2.")
@@ -442,6 +456,7 @@ def algorithm1(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, rng=No
     ``(a_i, b_i, w_i)`` for ``l = 1`` (Theorem 4.1) or ``(a_i, xi_i b_i, xi_i w_i)`` for ``l > 1``
     (Theorem 4.2), to round-off (erratum E11: for ``l = 1`` the result is the FIXSIGNS output).
     """
+    _check_inputs(coeffs, order, n_hidden)
     th = adaptive_thresholds(coeffs, order)
     rec = algorithm4(coeffs, order, n_hidden, thresholds=th, rng=rng, n_draws=n_draws, scalar_snr=0.0,
                      decomposer=decomposer)

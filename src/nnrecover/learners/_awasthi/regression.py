@@ -109,6 +109,12 @@ def consolidate(alpha_pos: Any, alpha_neg: Any, U: Any, b: Any, v: Any, c: float
     U = np.atleast_2d(np.asarray(U, float))
     b = np.asarray(b, float).reshape(-1)
     v = np.asarray(v, float).reshape(-1)
+    k = ap.shape[0]
+    if an.shape != (k,) or b.shape != (k,) or (k and U.shape[0] != k):
+        raise InputError(f"consolidate needs alpha_pos, alpha_neg, b of shape (k,) and U of shape (k, d); got "
+                         f"{ap.shape}, {an.shape}, {b.shape}, {U.shape}.")
+    if k and U.shape[1] != v.shape[0]:
+        raise InputError(f"U has {U.shape[1]} columns but v has {v.shape[0]} entries.")
     gamma = ap + an
     v_lin = v - an @ U if U.size else v.copy()
     c_lin = float(c - an @ b) if b.size else float(c)

@@ -95,8 +95,8 @@ def _exact_ladder(V_approx, Xb, Yb, act, form, d, k, tolerances) -> ExactResult:
 def gaussian_pipeline(X: Any, Y: Any = None, n_hidden: int | None = None, *, activation: Any = "relu",
                       order: "int | str" = "auto", span: str = "auto", form: str = "margin",
                       n_refine: int | None = None, whiten: bool = False, control_variates: bool = True,
-                      n_draws: int = 8, chunk_size: int | None = None, strict: bool = False, rng: Any = None,
-                      **tolerances) -> ExactResult:
+                      n_draws: int = 8, decomposition: str = "joint", chunk_size: int | None = None,
+                      strict: bool = False, rng: Any = None, **tolerances) -> ExactResult:
     """Exact recovery for Gaussian inputs (Theorem 7): tensor step, Algorithm 5, then ``A = U f(V X)``.
 
     Parameters
@@ -108,7 +108,8 @@ def gaussian_pipeline(X: Any, Y: Any = None, n_hidden: int | None = None, *, act
         ``k``; ``U*`` (m x k) and ``V*`` (k x d) of rank k.
     activation : str or Activation, default "relu"
         Rectified activation (Appendix 9.1).
-    order, span, control_variates, whiten, n_draws : see :func:`.tensor_step.approximate_hidden_weights`
+    order, span, control_variates, whiten, n_draws, decomposition : see
+        :func:`.tensor_step.approximate_hidden_weights`.
         ``order=3`` is the paper's Algorithm 4 (AssumptionError for ReLU, whose c_3 is 0).
     form : {"margin", "threshold"}, default "margin"
         Algorithm 5's form (:func:`.exact.algorithm5`).
@@ -134,7 +135,8 @@ def gaussian_pipeline(X: Any, Y: Any = None, n_hidden: int | None = None, *, act
     Xb, Yb = split_refinement(source, n_ref)
     approx = approximate_hidden_weights(source, None, k, activation=act, order=order, span=span,
                                         control_variates=control_variates, whiten=whiten, skip=n_ref,
-                                        n_draws=n_draws, chunk_size=chunk_size, rng=gen)
+                                        n_draws=n_draws, decomposition=decomposition, chunk_size=chunk_size,
+                                        rng=gen)
     t1 = time.perf_counter()
     res = _exact_ladder(approx.hidden_weights, Xb, Yb, act, form, d, k, tolerances)
     res.diagnostics.update(approximate=approx.diagnostics, approximate_hidden_weights=approx.hidden_weights,

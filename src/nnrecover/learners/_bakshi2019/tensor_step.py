@@ -60,7 +60,7 @@ from ...moments.base import accumulate
 from ...moments.engine import as_data_source
 from ...moments.hermite import HermiteTensorStatistic
 from ...moments.statistics import MeanStatistic, SecondMoment
-from ...tensor import joint_diagonalize
+from ...tensor import jennrich, joint_diagonalize, whiten
 
 __all__ = ["ApproximateResult", "choose_order", "approximate_hidden_weights",
            "approximate_hidden_weights_population", "decompose_projected", "HERMITE_TOL"]
@@ -160,21 +160,95 @@ def _span_second(M2: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return vec[:, order[:k]], np.sqrt(np.maximum(lam[order], 0.0))
 
 
-def decompose_projected(T: np.ndarray, k: int, *, rng: Any = None, n_draws: int = 8) -> tuple[np.ndarray, dict]:
+def decompose_projected(T: np.ndarray, k: int, *, method: str = "joint", rng: Any = None, n_draws: int = 8
+                        ) -> tuple[np.ndarray, dict]:
     """CP factors of a projected symmetric moment tensor ``T`` of shape ``(K,) + (k,)*r``.
 
     The modes after the first two hidden modes are folded into the slice index, giving
-    ``K k^{r-2}`` symmetric k x k slices ``sum_j λ_{s,j} w_j w_j^T``, jointly diagonalised
-    (:func:`nnrecover.tensor.joint_diagonalize`). Returns the unit factors (k, k) (columns ``w_j``) and
-    the joint-diagonalisation diagnostics.
+    ``K k^{r-2}`` symmetric k x k slices ``N_s = sum_j λ_{s,j} w_j w_j^T``.
+
+    Methods:
+
+    ``"joint"`` (default)
+        joint diagonalisation of all slices (:func:`nnrecover.tensor.joint_diagonalize`: Jennrich
+        pencil start, ALS over every slice);
+    ``"jennrich"``
+        plain Jennrich, the best of ``n_draws`` random pencils (spec 004 Option A step 4);
+    ``"whiten"``
+        spec 004 Option A step 5: find ``θ`` with ``N(θ) = sum_s θ_s N_s`` definite (``λ(θ)`` of one
+        sign: random trials, then, if none is definite, ``θ`` solving ``λ(θ) = 1`` for the Jennrich
+        estimate of the ``λ_{s,j}``), whiten with ``N(θ)^{-1/2}`` (:func:`nnrecover.tensor.whiten`), and
+        take the orthogonal eigenvectors ``R`` of the whitened ``N(θ')`` with the best eigen-gap over
+        ``n_draws`` random ``θ'``; ``w_j ∝ N(θ)^{1/2} r_j``. JSA15's PSD whitening of an arbitrary
+        ``M_2(θ)`` is invalid because ``M_2(θ)`` is indefinite (§2.4.2 item 2): the definiteness of
+        ``N(θ)`` is checked, never assumed.
+
+    Returns the unit factors (k, k) (columns ``w_j``) and diagnostics.
     """
     K, r = T.shape[0], T.ndim - 1
     slices = np.moveaxis(T.reshape((K,) + (k,) * r), (1, 2), (-2, -1)).reshape(-1, k, k)
     slices = 0.5 * (slices + slices.transpose(0, 2, 1))
-    res = joint_diagonalize(slices, k, rng=rng, n_draws=n_draws, symmetric=True)
-    diag = {key: val for key, val in res.diagnostics.items() if key != "jennrich"}
-    diag["jennrich_eigenvalue_gap"] = res.diagnostics["jennrich"].get("eigenvalue_gap")
-    return res.factors, diag
+    if method == "joint":
+        res = joint_diagonalize(slices, k, rng=rng, n_draws=n_draws, symmetric=True)
+        diag = {key: val for key, val in res.diagnostics.items() if key != "jennrich"}
+        diag["jennrich_eigenvalue_gap"] = res.diagnostics["jennrich"].get("eigenvalue_gap")
+        diag["method"] = "joint"
+        return res.factors, diag
+    if method == "jennrich":
+        res = jennrich(np.ascontiguousarray(slices.transpose(1, 2, 0)), k, rng=rng, n_draws=n_draws,
+                       symmetric=True)
+        diag = {key: val for key, val in res.diagnostics.items() if key != "per_draw"}
+        diag["method"] = "jennrich"
+        return res.factors, diag
+    if method == "whiten":
+        return _whiten_decompose(slices, k, check_random_state(rng), n_draws)
+    raise InputError(f"method must be 'joint', 'jennrich' or 'whiten', got {method!r}.")
+
+
+def _whiten_decompose(slices: np.ndarray, k: int, gen: np.random.Generator, n_draws: int) -> tuple[np.ndarray, dict]:
+    S = slices.shape[0]
+    scale = max(float(np.linalg.norm(slices)), np.finfo(float).tiny)
+
+    def definiteness(theta):
+        lam = np.linalg.eigvalsh(np.tensordot(theta, slices, axes=(0, 0)))
+        if lam[-1] < 0:
+            lam = -lam[::-1]
+        return float(lam[0] / lam[-1]) if lam[-1] > 0 else -np.inf
+
+    best_theta, best = None, -np.inf
+    for _ in range(64):                                     # random trials (spec 004 §2.4.2 item 2)
+        th = gen.standard_normal(S)
+        val = definiteness(th)
+        if val > best:
+            best_theta, best = th, val
+    source = "random"
+    if best <= 1e-3:                                        # none definite enough: θ with λ(θ) = 1
+        init = jennrich(np.ascontiguousarray(slices.transpose(1, 2, 0)), k, rng=gen, n_draws=n_draws,
+                        symmetric=True)
+        W0 = init.factors
+        G = np.linalg.pinv(W0)
+        Lam = np.einsum("ia,sab,jb->sij", G, slices, G)[:, np.arange(k), np.arange(k)]   # (S, k)
+        th = np.linalg.lstsq(Lam.T, np.ones(k), rcond=None)[0]
+        val = definiteness(th)
+        if val > best:
+            best_theta, best, source = th, val, "jennrich"
+    N = np.tensordot(best_theta, slices, axes=(0, 0))
+    if np.linalg.eigvalsh(N)[-1] <= 0:
+        N = -N
+    wres = whiten(N, k)                                     # AssumptionError if N is not definite
+    Wh = wres.whitener
+    best_gap, best_R = -np.inf, None
+    for _ in range(max(n_draws, 1)):
+        th2 = gen.standard_normal(S)
+        Mw = Wh @ np.tensordot(th2, slices, axes=(0, 0)) @ Wh.T
+        lam, R = np.linalg.eigh(0.5 * (Mw + Mw.T))
+        gap = float(np.min(np.diff(lam)) / max(np.max(np.abs(lam)), np.finfo(float).tiny)) if k > 1 else 1.0
+        if gap > best_gap:
+            best_gap, best_R = gap, R
+    Wf = wres.unwhitener @ best_R
+    Wf /= np.linalg.norm(Wf, axis=0, keepdims=True)
+    return Wf, {"method": "whiten", "definiteness": best, "theta_source": source, "eigenvalue_gap": best_gap,
+                "whitening": dict(wres.diagnostics), "slice_scale": scale}
 
 
 def _finish_directions(W: np.ndarray, P: np.ndarray, L: np.ndarray | None) -> np.ndarray:
@@ -187,8 +261,8 @@ def _finish_directions(W: np.ndarray, P: np.ndarray, L: np.ndarray | None) -> np
 def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = None, *, activation: Any = "relu",
                                order: "int | str" = "auto", span: str = "auto", control_variates: bool = True,
                                whiten: "bool | str" = False, skip: int = 0, n_draws: int = 8,
-                               paper_noise: bool = False, chunk_size: int | None = None, rng: Any = None
-                               ) -> ApproximateResult:
+                               paper_noise: bool = False, decomposition: str = "joint",
+                               chunk_size: int | None = None, rng: Any = None) -> ApproximateResult:
     """Approximate hidden directions ``v_j ≈ ±V*_j`` from Gaussian moments (Algorithm 4 steps 1-4, Options A-C).
 
     Parameters
@@ -215,6 +289,8 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
     paper_noise : bool, default False
         Add the ``N(0, 1)`` matrix ``G`` to the outputs (Algorithm 4 step 2; an analysis device of
         Lemma 13 that only adds variance, off by default).
+    decomposition : {"joint", "jennrich", "whiten"}, default "joint"
+        How the projected tensor is decomposed (:func:`decompose_projected`).
     chunk_size : int, optional
         Rows per chunk when reading arrays.
     rng : int, Generator or None
@@ -241,6 +317,8 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
     act = get_activation(activation)
     if span not in ("auto", "linear", "second"):
         raise InputError(f"span must be 'auto', 'linear' or 'second', got {span!r}.")
+    if decomposition not in ("joint", "jennrich", "whiten"):
+        raise InputError(f"decomposition must be 'joint', 'jennrich' or 'whiten', got {decomposition!r}.")
     if whiten not in (True, False):
         raise InputError(f"whiten must be True or False, got {whiten!r}.")
     m_hint = info.n_outputs
@@ -307,7 +385,7 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
     if use == "linear" or r != 2:
         stat = accumulate(HermiteTensorStatistic(r, basis=P), _Tail(source, skip, resid_fn(Qout), chunk_size))
         T = stat.finalize()
-    W, jd = decompose_projected(T, k, rng=gen, n_draws=n_draws)
+    W, jd = decompose_projected(T, k, method=decomposition, rng=gen, n_draws=n_draws)
     diag["decomposition"] = jd
     V = _finish_directions(W, P, L)
     diag["time"] = time.perf_counter() - t0
@@ -327,7 +405,8 @@ def _noise_fn(seed: int | None):
 
 
 def approximate_hidden_weights_population(network: Any, *, order: "int | str" = "auto", span: str = "auto",
-                                          n_draws: int = 8, rng: Any = None) -> ApproximateResult:
+                                          decomposition: str = "joint", n_draws: int = 8, rng: Any = None
+                                          ) -> ApproximateResult:
     """The tensor step on exact population moments of ``network`` with ``x ~ N(0, I)``.
 
     Runs the same span estimate and decomposition as :func:`approximate_hidden_weights`, with
@@ -357,6 +436,6 @@ def approximate_hidden_weights_population(network: Any, *, order: "int | str" = 
         P, s = _span_second(M2, k)
         T = HermiteTensorStatistic(r, basis=P).exact(network)
     diag["span_singular_values"] = s[: k + 1].copy()
-    W, jd = decompose_projected(T, k, rng=gen, n_draws=n_draws)
+    W, jd = decompose_projected(T, k, method=decomposition, rng=gen, n_draws=n_draws)
     diag["decomposition"] = jd
     return ApproximateResult(_finish_directions(W, P, None), diag)
