@@ -343,3 +343,18 @@ def test_incoherence_parameters():
     # random leverage scores are ~ χ²_k / m: max over m rows <= (k + 2 sqrt(2 k log m) + 2 log m)/m ≈ 0.35
     # w.h.p., i.e. μ_left <= 0.35 m / k ≈ 6 < 0.5 m / k
     assert incoherence(Q @ R, k)["mu_left"] < 0.5 * m / k
+
+
+def test_sign_pattern_statistics_lemmas():
+    """Lemma 8: split frequency of (i, j) is θ_ij/(2π) (binomial, n = 2e4: std <= 0.0036, tolerance 5 std);
+    Lemma 7: κ(V) >= √2/θ_min for unit rows (σ_min <= ||v_i ∓ v_j||/√2 = √2 sin(θ/2) <= θ/√2, σ_max >= 1); Lemma 19:
+    σ_min(f(VX))/√n bounded away from 0; Lemma 21: 1-sparse columns exist for every unit."""
+    from nnrecover.learners.bakshi2019 import sign_pattern_statistics
+
+    net = nr.random_network(6, 3, 1, rng=2, condition_number=4).canonical()
+    X = np.random.default_rng(3).standard_normal((20_000, 6))
+    st = sign_pattern_statistics(net.hidden_weights, X)
+    assert np.max(np.abs(st["split_frequency"] - st["split_theory"]) * (1 - np.eye(3))) < 5 * 0.0036
+    assert st["condition"] >= np.sqrt(2) / st["min_angle"] * (1 - 1e-12)
+    assert st["sigma_min_over_sqrt_n"] > 0.05
+    assert np.all(st["one_sparse_counts"] > 0)

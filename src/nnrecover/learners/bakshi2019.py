@@ -19,6 +19,7 @@ Theorem 5, Algorithm 4 steps 1-4 (tensor step)     :func:`approximate_hidden_wei
 Algorithm 4 / Theorem 7 (Gaussian, exact)          :func:`gaussian_pipeline`, :func:`algorithm4` (order 3)
 Algorithm 5 / Theorem 6 (exact V*, signs)          :func:`algorithm5` (threshold and margin forms)
 Lemma 16 (n = Ω(κ) lower bound)                    :func:`lemma16_instances`
+Lemmas 7, 8, 19, 21 (pattern facts)                :func:`sign_pattern_statistics`
 Algorithm 6, Lemma 20, Theorem 10 (noise)          :func:`algorithm6`, :func:`regression_output_weights`,
                                                    :func:`noisy_pipeline`, :class:`NoisyReLULearner`
 Algorithm 7 / Theorem 11 (FPT, m < k)              :func:`algorithm7` (corrected non-collinearity)
@@ -56,6 +57,7 @@ from ..errors import InputError
 from ..network import TwoLayerNetwork
 from ._bakshi2019._common import ExactResult
 from ._bakshi2019.arbitrary_noise import algorithm8, gaussian_sketch, grid_candidates, pv_halfspace
+from ._bakshi2019.diagnostics import sign_pattern_statistics
 from ._bakshi2019.exact import (MARGIN_QUANTILES, algorithm5, refine_from_output_weights, refine_from_unmixing,
                                 row_from_zero_set)
 from ._bakshi2019.fpt import algorithm7, parallel_classes
@@ -86,6 +88,7 @@ __all__ = [
     "assignment_to_separator", "separator_to_assignment", "separability_to_network",
     "separability_to_network_variable_alpha", "check_network_instance", "brute_force_separability",
     "lemma16_instances", "lemma16_equal_outputs", "MARGIN_QUANTILES", "split_refinement", "default_n_refine",
+    "sign_pattern_statistics",
 ]
 
 _PAPER = "bakshi2019"
@@ -339,5 +342,7 @@ register("bjw19-pcp", paper=_PAPER, algorithm="Theorem 14, Corollary 8", target=
          description="principal component pursuit (ADMM) + polish + exact pipeline")
 register("bjw19-hardness", paper=_PAPER, algorithm="Theorem 2, Propositions 1-2", target=sat_to_relu_separability,
          description="reversible 6-SAT -> ReLU-separability -> network fitting builders with checkers")
+register("bjw19-pattern-statistics", paper=_PAPER, algorithm="Lemmas 7, 8, 19, 21", target=sign_pattern_statistics,
+         description="split frequencies θ/2π, κ vs θ_min, σ_min(f(VX)), 1-sparse column counts")
 register("bjw19-lemma16", paper=_PAPER, algorithm="Lemma 16", target=lemma16_instances,
          description="two instances with equal outputs for n << 1/a (n = Ω(κ) lower bound)")
