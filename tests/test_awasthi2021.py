@@ -500,6 +500,12 @@ def test_bad_inputs():
         HermiteTensorLearner(2, decomposer="svd").fit(X, Y)
     with pytest.raises(InputError, match="epsilon"):
         HermiteTensorLearner(2, thresholds="paper").fit(X, Y)
+    with pytest.raises(InputError, match="HermiteCoefficients"):
+        atv.algorithm4({3: np.zeros((2, 2, 2))}, 1, 2)
+    with pytest.raises(InputError, match="T_2 .. T_6"):
+        atv.algorithm4(atv.hermite_coefficients(truth, 1, 4), 2, 4)
+    with pytest.raises(InputError, match="shape"):
+        atv.consolidate(np.ones(2), np.ones(3), np.eye(2), np.zeros(2), np.zeros(2), 0.0)
     with pytest.raises(InputError, match="one-pass"):
         HermiteTensorLearner(2).fit(iter([(X[:3000], Y[:3000]), (X[3000:], Y[3000:])]))
 
