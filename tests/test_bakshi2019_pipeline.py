@@ -264,3 +264,19 @@ def test_learner_refuses_noisy_labels_and_wrong_k():
         warnings.simplefilter("ignore", CertificateWarning)
         two = ExactReLULearner(2, refine=False, random_state=0).fit(X, Y)
     assert two.diagnostics_["certified"] is False
+
+
+def test_paper_noise_device_and_dask_input():
+    """Algorithm 4 step 2 adds G ~ N(0, 1) to A (an analysis device): same G on every pass, only more
+    variance; and the learner reads dask arrays chunk by chunk."""
+    import dask.array as da
+
+    net = nr.random_network(8, 3, 4, rng=19).canonical()
+    X, Y = nr.sample(net, GAUSS(8), 100_000, rng=20)
+    a = approximate_hidden_weights(X, Y, 3, paper_noise=True, rng=0)
+    b = approximate_hidden_weights(X, Y, 3, paper_noise=True, rng=0)
+    assert np.array_equal(a.hidden_weights, b.hidden_weights)
+    assert _dir_error(a.hidden_weights, net.hidden_weights) < 0.2
+    learner = ExactReLULearner(3, random_state=0).fit(da.from_array(X, chunks=(20_000, 8)),
+                                                      da.from_array(Y, chunks=(20_000, 4)))
+    assert learner.diagnostics_["certified"] and _max_unit_error(learner, net) < 1e-10
