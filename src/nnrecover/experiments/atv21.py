@@ -342,15 +342,21 @@ def atv21_overcomplete(*, rng, quick: bool = False, n_inputs: int | None = None,
     ax1.set_xlabel("s_m(W^(.)2)")
     ax1.set_ylabel(f"noisy-population error / eta (eta={eta:g})")
     fig.colorbar(sc, ax=ax1, label="m/d")
-    g = df.groupby("ratio")
+    rnd = df[df["instance"] == "random"]
+    g = rnd.groupby("ratio")
     ax2.semilogy(g["exact_error"].max().index, np.maximum(g["exact_error"].max().values, 1e-17), "o-",
-                 label="exact coefficients (max)")
+                 label="random W, exact coefficients (max)")
     ax2.semilogy(g["noisy_error"].median().index, g["noisy_error"].median().values, "s-",
-                 label=f"noise eta={eta:g} (median)")
+                 label=f"random W, noise eta={eta:g} (median)")
+    sm = df[df["instance"] == "smoothed"]
+    if len(sm):
+        ax2.semilogy(sm["ratio"], np.maximum(sm["exact_error"].to_numpy(float), 1e-17), "o", mfc="none",
+                     label="smoothed plane, exact")
+        ax2.semilogy(sm["ratio"], sm["noisy_error"], "s", mfc="none", label="smoothed plane, noisy")
     ax2.set_xlabel("m / d")
     ax2.set_ylabel("max unit error (up to signs)")
     ax2.set_title(f"d = {d}, order 2", fontsize=10)
-    ax2.legend(fontsize=8)
+    ax2.legend(fontsize=7)
     if "sample_relative_l2" in df:
         ax3.semilogy(df["ratio"], df["sample_relative_l2"], "o", label="relative L2 (Algorithm 5 network)")
         ax3.semilogy(df["ratio"], df["sample_error"], "x", label="max unit error (up to signs)")
