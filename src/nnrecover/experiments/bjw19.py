@@ -10,10 +10,12 @@ these measure its claims with the implementation in :mod:`nnrecover.learners.bak
 ``bjw19-noise``
     The noisy pipeline (tensor step, Algorithm 6, Lemma 20): ``||V - V*||_F`` and ``||U - U*||_F`` against
     ``n`` for several noise levels σ, with the fitted log-log slope (Theorem 10 predicts -1/2) and the
-    fraction of correct signs.
+    fraction of correct signs; the same teachers at every (σ, n).
 ``bjw19-fpt``
     Algorithm 7 with ``m = 2 < k``: success rate against ``n`` for k = 3, 4, 5, and the ``[u, -u]`` case
-    (refused, naming the corrected condition).
+    (refused, naming the corrected condition). The same teachers are used at every n (paired design);
+    ``min_one_sparse_true`` (Lemma 21) explains the failures: some random ``V`` (d = k) make one unit's
+    1-sparse orthant very unlikely (the ``(kκ)^{-2k}`` of Lemma 21).
 
 Teachers (:func:`bjw19_instance`): ``V`` from :func:`nnrecover.random_network` with a prescribed
 spectrum (``condition_number``) put in canonical form (unit rows), redrawn until its canonical condition
@@ -170,12 +172,12 @@ def _exact_figure(df, suite):
 
 
 # ------------------------------------------------------------------------------------------- noise
-def _noise_trial(d, k, m, n, sigma, seed) -> dict:
+def _noise_trial(d, k, m, n, sigma, seed, teacher_seed) -> dict:
     from ..learners._bakshi2019._common import match_rows
     from ..learners.bakshi2019 import noisy_pipeline
 
     gen = np.random.default_rng(seed)
-    net = bjw19_instance(d, k, m, kappa_v=3.0, rng=gen)
+    net = bjw19_instance(d, k, m, kappa_v=3.0, rng=teacher_seed)
     stream = sample_stream(net, StandardGaussian(d), n, noise=sigma, rng=gen)
     t0 = time.perf_counter()
     res = noisy_pipeline(stream, None, k, rng=gen)
@@ -203,8 +205,9 @@ def noise_experiment(*, rng: Any = None, quick: bool = False, n_values: Sequence
     n_values = n_values or ((5_000, 20_000) if quick else (10_000, 30_000, 100_000, 300_000, 1_000_000))
     sigmas = sigmas or ((0.1, 1.0) if quick else (0.1, 0.5, 1.0))
     trials = trials or (1 if quick else 3)
-    rows = [_noise_trial(d, k, m, int(n), float(s), int(gen.integers(2**31)))
-            for s in sigmas for n in n_values for _ in range(trials)]
+    teachers = [int(gen.integers(2**31)) for _ in range(trials)]     # the same teachers at every (σ, n)
+    rows = [_noise_trial(d, k, m, int(n), float(s), int(gen.integers(2**31)), t)
+            for s in sigmas for n in n_values for t in teachers]
     df = pd.DataFrame(rows)
     slopes = {}
     for s, grp in df.groupby("sigma"):
@@ -246,17 +249,20 @@ def _noise_figure(df):
 
 
 # ------------------------------------------------------------------------------------------- FPT
-def _fpt_trial(d, k, m, n, seed, antipodal=False) -> dict:
+def _fpt_trial(d, k, m, n, seed, antipodal=False, teacher_seed=None) -> dict:
     from ..learners.bakshi2019 import algorithm7
     from ..metrics import parameter_error
 
     gen = np.random.default_rng(seed)
-    net = random_network(d, k, m, rng=gen).canonical()
+    net = random_network(d, k, m, rng=gen if teacher_seed is None else teacher_seed).canonical()
     if antipodal:
         U = net.output_weights.copy()
         U[:, 1] = -0.7 * U[:, 0]
         net = TwoLayerNetwork(net.hidden_weights, None, U)
     X, Y = sample(net, StandardGaussian(d), n, rng=gen)
+    H = np.maximum(X @ net.hidden_weights.T, 0.0)
+    one = np.sum(H > 0, axis=1) == 1
+    min_one_sparse = int(min(np.sum(one & (H[:, i] > 0)) for i in range(k)))
     t0 = time.perf_counter()
     refused, certified, err, reason, smallest = False, False, float("nan"), "", None
     try:
@@ -270,7 +276,8 @@ def _fpt_trial(d, k, m, n, seed, antipodal=False) -> dict:
         reason = str(exc)
     return {"case": "[u, -u]" if antipodal else "generic", "d": d, "k": k, "m": m, "n": n, "seed": seed,
             "certified": certified, "max_unit_error": err, "success": bool(certified and err < EXACT_TOL),
-            "refused": refused, "smallest_class": smallest, "time": time.perf_counter() - t0,
+            "refused": refused, "smallest_class": smallest, "min_one_sparse_true": min_one_sparse,
+            "kappa_v": float(np.linalg.cond(net.hidden_weights)), "time": time.perf_counter() - t0,
             "message": reason[:200]}
 
 
@@ -285,7 +292,11 @@ def fpt_experiment(*, rng: Any = None, quick: bool = False, ks: Sequence[int] | 
     ks = ks or ((3, 4) if quick else (3, 4, 5))
     n_values = n_values or ((500, 2_000) if quick else (500, 1_000, 2_000, 5_000, 10_000, 20_000))
     trials = trials or (2 if quick else 10)
-    rows = [_fpt_trial(d, k, m, int(n), int(gen.integers(2**31))) for k in ks for n in n_values for _ in range(trials)]
+    rows = []
+    for k in ks:                                   # paired design: the same teachers at every n
+        teachers = [int(gen.integers(2**31)) for _ in range(trials)]
+        for n in n_values:
+            rows += [_fpt_trial(d, k, m, int(n), int(gen.integers(2**31)), teacher_seed=t) for t in teachers]
     rows += [_fpt_trial(d, max(ks), m, int(max(n_values)), int(gen.integers(2**31)), antipodal=True)
              for _ in range(trials)]
     df = pd.DataFrame(rows)
