@@ -11,7 +11,8 @@ import pytest
 import nnrecover as nr
 from nnrecover.errors import AssumptionError, InputError
 
-from nnrecover.learners.bakshi2019 import (NoisyReLULearner, algorithm2, algorithm6, algorithm7, algorithm8, assignment_to_separator,
+from nnrecover.learners.bakshi2019 import (NoisyReLULearner, algorithm2, algorithm6, algorithm7, algorithm8,
+                                           assignment_to_separator,
                                            brute_force_sat, brute_force_separability, check_network_instance,
                                            close_under_reversal, enumerate_sign_patterns, grid_candidates,
                                            iterative_lp, lemma16_equal_outputs, lemma16_instances, noisy_pipeline,
@@ -266,7 +267,8 @@ def test_sat_reduction_equivalence():
     all-sign formula over 6 variables (unsatisfiable, closed under reversal) has no separator."""
     g = np.random.default_rng(0)
     nv = 7
-    base = [tuple(int(s) * int(v) for s, v in zip(g.choice([-1, 1], 6), g.choice(np.arange(1, nv + 1), 6, replace=False)))
+    base = [tuple(int(s) * int(v) for s, v in zip(g.choice([-1, 1], 6),
+                                                  g.choice(np.arange(1, nv + 1), 6, replace=False)))
             for _ in range(12)]
     clauses = close_under_reversal(base)
     sats = brute_force_sat(clauses, nv)
@@ -347,7 +349,8 @@ def test_incoherence_parameters():
 
 def test_sign_pattern_statistics_lemmas():
     """Lemma 8: split frequency of (i, j) is θ_ij/(2π) (binomial, n = 2e4: std <= 0.0036, tolerance 5 std);
-    Lemma 7: κ(V) >= √2/θ_min for unit rows (σ_min <= ||v_i ∓ v_j||/√2 = √2 sin(θ/2) <= θ/√2, σ_max >= 1); Lemma 19:
+    Lemma 7: κ(V) >= √2/θ_min for unit rows (σ_min <= ||v_i ∓ v_j||/√2 = √2 sin(θ/2) <= θ/√2,
+    σ_max >= 1); Lemma 19:
     σ_min(f(VX))/√n bounded away from 0; Lemma 21: 1-sparse columns exist for every unit."""
     from nnrecover.learners.bakshi2019 import sign_pattern_statistics
 

@@ -4,7 +4,8 @@ these measure its claims with the implementation in :mod:`nnrecover.learners.bak
 ``bjw19-exact``
     Exact recovery from noiseless Gaussian samples (Theorems 4 and 7). ``suite="grid"``: success rate
     (certified and ``max_unit_error < 1e-10``) against ``n`` for target condition numbers
-    ``κ(V) ∈ {1, 3, 10}`` at d = 20, k = 5, m = 8, n from 500 to 10^6. ``suite="must-show"``: the issue's acceptance runs,
+    ``κ(V) ∈ {1, 3, 10}`` at d = 20, k = 5, m = 8, n from 500 to 10^6. ``suite="must-show"``: the issue's
+    acceptance runs,
     d = 20, k = 5, m = 8, 20 seeds, n = 10^6 and d = 50, k = 10, m = 10, 10 seeds, n = 2 x 10^6, for the
     tensor route (``κ(V) <= 10``) and the ICA route (orthonormal ``V``); ``κ(U) <= 10`` throughout.
 ``bjw19-noise``

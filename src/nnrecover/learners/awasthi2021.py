@@ -45,7 +45,7 @@ from ..errors import AssumptionError, InputError
 from ..network import TwoLayerNetwork
 from ._awasthi.coefficients import HermiteCoefficients, estimate_coefficients, exact_coefficients, min_samples
 from ._awasthi.decompose import (HermiteRecovery, Thresholds, adaptive_thresholds, algorithm1, algorithm4,
-                                 algorithm6, paper_thresholds)
+                                 algorithm6, complete_units, paper_thresholds)
 from ._awasthi.identifiability import (adversarial_weights, claim48_instance, flip_units, hermite_separation,
                                        khatri_rao_smin, sign_flip_sets, smoothed_instance)
 from ._awasthi.regression import (RegressionResult, algorithm5_regression, consolidate, linear_correction,
@@ -408,7 +408,20 @@ class HermiteTensorLearner(BaseLearner):
             # starts from every detected unit, also those whose scalars were too inaccurate for the
             # paper's output: the joint fit repairs scalars, which the refinement needs for all m units
             t2 = time.perf_counter()
-            polished, report = hermite_loss_polish(coeffs, _with_inaccurate_units(rec, coeffs, m), order, m)
+            base = _with_inaccurate_units(rec, coeffs, m)
+            polished, report = hermite_loss_polish(coeffs, base, order, m)
+            if order == 1 and base.n_units < m:
+                # undetected units: try m units (the missing ones from forced-rank decompositions) against
+                # the units + linear part, and keep the smaller truncated Hermite loss
+                alt = complete_units(coeffs, base, order, m, rng=rng, n_draws=self.n_draws)
+                if alt is not None:
+                    alt_pol, alt_rep = hermite_loss_polish(coeffs, alt, order, m)
+                    loss_lin = report.get("full_fit", {}).get("loss_end", np.inf)
+                    loss_alt = alt_rep.get("full_fit", {}).get("loss_end", np.inf)
+                    report["completion"] = {"units_added": alt.n_units - base.n_units, "loss_linear_part": loss_lin,
+                                            "loss_completed": loss_alt, "chosen": bool(loss_alt < loss_lin)}
+                    if loss_alt < loss_lin:
+                        polished = alt_pol
             report["time"] = time.perf_counter() - t2
             diagnostics["hermite_polish"] = report
             if report.get("kept") == "polished":

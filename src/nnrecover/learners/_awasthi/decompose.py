@@ -463,3 +463,56 @@ def algorithm1(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, rng=No
     if order == 1:
         rec = _apply_fixsigns(coeffs, rec)
     return rec
+
+
+def complete_units(coeffs: HermiteCoefficients, rec: HermiteRecovery, order: int, n_hidden: int, *, rng=None,
+                   n_draws: int = 5, dedup: float = 0.25) -> HermiteRecovery | None:
+    """Candidate units for the ones Algorithm 4 did not detect ([S], used only by ``refine=True``).
+
+    Each of ``T_{2l+1}``, ``T_{2l+2}`` is decomposed with the largest rank ``min(m, n^l)`` regardless of
+    the noise threshold; components farther than ``dedup`` (up to sign) from every known unit are
+    ranked by ``|alpha| / sigma^_K`` and the best ``m - m'`` join the known units, with scalars from
+    RECOVERSCALARS on the enlarged set (non-finite ones replaced by ``a = 0.1, b = 0``). The result is
+    only a starting point for the Hermite-loss polish, which decides whether it beats the linear part.
+    Returns None when no new direction is found.
+    """
+    gen = check_random_state(rng)
+    m = int(n_hidden)
+    need = m - rec.n_units
+    if need <= 0:
+        return None
+    n = coeffs.dim
+    known = [u for u in rec.U]
+    cands = []
+    for K in (2 * order + 1, 2 * order + 2):
+        k = min(m, n ** order)
+        T3 = flatten(coeffs.tensor(K), order, order, K - 2 * order)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", CertificateWarning)
+                res = joint_diagonalize(np.moveaxis(T3, 2, 0), k, rng=gen, n_draws=n_draws, symmetric=True,
+                                        rank_tol=0.0)
+        except (AssumptionError, InputError, np.linalg.LinAlgError):
+            continue
+        U = read_units(res.factors, order, n)
+        alpha, _ = gram_lstsq(U, coeffs.rank_one(K, U), K)
+        noise = max(float(coeffs.noise.get(K, 0.0)), 1e-300)
+        cands.extend((abs(al) / noise, u) for al, u in zip(alpha, U))
+    new = []
+    for snr, u in sorted(cands, key=lambda c: -c[0]):
+        if len(new) == need:
+            break
+        if all(min(np.linalg.norm(u - v), np.linalg.norm(u + v)) >= dedup for v in known + new):
+            new.append(u)
+    if not new:
+        return None
+    U = np.vstack([rec.U, np.array(new)])
+    sc = recover_scalars(U, coeffs, order)
+    a, b = sc.a.copy(), sc.b.copy()
+    a[: rec.n_units], b[: rec.n_units] = rec.a, rec.b
+    bad = ~(np.isfinite(a) & np.isfinite(b)) | (np.abs(b) > 4.0)
+    a[bad], b[bad] = 0.1, 0.0
+    from dataclasses import replace
+
+    return replace(rec, a=a, b=b, U=U, W=coeffs.lift(U), source=rec.source + ["completion"] * len(new),
+                   also_in=rec.also_in + [[] for _ in new], snr=np.concatenate([rec.snr, np.zeros(len(new))]))

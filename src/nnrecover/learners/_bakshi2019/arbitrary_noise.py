@@ -36,7 +36,7 @@ import scipy.linalg
 
 from ..._validation import check_positive_int, check_random_state
 from ...errors import InputError
-from ._common import ExactResult, check_rectified, check_samples, relative_residual
+from ._common import ExactResult, check_rectified, check_samples
 
 __all__ = ["pv_halfspace", "gaussian_sketch", "grid_candidates", "algorithm8"]
 

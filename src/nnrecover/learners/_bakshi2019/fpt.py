@@ -26,7 +26,6 @@ import time
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 
 from ..._validation import check_positive_int, check_random_state
 from ...errors import AssumptionError, InputError

@@ -11,7 +11,8 @@ weight; [S] PCP needs ``λ = 1/√max(m, n)`` (erratum 12). Corollary 8 then run
 ``M``.
 
 Solver [S]: the inexact augmented Lagrangian method (ADMM; Lin, Chen, Ma 2010):
-``M ← SVT_{1/μ}(A - E + Λ/μ)``, ``E ← shrink_{λ/μ}(A - M + Λ/μ)``, ``Λ ← Λ + μ (A - M - E)``, ``μ ← ρ μ``,
+``M ← SVT_{1/μ}(A - E + Λ/μ)``, ``E ← shrink_{λ/μ}(A - M + Λ/μ)``, ``Λ ← Λ + μ (A - M - E)``,
+``μ ← ρ μ``,
 stopped at ``||A - M - E||_F / ||A||_F < tol``. Its precision is that of the solver (about 1e-9), not
 exact; the exact pipeline's certificates (null ratios at 1e-10) need better. Polish [S] (spec 004
 §2.10): entries with ``|Ê|`` at the solver's noise level are clean, so ``A`` equals ``M`` there

@@ -113,13 +113,14 @@ def choose_order(activation: Any, n_outputs: int, order: "int | str" = "auto") -
     if isinstance(order, bool) or not isinstance(order, (int, np.integer)) or order not in (2, 3, 4):
         raise InputError(f"order must be 'auto', 2, 3 or 4, got {order!r}.")
     r = int(order)
+    shown = 0.0 if abs(coeffs[r]) < 1e-300 else float(coeffs[r])     # no "-0" in the message
     if not nonzero[r]:
         extra = (" For ReLU, c_3 = E[relu(z) He_3(z)] = E[z^4; z > 0] - 3 E[z^2; z > 0] = 3/2 - 3/2 = 0, so the "
                  "third-order score tensor of Algorithm 4 vanishes in expectation for every U*, V* and the "
                  "algorithm cannot work as written (spec 004 §2.4.2 item 1, erratum 1); use order=2 "
                  "(Option A) or order=4 (Option B).") if act.name == "relu" and r == 3 else ""
         raise AssumptionError(f"order={r} needs the Hermite coefficient c_{r}(f) = E[f(z) He_{r}(z)] to be "
-                              f"non-zero, but c_{r}({act.spec}) = {abs(coeffs[r]) if abs(coeffs[r]) < 1e-300 else coeffs[r]:.3g}.{extra}")
+                              f"non-zero, but c_{r}({act.spec}) = {shown:.3g}.{extra}")
     if r == 2 and n_outputs < 2:
         raise AssumptionError("order=2 (Option A) needs at least two outputs: with m = 1 the order-2 moment is a "
                               "single matrix, whose eigenvectors do not identify non-orthogonal units; use order=4 "

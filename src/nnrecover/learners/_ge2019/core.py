@@ -140,7 +140,8 @@ def build_detector_matrix(detector: DetectorMoments, part: PartMoments, *, proje
     Parameters
     ----------
     detector : DetectorMoments
-        ``E[y_a x_p x_r x_s]`` and ``E[y_a y_b x_r x_s]`` of the detector part of the sample.
+        ``E[y_a x_p x_r x_s]`` and ``E[y_a y_b x_r x_s]`` of the detector part of the sample, or the
+        contracted ``K`` accumulated with a known ``B`` (then ``projection`` must be the ``P`` it used).
     part : PartMoments
         Low-order moments of the **same** part (``Sigma``, ``E[y x^T]``, ``E[y y^T]``).
     projection : (l, k) array, optional
@@ -171,17 +172,28 @@ def build_detector_matrix(detector: DetectorMoments, part: PartMoments, *, proje
     Sigma = part.second
     d = Sigma.shape[0]
     check_second_moment(Sigma)
-    cross, h3, g4, yy = part.cross, detector.h3, detector.g4, part.yy
-    if projection is not None:
-        Pj = np.asarray(projection, dtype=np.float64)
+    cross, yy = part.cross, part.yy
+    if detector.K is not None:  # contracted during the pass with a known B (and P)
+        if projection is not None and (detector.projection is None
+                                       or not np.array_equal(projection, detector.projection)):
+            raise InputError("the detector moments were accumulated with another projection P.")
+        Pj = detector.projection
+    else:
+        Pj = None if projection is None else np.asarray(projection, dtype=np.float64)
+    if Pj is not None:
         cross = Pj.T @ cross
-        h3 = np.einsum("la,lpq->apq", Pj, h3)
-        g4 = np.einsum("la,lmq,mb->abq", Pj, g4, Pj)
         yy = Pj.T @ yy @ Pj
     k = cross.shape[0]
-    B = np.linalg.solve(Sigma, cross.T).T  # (k, d)
-    H = np.einsum("bp,apq->abq", B, h3)
-    K = H + H.transpose(1, 0, 2) - g4
+    if detector.K is not None:
+        B, K = detector.B, detector.K
+    else:
+        h3, g4 = detector.h3, detector.g4
+        if Pj is not None:
+            h3 = np.einsum("la,lpq->apq", Pj, h3)
+            g4 = np.einsum("la,lmq,mb->abq", Pj, g4, Pj)
+        B = np.linalg.solve(Sigma, cross.T).T  # (k, d)
+        H = np.einsum("bp,apq->abq", B, h3)
+        K = H + H.transpose(1, 0, 2) - g4
     if noise_correction:
         iu_d = np.triu_indices(d)
         coef = yy - 2 * B @ Sigma @ B.T

@@ -63,11 +63,20 @@ class PartMoments:
 
 @dataclass
 class DetectorMoments:
-    """Third/fourth-order moments entering the pure-neuron detector (BuildT)."""
+    """Third/fourth-order moments entering the pure-neuron detector (BuildT).
+
+    Either the raw moments ``h3``, ``g4`` (one pass; any ``B``), or, when ``B = E[y x^T] Sigma^{-1}``
+    (and Algorithm 4's ``P``) were known before the pass, the contracted coefficient array
+    ``K[a, b, rs] = E[(y_a z_b + y_b z_a - y_a y_b) x_r x_s]``, ``z = B x``, ``y`` projected by ``P``
+    (spec 003 section 2.2 steps 4-5), which is 2-3 times cheaper to accumulate.
+    """
 
     n: int | None
-    h3: np.ndarray
-    g4: np.ndarray
+    h3: np.ndarray | None
+    g4: np.ndarray | None
+    K: np.ndarray | None = None
+    B: np.ndarray | None = None
+    projection: np.ndarray | None = None
 
 
 @dataclass
@@ -85,7 +94,7 @@ class PureNeuronMoments:
     """Everything the learner needs, per part of the split (see :data:`SPLIT_LAYOUTS`)."""
 
     parts: list[PartMoments]
-    detector: DetectorMoments
+    detector: DetectorMoments | None
     detector_part: int
     symmetry: SymmetryTest | None = None
     layout: tuple = field(default=(0,))
@@ -117,14 +126,24 @@ class PureNeuronStatistic(Statistic):
         first half; Algorithm 4 with split: the second quarter, part 1).
     symmetry : bool
         Also accumulate the odd features of :func:`symmetry_test` (over all rows).
+    detector : bool
+        Accumulate the detector moments at all (False: only the low-order moments, the first pass of
+        the two-pass scheme).
+    B : (k, d) array, optional
+        ``E[y x^T] Sigma^{-1}`` of the detector part (from a first pass). Then the contracted ``K`` is
+        accumulated instead of ``h3``/``g4``.
+    projection : (l, k) array, optional
+        Algorithm 4's ``P`` (with ``B``): ``y`` is replaced by ``P^T y`` in ``K``.
 
     Notes
     -----
-    The detector moments cost ``O(n l d^3)`` flops and ``O(l d^3 / 2 + l^2 d^2 / 2)`` memory (one GEMM
-    per chunk); ``l`` is the output dimension. Dimensions are fixed by the first chunk.
+    One-pass detector moments cost ``O(n l d (d^2 / 2) + n l^2 d^2 / 4)`` flops and
+    ``O(l d^3 / 2 + l^2 d^2 / 4)`` memory; with ``B`` given, ``O(n k^2 d^2 / 4)`` flops and memory
+    ``O(k^2 d^2 / 4)``. Dimensions are fixed by the first chunk.
     """
 
-    def __init__(self, split: str = "none", detector_part: int = 0, symmetry: bool = True) -> None:
+    def __init__(self, split: str = "none", detector_part: int = 0, symmetry: bool = True, detector: bool = True,
+                 B: np.ndarray | None = None, projection: np.ndarray | None = None) -> None:
         if split not in SPLIT_LAYOUTS:
             raise InputError(f"split must be one of {sorted(SPLIT_LAYOUTS)}, got {split!r}.")
         self.split = split
@@ -134,6 +153,11 @@ class PureNeuronStatistic(Statistic):
             raise InputError(f"detector_part must be in [0, {n_parts}), got {detector_part}.")
         self.detector_part = detector_part
         self.symmetry = bool(symmetry)
+        self.detector = bool(detector)
+        self.B = None if B is None else np.asarray(B, dtype=np.float64)
+        self.projection = None if projection is None else np.asarray(projection, dtype=np.float64)
+        if self.projection is not None and self.B is None:
+            raise InputError("projection is used together with B (the two-pass detector).")
         super().__init__()
 
     # ---------------------------------------------------------------- Statistic protocol
@@ -150,7 +174,16 @@ class PureNeuronStatistic(Statistic):
         self._parts = [dict(n=0, sx=np.zeros(d), sxx=np.zeros((d, d)), syx=np.zeros((l, d)),
                             syy=np.zeros((l, l)), sy=np.zeros(l)) for _ in range(n_parts)]
         D2 = n_sym(d)
-        self._det = dict(n=0, h3=np.zeros((l * d, D2)), g4=np.zeros((n_sym(l), D2)))
+        if not self.detector:
+            self._det = None
+        elif self.B is None:
+            self._det = dict(n=0, h3=np.zeros((l * d, D2)), g4=np.zeros((n_sym(l), D2)))
+        else:
+            k = self.B.shape[0]
+            if self.B.shape[1] != d or (self.projection is not None and self.projection.shape != (l, k)) or (
+                    self.projection is None and l != k):
+                raise InputError(f"B {self.B.shape} / projection do not fit data with {d} inputs and {l} outputs.")
+            self._det = dict(n=0, kc=np.zeros((n_sym(k), D2)))
         if self.symmetry:
             self._sym = dict(n=0, sg=np.zeros(2 * d), sgg=np.zeros((2 * d, 2 * d)))
 
@@ -177,23 +210,35 @@ class PureNeuronStatistic(Statistic):
             acc["syx"] += Yp.T @ Xp
             acc["syy"] += Yp.T @ Yp
             acc["sy"] += Yp.sum(axis=0)
-            if p == self.detector_part:
-                phi = _vech_products(Xp)
-                yx = (Yp[:, :, None] * Xp[:, None, :]).reshape(Xp.shape[0], l * d)
-                il = np.triu_indices(l)
-                self._det["n"] += Xp.shape[0]
-                self._det["h3"] += yx.T @ phi
-                self._det["g4"] += (Yp[:, il[0]] * Yp[:, il[1]]).T @ phi
+            if p == self.detector_part and self._det is not None:
+                self._update_detector(Xp, Yp)
         if self._sym is not None:
             g = np.hstack([X, X ** 3])
             self._sym["n"] += n
             self._sym["sg"] += g.sum(axis=0)
             self._sym["sgg"] += g.T @ g
 
+    def _update_detector(self, Xp: np.ndarray, Yp: np.ndarray) -> None:
+        m, d = Xp.shape
+        phi = _vech_products(Xp)
+        self._det["n"] += m
+        if self.B is None:
+            l = Yp.shape[1]
+            yx = (Yp[:, :, None] * Xp[:, None, :]).reshape(m, l * d)
+            il = np.triu_indices(l)
+            self._det["h3"] += yx.T @ phi
+            self._det["g4"] += (Yp[:, il[0]] * Yp[:, il[1]]).T @ phi
+        else:
+            Yt = Yp if self.projection is None else Yp @ self.projection
+            Zb = Xp @ self.B.T
+            ia, ib = np.triu_indices(self.B.shape[0])
+            C = Yt[:, ia] * Zb[:, ib] + Yt[:, ib] * Zb[:, ia] - Yt[:, ia] * Yt[:, ib]
+            self._det["kc"] += C.T @ phi
+
     def _merge(self, other: "PureNeuronStatistic") -> None:
-        if (other.split, other.detector_part, other.symmetry) != (self.split, self.detector_part,
-                                                                  self.symmetry):
-            raise InputError("cannot merge pure-neuron statistics with different split settings.")
+        if (other.split, other.detector_part, other.symmetry, other.detector) != (
+                self.split, self.detector_part, self.symmetry, self.detector):
+            raise InputError("cannot merge pure-neuron statistics with different settings.")
         if other.dims is None:
             return
         if self.dims is None:
@@ -203,11 +248,10 @@ class PureNeuronStatistic(Statistic):
         for mine, theirs in zip(self._parts, other._parts):
             for key in mine:
                 mine[key] = mine[key] + theirs[key]
-        for key in self._det:
-            self._det[key] = self._det[key] + other._det[key]
-        if self._sym is not None:
-            for key in self._sym:
-                self._sym[key] = self._sym[key] + other._sym[key]
+        for acc, oth in ((self._det, other._det), (self._sym, other._sym)):
+            if acc is not None:
+                for key in acc:
+                    acc[key] = acc[key] + oth[key]
         self._row += other._row
 
     def finalize(self) -> PureNeuronMoments:
@@ -223,17 +267,28 @@ class PureNeuronStatistic(Statistic):
                                  "needed (or use split=False).")
             parts.append(PartMoments(m, acc["sx"] / m, acc["sxx"] / m, acc["syx"] / m, acc["syy"] / m,
                                      acc["sy"] / m))
-        m = self._det["n"]
-        h3 = (self._det["h3"] / m).reshape(l, d, -1)
-        g4p = self._det["g4"] / m
-        il = np.triu_indices(l)
-        g4 = np.empty((l, l, g4p.shape[1]))
-        g4[il[0], il[1]] = g4p
-        g4[il[1], il[0]] = g4p
+        det = None
+        if self._det is not None:
+            m = self._det["n"]
+            if self.B is None:
+                det = DetectorMoments(m, (self._det["h3"] / m).reshape(l, d, -1),
+                                      _unpack_pairs(self._det["g4"] / m, l))
+            else:
+                det = DetectorMoments(m, None, None, K=_unpack_pairs(self._det["kc"] / m, self.B.shape[0]),
+                                      B=self.B, projection=self.projection)
         sym = None
         if self._sym is not None:
             sym = _symmetry_from_sums(self._sym["n"], self._sym["sg"], self._sym["sgg"])
-        return PureNeuronMoments(parts, DetectorMoments(m, h3, g4), self.detector_part, sym, self.layout)
+        return PureNeuronMoments(parts, det, self.detector_part, sym, self.layout)
+
+
+def _unpack_pairs(packed: np.ndarray, k: int) -> np.ndarray:
+    """(k(k+1)/2, D) rows indexed by pairs a <= b -> symmetric (k, k, D)."""
+    ia, ib = np.triu_indices(k)
+    out = np.empty((k, k, packed.shape[1]))
+    out[ia, ib] = packed
+    out[ib, ia] = packed
+    return out
 
 
 # -------------------------------------------------------------------------------------------- symmetry
