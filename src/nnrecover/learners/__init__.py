@@ -16,7 +16,7 @@ _MODULES = {
     "baseline": ("GradientDescentLearner",),
     "awasthi2021": ("HermiteTensorLearner",),
     "ge2019": ("PureNeuronLearner",),
-    "bakshi2019": ("ExactReLULearner",),
+    "bakshi2019": ("ExactReLULearner", "NoisyReLULearner"),
     "goel2019": ("HighThresholdLearner",),
 }
 _PROVIDES = {name: mod for mod, names in _MODULES.items() for name in names}
