@@ -390,6 +390,27 @@ def test_stream_equals_arrays_and_split_keeps_pairs(rng):
     assert max(canonical_gap(learner.network_, net)[:2]) < 1e-10
 
 
+def test_one_pass_and_two_pass_detectors_agree(rng):
+    """Re-iterable data use two passes (B known, K contracted on the fly); a one-pass iterator uses the raw
+    third/fourth-order moments. Both give the same T (Eq. 10), with and without Algorithm 4's P."""
+    d, k, l = 5, 4, 6
+    net = teacher(d, k, rng, l=l)
+    X, Y = nr.sample(net, StandardGaussian(d), 4000, rng=rng, noise=0.1)
+    one = ge.pure_neuron_moments(X, Y)
+    P = np.linalg.svd(one.parts[0].cross)[0][:, :k]
+    B = np.linalg.solve(one.parts[0].second, (P.T @ one.parts[0].cross).T).T
+    two = ge.pure_neuron_moments(X, Y, B=B, projection=P)
+    for nc in (False, True):
+        T1 = ge.build_detector_matrix(one.detector, one.parts[0], projection=P, noise_correction=nc)
+        T2 = ge.build_detector_matrix(two.detector, two.parts[0], projection=P, noise_correction=nc)
+        np.testing.assert_allclose(T1, T2, atol=1e-12 * np.abs(T1).max())
+    chunks = [(X[i:i + 1000], Y[i:i + 1000]) for i in range(0, 4000, 1000)]
+    a = ge.algorithm4(X, Y, k, rng=0, split=False)
+    b = ge.algorithm4(iter(chunks), None, k, rng=0, split=False)
+    np.testing.assert_allclose(a.hidden_weights, b.hidden_weights, atol=1e-9)
+    np.testing.assert_allclose(a.output_weights, b.output_weights, atol=1e-9)
+
+
 # ------------------------------------------------------------------------------------------ finite samples
 def test_finite_sample_recovery_and_refinement(rng):
     """i.i.d. Gaussian input, d = k = 10, n = 10^4: the paper reports an average error of about 0.15 for

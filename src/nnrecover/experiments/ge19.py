@@ -11,8 +11,8 @@ antithetic). Two stages of :class:`nnrecover.learners.PureNeuronLearner` are rep
               squared loss, :func:`nnrecover.refine.refine_network`).
 
 (The paper's own curves come from its Section 4 variant, CP-ALS plus a gradient fit of ``W``; that
-variant is :func:`nnrecover.learners.ge2019.section4_variant`, compared on the 10 x 10 panel of
-``ge19-fig2`` as stage ``section4``.)
+variant is :func:`nnrecover.learners.ge2019.section4_variant`, available on the 10 x 10 panel of
+``ge19-fig2`` as stage ``section4`` with the option ``section4=True``.)
 
 Metrics (Section 4.1): ``err_W``, ``err_A`` = squared distance after normalising the rows of ``W`` /
 columns of ``A`` and matching units (:func:`nnrecover.learners.ge2019.paper_error`); ``mse`` = mean
@@ -176,6 +176,9 @@ def _panel(ax, df, x: str, cols=("err_W", "err_A", "mse_clean"), logx=True, titl
             mean = g[col].mean()
             ax.plot(mean.index, mean.values.clip(1e-32), marker[0], ls=_LS.get(stage, "-"),
                     label=f"{label} ({stage})")
+    failed = int(df["failure"].fillna("").ne("").sum()) if "failure" in df else 0
+    if failed:
+        title = f"{title}\n({failed} failed fits not plotted, see the 'failure' column)"
     ax.set_yscale("log")
     if logx:
         ax.set_xscale("log")
@@ -198,7 +201,7 @@ def _figure(n_panels: int, width: float = 4.2):
                         "sqrt(err/k) at 10^4 samples for k = 10..32; Gaussian input, no noise")
 def fig2(*, rng=None, quick: bool = False, trials: int | None = None, samples: Sequence[int] | None = None,
          dims: Sequence[int] | None = None, large_dim: int | None = None, refine: bool = True,
-         section4: bool | None = None):
+         refine_large: bool = False, section4: bool = False):
     """Figure 2 (sample efficiency).
 
     Parameters
@@ -211,9 +214,13 @@ def fig2(*, rng=None, quick: bool = False, trials: int | None = None, samples: S
     dims : sequence of int, default ``(10, 14, 18, 22, 26, 32)`` (right panel, at ``n = 10^4``)
     large_dim : int, default 32 (centre panel)
     refine : bool, default True
-        Also report the ``refined`` stage.
-    section4 : bool, default True (quick: False)
-        Also run the Section 4 variant on the 10 x 10 panel.
+        Report the ``refined`` stage on the ``10 x 10`` panel.
+    refine_large : bool, default False
+        Also refine on the centre and right panels (about 20-30 s per ``32 x 32`` fit, so off by default
+        to keep the figure within minutes).
+    section4 : bool, default False
+        Also run the Section 4 variant (CP-ALS, 10 restarts, then a gradient fit of ``W``) on the
+        ``10 x 10`` panel (about 5 s per fit).
 
     Returns
     -------
@@ -233,19 +240,18 @@ def fig2(*, rng=None, quick: bool = False, trials: int | None = None, samples: S
         dims = (6, 7, 8) if quick else (10, 14, 18, 22, 26, 32)
     dims = [check_positive_int(k, "dims") for k in dims]
     n_right = 5000 if quick else 10_000
-    s4 = (not quick) if section4 is None else bool(section4)
 
     def teacher(k):
         return lambda g: orthonormal_teacher(k, g)
 
     frames = []
-    for panel, k in (("left", small), ("centre", large)):
+    for panel, k, ref, s4 in (("left", small, refine, section4), ("centre", large, refine and refine_large, False)):
         grid = [dict(teacher=teacher(k), distribution=StandardGaussian, n=n, labels=dict(panel=panel))
                 for n in samples]
-        frames.append(_trials(grid, trials, gen, refine=refine, section4=s4 and panel == "left"))
+        frames.append(_trials(grid, trials, gen, refine=ref, section4=s4))
     grid = [dict(teacher=teacher(k), distribution=StandardGaussian, n=n_right, labels=dict(panel="right"))
             for k in dims]
-    frames.append(_trials(grid, trials, gen, refine=refine))
+    frames.append(_trials(grid, trials, gen, refine=refine and refine_large))
     df = pd.concat(frames, ignore_index=True)
     df["sqrt_err_W_per_dim"] = np.sqrt(df["err_W"] / df["k"])
     df["sqrt_err_A_per_dim"] = np.sqrt(df["err_A"] / df["k"])
