@@ -418,6 +418,23 @@ def test_hermite_polish_repairs_signs_and_scalars():
     assert parameter_error(polished.network(), truth)["max_unit_error"] < 1e-6
 
 
+def test_complete_units_finds_the_missing_direction():
+    # refine=True with undetected units: forced-rank decompositions propose the missing direction; on
+    # exact coefficients it is the dropped unit itself (up to sign, to round-off)
+    from dataclasses import replace
+
+    from nnrecover.learners._awasthi.decompose import complete_units
+
+    truth = _teacher(7, 4, 41, bias_range=(-1.2, 1.2))
+    coeffs = atv.hermite_coefficients(truth, 1, 4)
+    rec = atv.algorithm1(coeffs, 1, 4, rng=0)
+    part = replace(rec, a=rec.a[:3], b=rec.b[:3], U=rec.U[:3], W=rec.W[:3], source=rec.source[:3],
+                   also_in=rec.also_in[:3], snr=rec.snr[:3])
+    full = complete_units(coeffs, part, 1, 4, rng=0)
+    assert full.n_units == 4 and full.source[-1] == "completion"
+    assert abs(abs(full.W[3] @ rec.W[3]) - 1) < 1e-9
+
+
 def test_large_bias_units_left_to_linear_part():
     # A unit with b = 6 is linear on all samples (Phi(-6) ~ 1e-9): undetectable in T_3/T_4 (coefficients
     # ~6e-8 and 3e-7), left to the linear part -- Algorithm 5's regression or the closed form from T_0,

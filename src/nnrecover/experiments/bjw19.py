@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._validation import check_random_state
+from .._validation import check_positive_int, check_random_state
 from ..distributions import StandardGaussian
 from ..errors import AssumptionError, CertificateWarning, InputError, NNRecoverError
 from ..network import TwoLayerNetwork, random_network
@@ -101,37 +101,45 @@ def _exact_trial(d, k, m, n, kappa, route, seed) -> dict:
 
 @experiment("bjw19-exact", paper="bakshi2019",
             description="exact recovery (tensor route and ICA route): success rate vs n and κ(V); must-show runs")
-def exact_experiment(*, rng: Any = None, quick: bool = False, suite: str = "grid", routes: Sequence[str] = ("tensor",),
+def exact_experiment(*, rng: Any = None, quick: bool = False, suite: str = "grid", routes: "Sequence[str] | None" = None,
                      n_values: Sequence[int] | None = None, kappas: Sequence[float] | None = None,
                      trials: int | None = None):
     """Exact recovery from noiseless Gaussian samples (see the module docstring).
 
-    Options: ``suite`` ("grid" or "must-show"), ``routes`` (grid: subset of ("tensor", "ica")),
-    ``n_values``, ``kappas``, ``trials`` (grid only).
+    Options: ``suite`` ("grid" or "must-show"); ``routes``, a subset of ("tensor", "ica") (grid default
+    ("tensor",), must-show default both); ``n_values`` and ``kappas`` (grid only); ``trials``: trials per
+    grid point (grid) or seeds per configuration instead of the issue's 20 and 10 (must-show, e.g.
+    ``trials=3`` for a short confirmation run).
     """
     import pandas as pd
 
     gen = check_random_state(rng)
     if suite not in ("grid", "must-show"):
         raise InputError(f"suite must be 'grid' or 'must-show', got {suite!r}.")
+    if routes is None:
+        routes = ("tensor",) if suite == "grid" else ("tensor", "ica")
+    routes = [routes] if isinstance(routes, str) else list(routes)
+    bad = [r for r in routes if r not in ("tensor", "ica")]
+    if bad or not routes:
+        raise InputError(f"routes must be 'tensor' and/or 'ica', got {routes!r}.")
+    if trials is not None:
+        trials = check_positive_int(trials, "trials")
     rows = []
     if suite == "grid":
         d, k, m = (8, 3, 4) if quick else (20, 5, 8)
         n_values = n_values or ((2_000, 20_000) if quick else (500, 1_000, 2_000, 5_000, 10_000, 100_000, 1_000_000))
         kappas = kappas or ((1.0, 10.0) if quick else (1.0, 3.0, 10.0))
         trials = trials or (2 if quick else 10)
-        for route in ([routes] if isinstance(routes, str) else routes):
-            if route not in ("tensor", "ica"):
-                raise InputError(f"routes must be 'tensor' and/or 'ica', got {route!r}.")
+        for route in routes:
             for kappa in (kappas if route == "tensor" else (1.0,)):
                 for n in n_values:
                     for _ in range(trials):
                         rows.append(_exact_trial(d, k, m, int(n), float(kappa), route, int(gen.integers(2**31))))
     else:
         configs = ([(10, 3, 4, 50_000, 2)] if quick else [(20, 5, 8, 1_000_000, 20), (50, 10, 10, 2_000_000, 10)])
-        for route in ("tensor", "ica"):
+        for route in routes:
             for d, k, m, n, seeds in configs:
-                for _ in range(seeds):
+                for _ in range(seeds if trials is None else trials):
                     rows.append(_exact_trial(d, k, m, n, 10.0, route, int(gen.integers(2**31))))
     df = pd.DataFrame(rows)
     return df, _exact_figure(df, suite)

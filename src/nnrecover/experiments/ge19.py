@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from ..errors import CertificateWarning, NNRecoverError
 from ..network import TwoLayerNetwork
 from ..sampling import sample
 from .registry import experiment
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas
 
 __all__ = ["orthonormal_teacher", "conditioned_matrix", "evaluate_trial", "fig2", "fig3", "fig4"]
 
@@ -140,7 +143,7 @@ def evaluate_trial(teacher: TwoLayerNetwork, distribution: Distribution, n: int,
     return rows
 
 
-def _trials(grid: Sequence[dict], trials: int, gen: np.random.Generator, **kwargs) -> "Any":
+def _trials(grid: Sequence[dict], trials: int, gen: np.random.Generator, **kwargs) -> "pandas.DataFrame":
     """Run ``trials`` trials at every grid point; each point gets its own child seed."""
     import pandas as pd
 

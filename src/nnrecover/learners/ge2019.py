@@ -44,9 +44,9 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import as_2d_float, as_targets, check_positive_int, check_random_state, check_xy
+from .._validation import as_2d_float, as_targets, check_positive_int, check_random_state
 from ..distributions import Distribution, Gaussian, StandardGaussian
-from ..errors import AssumptionError, CertificateWarning, ConvergenceError, InputError, NotFittedError
+from ..errors import AssumptionError, CertificateWarning, ConvergenceError, InputError
 from ..network import TwoLayerNetwork
 from ._ge2019.core import (algorithm1, build_detector_matrix, check_second_moment, cp_slices, detector_value,
                            fit_hidden_given_output, null_span, output_projection, purity_score, readout,
@@ -64,7 +64,7 @@ __all__ = ["PureNeuronLearner", "PureNeuronResult", "algorithm1", "algorithm2", 
            "sign_fix", "cp_slices", "fit_hidden_given_output", "detector_value", "purity_score",
            "distinguishing_matrix", "gaussian_distinguishing_matrix", "population_detector_matrix",
            "perturb_weights", "leave_one_out_distance", "symmetry_test", "gaussian_population_moments",
-           "paper_error", "vec_star", "mat_star", "duplication_matrix", "SYMMETRY_ALPHA"]
+           "paper_error", "symmetrize", "vec_star", "mat_star", "duplication_matrix", "SYMMETRY_ALPHA"]
 
 #: default significance level of the symmetry test (AssumptionError when the p-value is below it)
 SYMMETRY_ALPHA = 1e-6
@@ -381,6 +381,35 @@ def section4_variant(X, Y, n_hidden: int, *, rng=None, noise_correction: bool = 
     res.hidden_weights = V
     res.diagnostics["hidden_fit"] = info
     return res
+
+
+def symmetrize(X, labels) -> tuple[np.ndarray, np.ndarray]:
+    """Data symmetrisation (the paper's Section 1 remark): every ``x`` together with ``-x``.
+
+    Parameters
+    ----------
+    X : (n, d) array
+    labels : callable
+        Returns the labels of an ``(m, d)`` array of inputs, e.g. ``teacher.predict`` or a lookup that
+        queries the labelling process for the negated inputs.
+
+    Returns
+    -------
+    Xs : (2n, d) array with rows ``x_1, -x_1, x_2, -x_2, ...`` (pairs adjacent, so the sample splits of
+        Algorithms 3-4 keep them together)
+    Ys : labels of ``Xs``
+        The empirical law of ``Xs`` is exactly symmetric: every odd empirical moment is zero and the
+        identities of Lemmas 1-10 hold for the empirical measure.
+    """
+    X = as_2d_float(X, "X")
+    if not callable(labels):
+        raise InputError("labels must be a callable returning the labels of an array of inputs "
+                         "(e.g. teacher.predict).")
+    Xs = np.empty((2 * X.shape[0], X.shape[1]))
+    Xs[0::2] = X
+    Xs[1::2] = -X
+    Ys = as_targets(labels(Xs), "labels(X)", n_rows=Xs.shape[0])
+    return Xs, Ys
 
 
 # ============================================================================================ metrics

@@ -30,8 +30,8 @@ from .moments import DetectorMoments, PartMoments
 from .symmetric import mat_star, n_sym, pack_weights, unpack_rows
 
 __all__ = ["algorithm1", "detector_value", "purity_score", "build_detector_matrix", "NullSpan", "null_span",
-           "SimDiagResult", "sim_diag", "diagonalization_residual", "sign_fix", "readout", "output_projection", "CPSlicesResult",
-           "cp_slices", "fit_hidden_given_output", "check_second_moment"]
+           "SimDiagResult", "sim_diag", "diagonalization_residual", "sign_fix", "readout", "output_projection",
+           "CPSlicesResult", "cp_slices", "fit_hidden_given_output", "check_second_moment"]
 
 
 # ------------------------------------------------------------------------------------------ helpers
