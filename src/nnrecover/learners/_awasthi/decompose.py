@@ -417,13 +417,40 @@ def algorithm4(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, thresh
                            snr=np.array([k["snr"] for k in kept]), dropped=dropped, diagnostics=diag)
 
 
-def _apply_fixsigns(coeffs: HermiteCoefficients, rec: HermiteRecovery) -> HermiteRecovery:
-    """Algorithm 3 on the recovered units (working coordinates), recorded in the diagnostics."""
-    if rec.n_units == 0:
+def _apply_fixsigns(coeffs: HermiteCoefficients, rec: HermiteRecovery, *, consistency: bool = False
+                    ) -> HermiteRecovery:
+    """Algorithm 3 on the recovered units (working coordinates), recorded in the diagnostics.
+
+    With ``consistency`` (samples only): ``z*_i = xi_i Phi(b_i)`` lies in (-1, 1), so a unit with
+    ``|z_i| > 1 + 3 std`` is not explained by ``T_1`` -- its direction or scalars are wrong (it also
+    spoils the other units' ``z`` through the least-squares coupling). The most inconsistent such unit
+    is left to the linear part, the scalars of the others are recomputed, and FIXSIGNS repeats
+    (specs/001 section 3.4 [S]).
+    """
+    t1_std = None if coeffs.exact else coeffs.rank_one_std(1)
+    while rec.n_units:
+        sf = fix_signs(rec.a, rec.b, rec.U, coeffs.t1_projected, t1_noise=t1_std)
+        bad = ~sf.consistent
+        if not (consistency and bad.any() and rec.n_units > 1):
+            break
+        excess = np.abs(sf.z) - 1.0 - 3.0 * (sf.z_std if sf.z_std is not None else 0.0)
+        i = int(np.argmax(np.where(bad, excess, -np.inf)))
+        rec.dropped.append({"reason": f"inconsistent FIXSIGNS z = {sf.z[i]:.3g} (|z| must be < 1)",
+                            "source": rec.source[i], "snr": float(rec.snr[i]), "a": float(rec.a[i]),
+                            "b": float(rec.b[i]), "w": rec.W[i].tolist(), "u": rec.U[i].tolist(),
+                            "scalars_inaccurate": True})
+        keep = np.arange(rec.n_units) != i
+        U = rec.U[keep]
+        sc = recover_scalars(U, coeffs, rec.order)
+        ok = np.isfinite(sc.a) & np.isfinite(sc.b)
+        rec.a, rec.b = np.where(ok, sc.a, rec.a[keep]), np.where(ok, sc.b, rec.b[keep])
+        rec.U, rec.W = U, coeffs.lift(U)
+        rec.source = [x for x, k in zip(rec.source, keep) if k]
+        rec.also_in = [x for x, k in zip(rec.also_in, keep) if k]
+        rec.snr = rec.snr[keep]
+    else:
         rec.signs_fixed = True
         return rec
-    t1_std = None if coeffs.exact else coeffs.rank_one_std(1)
-    sf = fix_signs(rec.a, rec.b, rec.U, coeffs.t1_projected, t1_noise=t1_std)
     rec.b, rec.U = sf.b, sf.U
     rec.W = coeffs.lift(sf.U)
     rec.signs_fixed = True
@@ -437,14 +464,15 @@ def algorithm6(coeffs: HermiteCoefficients, n_hidden: int, **options) -> Hermite
 
     ``options`` are those of :func:`algorithm4`. The result has ``signs_fixed = True``; units whose sign
     is unreliable (``|z_i| < 3 std``, typically strongly negative biases) are flagged in
-    ``diagnostics["fixsigns"]["reliable"]``.
+    ``diagnostics["fixsigns"]["reliable"]``; from samples, units inconsistent with ``T_1``
+    (``|z_i| > 1 + 3 std``) are removed one at a time (see ``_apply_fixsigns``).
     """
     _check_inputs(coeffs, 1, n_hidden)
     if n_hidden > coeffs.n_inputs:
         raise AssumptionError(f"Algorithm 6 is the full-rank setting of Awasthi et al. 2021 (Theorem 3.1): "
                               f"it needs m <= d, got m = {n_hidden} > d = {coeffs.n_inputs}; use order 2.")
     rec = algorithm4(coeffs, 1, n_hidden, **options)
-    return _apply_fixsigns(coeffs, rec)
+    return _apply_fixsigns(coeffs, rec, consistency=not coeffs.exact)
 
 
 def algorithm1(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, rng=None, n_draws: int = 5,
