@@ -52,14 +52,17 @@ def _log_slope(x, y) -> float:
 def atv21_samples(*, rng, quick: bool = False, n_inputs: int | None = None, n_hidden: int | None = None,
                   n_samples: int | None = None, teachers: int | None = None, noise: float = 0.1,
                   noise_sizes: Sequence[int] | None = None, noise_teachers: int | None = None,
-                  refine_samples: int | None = None, noise_refine_cap: int | None = None):
+                  refine_samples: int | None = None, noise_refine_cap: int | None = None,
+                  noise_refine_method: str = "auto"):
     """Noiseless recovery (provable stage and refined) and the N^-1/2 law under label noise.
 
     Defaults: d = 10, m = 5, N = 10^6, 20 teachers; noise 0.1 with N in (1e5, 3e5, 1e6, 3e6, 1e7) on 3
     teachers (streamed, never in memory). ``quick``: d = 6, m = 3, N = 3e4, 2 teachers, sizes
     (2e4, 8e4). The refinement gathers ``refine_samples`` rows (default 50,000: on noiseless data the
     least-squares minimiser is the teacher whatever the number of rows, so more rows only cost time);
-    with label noise it reads every row up to ``noise_refine_cap`` (default 10^7, i.e. all).
+    with label noise it gathers every row up to ``noise_refine_cap`` (default 10^7, i.e. all), which
+    ``noise_refine_method="lbfgs"`` uses entirely ("auto": Levenberg-Marquardt on the rows its 256 MB
+    Jacobian budget allows).
     """
     import pandas as pd
     from matplotlib.figure import Figure
@@ -84,6 +87,8 @@ def atv21_samples(*, rng, quick: bool = False, n_inputs: int | None = None, n_hi
                                           (20_000 if quick else 10_000_000), "noise_refine_cap")
     if not (np.isfinite(noise) and noise >= 0):
         raise InputError(f"noise must be a finite number >= 0, got {noise!r}.")
+    if noise_refine_method not in ("auto", "lm", "lbfgs"):
+        raise InputError(f"noise_refine_method must be 'auto', 'lm' or 'lbfgs', got {noise_refine_method!r}.")
     dist = StandardGaussian(d)
     teacher_opts = dict(bias_range=(-1.5, 1.5), output_weight_range=(0.5, 1.5), output_signs="random", rows="unit")
     rows = []
@@ -105,10 +110,12 @@ def atv21_samples(*, rng, quick: bool = False, n_inputs: int | None = None, n_hi
         for n in sizes:
             stream = sample_stream(truth, dist, n, noise=noise, rng=_seed(gen))
             t0 = time.perf_counter()
-            # the refinement reads every sample (L-BFGS when the LM Jacobian exceeds its memory budget), so
-            # its statistical error is that of least squares on all N rows
-            learner = HermiteTensorLearner(m, random_state=_seed(gen),
-                                           refine_options={"max_samples": min(n, noise_refine_cap)}).fit(stream)
+            # the refinement gathers up to noise_refine_cap rows; with method "auto" Levenberg-Marquardt uses
+            # as many as its Jacobian budget allows (256 MB: ~5e5 rows here), with "lbfgs" all of them
+            ropts = {"max_samples": min(n, noise_refine_cap), "method": noise_refine_method}
+            if noise_refine_method == "lbfgs":
+                ropts["max_iter"] = 1000
+            learner = HermiteTensorLearner(m, random_state=_seed(gen), refine_options=ropts).fit(stream)
             fit_time = time.perf_counter() - t0
             diag = learner.diagnostics_
             rows.append({"part": "label noise", "teacher": t, "n_samples": n, "noise": noise, "n_inputs": d,
