@@ -8,19 +8,17 @@ import math
 import sys
 import tracemalloc
 
+import dask
+import dask.array as da
+import distributed
 import numpy as np
 import pytest
 
-da = pytest.importorskip("dask.array")
-distributed = pytest.importorskip("distributed")
-
-import dask  # noqa: E402
-
-from nnrecover.errors import InputError  # noqa: E402
-from nnrecover.moments import engine  # noqa: E402
-from nnrecover.moments.base import accumulate  # noqa: E402
-from nnrecover.moments.engine import as_data_source, build_dask_reduction  # noqa: E402
-from nnrecover.moments.statistics import (CovarianceStatistic, MeanStatistic, SecondMoment,  # noqa: E402
+from nnrecover.errors import InputError
+from nnrecover.moments import engine
+from nnrecover.moments.base import accumulate
+from nnrecover.moments.engine import as_data_source, build_dask_reduction
+from nnrecover.moments.statistics import (CovarianceStatistic, MeanStatistic, SecondMoment,
                                           ThirdMomentContraction, WeightedSecondMoment)
 
 G_DIRS = np.array([[0.6, -0.8, 0.0, 0.1], [0.1, 0.2, 0.3, -0.4]])

@@ -470,10 +470,14 @@ def test_error_hierarchy():
 
     from nnrecover import errors
 
-    assert issubclass(errors.InputError, (errors.NNRecoverError, ValueError))
-    assert issubclass(errors.AssumptionError, (errors.NNRecoverError, ValueError))
-    assert issubclass(errors.ConvergenceError, (errors.NNRecoverError, RuntimeError))
-    assert issubclass(errors.NotFittedError, SkNotFitted)
+    # issubclass(C, (A, B)) would accept either base: check each base separately
+    for cls, builtin in ((errors.InputError, ValueError), (errors.AssumptionError, ValueError),
+                         (errors.ConvergenceError, RuntimeError), (errors.NotFittedError, SkNotFitted)):
+        assert issubclass(cls, errors.NNRecoverError) and issubclass(cls, builtin), cls
+    assert not issubclass(errors.ConvergenceError, ValueError)  # not an input problem
+    for cls in (errors.InputError, errors.AssumptionError, errors.ConvergenceError):
+        with pytest.raises(errors.NNRecoverError, match="message"):
+            raise cls("message")
     assert issubclass(errors.AssumptionWarning, UserWarning) and issubclass(errors.CertificateWarning, UserWarning)
     assert set(errors.__all__) == {"NNRecoverError", "InputError", "AssumptionError", "ConvergenceError",
                                    "NotFittedError", "AssumptionWarning", "CertificateWarning"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import tracemalloc
 
+import dask.array as da
 import numpy as np
 import pytest
 from scipy.optimize import approx_fprime
@@ -171,7 +172,6 @@ def test_gather_samples_memory_is_bounded():
 
 
 def test_refine_same_result_for_arrays_stream_and_dask():
-    da = pytest.importorskip("dask.array")
     truth = nr.random_network(4, 2, rng=60, bias_range=(-0.3, 0.3))
     stream = nr.sample_stream(truth, StandardGaussian(4), 6000, chunk_size=1500, rng=61)
     X, Y = stream.to_arrays()
