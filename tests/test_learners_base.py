@@ -19,7 +19,7 @@ from nnrecover.errors import CertificateWarning, ConvergenceError, InputError, N
 from nnrecover.learners import available, get_learner
 from nnrecover.learners.base import BaseLearner
 from nnrecover.learners.baseline import GradientDescentLearner, fit_random_restarts, random_start
-from nnrecover.metrics import parameter_error
+from nnrecover.metrics import parameter_error, relu_l2_distance
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,8 @@ def test_gradient_descent_is_registered():
 def test_gradient_descent_recovers_small_network_noiseless(small_teacher):
     truth, X, Y = small_teacher
     est = GradientDescentLearner(2, n_restarts=5, random_state=0).fit(X, Y)
-    assert parameter_error(est.network_, truth)["max_unit_error"] < 1e-6
+    # noiseless data, global minimum: Levenberg-Marquardt converges to round-off (issue 2, item 7)
+    assert parameter_error(est.network_, truth)["max_unit_error"] < 1e-9
     diag = est.diagnostics_
     losses = [r["train_loss_refined"] for r in diag["restarts"]]
     assert len(losses) == 5 and diag["best_restart"] == int(np.argmin(losses))
@@ -69,7 +70,11 @@ def test_gradient_descent_noisy_training_loss_matches_least_squares_theory(small
     """At the least-squares optimum of a well-specified model the training residual is the noise
     projected off the P_eff-dimensional tangent space: E loss = sigma^2 (n - P_eff)/n with
     P_eff = P - k = 15 - 2 (one rescaling symmetry per ReLU unit), and sd = sigma^2 sqrt(2 (n - P_eff))/n.
-    We allow 5 sd."""
+    We allow 5 sd.
+
+    The estimate itself: n ||f_hat - f||^2 / sigma^2 -> chi^2 with P_eff = 13 degrees of freedom
+    (the same law as in tests/test_refine.py), so ||f_hat - f||^2 / (sigma^2 P_eff / n) lies in
+    [1/10, 4] except with probability chi2_13.cdf(1.3) + chi2_13.sf(52) < 2e-5."""
     truth, X, _ = small_teacher
     sigma, n = 0.1, X.shape[0]
     rng = np.random.default_rng(8)
@@ -77,8 +82,8 @@ def test_gradient_descent_noisy_training_loss_matches_least_squares_theory(small
     est = GradientDescentLearner(2, n_restarts=5, random_state=0).fit(X, Y)
     mean, sd = sigma ** 2 * (n - 13) / n, sigma ** 2 * np.sqrt(2 * (n - 13)) / n
     assert abs(est.diagnostics_["train_loss"] - mean) < 5 * sd
-    # the estimate is close to the truth: parameter error ~ sigma sqrt(P / n) ~ 0.007 per coordinate
-    assert parameter_error(est.network_, truth)["max_unit_error"] < 0.2
+    expected = sigma ** 2 * 13 / n
+    assert expected / 10 < relu_l2_distance(est.network_, truth, squared=True) < 4 * expected
 
 
 def test_gradient_descent_deterministic_and_data_forms(small_teacher):
