@@ -18,7 +18,7 @@ from nnrecover.distributions import Gaussian, StandardGaussian, SymmetricMixture
 from nnrecover.errors import InputError
 from nnrecover.moments import engine
 from nnrecover.moments.base import Statistic, accumulate
-from nnrecover.moments.engine import (DataInfo, as_data_source, default_chunk_rows, describe_data,
+from nnrecover.moments.engine import (DataInfo, DataSource, as_data_source, default_chunk_rows, describe_data,
                                       iterate_chunks)
 from nnrecover.moments.statistics import (Covariance, CovarianceStatistic, MeanStatistic, SecondMoment,
                                           ThirdMomentContraction, WeightedSecondMoment,
@@ -559,3 +559,21 @@ def test_subclass_contract_of_statistic():
     e = c.empty_like()
     assert e.n == 0 and e.finalize() == 0 and e.n_inputs is None
     assert "Count(n=25" in repr(c)
+
+    # the four hooks are abstract: a subclass missing one cannot be instantiated
+    class NoMerge(Statistic):
+        def _reset(self):
+            self.rows = 0
+
+        def _update(self, X, Y):
+            self.rows += X.shape[0]
+
+        def finalize(self):
+            return self.rows
+
+    with pytest.raises(TypeError, match="_merge"):
+        NoMerge()
+    with pytest.raises(TypeError, match="abstract"):
+        Statistic()
+    with pytest.raises(TypeError, match="abstract"):
+        DataSource()

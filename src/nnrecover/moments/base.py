@@ -33,6 +33,7 @@ result has the same ``d`` and ``p``. A statistic must be picklable (Dask ships i
 
 from __future__ import annotations
 
+import abc
 import copy
 from typing import Any, Sequence
 
@@ -47,7 +48,7 @@ DEFAULT_CHUNK_ROWS = 1 << 16
 """Upper bound on the rows of one chunk read from an array source (see ``engine.default_chunk_rows``)."""
 
 
-class Statistic:
+class Statistic(abc.ABC):
     """Base class of streaming statistics (a monoid under :meth:`merge`).
 
     Attributes
@@ -65,17 +66,21 @@ class Statistic:
         self._reset()
 
     # ---------------------------------------------------------------- to implement in subclasses
-    def _reset(self) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _reset(self) -> None:
+        """Set the accumulators to their empty state."""
 
-    def _update(self, X: np.ndarray, Y: np.ndarray) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        """Add a validated chunk (``X`` (m, d) float64, ``Y`` (m, p) float64, m >= 1)."""
 
-    def _merge(self, other: "Statistic") -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _merge(self, other: "Statistic") -> None:
+        """Add the accumulators of ``other`` (same type, ``other.n > 0``)."""
 
-    def finalize(self) -> Any:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def finalize(self) -> Any:
+        """The estimate from the accumulated sums."""
 
     # ---------------------------------------------------------------- dimensions
     @property

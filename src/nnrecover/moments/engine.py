@@ -31,6 +31,7 @@ columns in every chunk) before any statistic sees it; errors name the rows or th
 
 from __future__ import annotations
 
+import abc
 import itertools
 import os
 import sys
@@ -100,7 +101,7 @@ class DataInfo:
         return None if self.n_outputs is None else self.n_outputs > 0
 
 
-class DataSource:
+class DataSource(abc.ABC):
     """A validated, normalised source of samples; build one with :func:`as_data_source`.
 
     Iterating a source yields validated chunks ``(X, Y)``: ``X`` float64 of shape (m, d) and ``Y``
@@ -112,8 +113,9 @@ class DataSource:
 
     # -- description
     @property
-    def info(self) -> DataInfo:  # pragma: no cover - every subclass overrides
-        raise NotImplementedError
+    @abc.abstractmethod
+    def info(self) -> DataInfo:
+        """What is known about the source before reading it."""
 
     @property
     def n_samples(self) -> int | None:
@@ -128,8 +130,9 @@ class DataSource:
         return self.info.n_outputs
 
     # -- reading
-    def _raw_chunks(self, chunk_size: int | None) -> Iterator[tuple[Any, Any, str]]:  # pragma: no cover
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _raw_chunks(self, chunk_size: int | None) -> Iterator[tuple[Any, Any, str]]:
+        """Unvalidated ``(X, Y, where)`` chunks; ``where`` labels the chunk in error messages."""
 
     def chunks(self, chunk_size: int | None = None, progress: bool | None = None,
                desc: str | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
