@@ -459,6 +459,19 @@ def test_array_validators():
     assert Yv.shape == (4, 1)
     with pytest.raises(InputError, match="at least 10"):
         check_xy(np.ones((4, 2)), np.ones(4), min_samples=10)
+    # any-shape helpers: as_real_array (finite, no copy when possible), as_float_array (always a copy)
+    from nnrecover._validation import as_float_array, as_real_array
+
+    cube = np.zeros((2, 2, 2))
+    assert as_real_array(cube, "T") is cube and as_real_array(3, "s").shape == ()
+    for bad, match in [([[np.nan]], "T contains 1 NaN"), (["a"], "T must be numeric"), ([1j], "T must be real")]:
+        with pytest.raises(InputError, match=match):
+            as_real_array(bad, "T")
+    copied = as_float_array(cube, "A")
+    assert copied is not cube and copied.dtype == np.float64 and np.isnan(as_float_array([np.nan], "A")[0])
+    for bad, match in [(["a"], "A must be an array of real numbers"), ([1j], "A must be real")]:
+        with pytest.raises(InputError, match=match):
+            as_float_array(bad, "A")
     assert check_positive_int(np.int32(3), "k") == 3
     for bad in (0, 2.0, True, "3"):
         with pytest.raises(InputError, match="k must be"):

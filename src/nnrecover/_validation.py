@@ -13,8 +13,8 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["check_random_state", "as_2d_float", "as_targets", "check_xy", "check_positive_int",
-           "check_finite"]
+__all__ = ["check_random_state", "as_2d_float", "as_targets", "as_real_array", "as_float_array", "check_xy",
+           "check_positive_int", "check_finite"]
 
 
 def check_random_state(seed: Any) -> np.random.Generator:
@@ -58,6 +58,44 @@ def check_finite(a: np.ndarray, name: str) -> None:
         raise InputError(f"{name} contains {bad} NaN or infinite value(s); remove or impute them first.")
 
 
+def _numeric_array(value: Any, name: str, *, what: str = "numeric") -> np.ndarray:
+    """``np.asarray(value)`` after checking that it is a real numeric (or bool) array.
+
+    Raises :class:`InputError` naming ``name`` for ragged input, non-numeric dtypes (the message says
+    ``"{name} must be {what}"``) and complex dtypes. No copy, no dtype conversion, no finiteness check.
+    """
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # ragged lists etc.
+        raise InputError(f"{name} could not be converted to an array: {exc}") from exc
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise InputError(f"{name} must be {what}, got dtype {arr.dtype}.")
+    if np.iscomplexobj(arr):
+        raise InputError(f"{name} must be real, got complex dtype {arr.dtype}.")
+    return arr
+
+
+def as_real_array(value: Any, name: str) -> np.ndarray:
+    """Validate a real, finite, numeric array of any shape; returns it as float64 (no copy if possible)."""
+    arr = np.asarray(_numeric_array(value, name), dtype=np.float64)
+    check_finite(arr, name)
+    return arr
+
+
+def as_float_array(value: Any, name: str) -> np.ndarray:
+    """A float64 copy of ``value`` (any shape); InputError naming ``name`` for non-numeric or complex input.
+
+    Unlike :func:`as_real_array` this does not check finiteness (callers check shapes first) and always
+    copies (the result is owned by the caller, e.g. a network's parameter arrays).
+    """
+    if np.iscomplexobj(value):
+        raise InputError(f"{name} must be real, got a complex array.")
+    try:
+        return np.array(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name} must be an array of real numbers: {exc}") from exc
+
+
 def as_2d_float(X: Any, name: str = "X", *, n_features: int | None = None, min_rows: int = 1,
                 allow_1d_as_column: bool = False) -> np.ndarray:
     """Validate a sample matrix: 2-D, real, finite; returns it as float64 (no copy if possible).
@@ -75,14 +113,7 @@ def as_2d_float(X: Any, name: str = "X", *, n_features: int | None = None, min_r
     allow_1d_as_column : bool, default False
         Treat a 1-D array as one column.
     """
-    try:
-        arr = np.asarray(X)
-    except Exception as exc:  # ragged lists etc.
-        raise InputError(f"{name} could not be converted to an array: {exc}") from exc
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        raise InputError(f"{name} must be numeric, got dtype {arr.dtype}.")
-    if np.iscomplexobj(arr):
-        raise InputError(f"{name} must be real, got complex dtype {arr.dtype}.")
+    arr = _numeric_array(X, name)
     if arr.ndim == 1 and allow_1d_as_column:
         arr = arr[:, None]
     if arr.ndim != 2:
@@ -101,14 +132,7 @@ def as_targets(Y: Any, name: str = "Y", *, n_rows: int | None = None) -> np.ndar
 
     ``n_rows``, when given, is the number of input rows the targets must match.
     """
-    try:
-        arr = np.asarray(Y)
-    except Exception as exc:
-        raise InputError(f"{name} could not be converted to an array: {exc}") from exc
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        raise InputError(f"{name} must be numeric, got dtype {arr.dtype}.")
-    if np.iscomplexobj(arr):
-        raise InputError(f"{name} must be real, got complex dtype {arr.dtype}.")
+    arr = _numeric_array(Y, name)
     if arr.ndim not in (1, 2):
         raise InputError(f"{name} must have shape (n,) or (n, p), got shape {arr.shape}.")
     arr = np.asarray(arr, dtype=np.float64)

@@ -20,22 +20,11 @@ Symbol map:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
 
 import numpy as np
 
-from ._validation import check_finite, check_positive_int, check_random_state
+from ._validation import as_float_array, check_finite, check_positive_int, check_random_state
 from .errors import InputError
-
-
-def _float_array(value: Any, name: str) -> np.ndarray:
-    """A float64 copy of ``value``; InputError (naming ``name``) for non-numeric or complex input."""
-    if np.iscomplexobj(value):
-        raise InputError(f"{name} must be real, got a complex array.")
-    try:
-        return np.array(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} must be an array of real numbers: {exc}") from exc
 
 __all__ = ["Distribution", "StandardGaussian", "Gaussian", "SymmetricMixture", "Rademacher",
            "PerturbedSymmetric"]
@@ -181,11 +170,11 @@ class Gaussian(Distribution):
     """
 
     def __init__(self, cov, mean=None):
-        self.cov = _float_array(cov, "cov")
+        self.cov = as_float_array(cov, "cov")
         self._factor = _psd_factor(self.cov, "cov")
         self.cov = _sym(self.cov)  # validated symmetric to 1e-10; make it exactly so
         self.dim = self.cov.shape[0]
-        self._mean = np.zeros(self.dim) if mean is None else _float_array(mean, "mean").reshape(-1)
+        self._mean = np.zeros(self.dim) if mean is None else as_float_array(mean, "mean").reshape(-1)
         if self._mean.shape != (self.dim,):
             raise InputError(f"mean must have shape ({self.dim},), got {np.shape(mean)}.")
         check_finite(self._mean, "mean")
@@ -220,7 +209,7 @@ class SymmetricMixture(Distribution):
     """
 
     def __init__(self, means, cov=None):
-        mu = _float_array(means, "means")
+        mu = as_float_array(means, "means")
         if mu.ndim == 1:
             mu = mu[None, :]
         if mu.ndim != 2 or mu.shape[0] < 1 or mu.shape[1] < 1:
@@ -228,7 +217,7 @@ class SymmetricMixture(Distribution):
         check_finite(mu, "means")
         self.means = mu
         self.dim = mu.shape[1]
-        self.cov = np.eye(self.dim) if cov is None else _float_array(cov, "cov")
+        self.cov = np.eye(self.dim) if cov is None else as_float_array(cov, "cov")
         if self.cov.shape != (self.dim, self.dim):
             raise InputError(f"cov must be ({self.dim}, {self.dim}) to match means, got {self.cov.shape}.")
         self._factor = _psd_factor(self.cov, "cov")
@@ -297,7 +286,7 @@ class PerturbedSymmetric(Distribution):
         self.base, self.lam, self.dim = base, lam, base.dim
         if Q is None:
             Q = check_random_state(rng).standard_normal((self.dim, self.dim))
-        self.Q = _float_array(Q, "Q")
+        self.Q = as_float_array(Q, "Q")
         if self.Q.shape != (self.dim, self.dim):
             raise InputError(f"Q must have shape ({self.dim}, {self.dim}), got {self.Q.shape}.")
         check_finite(self.Q, "Q")

@@ -93,6 +93,7 @@ from typing import Any
 
 import numpy as np
 
+from ._validation import as_real_array
 from .activations import Activation, get_activation
 from .errors import InputError
 
@@ -155,24 +156,9 @@ def _check_orders(orders: Any, name: str = "orders") -> tuple[np.ndarray, bool]:
     return np.array([_check_order(o, name) for o in arr.tolist()]), False
 
 
-def _real_array(a: Any, name: str) -> np.ndarray:
-    try:
-        arr = np.asarray(a)
-    except Exception as exc:
-        raise InputError(f"{name} could not be converted to an array: {exc}") from exc
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        raise InputError(f"{name} must be numeric, got dtype {arr.dtype}.")
-    if np.iscomplexobj(arr):
-        raise InputError(f"{name} must be real, got complex dtype {arr.dtype}.")
-    arr = np.asarray(arr, dtype=np.float64)
-    if not np.all(np.isfinite(arr)):
-        raise InputError(f"{name} contains NaN or infinite values; remove them first.")
-    return arr
-
-
 def _samples(X: Any, name: str = "X") -> tuple[np.ndarray, bool]:
     """Samples as (n, d) float64 and whether a single point (d,) was given."""
-    arr = _real_array(X, name)
+    arr = as_real_array(X, name)
     if arr.ndim == 1:
         return arr[None, :], True
     if arr.ndim != 2:
@@ -193,7 +179,7 @@ def _vectors(V: Any, name: str, d: int | None, *, batch_ndim: int) -> tuple[np.n
     ``batch_ndim`` is the number of trailing axes of one item (1 for a vector, 2 for a matrix or a
     tuple of vectors).
     """
-    arr = _real_array(V, name)
+    arr = as_real_array(V, name)
     single = arr.ndim == batch_ndim
     if single:
         arr = arr[None]
@@ -229,7 +215,7 @@ def hermite_1d_all(k_max: int, t: Any, *, normalized: bool = False) -> np.ndarra
     the monomial form cancels catastrophically.
     """
     k_max = _check_order(k_max, "k_max")
-    t = _real_array(t, "t")
+    t = as_real_array(t, "t")
     out = np.empty(t.shape + (k_max + 1,))
     out[..., 0] = 1.0
     if k_max >= 1:
@@ -416,7 +402,7 @@ def gaussian_moment_tensor(order: int, cov: Any) -> np.ndarray:
     Zero for odd orders; ``order = 0`` gives ``1.0`` (a 0-d array).
     """
     k = _check_order(order)
-    C = _real_array(cov, "cov")
+    C = as_real_array(cov, "cov")
     if C.ndim != 2 or C.shape[0] != C.shape[1]:
         raise InputError(f"cov must be a square matrix, got shape {C.shape}.")
     m = C.shape[0]
@@ -463,7 +449,7 @@ def assemble_hermite_tensor(raw_moments: dict, order: int, cov: Any = None) -> n
     if cov is None:
         C = np.eye(m) if m is not None else None
     else:
-        C = _real_array(cov, "cov")
+        C = as_real_array(cov, "cov")
     out = top.copy()
     for j in range(1, k // 2 + 1):
         E = gaussian_moment_tensor(2 * j, C)
@@ -667,8 +653,8 @@ def activation_hermite_coefficients(activation: "str | Activation", k_max: int, 
     """
     act = get_activation(activation)
     k_max = _check_order(k_max, "k_max")
-    b = _real_array(bias, "bias")
-    s = _real_array(scale, "scale")
+    b = as_real_array(bias, "bias")
+    s = as_real_array(scale, "scale")
     if np.any(s < 0):
         raise InputError("scale (the row norm |w|) must be >= 0.")
     b, s = np.broadcast_arrays(b, s)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ._validation import as_2d_float, check_finite, check_positive_int, check_random_state
+from ._validation import as_2d_float, as_float_array, check_finite, check_positive_int, check_random_state
 from .activations import Activation, get_activation
 from .errors import InputError
 
@@ -31,15 +31,6 @@ __all__ = ["TwoLayerNetwork", "random_network"]
 
 _FORMAT = "nnrecover.TwoLayerNetwork/1"
 
-
-def _float_array(value: Any, name: str) -> np.ndarray:
-    """A float64 copy of ``value``; InputError (naming ``name``) for non-numeric or complex input."""
-    if np.iscomplexobj(value):
-        raise InputError(f"{name} must be real, got a complex array.")
-    try:
-        return np.array(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} must be an array of real numbers: {exc}") from exc
 
 
 def _row_norms(W: np.ndarray) -> np.ndarray:
@@ -90,16 +81,16 @@ class TwoLayerNetwork:
 
     def __init__(self, hidden_weights, hidden_bias=None, output_weights=None, output_bias=None,
                  activation: "str | Activation" = "relu"):
-        W = _float_array(hidden_weights, "hidden_weights")
+        W = as_float_array(hidden_weights, "hidden_weights")
         if W.ndim != 2 or W.shape[0] < 1 or W.shape[1] < 1:
             raise InputError(f"hidden_weights must have shape (n_hidden, n_inputs), got {W.shape}.")
         check_finite(W, "hidden_weights")
         k = W.shape[0]
-        b = np.zeros(k) if hidden_bias is None else _float_array(hidden_bias, "hidden_bias").reshape(-1)
+        b = np.zeros(k) if hidden_bias is None else as_float_array(hidden_bias, "hidden_bias").reshape(-1)
         if b.shape != (k,):
             raise InputError(f"hidden_bias must have shape ({k},), got {np.shape(hidden_bias)}.")
         check_finite(b, "hidden_bias")
-        A = np.ones((1, k)) if output_weights is None else _float_array(output_weights, "output_weights")
+        A = np.ones((1, k)) if output_weights is None else as_float_array(output_weights, "output_weights")
         if A.ndim == 1:
             A = A[None, :]
         if A.ndim != 2 or A.shape[1] != k:
@@ -108,7 +99,7 @@ class TwoLayerNetwork:
                 f"{np.shape(output_weights)}.")
         check_finite(A, "output_weights")
         p = A.shape[0]
-        c = np.zeros(p) if output_bias is None else _float_array(output_bias, "output_bias").reshape(-1)
+        c = np.zeros(p) if output_bias is None else as_float_array(output_bias, "output_bias").reshape(-1)
         if c.shape != (p,):
             raise InputError(f"output_bias must have shape ({p},), got {np.shape(output_bias)}.")
         check_finite(c, "output_bias")

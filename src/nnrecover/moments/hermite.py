@@ -38,6 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .._validation import as_real_array
 from .. import hermite as _h
 from ..errors import AssumptionError, InputError
 from .base import Statistic, accumulate
@@ -248,7 +249,7 @@ class HermiteTensorStatistic(_HermiteStatistic):
         self.order = _h._check_order(order)
         self.max_order = self.order
         if basis is not None:
-            P = _h._real_array(basis, "basis")
+            P = as_real_array(basis, "basis")
             if P.ndim != 2 or P.shape[1] < 1:
                 raise InputError(f"basis must have shape (n_inputs, m) with m >= 1, got {P.shape}.")
             self.basis: np.ndarray | None = P

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from .._validation import check_finite
+from .._validation import _numeric_array, check_finite
 from ..errors import InputError
 
 __all__ = ["khatri_rao", "flatten", "match_columns", "normalize_columns", "cp_reconstruct"]
@@ -32,14 +32,7 @@ __all__ = ["khatri_rao", "flatten", "match_columns", "normalize_columns", "cp_re
 
 def _as_real_array(a: Any, name: str, *, ndim: int | tuple[int, ...] | None = None) -> np.ndarray:
     """Validate a real, finite, numeric array and return it as float64."""
-    try:
-        arr = np.asarray(a)
-    except Exception as exc:  # ragged input
-        raise InputError(f"{name} could not be converted to an array: {exc}") from exc
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        raise InputError(f"{name} must be a numeric array, got dtype {arr.dtype}.")
-    if np.iscomplexobj(arr):
-        raise InputError(f"{name} must be real, got complex dtype {arr.dtype}.")
+    arr = _numeric_array(a, name, what="a numeric array")
     if ndim is not None:
         allowed = (ndim,) if isinstance(ndim, int) else ndim
         if arr.ndim not in allowed:
