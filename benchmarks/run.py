@@ -27,6 +27,7 @@ Run: ``make bench`` (or ``.venv/bin/python benchmarks/run.py``); ``--quick`` use
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import os
 import platform
@@ -116,11 +117,9 @@ def _environment(threads: int) -> list[str]:
     except OSError:  # pragma: no cover
         load = "n/a"
     cpu = platform.processor() or platform.machine()
-    try:
+    with contextlib.suppress(OSError, StopIteration):  # no /proc/cpuinfo: keep platform's answer
         with open("/proc/cpuinfo") as f:
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     return [f"CPU: {cpu}, {os.cpu_count()} logical cores; BLAS threads: {threads}",
             f"Python {platform.python_version()}, numpy {np.__version__}",
             f"load average (1/5/15 min) at the end of the run: {load}"]

@@ -127,6 +127,18 @@ def test_parse_option_values():
         parse_option("1x=3")
 
 
+def test_integer_arguments_accept_scientific_and_underscored_forms():
+    import argparse
+
+    from nnrecover.cli import _int_like
+
+    assert _int_like("1e5") == _int_like("100_000") == 100_000
+    assert _int_like("12345678901234567891") == 12345678901234567891  # exact beyond 2**53
+    for bad in ("1.5", "x", "1e-3"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected an integer"):
+            _int_like(bad)
+
+
 # ------------------------------------------------------------------------------------------ methods
 def test_methods_lists_registered_learner(capsys, fake):
     rc, out, _ = run(capsys, "methods")

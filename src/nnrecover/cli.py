@@ -95,10 +95,8 @@ def _pos_int(text: str) -> int:
 
 def _int_like(text: str) -> int:
     """Integers, also written like 1e5 or 100_000."""
-    try:
+    with contextlib.suppress(ValueError):  # exact for integers beyond 2**53
         return int(text.replace("_", ""))
-    except ValueError:
-        pass
     try:
         value = float(text)
     except ValueError:
