@@ -421,9 +421,9 @@ def test_demo_quick_with_one_learner(capsys, fake, tmp_path):
     lines = text.splitlines()
     header = next(l for l in lines if l.split()[:2] == ["learner", "paper"])
     assert header.split() == ["learner", "paper", "algorithm", "refine", "max_unit_error", "function_error",
-                              "fit_time_s", "n_samples", "outputs", "status"]
+                              "fit_time_s", "n_samples", "outputs", "certificates", "status"]
     row = next(l for l in lines if l.startswith(FAKE))
-    assert row.split()[-3:] == ["20000", "4", "ok"]
+    assert row.split()[-4:] == ["20000", "4", "-", "ok"]
     for name in ("demo.png", "results.csv", "teacher.json", "metadata.json"):
         assert (out / name).is_file()
     df = pd.read_csv(out / "results.csv")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import platform
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -11,7 +12,7 @@ import pytest
 from matplotlib.figure import Figure
 
 import nnrecover as nr
-from nnrecover.errors import AssumptionError, ConvergenceError, InputError
+from nnrecover.errors import AssumptionError, CertificateWarning, ConvergenceError, InputError
 from nnrecover.experiments import registry
 from nnrecover.experiments.baseline import (_learner_seed, compare_learners, comparison_figure,
                                             demo_teacher)
@@ -185,7 +186,9 @@ def test_compare_learners_reports_exact_errors(oracles):
     df = compare_learners(teacher, dist, 5000, rng=1, learners=["test-oracle", "test-not-for-me"],
                           learner_options={"test-oracle": {"eps": eps}}, chunk_size=999, eval_samples=2000)
     assert list(df.columns) == ["learner", "paper", "algorithm", "refine", "status", "max_unit_error",
-                                "max_angle", "function_error", "fit_time_s", "n_samples", "outputs"]
+                                "max_angle", "function_error", "fit_time_s", "n_samples", "outputs",
+                                "certificates"]
+    assert list(df["certificates"]) == ["-", "-"]  # the oracle checks nothing; the other did not run
     ok = df.iloc[0]
     assert ok["status"] == "ok" and ok["n_samples"] == 5000 and _Oracle.seen[0][1] == 5000
     a_norm = np.linalg.norm(teacher.output_weights, axis=0).max()
@@ -277,6 +280,35 @@ def test_compare_learners_refusals_and_failures(oracles):
         compare_learners(teacher, dist, 100, learners=["test-oracle"], learner_options={"test-oracle-2": {}})
     with pytest.raises(InputError, match="unknown option\\(s\\) lr"):
         compare_learners(teacher, dist, 100, learners=["test-oracle"], learner_options={"test-oracle": {"lr": 1}})
+
+
+class _Certifying(_Oracle):
+    """Oracle that records a certificate (mode "pass" / "fail") or warns that one failed ("warn")."""
+
+    def fit(self, X, Y=None):
+        super().fit(X)
+        if self.mode == "warn":
+            warnings.warn("oracle: residual check failed", CertificateWarning)
+        else:
+            self.diagnostics_["certificates"] = {"residual": {"passed": self.mode == "pass", "detail": "r"}}
+        return self
+
+
+def test_certificate_outcomes_are_reported(oracles, monkeypatch):
+    teacher, dist = demo_teacher(0, n_inputs=4, n_hidden=2, n_outputs=1)
+    _Oracle.teacher = teacher
+    monkeypatch.setitem(_registry._RECORDS, "test-certifying",
+                        _registry.AlgorithmRecord("test-certifying", "baseline", "oracle", (), _Certifying, "", True))
+
+    def outcome(mode):
+        return compare_learners(teacher, dist, 100, rng=0, learners=["test-certifying"],
+                                learner_options={"test-certifying": {"mode": mode}})["certificates"][0]
+
+    assert outcome("pass") == "passed"
+    assert outcome("fail") == "failed"
+    # a CertificateWarning marks the row and is still passed on to the caller (the CLI prints it)
+    with pytest.warns(CertificateWarning, match="residual check failed"):
+        assert outcome("warn") == "failed"
 
 
 def test_learner_seeds_do_not_depend_on_other_learners(oracles):

@@ -253,14 +253,17 @@ def _cmd_demo(args) -> int:
                               for s in df["status"]])
     _say()
     _say(_table(table.to_dict("records"), ["learner", "paper", "algorithm", "refine", "max_unit_error",
-                                           "function_error", "fit_time_s", "n_samples", "outputs", "status"],
+                                           "function_error", "fit_time_s", "n_samples", "outputs", "certificates",
+                                           "status"],
                 {"max_unit_error": _fmt, "function_error": _fmt, "fit_time_s": lambda v: _fmt(v, ".2f")}))
     for name, refine, status in zip(df["learner"], df["refine"], df["status"]):
         if status != "ok":
             _say(f"  {name}{' (refine=no)' if refine == 'no' else ''}: {status}")
     _say("max_unit_error: after matching units, max over units of |w - w'| + |b - b'| + |a - a'| "
          "(canonical form); function_error: relative L2 error under N(0, I); refine=no: the paper's "
-         "algorithm alone, yes: followed by the shared local refinement; n_samples: rows the fit used.")
+         "algorithm alone, yes: followed by the shared local refinement; n_samples: rows the fit used; "
+         "certificates: the paper algorithm's self-checks on its own output (failed: that output may be "
+         "wrong; -: none).")
     fig = comparison_figure(df, title=f"nnrecover demo: d={teacher.n_inputs}, k={teacher.n_hidden}, "
                                       f"p={teacher.n_outputs}, n={n}, seed={args.seed}")
     fig.savefig(out / "demo.png", dpi=120)

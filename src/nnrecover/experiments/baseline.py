@@ -23,18 +23,24 @@ Optional learner attributes read by the comparison (all looked up defensively):
     model). With a teacher of more outputs the learner is fitted on the first ``max_outputs`` target
     columns and compared with the teacher restricted to those outputs (same hidden layer); the
     ``outputs`` column of the table says how many outputs each learner saw.
+
+Self-checks: the ``certificates`` column is "failed" when a fit recorded a failed certificate in
+``diagnostics_["certificates"]`` or emitted a :class:`~nnrecover.errors.CertificateWarning` (the
+estimate may be wrong even though the fit returned), "passed" when it recorded certificates and all
+passed, and "-" when the learner checks nothing (or did not run).
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 import zlib
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from .._validation import check_positive_int, check_random_state
-from ..errors import AssumptionError, InputError, NNRecoverError
+from ..errors import AssumptionError, CertificateWarning, InputError, NNRecoverError
 from .registry import experiment
 from .runner import learner_parameters, make_learner
 
@@ -185,7 +191,8 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
     -------
     pandas.DataFrame
         One row per learner (and refine setting): ``learner, paper, algorithm, refine, status,
-        max_unit_error, max_angle, function_error, fit_time_s, n_samples, outputs``. ``refine`` is
+        max_unit_error, max_angle, function_error, fit_time_s, n_samples, outputs, certificates``
+        (see the module docstring for ``certificates``). ``refine`` is
         "yes"/"no" for learners with a ``refine`` option, else "-". Errors are NaN when the learner
         was not run; ``n_samples`` is what the fit reports it used (``diagnostics_["n_samples_used"]``)
         or else the number drawn; ``outputs`` is the number of teacher outputs the learner was given
@@ -227,7 +234,7 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
         data = stream if m == teacher.n_outputs else _FirstOutputs(stream, m)
         base_row = {"learner": rec.name, "paper": rec.paper, "algorithm": rec.algorithm, "refine": "-",
                     "status": "ok", "max_unit_error": np.nan, "max_angle": np.nan, "function_error": np.nan,
-                    "fit_time_s": np.nan, "n_samples": n_samples, "outputs": m}
+                    "fit_time_s": np.nan, "n_samples": n_samples, "outputs": m, "certificates": "-"}
         tag = f"[{i}/{len(records)}] {rec.name}"
         ok, reason = _applies(rec, teacher, distribution)
         if not ok:
@@ -262,16 +269,22 @@ def _fit_and_score(est, data, truth, distribution, row: dict, eval_samples: int,
     from .. import metrics
 
     t0 = time.perf_counter()
-    try:
-        est.fit(data)
-    except AssumptionError as exc:
-        row["status"] = f"not applicable: {_one_line(exc)}"
-    except NNRecoverError as exc:
-        row["status"] = f"failed ({type(exc).__name__}): {_one_line(exc)}"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CertificateWarning)
+        try:
+            est.fit(data)
+        except AssumptionError as exc:
+            row["status"] = f"not applicable: {_one_line(exc)}"
+        except NNRecoverError as exc:
+            row["status"] = f"failed ({type(exc).__name__}): {_one_line(exc)}"
     row["fit_time_s"] = time.perf_counter() - t0
+    for w in caught:  # recorded only to be seen here: pass every warning on to the caller
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
     if row["status"] != "ok":
         return
     diag = getattr(est, "diagnostics_", None) or {}
+    warned = any(issubclass(w.category, CertificateWarning) for w in caught)
+    row["certificates"] = _certificate_status(diag, warned)
     for key in ("n_samples_used", "n_samples_seen", "n_samples"):  # what the fit actually used
         if isinstance(diag.get(key), (int, np.integer)):
             row["n_samples"] = int(diag[key])
@@ -284,6 +297,16 @@ def _fit_and_score(est, data, truth, distribution, row: dict, eval_samples: int,
         row["max_unit_error"] = float(metrics.parameter_error(net, truth)["max_unit_error"])
         row["function_error"] = float(metrics.function_error(net, truth, distribution, n=eval_samples,
                                                              rng=eval_seed))
+
+
+def _certificate_status(diagnostics: Mapping, warned: bool) -> str:
+    """The ``certificates`` column: "failed", "passed" or "-" (nothing checked); see the module docstring."""
+    certs = diagnostics.get("certificates") if isinstance(diagnostics, Mapping) else None
+    certs = certs if isinstance(certs, Mapping) else {}
+    failed = [name for name, c in certs.items() if isinstance(c, Mapping) and not c.get("passed", True)]
+    if warned or failed:
+        return "failed"
+    return "passed" if certs else "-"
 
 
 def comparison_figure(df, *, title: str = ""):
