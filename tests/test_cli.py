@@ -476,6 +476,9 @@ def test_demo_reports_refusing_learner(capsys, fake, monkeypatch, tmp_path):
     assert rc == 0, err
     assert f"  {FAKE}: not applicable: test double refuses" in text
     assert_user_error(capsys, ["demo", "--quick", "--learner", "nope", "--out", str(tmp_path)], "unknown learner(s) nope")
+    # the name is checked before anything is printed or written
+    rc, text, _ = run(capsys, "demo", "--quick", "--learner", "nope", "--out", str(tmp_path / "never"))
+    assert rc == 2 and text == "" and not (tmp_path / "never").exists()
 
 
 def test_output_dir_is_a_file(capsys, tmp_path):

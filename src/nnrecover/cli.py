@@ -227,9 +227,10 @@ def _make_distribution(args, d: int, gen) -> tuple[Any, dict]:
 # ------------------------------------------------------------------------------------------ commands
 def _cmd_demo(args) -> int:
     from .experiments.baseline import (DEMO_DEFAULTS, DEMO_MAX_OUTPUTS, compare_learners, comparison_figure,
-                                       demo_options, demo_teacher)
+                                       demo_options, demo_teacher, select_learners)
     from .experiments.runner import environment_info, to_jsonable
 
+    select_learners(args.learner)  # an unknown name is a one-line error before any output
     out = _out_dir(args.out)
     n = args.n_samples or DEMO_DEFAULTS["quick_n_samples" if args.quick else "n_samples"]
     gen = np.random.default_rng(args.seed)

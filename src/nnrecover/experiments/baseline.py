@@ -44,8 +44,8 @@ from ..errors import AssumptionError, CertificateWarning, InputError, NNRecoverE
 from .registry import experiment
 from .runner import learner_parameters, make_learner
 
-__all__ = ["demo_teacher", "compare_learners", "comparison_figure", "baseline_gd", "run_compare_learners",
-           "demo_options", "DEMO_DEFAULTS", "DEMO_MAX_OUTPUTS"]
+__all__ = ["demo_teacher", "compare_learners", "select_learners", "comparison_figure", "baseline_gd",
+           "run_compare_learners", "demo_options", "DEMO_DEFAULTS", "DEMO_MAX_OUTPUTS"]
 
 #: outputs a learner can learn, for learner classes that do not declare ``max_outputs`` themselves:
 #: Awasthi et al. 2021 learn a scalar network f(x) = a^T relu(W^T x + b) (specs/001 section 1.1)
@@ -200,7 +200,6 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
     """
     import pandas as pd
 
-    from ..learners import available
     from ..sampling import sample_stream
 
     n_samples = check_positive_int(n_samples, "n_samples")
@@ -208,15 +207,7 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
     base = int(gen.integers(0, 2**63 - 1))
     stream = sample_stream(teacher, distribution, n_samples, chunk_size=chunk_size, noise=noise, rng=gen)
     eval_seed = int(gen.integers(0, 2**63 - 1))
-    records = available(learners_only=True)
-    if learners is not None:
-        known = {r.name: r for r in records}
-        missing = [n for n in learners if n not in known]
-        if missing:
-            raise InputError(f"unknown learner(s) {', '.join(missing)}; available: {', '.join(known) or '(none)'}.")
-        records = [known[n] for n in learners]
-    if not records:
-        raise InputError("no learner is registered; nothing to compare.")
+    records = select_learners(learners)
     options = dict(learner_options or {})
     unknown = sorted(set(options) - {r.name for r in records})
     if unknown:
@@ -262,6 +253,28 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
                 log(f"{label}: {row['status']} in {row['fit_time_s']:.1f} s")
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def select_learners(learners: Sequence[str] | None = None) -> list:
+    """The registry records of the named learners (every registered learner when ``learners`` is None).
+
+    Raises
+    ------
+    InputError
+        An unknown name (the message lists the available ones), or no learner registered at all.
+    """
+    from ..learners import available
+
+    records = available(learners_only=True)
+    if learners is not None:
+        known = {r.name: r for r in records}
+        missing = [n for n in learners if n not in known]
+        if missing:
+            raise InputError(f"unknown learner(s) {', '.join(missing)}; available: {', '.join(known) or '(none)'}.")
+        records = [known[n] for n in learners]
+    if not records:
+        raise InputError("no learner is registered; nothing to compare.")
+    return records
 
 
 def _fit_and_score(est, data, truth, distribution, row: dict, eval_samples: int, eval_seed: int) -> None:
