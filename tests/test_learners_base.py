@@ -179,6 +179,26 @@ def test_gradient_descent_parameter_validation(small_teacher, kwargs, match):
         GradientDescentLearner(**params).fit(X[:100], Y[:100])
 
 
+def test_plain_baseline_functions_validate_their_input(small_teacher):
+    _, X, Y = small_teacher
+    X, Y = X[:100], Y[:100]
+    Xnan = X.copy()
+    Xnan[3, 1] = np.nan
+    for call, match in [(lambda: random_start(X, Y[:10], 2), "different numbers of samples"),
+                        (lambda: random_start(X[:, 0], Y, 2), "2-D"),
+                        (lambda: random_start(Xnan, Y, 2), "X contains 1 NaN"),
+                        (lambda: random_start(X, Y, 0), "n_hidden"),
+                        (lambda: random_start(X, Y, 2, init_scale=-1.0), "init_scale"),
+                        (lambda: random_start(X, Y, 2, bias_scale=np.inf), "bias_scale"),
+                        (lambda: fit_random_restarts(X, Y, 2, n_restarts=0), "n_restarts"),
+                        (lambda: fit_random_restarts(X, Y[:10], 2), "different numbers of samples"),
+                        (lambda: fit_random_restarts(X, Y, 2, method="sgd"), "method")]:
+        with pytest.raises(InputError, match=match):
+            call()
+    # a zero bias scale is allowed: bias-free random starts
+    assert not np.any(random_start(X, Y, 2, bias_scale=0.0, rng=0).hidden_bias)
+
+
 def test_fit_and_predict_data_validation(small_teacher):
     _, X, Y = small_teacher
     est = GradientDescentLearner(2, n_restarts=1, max_iter=5, random_state=0)

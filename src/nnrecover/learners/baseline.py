@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from .._validation import check_positive_int, check_random_state
+from .._validation import check_positive_int, check_random_state, check_xy
 from ..activations import get_activation
 from ..errors import InputError
 from ..network import TwoLayerNetwork
@@ -30,6 +30,15 @@ from ._registry import register
 from .base import BaseLearner
 
 __all__ = ["GradientDescentLearner", "fit_random_restarts", "random_start"]
+
+
+def _check_scale(value, name: str, *, allow_zero: bool) -> float:
+    """A finite ``value >= 0`` (``> 0`` unless ``allow_zero``) as float, else InputError naming ``name``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.floating, np.integer)) \
+            or not np.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise InputError(f"{name} must be a finite {'non-negative' if allow_zero else 'positive'} number, "
+                         f"got {value!r}.")
+    return float(value)
 
 
 def random_start(X: np.ndarray, Y: np.ndarray, n_hidden: int, *, activation="relu", init_scale: float = 1.0,
@@ -51,7 +60,16 @@ def random_start(X: np.ndarray, Y: np.ndarray, n_hidden: int, *, activation="rel
     Returns
     -------
     TwoLayerNetwork
+
+    Raises
+    ------
+    InputError
+        Bad shapes, NaN/inf, X/Y length mismatch, ``n_hidden < 1``, negative or non-finite scales.
     """
+    X, Y = check_xy(X, Y)
+    n_hidden = check_positive_int(n_hidden, "n_hidden")
+    init_scale = _check_scale(init_scale, "init_scale", allow_zero=False)
+    bias_scale = _check_scale(bias_scale, "bias_scale", allow_zero=True)
     gen = check_random_state(rng)
     act = get_activation(activation)
     d = X.shape[1]
@@ -85,9 +103,16 @@ def fit_random_restarts(X: np.ndarray, Y: np.ndarray, n_hidden: int, *, activati
     info : dict
         ``restarts`` (one record per restart: training loss before/after, iterations, method, success,
         message, time) and ``best_restart``.
+
+    Raises
+    ------
+    InputError
+        Bad data (see :func:`random_start`), ``n_restarts < 1``, or a bad optimiser setting (see
+        :func:`nnrecover.refine.fit_least_squares`).
     """
+    X, Y2 = check_xy(X, Y)
+    n_restarts = check_positive_int(n_restarts, "n_restarts")
     gen = check_random_state(rng)
-    Y2 = Y[:, None] if Y.ndim == 1 else Y
     records, nets = [], []
     for r in range(n_restarts):
         t0 = time.perf_counter()
@@ -174,10 +199,7 @@ class GradientDescentLearner(BaseLearner):
         if self.method not in METHODS:
             raise InputError(f"method must be one of {METHODS}, got {self.method!r}.")
         for name in ("tol", "init_scale", "bias_scale"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) \
-                    or not np.isfinite(value) or value < 0 or (name != "bias_scale" and value == 0):
-                raise InputError(f"{name} must be a finite positive number, got {value!r}.")
+            _check_scale(getattr(self, name), name, allow_zero=name == "bias_scale")
         if self.tol <= np.finfo(float).eps:
             raise InputError(f"tol must be > machine epsilon (2.2e-16), got {self.tol!r}.")
 
