@@ -494,3 +494,14 @@ def test_error_hierarchy():
     assert issubclass(errors.AssumptionWarning, UserWarning) and issubclass(errors.CertificateWarning, UserWarning)
     assert set(errors.__all__) == {"NNRecoverError", "InputError", "AssumptionError", "ConvergenceError",
                                    "NotFittedError", "AssumptionWarning", "CertificateWarning"}
+
+
+def test_lazy_subpackages_and_unknown_attributes():
+    import importlib
+
+    import nnrecover
+
+    for name in ("learners", "metrics", "moments", "hermite", "tensor", "refine", "experiments", "io"):
+        assert getattr(nnrecover, name) is importlib.import_module(f"nnrecover.{name}")
+    for name in ("diagnostics", "nope"):  # an attribute that does not exist is an AttributeError, nothing else
+        assert not hasattr(nnrecover, name)

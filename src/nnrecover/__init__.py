@@ -18,7 +18,7 @@ __all__ = ["TwoLayerNetwork", "random_network", "sample", "sample_stream", "Samp
            "activations", "distributions", "errors", "Activation", "get_activation",
            "learners", "metrics", "moments", "hermite", "tensor", "refine", "experiments", "__version__"]
 
-_LAZY = {"learners", "metrics", "moments", "hermite", "tensor", "refine", "experiments", "io", "diagnostics"}
+_LAZY = {"learners", "metrics", "moments", "hermite", "tensor", "refine", "experiments", "io"}
 
 
 def __getattr__(name):  # lazy subpackages keep `import nnrecover` fast (no dask/tensorly at import)
