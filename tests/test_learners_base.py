@@ -44,6 +44,9 @@ def test_gradient_descent_is_registered():
     assert get_learner("gradient-descent") is GradientDescentLearner
     assert nr.learners.GradientDescentLearner is GradientDescentLearner
     assert nr.learners.BaseLearner is BaseLearner
+    assert [r.name for r in available("baseline", learners_only=True)] == ["gradient-descent"]
+    with pytest.raises(InputError, match="unknown paper 'nope'"):
+        available("nope")
 
 
 # ----------------------------------------------------------------------------- the baseline learner

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 
-from nnrecover.errors import AssumptionError, CertificateWarning, InputError
+from nnrecover.errors import AssumptionError, CertificateWarning, ConvergenceError, InputError
 from nnrecover.tensor import (CPResult, JennrichResult, JointDiagResult, PowerIterationResult, WhiteningResult,
                               cp_als, cp_reconstruct, flatten, jennrich, joint_diagonalize, khatri_rao,
                               match_columns, power_iteration, whiten)
@@ -572,3 +572,46 @@ def test_cp_als_validation_and_reproducibility():
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(r1.weights, r2.weights)
     assert r1.diagnostics["seeds"] == r2.diagnostics["seeds"]
+
+
+def test_cp_als_skips_diverged_restarts(monkeypatch):
+    # a restart whose factors are not finite must never be chosen (np.argmin would pick a NaN error);
+    # when every restart diverges the call raises instead of returning NaN factors
+    import tensorly.decomposition as tld
+
+    real = tld.parafac
+    calls = []
+
+    def flaky(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) in bad:
+            (w, factors), errs = out
+            return (w, [np.full_like(np.asarray(F), np.nan) for F in factors]), errs
+        return out
+
+    monkeypatch.setattr(tld, "parafac", flaky)
+    rng = np.random.default_rng(52)
+    F = [rng.standard_normal((5, 2)) for _ in range(3)]
+    T = cp_reconstruct(F)
+    bad = {1}
+    res = cp_als(T, 2, rng=0, n_restarts=3)
+    assert res.diagnostics["restart_errors"][0] == np.inf and res.diagnostics["best_restart"] != 0
+    assert res.relative_error < EXACT
+    calls.clear()
+    bad = {1, 2}
+    with pytest.raises(ConvergenceError, match="diverged"):
+        cp_als(T, 2, rng=0, n_restarts=2)
+
+
+def test_cp_reconstruct_validates_factors():
+    A, B = np.ones((3, 2)), np.ones((4, 2))
+    assert cp_reconstruct([A, B], [1.0, 2.0]).shape == (3, 4)
+    np.testing.assert_array_equal(cp_reconstruct([A, B], [1.0, 2.0]), 3.0 * np.ones((3, 4)))
+    for factors, weights, match in [([], None, "non-empty"), (A, None, "non-empty list"),
+                                    ([A, np.ones((4, 3))], None, "same number of columns"),
+                                    ([A, B], [1.0], r"weights must have shape \(2,\)"),
+                                    ([A, np.full((4, 2), np.nan)], None, "NaN"),
+                                    ([A, np.ones(4)], None, "2-dimensional")]:
+        with pytest.raises(InputError, match=match):
+            cp_reconstruct(factors, weights)

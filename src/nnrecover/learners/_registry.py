@@ -59,8 +59,25 @@ def register(name: str, *, paper: str, algorithm: str, target, assumptions=(), d
 
 
 def available(paper: str | None = None, *, learners_only: bool = False) -> list[AlgorithmRecord]:
-    """Every registered algorithm (optionally of one paper, or only the estimators)."""
+    """Every registered algorithm (optionally of one paper, or only the estimators).
+
+    Parameters
+    ----------
+    paper : str, optional
+        A key of :data:`PAPERS`; an unknown key raises :class:`~nnrecover.errors.InputError`.
+    learners_only : bool, default False
+        Only the estimators usable by ``nnrecover fit``.
+
+    Returns
+    -------
+    list of AlgorithmRecord
+        Sorted by paper, then name.
+    """
+    from ..errors import InputError
     from . import _load_all
+
+    if paper is not None and paper not in PAPERS:
+        raise InputError(f"unknown paper {paper!r}; known: {', '.join(sorted(PAPERS))}.")
 
     _load_all()
     out = [r for r in _RECORDS.values() if (paper is None or r.paper == paper)

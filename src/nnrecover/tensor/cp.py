@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from .._validation import check_positive_int, check_random_state
-from ..errors import InputError
-from .utils import _as_real_array, cp_reconstruct, normalize_columns
+from ..errors import ConvergenceError, InputError
+from .utils import _as_real_array, _cp_dense, cp_reconstruct, normalize_columns
 
 __all__ = ["cp_als", "CPResult"]
 
@@ -169,12 +169,17 @@ def cp_als(
             weights, factors = cp
             factors = [np.asarray(F, dtype=np.float64) for F in factors]
             weights = np.asarray(weights, dtype=np.float64)
-            err = float(np.linalg.norm(T - cp_reconstruct(factors, weights)) / tnorm)
+            err = float(np.linalg.norm(T - _cp_dense(factors, weights)) / tnorm)
+            if not np.isfinite(err):  # a diverged run (non-finite factors) never wins the argmin below
+                err = np.inf
             # the first callback call (before any sweep) is counted as well; subtract it
             runs.append((err, factors, weights, max(state["n_iter"] - 1, 0), state["converged"]))
 
     errors = [r[0] for r in runs]
     best = int(np.argmin(errors))
+    if not np.isfinite(errors[best]):
+        raise ConvergenceError(f"every one of the {n_restarts} CP-ALS restart(s) diverged (non-finite factors); "
+                               "rescale the tensor or try init='svd' or another rng.")
     err, factors, weights, _, _ = runs[best]
     factors, weights = _normalise(factors, weights)
     if rank > 1:

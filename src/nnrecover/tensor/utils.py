@@ -77,9 +77,14 @@ def khatri_rao(A: Any, B: Any, *more: Any) -> np.ndarray:
         if M.shape[1] != r:
             raise InputError(f"khatri_rao: {name} has {M.shape[1]} columns but A has {r}; the "
                              "Khatri-Rao product needs the same number of columns in every factor.")
+    return _khatri_rao(mats)
+
+
+def _khatri_rao(mats: list[np.ndarray]) -> np.ndarray:
+    """:func:`khatri_rao` of validated float64 matrices with equal column counts (no checks)."""
     out = mats[0]
     for M in mats[1:]:
-        out = (out[:, None, :] * M[None, :, :]).reshape(-1, r)
+        out = (out[:, None, :] * M[None, :, :]).reshape(-1, out.shape[1])
     return out
 
 
@@ -218,12 +223,30 @@ def cp_reconstruct(factors: list[np.ndarray] | tuple[np.ndarray, ...],
     Returns
     -------
     ndarray, shape ``(n_1, n_2, ...)``
+
+    Raises
+    ------
+    InputError
+        No factors, a factor that is not a 2-D real finite array, factors with different numbers of
+        columns, or ``weights`` not of shape ``(r,)``.
     """
-    mats = [np.asarray(F, dtype=np.float64) for F in factors]
+    if isinstance(factors, np.ndarray) or not isinstance(factors, (list, tuple)) or not factors:
+        raise InputError("factors must be a non-empty list of (n_j, r) matrices.")
+    mats = [_as_real_array(F, f"factors[{j}]", ndim=2) for j, F in enumerate(factors)]
     r = mats[0].shape[1]
-    w = np.ones(r) if weights is None else np.asarray(weights, dtype=np.float64)
+    if any(F.shape[1] != r for F in mats):
+        raise InputError(f"every factor must have the same number of columns r; got shapes "
+                         f"{[F.shape for F in mats]}.")
+    w = np.ones(r) if weights is None else _as_real_array(weights, "weights", ndim=1)
+    if w.shape != (r,):
+        raise InputError(f"weights must have shape ({r},) to match the factors, got {w.shape}.")
+    return _cp_dense(mats, w)
+
+
+def _cp_dense(mats: list[np.ndarray], w: np.ndarray) -> np.ndarray:
+    """:func:`cp_reconstruct` without validation (float64 factors with ``r`` columns, ``w`` of shape (r,))."""
     if len(mats) == 1:
         return mats[0] @ w
     first = mats[0] * w
-    rest = khatri_rao(*mats[1:]) if len(mats) > 2 else mats[1]
+    rest = _khatri_rao(mats[1:]) if len(mats) > 2 else mats[1]
     return (first @ rest.T).reshape(tuple(F.shape[0] for F in mats))
