@@ -130,6 +130,30 @@ def test_stream_to_npy_needs_length(tmp_path):
         io.save_sample_stream(tmp_path / "s.npy", iter(chunks), n_samples=5)
 
 
+@pytest.mark.parametrize("ext", FORMATS)
+def test_stream_writer_validates_every_chunk(tmp_path, ext):
+    good = (np.zeros((2, 3)), np.zeros(2))
+    kw = {"n_samples": 4} if ext == ".npy" else {}
+    for chunks, match in [([good, (np.zeros((2, 4)), np.zeros(2))], "chunk 1 has 4 input"),
+                          ([good, (np.zeros((2, 3)), np.zeros((2, 2)))], "chunk 1 has 3 input and 2 target"),
+                          ([good, (np.zeros((2, 3)), None)], "chunk 1 has 3 input and 0 target"),
+                          ([good, (np.full((2, 3), np.nan), np.zeros(2))], r"X \(chunk 1\) contains 6 NaN"),
+                          ([good, (np.zeros((2, 3)), np.zeros(3))], "different numbers of samples"),
+                          ([good, np.zeros((2, 3))], "item 1 of the sample stream is a ndarray"),
+                          ("abc", "iterable of \\(X, Y\\) pairs"), ([], "empty")]:
+        with pytest.raises(InputError, match=match):
+            io.save_sample_stream(tmp_path / f"bad{ext}", chunks, **kw)
+    # 1-D targets stay 1-D through .npz; chunks without targets write inputs only
+    path, rows = io.save_sample_stream(tmp_path / f"ok{ext}", [good, good], **kw)
+    assert rows == 4
+    if ext == ".npz":
+        with np.load(path) as f:
+            assert f["Y"].shape == (4,)
+        path, _ = io.save_sample_stream(tmp_path / "x.npz", [(np.ones((2, 3)), None)] * 2)
+        with np.load(path) as f:
+            assert f.files == ["X"] and f["X"].shape == (4, 3)
+
+
 # ------------------------------------------------------------------------------------------ errors
 def test_missing_and_unsupported_files(tmp_path):
     with pytest.raises(InputError, match="does not exist"):

@@ -30,11 +30,11 @@ import os
 import re
 import zipfile
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ._validation import as_2d_float, as_targets
+from ._validation import as_2d_float, as_targets, check_positive_int
 from .errors import InputError
 
 __all__ = ["load_samples", "save_samples", "save_sample_stream", "SAMPLE_FORMATS"]
@@ -355,12 +355,32 @@ def _column_names(d: int, p: int | None) -> tuple[list[str], list[str]]:
     return xcols, ycols
 
 
-def _prepare(X, Y) -> tuple[np.ndarray, np.ndarray | None, bool]:
-    X = as_2d_float(X, "X")
+def _prepare(X, Y, where: str = "") -> tuple[np.ndarray, np.ndarray | None, bool]:
+    X = as_2d_float(X, f"X{where}")
     if Y is None:
         return X, None, False
-    Y = as_targets(Y, "Y", n_rows=X.shape[0])
+    Y = as_targets(Y, f"Y{where}", n_rows=X.shape[0])
     return X, (Y[:, None] if Y.ndim == 1 else Y), Y.ndim == 1
+
+
+def _checked_chunks(chunks: Any) -> Iterator[tuple[np.ndarray, np.ndarray | None, bool]]:
+    """Validated ``(X, Y 2-D or None, Y was 1-D)`` per chunk, each with the columns of the first chunk."""
+    if isinstance(chunks, (str, bytes, dict)) or not hasattr(chunks, "__iter__"):
+        raise InputError("chunks must be an iterable of (X, Y) pairs of arrays (e.g. nnrecover.sample_stream), "
+                         f"got {type(chunks).__name__}.")
+    first = None
+    for i, item in enumerate(chunks):
+        if not (isinstance(item, (tuple, list)) and len(item) == 2):
+            raise InputError(f"item {i} of the sample stream is a {type(item).__name__}; a stream must yield "
+                             "(X, Y) pairs of arrays (Y may be None).")
+        X, Y2, one = _prepare(*item, where=f" (chunk {i})")
+        dims = (X.shape[1], None if Y2 is None else Y2.shape[1])
+        if first is None:
+            first = dims
+        elif dims != first:
+            raise InputError(f"chunk {i} has {dims[0]} input and {dims[1] or 0} target column(s) but chunk 0 has "
+                             f"{first[0]} and {first[1] or 0}; every chunk must have the same columns.")
+        yield X, Y2, one
 
 
 def save_samples(path: "str | os.PathLike[str]", X, Y=None) -> Path:
@@ -434,6 +454,12 @@ def save_sample_stream(path: "str | os.PathLike[str]", chunks: Iterable[tuple[An
     -------
     (pathlib.Path, int)
         The path written and the number of rows.
+
+    Raises
+    ------
+    InputError
+        Unknown suffix, an item that is not an ``(X, Y)`` pair, a chunk with NaN/inf or other columns
+        than the first, an empty stream, a ``.npy`` stream without ``n_samples`` or with another length.
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -442,35 +468,34 @@ def save_sample_stream(path: "str | os.PathLike[str]", chunks: Iterable[tuple[An
                          f"{', '.join(SAMPLE_FORMATS)}.")
     if n_samples is None:
         n_samples = getattr(chunks, "n_samples", None)
+    checked = _checked_chunks(chunks)
     if suffix == ".npz":
-        parts = [(np.asarray(x), np.asarray(y)) for x, y in chunks]
+        parts = list(checked)
         if not parts:
             raise InputError("the sample stream is empty.")
         X = np.concatenate([p[0] for p in parts])
-        Y = np.concatenate([p[1] for p in parts])
-        save_samples(path, X, Y)
+        Y = None if parts[0][1] is None else np.concatenate([p[1] for p in parts])
+        save_samples(path, X, Y[:, 0] if Y is not None and parts[0][2] else Y)
         return path, X.shape[0]
     if suffix == ".npy":
         if n_samples is None:
             raise InputError("writing a stream to .npy needs n_samples (the file header records the shape).")
-        return path, _stream_npy(path, chunks, int(n_samples))
+        return path, _stream_npy(path, checked, check_positive_int(n_samples, "n_samples"))
     if suffix == ".csv":
         rows = 0
-        for i, (x, y) in enumerate(chunks):
-            X, Y2, _ = _prepare(x, y)
+        for i, (X, Y2, _) in enumerate(checked):
             _write_table(path, suffix, X, Y2, header=i == 0, mode="w" if i == 0 else "a")
             rows += X.shape[0]
         if rows == 0:
             raise InputError("the sample stream is empty.")
         return path, rows
-    return path, _stream_parquet(path, chunks)
+    return path, _stream_parquet(path, checked)
 
 
 def _stream_npy(path: Path, chunks, n: int) -> int:
     out = None
     row = 0
-    for x, y in chunks:
-        X, Y2, _ = _prepare(x, y)
+    for X, Y2, _ in chunks:
         block = np.hstack([X, Y2]) if Y2 is not None else X
         if out is None:
             out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64, shape=(n, block.shape[1]))
@@ -496,8 +521,7 @@ def _stream_parquet(path: Path, chunks) -> int:
     writer = None
     rows = 0
     try:
-        for x, y in chunks:
-            X, Y2, _ = _prepare(x, y)
+        for X, Y2, _ in chunks:
             table = pa.Table.from_pandas(_frame(X, Y2), preserve_index=False)
             if writer is None:
                 writer = pq.ParquetWriter(path, table.schema)
