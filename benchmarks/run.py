@@ -31,6 +31,7 @@ import contextlib
 import datetime as _dt
 import os
 import platform
+import re
 import shutil
 import sys
 import tempfile
@@ -175,8 +176,17 @@ def write_readme(results: list[dict], command: str, env: list[str]) -> Path:
               "memory map; `--tmpdir DIR` chooses where it goes), or "
               "`.venv/bin/python benchmarks/run.py --quick` for n = 10^5.", ""]
     out = HERE / "README.md"
-    out.write_text("\n".join(lines))
+    out.write_text("\n".join(lines + _other_sections(out)))
     return out
+
+
+def _other_sections(path: Path) -> list[str]:
+    """Sections other benchmark scripts keep in the README between ``<!-- NAME: start -->`` and
+    ``<!-- NAME: end -->`` (e.g. ``bench_awasthi2021.py``): kept, in order, after this script's part."""
+    if not path.exists():
+        return []
+    pattern = re.compile(r"<!-- ([\w.-]+): start -->.*?<!-- \1: end -->", flags=re.DOTALL)
+    return [m.group(0) + "\n" for m in pattern.finditer(path.read_text())]
 
 
 def main(argv: list[str] | None = None) -> int:
