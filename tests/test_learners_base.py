@@ -49,6 +49,20 @@ def test_gradient_descent_is_registered():
         available("nope")
 
 
+def test_learner_names_of_missing_modules_are_attribute_errors(monkeypatch):
+    import nnrecover.learners as learners
+
+    # a learner whose paper module is not (yet) part of the package: AttributeError, so hasattr() works
+    monkeypatch.setitem(learners._PROVIDES, "FutureLearner", "no_such_paper_module")
+    assert not hasattr(learners, "FutureLearner")
+    with pytest.raises(AttributeError, match="FutureLearner is not available"):
+        learners.FutureLearner  # noqa: B018
+    # every name the package exports can be imported
+    namespace: dict = {}
+    exec("from nnrecover.learners import *", namespace)
+    assert set(learners.__all__) <= set(namespace) and "GradientDescentLearner" in namespace
+
+
 # ----------------------------------------------------------------------------- the baseline learner
 
 def test_gradient_descent_recovers_small_network_noiseless(small_teacher):

@@ -21,14 +21,21 @@ _MODULES = {
 }
 _PROVIDES = {name: mod for mod, names in _MODULES.items() for name in names}
 
-__all__ = ["available", "register", "AlgorithmRecord", "get_learner", *_PROVIDES]
+
+def _present(mod: str) -> bool:
+    """Whether the learner module ``mod`` exists in this version (later papers' modules may not)."""
+    import importlib.util
+
+    return importlib.util.find_spec(f"{__name__}.{mod}") is not None
+
+
+__all__ = ["available", "register", "AlgorithmRecord", "get_learner",
+           *[name for name, mod in _PROVIDES.items() if _present(mod)]]
 
 
 def _load_all() -> None:
-    import importlib.util
-
     for mod in _MODULES:
-        if importlib.util.find_spec(f"{__name__}.{mod}") is not None:
+        if _present(mod):
             import_module(f".{mod}", __name__)
 
 
@@ -36,6 +43,9 @@ def __getattr__(name):
     mod = _PROVIDES.get(name)
     if mod is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if not _present(mod):  # an AttributeError (not ModuleNotFoundError), so hasattr() and * work
+        raise AttributeError(f"{name} is not available in this version of nnrecover (its module "
+                             f"{__name__}.{mod} is not installed); see nnrecover.learners.available().")
     value = getattr(import_module(f".{mod}", __name__), name)
     globals()[name] = value
     return value
