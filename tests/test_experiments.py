@@ -105,6 +105,12 @@ def test_resolve_seed():
 def test_registered_experiments_are_listed():
     names = {r.name for r in nr.experiments.available_experiments()}
     assert {"baseline-gd", "compare-learners"} <= names
+    rec = nr.experiments.get_experiment("baseline-gd")
+    assert rec.paper == "baseline" and rec.description.startswith("gradient-descent baseline")
+    with pytest.raises(ValueError, match="unknown paper key 'nope'"):
+        registry.experiment("test-x", paper="nope")
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.experiment("baseline-gd")(lambda *, rng, quick: None)
 
 
 # ------------------------------------------------------------------------------------------ learner helpers

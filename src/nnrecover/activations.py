@@ -55,12 +55,12 @@ __all__ = ["Activation", "get_activation", "available_activations", "hermite_e",
 _SQRT2PI = math.sqrt(2.0 * math.pi)
 
 
-def norm_pdf(t):
+def norm_pdf(t) -> np.ndarray:
     """Standard normal density ``phi(t) = exp(-t^2/2) / sqrt(2 pi)``, elementwise."""
     return np.exp(-0.5 * np.square(t)) / _SQRT2PI
 
 
-def norm_cdf(t):
+def norm_cdf(t) -> np.ndarray:
     """Standard normal distribution function ``Phi(t)`` (:func:`scipy.special.ndtr`), elementwise."""
     return special.ndtr(t)
 
@@ -224,6 +224,7 @@ class Activation:
 
     @property
     def is_homogeneous(self) -> bool:
+        """Whether the activation is positively homogeneous (``degree`` is not None)."""
         return self.degree is not None
 
     @property

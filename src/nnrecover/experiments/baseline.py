@@ -35,7 +35,7 @@ from __future__ import annotations
 import time
 import warnings
 import zlib
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -43,6 +43,13 @@ from .._validation import check_positive_int, check_random_state
 from ..errors import AssumptionError, CertificateWarning, InputError, NNRecoverError
 from .registry import experiment
 from .runner import learner_parameters, make_learner
+
+if TYPE_CHECKING:
+    import matplotlib.figure
+    import pandas
+
+    from ..distributions import StandardGaussian
+    from ..network import TwoLayerNetwork
 
 __all__ = ["demo_teacher", "compare_learners", "select_learners", "comparison_figure", "baseline_gd",
            "run_compare_learners", "demo_options", "DEMO_DEFAULTS", "DEMO_MAX_OUTPUTS"]
@@ -72,7 +79,7 @@ DEMO_DEFAULTS = {"n_inputs": 10, "n_hidden": 4, "n_outputs": 4, "bias": 0.1, "n_
 
 
 def demo_teacher(rng: Any = None, *, n_inputs: int = 10, n_hidden: int = 4, n_outputs: int = 4,
-                 bias: float = 0.1, activation: str = "relu"):
+                 bias: float = 0.1, activation: str = "relu") -> tuple[TwoLayerNetwork, StandardGaussian]:
     """The demo's teacher: unit-norm random rows, biases uniform in ``[-bias, bias]``, output weights
     with magnitudes in [0.5, 1.5] and random signs, zero output bias.
 
@@ -147,7 +154,7 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
                      max_outputs: Mapping[str, int] | None = None,
                      noise: float = 0.0, chunk_size: int = 1 << 15, eval_samples: int = 50_000,
                      time_budget: float | None = None, with_unrefined: bool = False,
-                     log: Callable[[str], None] | None = None):
+                     log: Callable[[str], None] | None = None) -> pandas.DataFrame:
     """Fit every applicable registered learner on one stream of samples from ``teacher``.
 
     Parameters
@@ -322,7 +329,7 @@ def _certificate_status(diagnostics: Mapping, warned: bool) -> str:
     return "passed" if certs else "-"
 
 
-def comparison_figure(df, *, title: str = ""):
+def comparison_figure(df: pandas.DataFrame, *, title: str = "") -> matplotlib.figure.Figure:
     """Horizontal bar chart of the comparison table: errors (log scale) and fit time per learner."""
     from matplotlib.figure import Figure
 
@@ -360,7 +367,8 @@ def comparison_figure(df, *, title: str = ""):
 def run_compare_learners(*, rng, quick: bool = False, n_inputs: int = 10, n_hidden: int = 4,
                          n_outputs: int = 4, bias: float = 0.1, n_samples: int | None = None,
                          noise: float = 0.0, learners: Sequence[str] | None = None,
-                         time_budget: float | None = None, with_unrefined: bool = True):
+                         time_budget: float | None = None, with_unrefined: bool = True
+                         ) -> tuple[pandas.DataFrame, matplotlib.figure.Figure]:
     """The ``nnrecover demo`` comparison as a registered experiment (``quick``: 20,000 samples)."""
     gen = check_random_state(rng)
     teacher, dist = demo_teacher(gen, n_inputs=n_inputs, n_hidden=n_hidden, n_outputs=n_outputs, bias=bias)
@@ -383,7 +391,8 @@ def run_compare_learners(*, rng, quick: bool = False, n_inputs: int = 10, n_hidd
 def baseline_gd(*, rng, quick: bool = False, n_inputs: int | None = None, n_hidden: int | None = None,
                 n_outputs: int = 1, bias: float = 0.1, noise: float = 0.05,
                 sample_sizes: Sequence[int] | None = None, trials: int | None = None,
-                learner_options: Mapping[str, Any] | None = None):
+                learner_options: Mapping[str, Any] | None = None
+                ) -> tuple[pandas.DataFrame, matplotlib.figure.Figure]:
     """Gradient-descent baseline error against the number of samples.
 
     Each trial draws a fresh teacher (:func:`demo_teacher`) and ``n`` noisy samples, fits

@@ -15,6 +15,16 @@ __all__ = ["ExperimentRecord", "experiment", "available_experiments", "get_exper
 
 @dataclass(frozen=True)
 class ExperimentRecord:
+    """One registered experiment.
+
+    Attributes
+    ----------
+    name : str            unique name (``nnrecover experiment NAME``)
+    func : callable       ``func(*, rng, quick, **options) -> (DataFrame, Figure)``
+    paper : str           key of :data:`nnrecover.learners._registry.PAPERS`
+    description : str     one line (default: the first line of ``func``'s docstring)
+    """
+
     name: str
     func: Callable = field(compare=False)
     paper: str = "baseline"
@@ -24,17 +34,31 @@ class ExperimentRecord:
 _EXPERIMENTS: dict[str, ExperimentRecord] = {}
 
 
-def experiment(name: str, *, paper: str = "baseline", description: str = ""):
-    """Decorator registering an experiment function under ``name``."""
-    def deco(func):
+def experiment(name: str, *, paper: str = "baseline", description: str = "") -> Callable[[Callable], Callable]:
+    """Decorator registering an experiment function under ``name`` (called at import by each module).
+
+    Raises
+    ------
+    ValueError
+        ``paper`` is not a known paper key, or ``name`` is already taken by another function (both
+        are programming errors in a module of the package, not user errors).
+    """
+    from ..learners._registry import PAPERS
+
+    if paper not in PAPERS:
+        raise ValueError(f"unknown paper key {paper!r} for experiment {name!r}; use one of {sorted(PAPERS)}")
+
+    def deco(func: Callable) -> Callable:
         if name in _EXPERIMENTS and _EXPERIMENTS[name].func is not func:
             raise ValueError(f"experiment {name!r} registered twice")
-        _EXPERIMENTS[name] = ExperimentRecord(name, func, paper, description or (func.__doc__ or "").strip().split("\n")[0])
+        summary = description or (func.__doc__ or "").strip().split("\n")[0]
+        _EXPERIMENTS[name] = ExperimentRecord(name, func, paper, summary)
         return func
     return deco
 
 
 def available_experiments() -> list[ExperimentRecord]:
+    """Every registered experiment (the modules of ``experiments._MODULES`` are imported first), by name."""
     from . import _load_all
 
     _load_all()
@@ -42,6 +66,7 @@ def available_experiments() -> list[ExperimentRecord]:
 
 
 def get_experiment(name: str) -> ExperimentRecord:
+    """The experiment registered under ``name``; :class:`~nnrecover.errors.InputError` lists the names otherwise."""
     from ..errors import InputError
 
     for rec in available_experiments():

@@ -27,11 +27,14 @@ import sys
 import time
 from importlib import metadata as _metadata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
 from ..errors import InputError
+
+if TYPE_CHECKING:
+    import pandas
 
 __all__ = ["run_experiment", "environment_info", "learner_parameters", "make_learner", "resolve_seed",
            "RESULT_FILES", "to_jsonable"]
@@ -119,7 +122,7 @@ def _check_options(func, options: dict, name: str) -> None:
 
 
 def run_experiment(name: str, out_dir: "str | os.PathLike[str]", *, quick: bool = False, rng: Any = None,
-                   **options: Any):
+                   **options: Any) -> pandas.DataFrame:
     """Run the registered experiment ``name`` and write its results into ``out_dir``.
 
     Parameters
@@ -233,7 +236,7 @@ def learner_parameters(cls) -> set[str]:
 
 
 def make_learner(learner: Any, n_hidden: int, options: Mapping[str, Any] | None = None, *,
-                 random_state: Any = None, defaults: Mapping[str, Any] | None = None):
+                 random_state: Any = None, defaults: Mapping[str, Any] | None = None) -> Any:
     """Build a learner by registry name (or class) with validated options.
 
     Parameters

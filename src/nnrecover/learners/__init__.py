@@ -51,7 +51,7 @@ def __getattr__(name):
     return value
 
 
-def get_learner(name: str):
+def get_learner(name: str) -> type:
     """The estimator class registered under ``name`` (as listed by ``nnrecover methods``)."""
     from ..errors import InputError
 
