@@ -257,6 +257,23 @@ def test_simdiag_and_cp_slices_on_exact_span(rng):
     assert core.diagonalization_residual(Z, S) < 1e-25
 
 
+def test_real_eigenbasis_keeps_conjugate_pairs_independent(rng):
+    """Noisy pencils can have complex eigenvalue pairs; Re of both vectors coincide (singular Z), while
+    (Re v, Im v) spans the same real invariant plane and keeps Z invertible."""
+    R = np.array([[np.cos(0.3), -np.sin(0.3)], [np.sin(0.3), np.cos(0.3)]])
+    M = np.eye(3)
+    M[:2, :2] = 2 * R
+    Q = rng.standard_normal((3, 3))
+    mu, vecs = np.linalg.eig(Q @ M @ np.linalg.inv(Q))
+    assert np.sum(mu.imag != 0) == 2
+    assert np.linalg.matrix_rank(np.real(vecs), tol=1e-10) == 2
+    basis = core._real_eigenbasis(mu, vecs)
+    assert np.linalg.cond(basis) < 1e8
+    pair = basis[:, mu.imag != 0]  # spans the same plane as Q[:, :2]
+    resid = pair - Q[:, :2] @ np.linalg.lstsq(Q[:, :2], pair, rcond=None)[0]
+    assert np.abs(resid).max() < 1e-12
+
+
 def test_sign_fix():
     Z = np.array([[1.0, 0.0], [0.0, -1.0]])
     Zf, margins = ge.sign_fix(Z, np.array([2.0, 3.0]))
@@ -453,6 +470,11 @@ def test_symmetry_assumption(rng):
         ge.PureNeuronLearner(k, refine=False, check_symmetry=False).fit(X, Y)
     t = ge.symmetry_test(StandardGaussian(d).sample(4000, rng, antithetic=True))
     assert t.statistic < 1e-20 and t.p_value == 1.0
+    # symmetrising the shifted data (x with -x, labels from the teacher) satisfies the assumption exactly
+    Xs, Ys = ge.symmetrize(X, net.predict)
+    assert ge.symmetry_test(Xs).p_value == 1.0
+    learner = ge.PureNeuronLearner(k, refine=False, random_state=0).fit(Xs, Ys)
+    assert max(canonical_gap(learner.network_, net)[:2]) < 1e-10
     t = ge.symmetry_test(X)
     assert t.df == 2 * d and t.p_value < 1e-20
     assert ge.symmetry_test(mixture(d).sample(4000, rng)).p_value > ge.SYMMETRY_ALPHA
@@ -519,7 +541,7 @@ def test_registry_and_params():
 
 # ------------------------------------------------------------------------------------------ experiments
 def test_experiments_quick(tmp_path):
-    from nnrecover.experiments.ge19 import fig2, fig3, fig4
+    from nnrecover.experiments.ge19 import fig3, fig4
     from nnrecover.experiments.runner import run_experiment
 
     df = run_experiment("ge19-fig2", tmp_path / "f2", quick=True, rng=0)

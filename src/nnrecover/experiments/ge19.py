@@ -49,6 +49,39 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["orthonormal_teacher", "conditioned_matrix", "evaluate_trial", "fig2", "fig3", "fig4"]
 
+#: BLAS threads used while an experiment runs. Its matrices are small (k <= 32 columns), and on a shared
+#: 2-core machine multi-threaded OpenBLAS spins on such products: the refinement of a 10 x 10 network
+#: measured 58 s with the default threads under load and 4.6 s with one thread.
+BLAS_THREADS = 1
+
+
+def _blas_limit(threads: int | None):
+    """Context manager limiting the BLAS thread pool (``None``: leave it as it is)."""
+    from contextlib import nullcontext
+
+    if threads is None:
+        return nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=check_positive_int(threads, "blas_threads"), user_api="blas")
+
+
+def _blas_threads_option(func):
+    """Add the option ``blas_threads`` (default :data:`BLAS_THREADS`) to an experiment function."""
+    import functools
+    import inspect
+
+    @functools.wraps(func)
+    def wrapper(*args, blas_threads: int | None = BLAS_THREADS, **kwargs):
+        with _blas_limit(blas_threads):
+            return func(*args, **kwargs)
+
+    sig = inspect.signature(func)
+    extra = inspect.Parameter("blas_threads", inspect.Parameter.KEYWORD_ONLY, default=BLAS_THREADS)
+    wrapper.__signature__ = sig.replace(parameters=[*sig.parameters.values(), extra])
+    return wrapper
+
+
 #: refinement settings used by the experiments (L-BFGS; bounded rows and iterations keep the full
 #: figures within minutes)
 REFINE_OPTIONS = {"method": "lbfgs", "max_samples": 20_000, "max_iter": 400}
@@ -202,6 +235,7 @@ def _figure(n_panels: int, width: float = 4.2):
 @experiment("ge19-fig2", paper="ge2019",
             description="Ge et al. 2019 Figure 2: errors of W, A and MSE against samples (10x10, 32x32), "
                         "sqrt(err/k) at 10^4 samples for k = 10..32; Gaussian input, no noise")
+@_blas_threads_option
 def fig2(*, rng=None, quick: bool = False, trials: int | None = None, samples: Sequence[int] | None = None,
          dims: Sequence[int] | None = None, large_dim: int | None = None, refine: bool = True,
          refine_large: bool = False, section4: bool = False):
@@ -218,6 +252,8 @@ def fig2(*, rng=None, quick: bool = False, trials: int | None = None, samples: S
     large_dim : int, default 32 (centre panel)
     refine : bool, default True
         Report the ``refined`` stage on the ``10 x 10`` panel.
+    blas_threads : int or None, default 1
+        BLAS threads during the run (``None``: unchanged); see :data:`BLAS_THREADS`.
     refine_large : bool, default False
         Also refine on the centre and right panels (about 20-30 s per ``32 x 32`` fit, so off by default
         to keep the figure within minutes).
@@ -273,6 +309,7 @@ def fig2(*, rng=None, quick: bool = False, trials: int | None = None, samples: S
 @experiment("ge19-fig3", paper="ge2019",
             description="Ge et al. 2019 Figure 3: errors and MSE against label noise at 10^4 samples, "
                         "Gaussian and +-1 mixture input, 10x10")
+@_blas_threads_option
 def fig3(*, rng=None, quick: bool = False, trials: int | None = None, noise_levels: Sequence[float] | None = None,
          n_samples: int | None = None, refine: bool = True):
     """Figure 3 (label noise ``xi ~ N(0, s^2 I_k)``).
@@ -286,6 +323,7 @@ def fig3(*, rng=None, quick: bool = False, trials: int | None = None, noise_leve
     noise_levels : sequence of float, default ``(0, 0.05, 0.1, 0.2, 0.3, 0.5)`` (not given in the paper)
     n_samples : int, default 10^4 (quick: 5000)
     refine : bool, default True
+    blas_threads : int or None, default 1
 
     Returns
     -------
@@ -330,6 +368,7 @@ def fig3(*, rng=None, quick: bool = False, trials: int | None = None, noise_leve
 @experiment("ge19-fig4", paper="ge2019",
             description="Ge et al. 2019 Figure 4: errors and MSE against the condition number of W (left) "
                         "or A (right), +-1 mixture input, 2x10^4 samples, 10x10")
+@_blas_threads_option
 def fig4(*, rng=None, quick: bool = False, trials: int | None = None, kappas: Sequence[float] | None = None,
          n_samples: int | None = None, refine: bool = True):
     """Figure 4 (conditioning of ``W`` or ``A``; the other matrix orthonormal).
@@ -343,6 +382,7 @@ def fig4(*, rng=None, quick: bool = False, trials: int | None = None, kappas: Se
     kappas : sequence of float, default ``(1, 2, 5, 10, 20, 50, 100)`` (not given in the paper)
     n_samples : int, default 2 x 10^4 (quick: 10^4)
     refine : bool, default True
+    blas_threads : int or None, default 1
 
     Returns
     -------

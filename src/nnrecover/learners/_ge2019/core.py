@@ -284,6 +284,22 @@ def diagonalization_residual(Z: np.ndarray, S: np.ndarray) -> float:
     return (total - diag) / total if total > 0 and np.isfinite(total) else float("inf")
 
 
+def _real_eigenbasis(mu: np.ndarray, vecs: np.ndarray) -> np.ndarray:
+    """Real basis of the eigenvectors of a real matrix: ``Re v`` for real eigenvalues, and for a complex
+    conjugate pair ``(v, conj v)`` (LAPACK returns them adjacent) the pair ``(Re v, Im v)``, which spans
+    the same real invariant plane. Taking ``Re`` of both members would give the same vector twice and a
+    singular ``Z`` (spec 003 section 2.4 note)."""
+    R = np.real(vecs).copy()
+    i = 0
+    while i < len(mu) - 1:
+        if mu[i].imag != 0 and np.isclose(mu[i + 1], np.conj(mu[i])):
+            R[:, i + 1] = vecs[:, i].imag
+            i += 2
+        else:
+            i += 1
+    return R
+
+
 def sim_diag(S: np.ndarray, *, rng=None, n_tries: int = 20) -> SimDiagResult:
     """SimDiag (Alg. 2/3 steps 7-8): the ``z_i`` as eigenvectors of ``X Y^{-1}``.
 
@@ -301,6 +317,8 @@ def sim_diag(S: np.ndarray, *, rng=None, n_tries: int = 20) -> SimDiagResult:
         exact-case certificate that ``Z`` diagonalises **every** element of the span, and the draw with
         the smallest residual is kept. With noisy ``S`` a single draw is often spoiled by a near
         collision of two eigenvalue ratios (Lemma 17's ``sep``); the retries remove that failure mode.
+        A complex conjugate pair of eigenvectors (noisy ``S`` only) contributes its real and imaginary
+        parts, so ``Z`` stays invertible; such a draw has a larger residual and loses to real ones.
     """
     S = np.asarray(S, dtype=np.float64)
     k = S.shape[1]
@@ -321,7 +339,7 @@ def sim_diag(S: np.ndarray, *, rng=None, n_tries: int = 20) -> SimDiagResult:
             continue
         if not (np.all(np.isfinite(mu)) and np.all(np.isfinite(vecs))):
             continue
-        Z = np.real(vecs).T
+        Z = _real_eigenbasis(mu, vecs).T
         norms = np.linalg.norm(Z, axis=1)
         if np.any(norms == 0):
             continue
