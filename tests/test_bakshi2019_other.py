@@ -312,7 +312,7 @@ def test_registry_lists_bakshi2019():
 
 # ------------------------------------------------------------------------------------------ experiments
 
-@pytest.mark.parametrize("name, options", [("bjw19-exact", {}), ("bjw19-exact", {"suite": "must-show"}),
+@pytest.mark.parametrize("name, options", [("bjw19-exact", {}), ("bjw19-exact", {"suite": "must-show", "trials": 1}),
                                            ("bjw19-noise", {}), ("bjw19-fpt", {})])
 def test_experiments_quick(tmp_path, name, options):
     from nnrecover.experiments.runner import RESULT_FILES, run_experiment
@@ -322,6 +322,8 @@ def test_experiments_quick(tmp_path, name, options):
     if name == "bjw19-exact":
         assert df["success"].all() and (df["max_unit_error"] < 1e-10).all() and not df["certified_wrong"].any()
         assert (df["kappa_u"] <= 10).all() and (df.loc[df["route"] == "tensor", "kappa_v"] <= 10).all()
+        if options:                                  # must-show: trials=1 seed per configuration and route
+            assert len(df) == 2 and set(df["route"]) == {"tensor", "ica"}
     elif name == "bjw19-noise":
         assert (df["signs_correct"] == 1.0).all()
         assert (df["slope_V"] < -0.3).all()          # n^{-1/2} up to the noise of one trial per point
