@@ -119,6 +119,12 @@ def test_algorithm7_u_minus_u_erratum():
     assert np.any(two_sparse[u_class])          # 2-sparse columns contaminate the class of unit 0
     with pytest.raises(AssumptionError, match="collinear"):
         algorithm7(X, Y, 4)
+    # with few samples (only 3 classes of >= d columns for k = 4) the refusal still names the condition
+    # instead of reporting "insufficient samples"
+    X, Y = nr.sample(net, GAUSS(5), 100, rng=4)
+    assert sum(c.size >= 5 for c in parallel_classes(Y, rng=0)[0]) < 4
+    with pytest.raises(AssumptionError, match="collinear"):
+        algorithm7(X, Y, 4)
 
 
 def test_algorithm7_refusals():
@@ -363,3 +369,52 @@ def test_sign_pattern_statistics_lemmas():
     assert st["condition"] >= np.sqrt(2) / st["min_angle"] * (1 - 1e-12)
     assert st["sigma_min_over_sqrt_n"] > 0.05
     assert np.all(st["one_sparse_counts"] > 0)
+
+
+# ------------------------------------------------------------------------------------------ validation
+
+def _small_data():
+    net = nr.random_network(8, 3, 4, rng=1).canonical()
+    X, Y = nr.sample(net, GAUSS(8), 2_000, rng=2)
+    return net, X, Y
+
+
+_BAD_CALLS = {
+    # Algorithm 7: a negative tolerance used to make the grouping loop spin forever
+    "alg7 tol": (lambda net, X, Y: algorithm7(X, Y, 3, tol=-1.0), InputError, "tol must be a positive"),
+    "alg7 tol_residual": (lambda net, X, Y: algorithm7(X, Y, 3, tol_residual="x"), InputError, "tol_residual"),
+    "parallel_classes NaN": (lambda net, X, Y: parallel_classes(np.full((5, 2), np.nan)), InputError, "finite"),
+    "alg5 min_set_size": (lambda net, X, Y: nr.learners.bakshi2019.algorithm5(net.hidden_weights, X, Y,
+                                                                              min_set_size=0),
+                          InputError, "min_set_size must be >= 9"),
+    "noisy n_sign = n": (lambda net, X, Y: NoisyReLULearner(3, n_sign=2_000).fit(X, Y), InputError,
+                         "no moment samples left"),
+    "noisy n_sign > n": (lambda net, X, Y: NoisyReLULearner(3, n_sign=5_000).fit(X, Y), InputError,
+                         "n_sign=5000 are reserved for Algorithm 6"),
+    "noisy control_variates": (lambda net, X, Y: NoisyReLULearner(3, control_variates="yes").fit(X, Y),
+                               InputError, "control_variates must be True or False"),
+    "ica k > m": (lambda net, X, Y: nr.learners.bakshi2019.ica_unmixing(X, Y, 6), AssumptionError, "k <= m"),
+    "pcp rho": (lambda net, X, Y: principal_component_pursuit(Y[:50], rho=0.5), InputError, "rho"),
+    "pcp tol": (lambda net, X, Y: principal_component_pursuit(Y[:50], tol=-1), InputError, "tol"),
+    "sparse k > m": (lambda net, X, Y: sparse_noise_pipeline(X, Y, 6), AssumptionError, "k <= min"),
+    "incoherence rank": (lambda net, X, Y: nr.learners.bakshi2019.incoherence(Y[:50], 10), InputError, "rank"),
+    "pv NaN": (lambda net, X, Y: pv_halfspace(np.where(X > 3, np.nan, X), np.sign(X[:, 0])), InputError, "NaN"),
+    "alg8 n_guesses": (lambda net, X, Y: algorithm8(X, Y, 3, candidates=[np.eye(3, 4)], n_guesses=-1),
+                       InputError, "n_guesses"),
+    "alg8 perturb_scale": (lambda net, X, Y: algorithm8(X, Y, 3, perturb_scale=np.inf), InputError,
+                           "perturb_scale"),
+    "iterative_lp NaN": (lambda net, X, Y: iterative_lp(np.full((10, 3), np.nan), np.ones((2, 10)),
+                                                        np.ones(10, bool)), InputError, "NaN"),
+    "iterative_lp previous": (lambda net, X, Y: iterative_lp(X[:10], np.ones((2, 10)), np.ones(10, bool),
+                                                             np.ones((1, 9))), InputError, "previous"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_BAD_CALLS))
+def test_bad_inputs_raise_clear_errors(case):
+    """Every public function validates its arguments with an nnrecover error naming the argument (before:
+    TypeError, LinAlgError, silent NaN output, or an endless loop in Algorithm 7's grouping)."""
+    call, err, match = _BAD_CALLS[case]
+    net, X, Y = _small_data()
+    with pytest.raises(err, match=match):
+        call(net, X, Y)

@@ -282,6 +282,9 @@ class NoisyReLULearner(BaseLearner):
         super()._check_params()
         if self.regression not in ("all", "sign"):
             raise InputError(f"regression must be 'all' or 'sign', got {self.regression!r}.")
+        for flag in ("whiten", "control_variates"):
+            if not isinstance(getattr(self, flag), (bool, np.bool_)):
+                raise InputError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
 
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
         res = noisy_pipeline(source, None, self.n_hidden, activation=self.activation, order=self.order,

@@ -32,7 +32,8 @@ from ...errors import AssumptionError, InputError
 from ...network import TwoLayerNetwork
 
 __all__ = ["ExactResult", "check_rectified", "check_samples", "row_space_basis", "solve_output_weights",
-           "relative_residual", "fit_unit", "unit_consistency", "check_hidden_estimate", "EPS"]
+           "relative_residual", "fit_unit", "unit_consistency", "check_hidden_estimate", "check_tol", "check_flag",
+           "EPS"]
 
 EPS = float(np.finfo(np.float64).eps)
 
@@ -90,6 +91,25 @@ def check_samples(X: Any, Y: Any, *, n_features: int | None = None, min_rows: in
     X = as_2d_float(X, name_x, n_features=n_features, min_rows=min_rows)
     Y = as_targets(Y, name_y, n_rows=X.shape[0])
     return X, (Y[:, None] if Y.ndim == 1 else Y)
+
+
+def check_tol(value: Any, name: str, *, allow_zero: bool = False) -> float:
+    """``value`` as a finite float ``> 0`` (``>= 0`` with ``allow_zero``), else InputError naming ``name``."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = float("nan")
+    if isinstance(value, bool) or not np.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        raise InputError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} finite number, "
+                         f"got {value!r}.")
+    return v
+
+
+def check_flag(value: Any, name: str) -> bool:
+    """``value`` as a bool (True/False or numpy bools only), else InputError naming ``name``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{name} must be True or False, got {value!r}.")
+    return bool(value)
 
 
 def check_hidden_estimate(V: Any, k: int | None, d: int, name: str = "V_approx") -> np.ndarray:

@@ -34,9 +34,9 @@ from typing import Any, Iterable
 import numpy as np
 import scipy.linalg
 
-from ..._validation import check_positive_int, check_random_state
+from ..._validation import as_2d_float, check_positive_int, check_random_state
 from ...errors import InputError
-from ._common import ExactResult, check_rectified, check_samples
+from ._common import ExactResult, check_flag, check_rectified, check_samples, check_tol
 
 __all__ = ["pv_halfspace", "gaussian_sketch", "grid_candidates", "algorithm8"]
 
@@ -54,10 +54,12 @@ def pv_halfspace(X: Any, labels: Any) -> np.ndarray:
     -------
     ndarray (d,) or (p, d): unit vector(s).
     """
-    X = np.asarray(X, dtype=np.float64)
+    X = as_2d_float(X, "X")
     y = np.asarray(labels, dtype=np.float64)
-    if X.ndim != 2 or y.shape[0] != X.shape[0]:
+    if y.ndim not in (1, 2) or y.shape[0] != X.shape[0]:
         raise InputError(f"X must be (n, d) and labels (n,) or (n, p); got {X.shape} and {y.shape}.")
+    if not np.all(np.isfinite(y)):
+        raise InputError("labels contain NaN or infinite values.")
     W = X.T @ (y if y.ndim == 2 else y[:, None])
     nrm = np.linalg.norm(W, axis=0)
     W = W / np.where(nrm > 0, nrm, 1.0)
@@ -146,6 +148,10 @@ def algorithm8(X: Any, Y: Any, n_hidden: int, *, candidates: "str | Iterable" = 
     n, d = X.shape
     m = Y.shape[1]
     k = check_positive_int(n_hidden, "n_hidden")
+    n_perturb = check_positive_int(n_perturb, "n_perturb", minimum=0)
+    perturb_scale = check_tol(perturb_scale, "perturb_scale", allow_zero=True)
+    n_guesses = check_positive_int(n_guesses, "n_guesses", minimum=0)
+    smoothing = check_flag(smoothing, "smoothing")
     if isinstance(sketch, str):
         if sketch not in ("auto", "identity", "gaussian"):
             raise InputError(f"sketch must be 'auto', 'identity', 'gaussian' or an array, got {sketch!r}.")
@@ -153,8 +159,8 @@ def algorithm8(X: Any, Y: Any, n_hidden: int, *, candidates: "str | Iterable" = 
             gaussian_sketch(m, k, rows=10 * k, rng=gen)
     else:
         S = np.asarray(sketch, dtype=np.float64)
-        if S.ndim != 2 or S.shape[1] != m:
-            raise InputError(f"sketch must have shape (r, m) = (r, {m}), got {S.shape}.")
+        if S.ndim != 2 or S.shape[1] != m or not np.all(np.isfinite(S)):
+            raise InputError(f"sketch must be a finite array of shape (r, m) = (r, {m}), got {S.shape}.")
     SA = Y @ S.T                               # (n, r)
     r = S.shape[0]
     if isinstance(candidates, str):
@@ -175,8 +181,8 @@ def algorithm8(X: Any, Y: Any, n_hidden: int, *, candidates: "str | Iterable" = 
     count = 0
     for idx, M in enumerate(cand_list):
         M = np.asarray(M, dtype=np.float64)
-        if M.shape != (k, r):
-            raise InputError(f"candidate {idx} has shape {M.shape}; expected (k, r) = {(k, r)}.")
+        if M.shape != (k, r) or not np.all(np.isfinite(M)):
+            raise InputError(f"candidate {idx} must be a finite (k, r) = {(k, r)} matrix, got shape {M.shape}.")
         count += 1
         base = float(np.linalg.norm(SA @ M.T)) / np.sqrt(n)
         etas = [0.0] + ([base * 2.0 ** (-j) for j in range(n_guesses)] if smoothing else [])

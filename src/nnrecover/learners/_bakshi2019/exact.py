@@ -47,7 +47,8 @@ import numpy as np
 import scipy.linalg
 
 from ...errors import ConvergenceError, InputError
-from ._common import (EPS, ExactResult, check_hidden_estimate, check_rectified, check_samples, fit_unit,
+from ..._validation import check_positive_int
+from ._common import (EPS, ExactResult, check_hidden_estimate, check_rectified, check_samples, check_tol, fit_unit,
                       row_space_basis, solve_output_weights, unit_consistency)
 
 __all__ = ["row_from_zero_set", "algorithm5", "refine_from_unmixing", "refine_from_output_weights",
@@ -56,16 +57,6 @@ __all__ = ["row_from_zero_set", "algorithm5", "refine_from_unmixing", "refine_fr
 #: τ ladder of the margin form: quantiles of |v_i X̄| (spec 004 §2.4.3 suggests 5% to 50%; the upper
 #: rungs serve approximate weights with errors up to ~0.4)
 MARGIN_QUANTILES = (0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
-
-
-def _check_tol(value: Any, name: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{name} must be a positive number, got {value!r}.") from None
-    if not (np.isfinite(v) and v > 0):
-        raise InputError(f"{name} must be a positive finite number, got {value!r}.")
-    return v
 
 
 def row_from_zero_set(B: np.ndarray, zero: np.ndarray, positive: np.ndarray | None = None, *,
@@ -227,7 +218,8 @@ def algorithm5(V_approx: Any, X_bar: Any, Y_bar: Any, *, activation: Any = "relu
     tol_residual : float, default 1e-10
         Maximum final relative residual ``||Ā - U f(V X̄)||_F / ||Ā||_F``.
     min_set_size : int, optional
-        Smallest zero/positive set used (default ``d + 2k``: the systems must be overdetermined).
+        Smallest zero/positive set used (default ``d + 2k``; at least ``d + 1``, since the systems must be
+        overdetermined for their residuals to certify anything).
     strict : bool, default False
         Raise :class:`~nnrecover.errors.ConvergenceError` when a certificate fails instead of returning
         an uncertified result.
@@ -258,10 +250,10 @@ def algorithm5(V_approx: Any, X_bar: Any, Y_bar: Any, *, activation: Any = "relu
     k = V0.shape[0]
     if form not in ("margin", "threshold"):
         raise InputError(f"form must be 'margin' or 'threshold', got {form!r}.")
-    tol_null, tol_gap = _check_tol(tol_null, "tol_null"), _check_tol(tol_gap, "tol_gap")
-    tol_consistency = _check_tol(tol_consistency, "tol_consistency")
-    tol_residual = _check_tol(tol_residual, "tol_residual")
-    min_set = d + 2 * k if min_set_size is None else int(min_set_size)
+    tol_null, tol_gap = check_tol(tol_null, "tol_null"), check_tol(tol_gap, "tol_gap")
+    tol_consistency = check_tol(tol_consistency, "tol_consistency")
+    tol_residual = check_tol(tol_residual, "tol_residual")
+    min_set = d + 2 * k if min_set_size is None else check_positive_int(min_set_size, "min_set_size", minimum=d + 1)
     if ell < 2 * min_set:
         raise InputError(f"Algorithm 5 needs at least 2 (d + 2k) = {2 * min_set} refinement samples "
                          f"(X_bar has {ell}); pass more samples.")
@@ -407,9 +399,9 @@ def refine_from_unmixing(M: Any, X_bar: Any, Y_bar: Any, *, activation: Any = "r
         if strict:
             certify_or_raise(res, "Algorithm 3 (steps 4-8)")
         return res
-    tv = 0.1 / ell if tau is None else _check_tol(tau, "tau")
-    tol_null, tol_consistency = _check_tol(tol_null, "tol_null"), _check_tol(tol_consistency, "tol_consistency")
-    tol_residual = _check_tol(tol_residual, "tol_residual")
+    tv = 0.1 / ell if tau is None else check_tol(tau, "tau")
+    tol_null, tol_consistency = check_tol(tol_null, "tol_null"), check_tol(tol_consistency, "tol_consistency")
+    tol_residual = check_tol(tol_residual, "tol_residual")
     B, sA = row_space_basis(Y_bar, k)
     diagnostics = {"form": "threshold", "n_refine": ell, "tau": tv,
                    "rank_ratio_A": float(sA[k - 1] / sA[0]) if sA[0] > 0 else 0.0}

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..._validation import check_positive_int, check_random_state
 from ...errors import AssumptionError, InputError
-from ._common import EPS, ExactResult, check_rectified, check_samples, fit_unit, solve_output_weights
+from ._common import EPS, ExactResult, check_rectified, check_samples, check_tol, fit_unit, solve_output_weights
 from .exact import certify_or_raise
 
 __all__ = ["algorithm7", "parallel_classes"]
@@ -42,6 +42,10 @@ def parallel_classes(Y: np.ndarray, *, tol: float = 1e-10, zero_tol: float = 1e-
     Returns the classes (arrays of row indices, largest first) and ``{"n_nonzero", "n_singletons"}``.
     """
     gen = check_random_state(rng)
+    tol, zero_tol = check_tol(tol, "tol"), check_tol(zero_tol, "zero_tol")
+    Y = np.asarray(Y, dtype=np.float64)
+    if Y.ndim != 2 or not np.all(np.isfinite(Y)):
+        raise InputError(f"Y must be a finite (n, m) array, got shape {Y.shape}.")
     norms = np.linalg.norm(Y, axis=1)
     nz = np.flatnonzero(norms > zero_tol * max(float(norms.max(initial=0.0)), np.finfo(float).tiny))
     D = Y[nz] / norms[nz, None]
@@ -60,6 +64,7 @@ def parallel_classes(Y: np.ndarray, *, tol: float = 1e-10, zero_tol: float = 1e-
         while block.size:
             ref = D[block[0]]
             same = np.max(np.abs(D[block] - ref), axis=1) <= 10 * tol
+            same[0] = True                     # the reference itself (always progresses)
             members = block[same]
             block = block[~same]
             if members.size >= 2:
@@ -68,6 +73,22 @@ def parallel_classes(Y: np.ndarray, *, tol: float = 1e-10, zero_tol: float = 1e-
                 singletons += 1
     classes.sort(key=lambda c: -c.size)
     return classes, {"n_nonzero": int(nz.size), "n_singletons": int(singletons)}
+
+
+def _refuse_antipodal(Y: np.ndarray, classes: list) -> None:
+    """Corrected condition of Algorithm 7: refuse when two classes of at least d columns are antipodal."""
+    if len(classes) < 2:
+        return
+    dirs = np.array([Y[c[0]] / np.linalg.norm(Y[c[0]]) for c in classes])
+    C = dirs @ dirs.T
+    i, j = np.unravel_index(int(np.argmin(C)), C.shape)
+    if C[i, j] < -1 + 1e-8:
+        raise AssumptionError(
+            f"two classes of parallel output columns (sizes {classes[i].size} and {classes[j].size}) point in "
+            "opposite directions, so U* has columns [u, -c u] (c > 0): Algorithm 7 needs no two columns of U* to be collinear (scalar multiples of either "
+            "sign). The paper's condition (no two columns are non-negative multiples) is insufficient: samples "
+            "where only these two units are active give outputs (f_i - f_j) u, parallel to ±u, which corrupt "
+            "both classes (spec 004 §2.8 erratum; Bakshi et al. Theorem 11).")
 
 
 def algorithm7(X: Any, Y: Any, n_hidden: int | None = None, *, activation: Any = "relu", tol: float = 1e-10,
@@ -115,6 +136,7 @@ def algorithm7(X: Any, Y: Any, n_hidden: int | None = None, *, activation: Any =
     n, d = X.shape
     m = Y.shape[1]
     k = None if n_hidden is None else check_positive_int(n_hidden, "n_hidden")
+    tol, tol_residual = check_tol(tol, "tol"), check_tol(tol_residual, "tol_residual")
     if m == 1 and k is not None and k > 1:
         raise AssumptionError("Algorithm 7 with one output (m = 1) can only work for k = 1: every output is a "
                               "non-negative multiple of the same direction, so the units cannot be told apart "
@@ -125,6 +147,7 @@ def algorithm7(X: Any, Y: Any, n_hidden: int | None = None, *, activation: Any =
     diagnostics: dict = {"class_sizes": [int(c.size) for c in classes[: max(k_used, 1) + 3]],
                          "n_classes": len(classes), "n_classes_ge_d": len(big), "min_class_size": d,
                          "k_inferred": len(big), **cinfo}
+    _refuse_antipodal(Y, big)
     if k_used == 0 or len(big) < k_used:
         raise InputError(f"Algorithm 7 found {len(big)} classes of at least d = {d} positive-parallel output "
                          f"columns but needs {k_used or 'at least one'}: insufficient samples (Lemma 21 needs "
@@ -133,16 +156,6 @@ def algorithm7(X: Any, Y: Any, n_hidden: int | None = None, *, activation: Any =
                          "class and cannot be separated: the corrected condition of spec 004 §2.8 excludes it.)")
     chosen = big[:k_used]
     dirs = np.array([Y[c[0]] / np.linalg.norm(Y[c[0]]) for c in chosen])
-    C = dirs @ dirs.T
-    for i in range(k_used):
-        for j in range(i + 1, k_used):
-            if C[i, j] < -1 + 1e-8:
-                raise AssumptionError(
-                    f"output-weight columns {i} and {j} look antipodal ([u, -u] up to scale): Algorithm 7 needs "
-                    "no two columns of U* to be collinear (scalar multiples of either sign). The paper's "
-                    "condition (no two columns are non-negative multiples) is insufficient: samples where "
-                    "only these two units are active give outputs (f_i - f_j) u, parallel to ±u, which "
-                    "corrupt both classes (spec 004 §2.8 erratum; Bakshi et al. Theorem 11).")
     V = np.empty((k_used, d))
     class_res = []
     for i, c in enumerate(chosen):

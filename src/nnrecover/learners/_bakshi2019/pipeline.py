@@ -27,7 +27,7 @@ from ...errors import AssumptionError, InputError
 from ...moments.base import accumulate
 from ...moments.engine import as_data_source
 from ...moments.statistics import SecondMoment
-from ._common import ExactResult, check_rectified
+from ._common import ExactResult, check_rectified, check_tol
 from .exact import algorithm5, certify_or_raise, refine_from_unmixing
 from .tensor_step import _Tail, approximate_hidden_weights
 
@@ -50,7 +50,8 @@ def refinement_ladder(n_refine: int, d: int, k: int) -> list[int]:
     return out
 
 
-def split_refinement(source, n_refine: int) -> tuple[np.ndarray, np.ndarray]:
+def split_refinement(source, n_refine: int, *, name: str = "n_refine", purpose: str = "the exact step"
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """The first ``n_refine`` rows of a data source, in memory (the refinement sample X̄, Ā^T)."""
     xs, ys, have = [], [], 0
     for X, Y in source.chunks(progress=False):
@@ -61,7 +62,8 @@ def split_refinement(source, n_refine: int) -> tuple[np.ndarray, np.ndarray]:
         if have >= n_refine:
             break
     if have < n_refine:
-        raise InputError(f"the data have {have} rows but n_refine={n_refine} are reserved for the exact step.")
+        raise InputError(f"the data have {have} rows but {name}={n_refine} are reserved for {purpose}; pass "
+                         f"more samples or a smaller {name}.")
     return np.concatenate(xs), np.concatenate(ys)
 
 
@@ -191,9 +193,19 @@ def ica_unmixing(X: Any, Y: Any = None, n_hidden: int | None = None, *, sketch: 
 
     gen = check_random_state(rng)
     source = as_data_source(X, Y)
+    source.require_targets("Algorithm 3 (ICA)")
     k = check_positive_int(n_hidden, "n_hidden")
     if sketch not in ("svd", "gaussian"):
         raise InputError(f"sketch must be 'svd' or 'gaussian', got {sketch!r}.")
+    skip = check_positive_int(skip, "skip", minimum=0)
+    max_iter = check_positive_int(max_iter, "max_iter")
+    tol = check_tol(tol, "tol")
+    if max_samples is not None:
+        max_samples = check_positive_int(max_samples, "max_samples")
+    m = source.info.n_outputs if source.info.n_outputs is not None else source.peek()[1].shape[1]
+    if k > m:
+        raise AssumptionError(f"Algorithm 3 sketches the outputs to k dimensions and needs U* (m x k) of rank k, so "
+                              f"k <= m; got k={k}, m={m}. For m < k use algorithm7 (FPT, Section 6).")
     if fun == "skew":
         fun = _skew_contrast
     tail = _Tail(source, skip, None, chunk_size)
@@ -202,7 +214,6 @@ def ica_unmixing(X: Any, Y: Any = None, n_hidden: int | None = None, *, sketch: 
         lam, vec = np.linalg.eigh(0.5 * (sec.yy + sec.yy.T))
         T = vec[:, np.argsort(-lam)[:k]].T
     else:
-        m = source.info.n_outputs if source.info.n_outputs is not None else source.peek()[1].shape[1]
         T = gen.standard_normal((k, m))
     parts, have = [], 0
     for Xc, Yc in tail:

@@ -30,8 +30,8 @@ import numpy as np
 import scipy.linalg
 
 from ..._validation import as_2d_float, check_positive_int
-from ...errors import ConvergenceError, InputError
-from ._common import ExactResult, check_samples, relative_residual
+from ...errors import AssumptionError, ConvergenceError, InputError
+from ._common import ExactResult, check_flag, check_samples, check_tol, relative_residual
 from .pipeline import gaussian_pipeline
 
 __all__ = ["principal_component_pursuit", "polish_low_rank", "incoherence", "sparse_noise_pipeline"]
@@ -67,9 +67,11 @@ def principal_component_pursuit(A: Any, *, lam: float | None = None, tol: float 
     """
     A = as_2d_float(A, "A")
     n, m = A.shape
-    lam = 1.0 / np.sqrt(max(n, m)) if lam is None else float(lam)
-    if not (np.isfinite(lam) and lam > 0):
-        raise InputError(f"lam must be a positive number, got {lam!r}.")
+    lam = 1.0 / np.sqrt(max(n, m)) if lam is None else check_tol(lam, "lam")
+    tol = check_tol(tol, "tol")
+    rho = check_tol(rho, "rho")
+    if rho <= 1:
+        raise InputError(f"rho (growth factor of the penalty μ) must be > 1, got {rho!r}.")
     check_positive_int(max_iter, "max_iter")
     normA = float(np.linalg.norm(A))
     if normA == 0:
@@ -110,8 +112,14 @@ def polish_low_rank(A: Any, M0: Any, rank: int, *, clean_tol: float = 1e-7, tol:
         ``n_iter``, ``clean_residual`` (relative, on the clean entries), ``n_corrupted``.
     """
     A = as_2d_float(A, "A")
-    M0 = as_2d_float(M0, "M0")
+    M0 = as_2d_float(M0, "M0", n_features=A.shape[1])
+    if M0.shape != A.shape:
+        raise InputError(f"M0 must have the shape of A {A.shape}, got {M0.shape}.")
     k = check_positive_int(rank, "rank")
+    if k > min(A.shape):
+        raise InputError(f"rank={k} exceeds min(A.shape) = {min(A.shape)}.")
+    clean_tol, tol = check_tol(clean_tol, "clean_tol"), check_tol(tol, "tol")
+    max_iter = check_positive_int(max_iter, "max_iter")
     U, s, Vt = scipy.linalg.svd(M0, full_matrices=False, check_finite=False)
     H = U[:, :k] * s[:k]
     W = Vt[:k].T
@@ -120,6 +128,13 @@ def polish_low_rank(A: Any, M0: Any, rank: int, *, clean_tol: float = 1e-7, tol:
     clean = np.abs(A - M) <= clean_tol * scale
     res, it = np.inf, 0
     for it in range(1, max_iter + 1):
+        short = min(int(clean.sum(axis=1).min()), int(clean.sum(axis=0).min()))
+        if short < k:
+            raise ConvergenceError(
+                f"the clean set left by robust PCA has a row or column with only {short} < rank = {k} clean "
+                "entries, so the low-rank refit is undetermined: the principal component pursuit did not "
+                "separate a rank-k part (check lam = 1/sqrt(max(n, m)), Theorem 14 / Candès et al. 2011, and that "
+                "the corruptions are sparse and U* incoherent).")
         Cf = clean.astype(float)
         G = np.einsum("ij,jk,jl->ikl", Cf, W, W)                 # per row i: W^T diag(c_i) W
         H = np.linalg.solve(G, np.einsum("ij,jk->ik", Cf * A, W)[..., None])[..., 0]
@@ -147,6 +162,8 @@ def incoherence(M: Any, rank: int) -> dict:
     M = as_2d_float(M, "M")
     k = check_positive_int(rank, "rank")
     a, b = M.shape
+    if k > min(a, b):
+        raise InputError(f"rank={k} exceeds min(M.shape) = {min(a, b)}.")
     P, _, Qt = scipy.linalg.svd(M, full_matrices=False, check_finite=False)
     P, Qt = P[:, :k], Qt[:k]
     left = float(np.max(np.sum(P * P, axis=1)) * a / k)
@@ -181,10 +198,22 @@ def sparse_noise_pipeline(X: Any, Y: Any, n_hidden: int, *, lam: float | None = 
     ExactResult
         With ``diagnostics['pcp']`` (solver info), ``['polish']``, ``n_corrupted_detected``,
         ``corrupted_fraction``.
+
+    Raises
+    ------
+    AssumptionError
+        ``k > min(m, d)``, or a failed assumption of the exact pipeline.
+    ConvergenceError
+        The polish finds too few clean entries (PCP did not separate a rank-k part, e.g. with an unweighted
+        ℓ1 term), or ``strict=True`` and the certificates fail.
     """
     t0 = time.perf_counter()
     X, Y = check_samples(X, Y)
     k = check_positive_int(n_hidden, "n_hidden")
+    if k > min(Y.shape[1], X.shape[1]):
+        raise AssumptionError(f"Corollary 8 needs U* (m x k) and V* (k x d) of rank k, so k <= min(m, d); got "
+                              f"k={k}, m={Y.shape[1]}, d={X.shape[1]}.")
+    check_flag(polish, "polish")
     M, E, pinfo = principal_component_pursuit(Y, lam=lam, tol=pcp_tol)
     diag: dict = {"pcp": pinfo}
     if polish:

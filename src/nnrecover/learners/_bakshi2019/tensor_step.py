@@ -61,6 +61,7 @@ from ...moments.engine import as_data_source
 from ...moments.hermite import HermiteTensorStatistic
 from ...moments.statistics import MeanStatistic, SecondMoment
 from ...tensor import jennrich, joint_diagonalize, whiten
+from ._common import check_flag
 
 __all__ = ["ApproximateResult", "choose_order", "approximate_hidden_weights",
            "approximate_hidden_weights_population", "decompose_projected", "HERMITE_TOL"]
@@ -261,7 +262,7 @@ def _finish_directions(W: np.ndarray, P: np.ndarray, L: np.ndarray | None) -> np
 
 def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = None, *, activation: Any = "relu",
                                order: "int | str" = "auto", span: str = "auto", control_variates: bool = True,
-                               whiten: "bool | str" = False, skip: int = 0, n_draws: int = 8,
+                               whiten: bool = False, skip: int = 0, n_draws: int = 8,
                                paper_noise: bool = False, decomposition: str = "joint",
                                chunk_size: int | None = None, rng: Any = None) -> ApproximateResult:
     """Approximate hidden directions ``v_j ≈ ±V*_j`` from Gaussian moments (Algorithm 4 steps 1-4, Options A-C).
@@ -320,8 +321,10 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
         raise InputError(f"span must be 'auto', 'linear' or 'second', got {span!r}.")
     if decomposition not in ("joint", "jennrich", "whiten"):
         raise InputError(f"decomposition must be 'joint', 'jennrich' or 'whiten', got {decomposition!r}.")
-    if whiten not in (True, False):
-        raise InputError(f"whiten must be True or False, got {whiten!r}.")
+    whiten = check_flag(whiten, "whiten")
+    control_variates = check_flag(control_variates, "control_variates")
+    paper_noise = check_flag(paper_noise, "paper_noise")
+    n_draws = check_positive_int(n_draws, "n_draws")
     m_hint = info.n_outputs
     if m_hint is None:
         m_hint = source.peek()[1].shape[1]
@@ -331,7 +334,10 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
     # pass 1: E[x], E[y], E[x x^T], E[y x^T] on the moment rows
     base = _Tail(source, skip, _noise_fn(noise_seed), chunk_size)
     mean, second = accumulate([MeanStatistic(), SecondMoment()], base)
-    n_mom = mean.n
+    n_mom = int(mean.n or 0)
+    if n_mom == 0:
+        raise InputError(f"the tensor step has no moment samples left after the {skip} rows reserved for the "
+                         "exact / sign step; pass more samples or reserve fewer rows.")
     d, m = mean.n_inputs, mean.n_outputs
     if k > d:
         raise AssumptionError(f"V* must have full row rank k <= d (Bakshi et al. Section 1); got k={k} > d={d}.")

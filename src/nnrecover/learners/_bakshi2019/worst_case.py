@@ -36,7 +36,7 @@ import numpy as np
 import scipy.linalg
 from scipy.optimize import linprog
 
-from ..._validation import check_positive_int
+from ..._validation import as_2d_float, check_positive_int
 from ...errors import AssumptionError, InputError
 from ...activations import get_activation
 from ._common import ExactResult, check_samples, relative_residual, row_space_basis
@@ -144,13 +144,16 @@ def iterative_lp(X: Any, basis: Any, pattern: Any, previous: Any = None) -> dict
     -------
     dict with ``w`` (d,), ``z`` (k,), ``y`` (n,) ``= X w``, ``n_lps`` (LPs solved), or None if infeasible.
     """
-    X = np.asarray(X, dtype=np.float64)
-    Vp = np.asarray(basis, dtype=np.float64)
+    X = as_2d_float(X, "X")
+    Vp = as_2d_float(basis, "basis")
     S = np.asarray(pattern, dtype=bool)
     n, d = X.shape
     k = Vp.shape[0]
     if Vp.shape[1] != n or S.shape != (n,):
         raise InputError(f"basis must be (k, n) and pattern (n,) with n = {n}.")
+    prev = None if previous is None else np.atleast_2d(np.asarray(previous, dtype=np.float64))
+    if prev is not None and (prev.ndim != 2 or prev.shape[1] != n or not np.all(np.isfinite(prev))):
+        raise InputError(f"previous must be a finite (i - 1, n) = (i - 1, {n}) array, got shape {prev.shape}.")
     # variables u = [w (d), z (k)]
     Xw = np.hstack([X, np.zeros((n, k))])                     # row j: (x_j . w)
     Aeq = np.vstack([np.hstack([X[S], -Vp[:, S].T]),           # (C3) on S: x_j w - (z V')_j = 0
@@ -171,7 +174,6 @@ def iterative_lp(X: Any, basis: Any, pattern: Any, previous: Any = None) -> dict
     n_lps = 1
     if sol is None:
         return None
-    prev = None if previous is None else np.atleast_2d(np.asarray(previous, dtype=np.float64))
     if prev is not None and prev.size:
         Q, _ = np.linalg.qr(prev.T)                            # orthonormal basis of span{f(y^j)}
         XS = np.where(S[:, None], X, 0.0)                       # X_S (columns off S zeroed)
