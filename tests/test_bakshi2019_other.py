@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import nnrecover as nr
-from nnrecover.errors import AssumptionError, InputError
+from nnrecover.errors import AssumptionError, ConvergenceError, InputError
 
 from nnrecover.learners.bakshi2019 import (NoisyReLULearner, algorithm2, algorithm6, algorithm7, algorithm8,
                                            assignment_to_separator,
@@ -218,6 +218,13 @@ def test_sparse_noise_pcp_then_exact():
     assert abs(res.diagnostics["n_corrupted_detected"] - mask.sum()) <= 0.01 * mask.sum()
     raw = sparse_noise_pipeline(X, Y, k, polish=False, rng=0)   # PCP alone: solver precision only
     assert not raw.certified or nr.metrics.parameter_error(raw.network, net)["max_unit_error"] < 1e-8
+    # erratum 12: the paper's display min ||M||_* + ||E||_1 has no weight. With λ = 1 the ℓ1 term costs
+    # more than the nuclear norm of any full-rank part (||E||_1 >= ||E||_* here), so PCP puts everything
+    # into M (rank m, no separation) and the pipeline refuses instead of certifying
+    M1, _, info1 = principal_component_pursuit(Y, lam=1.0)
+    assert info1["rank"] == m and np.linalg.norm(M1 - M) > np.linalg.norm(M)
+    with pytest.raises(ConvergenceError, match="did not separate"):
+        sparse_noise_pipeline(X, Y, k, lam=1.0, rng=0)
 
 
 # ------------------------------------------------------------------------------------------ Algorithm 8
