@@ -280,3 +280,44 @@ def test_paper_noise_device_and_dask_input():
     learner = ExactReLULearner(3, random_state=0).fit(da.from_array(X, chunks=(20_000, 8)),
                                                       da.from_array(Y, chunks=(20_000, 4)))
     assert learner.diagnostics_["certified"] and _max_unit_error(learner, net) < 1e-10
+
+
+# ------------------------------------------------------------------------------------- applies_to hooks
+
+@pytest.mark.parametrize("learner", [ExactReLULearner, nr.learners.NoisyReLULearner])
+def test_applies_to(learner):
+    """The optional hook read by the learner comparison (experiments/baseline.py): (bool, reason), never
+    raising; refused: m < k, k > d, non-rectified f, non-Gaussian or non-centred inputs."""
+    D = nr.distributions
+    net = nr.random_network(10, 4, 4, rng=0)
+    ok, why = learner.applies_to(net, GAUSS(10))
+    assert ok and "Gaussian" in why
+    ok, why = learner.applies_to(net, D.Gaussian(np.diag(np.arange(1.0, 11.0))))
+    assert ok and "whiten=True" in why
+    ok, why = learner.applies_to(nr.random_network(10, 4, 4, rng=0, bias_range=(-0.1, 0.1)), GAUSS(10))
+    assert ok and "biases" in why
+    refused = [(nr.random_network(10, 4, 2, rng=0), GAUSS(10), "algorithm7"),
+               (nr.random_network(3, 4, 5, rng=0), GAUSS(3), "k <= d"),
+               (nr.random_network(10, 4, 5, activation="tanh", rng=0), GAUSS(10), "rectified"),
+               (net, D.Rademacher(10), "not Gaussian"),
+               (net, D.SymmetricMixture(np.ones((1, 10))), "not Gaussian"),
+               (net, D.Gaussian(np.eye(10), mean=np.ones(10)), "non-zero mean"),
+               ("not a network", GAUSS(10), "TwoLayerNetwork")]
+    for teacher, dist, reason in refused:
+        ok, why = learner.applies_to(teacher, dist)
+        assert not ok and reason in why, (reason, why)
+    U = net.output_weights.copy()
+    U[:, 1] = U[:, 0]
+    ok, why = learner.applies_to(nr.TwoLayerNetwork(net.hidden_weights, None, U), GAUSS(10))
+    assert not ok and "U* are rank deficient" in why
+
+
+def test_compare_learners_reads_applies_to():
+    """With m < k the comparison reports both learners as not applicable without fitting them."""
+    from nnrecover.experiments.baseline import compare_learners
+
+    teacher = nr.random_network(6, 3, 2, rng=0)
+    df = compare_learners(teacher, GAUSS(6), 2_000, rng=0, learners=["exact-relu", "bjw19-noisy"])
+    assert list(df["learner"]) == ["exact-relu", "bjw19-noisy"]
+    assert df["status"].str.startswith("not applicable: n_outputs = 2 < n_hidden = 3").all()
+    assert df["fit_time_s"].isna().all()

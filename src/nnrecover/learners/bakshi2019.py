@@ -92,6 +92,41 @@ __all__ = [
 ]
 
 _PAPER = "bakshi2019"
+
+
+def _applies(network: TwoLayerNetwork, distribution: Any, *, noiseless: bool) -> tuple[bool, str]:
+    """Shared ``applies_to`` of the two learners (Bakshi et al. Sections 1, 4, 5; Remark 3; Appendix 9.1)."""
+    from ..distributions import Gaussian, StandardGaussian
+
+    if not isinstance(network, TwoLayerNetwork):
+        return False, f"not a TwoLayerNetwork ({type(network).__name__})"
+    act = network.activation
+    if not act.rectified or act.inverse_positive is None:
+        return False, (f"activation {act.spec!r} is not rectified (Bakshi et al. need f = 0 on t <= 0 and an "
+                       "injective φ > 0 on t > 0: relu, relu_power(p), exp_minus_one)")
+    k, d, m = network.n_hidden, network.n_inputs, network.n_outputs
+    if k > d:
+        return False, f"n_hidden = {k} > n_inputs = {d} (V* must have rank k <= d)"
+    if m < k:
+        return False, (f"n_outputs = {m} < n_hidden = {k} (U* must have rank k <= m; for m < k the function "
+                       "algorithm7 (Section 6) applies)")
+    if np.linalg.matrix_rank(network.hidden_weights) < k:
+        return False, "the hidden weights V* are rank deficient (rank V* = k is required)"
+    if np.linalg.matrix_rank(network.output_weights) < k:
+        return False, "the output weights U* are rank deficient (rank U* = k is required)"
+    if not isinstance(distribution, (StandardGaussian, Gaussian)):
+        return False, (f"the input law {type(distribution).__name__} is not Gaussian (the moment step assumes "
+                       "x ~ N(0, I), or N(0, Σ) with whiten=True; Stein's identity needs the Gaussian score)")
+    if np.any(np.asarray(distribution.mean) != 0):
+        return False, "the Gaussian input has a non-zero mean (Bakshi et al. assume x ~ N(0, Σ))"
+    if np.linalg.matrix_rank(np.asarray(distribution.covariance)) < d:
+        return False, "the input covariance is singular (Remark 3 needs a non-degenerate Gaussian)"
+    notes = ["Gaussian input, k <= min(d, m), U* and V* of rank k, rectified activation"]
+    if not distribution.is_standard_gaussian:
+        notes.append("Σ != I: fit with whiten=True (Remark 3)")
+    if np.any(network.hidden_bias != 0) or np.any(network.output_bias != 0):
+        notes.append("biases are outside the model" + (": the exact certificates will fail" if noiseless else ""))
+    return True, "; ".join(notes)
 _GAUSS = "x ~ N(0, I) (N(0, Σ) with whiten=True)"
 _RANKS = "U* (m x k) and V* (k x d) of rank k"
 _RECT = "rectified activation f = φ > 0 on t > 0 (relu, relu_power, exp_minus_one)"
@@ -241,6 +276,17 @@ class ExactReLULearner(BaseLearner):
         U, _ = regression_output_weights(V, Xb, Yb, activation=self.activation)
         return TwoLayerNetwork(V, None, U, None, self.activation)
 
+    @classmethod
+    def applies_to(cls, network: TwoLayerNetwork, distribution: Any) -> tuple[bool, str]:
+        """Whether Theorem 7's assumptions hold for a teacher and an input law: ``(bool, reason)``.
+
+        Requires a rectified activation, ``k <= min(d, m)`` with ``U*`` and ``V*`` of rank k, and zero-mean
+        non-degenerate Gaussian inputs (``N(0, Σ)`` with ``Σ != I`` needs ``whiten=True``; the reason says
+        so). Biases are outside the paper's model: the teacher is still accepted (the learner then
+        reports failed certificates and falls back), and the reason says so. Never raises.
+        """
+        return _applies(network, distribution, noiseless=True)
+
 
 class NoisyReLULearner(BaseLearner):
     """Approximate recovery under i.i.d. sub-Gaussian label noise (Bakshi et al. 2019, Theorem 10).
@@ -294,6 +340,14 @@ class NoisyReLULearner(BaseLearner):
         diagnostics["noisy"] = res.diagnostics
         diagnostics["route"] = res.diagnostics["route"]
         return self._maybe_refine(res.network, source, rng, diagnostics)
+
+    @classmethod
+    def applies_to(cls, network: TwoLayerNetwork, distribution: Any) -> tuple[bool, str]:
+        """Whether Theorem 10's assumptions hold for a teacher and an input law: ``(bool, reason)``.
+
+        The same conditions as :meth:`ExactReLULearner.applies_to` (label noise is allowed). Never raises.
+        """
+        return _applies(network, distribution, noiseless=False)
 
 
 # ------------------------------------------------------------------------------------------ registry
