@@ -146,6 +146,9 @@ def test_whitening_for_non_identity_covariance():
     assert _dir_error(raw.hidden_weights, net.hidden_weights) > 0.2
     res = gaussian_pipeline(X, Y, k, whiten=True, rng=0)
     assert res.certified and _max_unit_error(res, net) < 1e-10
+    learner = ExactReLULearner(k, whiten=True, refine=False, random_state=0).fit(X, Y)
+    assert learner.diagnostics_["certified"] and learner.diagnostics_["exact"]["approximate"]["whitened"]
+    assert _max_unit_error(learner, net) < 1e-10
 
 
 # ------------------------------------------------------------------------------------------ pipelines
@@ -187,9 +190,9 @@ def test_ica_route_never_certifies_wrong_answer_for_non_orthonormal_v():
 
 
 def test_rectified_activations_pipeline():
-    """Appendix 9.1 through the whole pipeline: relu_power(3) (order 2) and exp_minus_one (order 2,
-    identifiable row norms)."""
-    for act in ("relu_power(3)", "exp_minus_one"):
+    """Appendix 9.1 through the whole pipeline (default order 2, then φ^{-1} in the exact systems):
+    relu_power(2), relu_power(3) and exp_minus_one (identifiable row norms)."""
+    for act in ("relu_power(2)", "relu_power(3)", "exp_minus_one"):
         net = nr.random_network(8, 3, 4, activation=act, rng=7, condition_number=3).canonical()
         X, Y = nr.sample(net, GAUSS(8), 100_000, rng=8)
         res = gaussian_pipeline(X, Y, 3, activation=act, rng=0)
