@@ -101,9 +101,9 @@ def _exact_trial(d, k, m, n, kappa, route, seed) -> dict:
 
 @experiment("bjw19-exact", paper="bakshi2019",
             description="exact recovery (tensor route and ICA route): success rate vs n and κ(V); must-show runs")
-def exact_experiment(*, rng: Any = None, quick: bool = False, suite: str = "grid", routes: "Sequence[str] | None" = None,
-                     n_values: Sequence[int] | None = None, kappas: Sequence[float] | None = None,
-                     trials: int | None = None):
+def exact_experiment(*, rng: Any = None, quick: bool = False, suite: str = "grid",
+                     routes: "Sequence[str] | None" = None, n_values: Sequence[int] | None = None,
+                     kappas: Sequence[float] | None = None, trials: int | None = None):
     """Exact recovery from noiseless Gaussian samples (see the module docstring).
 
     Options: ``suite`` ("grid" or "must-show"); ``routes``, a subset of ("tensor", "ica") (grid default

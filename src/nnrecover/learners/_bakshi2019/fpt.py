@@ -85,10 +85,11 @@ def _refuse_antipodal(Y: np.ndarray, classes: list) -> None:
     if C[i, j] < -1 + 1e-8:
         raise AssumptionError(
             f"two classes of parallel output columns (sizes {classes[i].size} and {classes[j].size}) point in "
-            "opposite directions, so U* has columns [u, -c u] (c > 0): Algorithm 7 needs no two columns of U* to be collinear (scalar multiples of either "
-            "sign). The paper's condition (no two columns are non-negative multiples) is insufficient: samples "
-            "where only these two units are active give outputs (f_i - f_j) u, parallel to ±u, which corrupt "
-            "both classes (spec 004 §2.8 erratum; Bakshi et al. Theorem 11).")
+            "opposite directions, so U* has columns [u, -c u] (c > 0): Algorithm 7 needs no two columns of "
+            "U* to be collinear (scalar multiples of either sign). The paper's condition (no two columns are "
+            "non-negative multiples) is insufficient: samples where only these two units are active give "
+            "outputs (f_i - f_j) u, parallel to ±u, which corrupt both classes (spec 004 §2.8 erratum; Bakshi "
+            "et al. Theorem 11).")
 
 
 def algorithm7(X: Any, Y: Any, n_hidden: int | None = None, *, activation: Any = "relu", tol: float = 1e-10,
