@@ -315,12 +315,27 @@ def test_lemma16_pair():
 
 
 def test_registry_lists_bakshi2019():
+    """Every algorithm of the paper is registered under its own label, with a public target; the two
+    estimators are the only learners."""
+    import re
+
+    import nnrecover.learners.bakshi2019 as mod
+
     recs = {r.name: r for r in nr.learners.available("bakshi2019")}
     for name, label in [("exact-relu", "Algorithms 4-5"), ("bjw19-algorithm5", "Algorithm 5"),
                         ("bjw19-algorithm7", "Algorithm 7"), ("bjw19-algorithm2", "Algorithm 2"),
                         ("bjw19-algorithm8", "Algorithm 8"), ("bjw19-pcp", "Theorem 14")]:
         assert label in recs[name].algorithm
     assert recs["exact-relu"].is_learner and recs["exact-relu"].target is nr.learners.ExactReLULearner
+    assert {n for n, r in recs.items() if r.is_learner} == {"exact-relu", "bjw19-noisy"}
+    labels = " | ".join(r.algorithm for r in recs.values())
+    for i in range(1, 9):                        # Algorithms 1-8, each with a record of its own
+        assert any(re.match(rf"Algorithm {i}\b", r.algorithm) for r in recs.values()), i
+    for ref in ("Lemma 1", "Lemma 16", "Lemma 20", "Theorem 2", "Theorem 10", "Theorem 14", "Corollary 5",
+                "Proposition 2", "Definition 13"):
+        assert ref in labels, ref
+    for r in recs.values():                      # targets are public API of the module
+        assert r.target.__name__ in mod.__all__ and getattr(mod, r.target.__name__) is r.target
 
 
 # ------------------------------------------------------------------------------------------ experiments

@@ -18,13 +18,16 @@ Theorem 5, Algorithm 4 steps 1-4 (tensor step)     :func:`approximate_hidden_wei
                                                    order from the Hermite coefficients), population form
 Algorithm 4 / Theorem 7 (Gaussian, exact)          :func:`gaussian_pipeline`, :func:`algorithm4` (order 3)
 Algorithm 5 / Theorem 6 (exact V*, signs)          :func:`algorithm5` (threshold and margin forms)
+Algorithm 5 step 3, Algorithm 3 step 5 (Lemma 10)  :func:`row_from_zero_set` (null-space certificates)
 Lemma 16 (n = Ω(κ) lower bound)                    :func:`lemma16_instances`
 Lemmas 7, 8, 19, 21 (pattern facts)                :func:`sign_pattern_statistics`
 Algorithm 6, Lemma 20, Theorem 10 (noise)          :func:`algorithm6`, :func:`regression_output_weights`,
                                                    :func:`noisy_pipeline`, :class:`NoisyReLULearner`
 Algorithm 7 / Theorem 11 (FPT, m < k)              :func:`algorithm7` (corrected non-collinearity)
-Algorithm 8 / Theorems 12-13 (arbitrary noise)     :func:`algorithm8`, :func:`pv_halfspace`, :func:`grid_candidates`
+Algorithm 8 / Theorems 12-13 (arbitrary noise)     :func:`algorithm8`; step 1 :func:`gaussian_sketch`, step 2
+                                                   :func:`grid_candidates`, step 3 :func:`pv_halfspace`
 Theorem 14 / Corollary 8 (sparse noise)            :func:`principal_component_pursuit`, :func:`sparse_noise_pipeline`
+Definition 13, Lemma 24 (incoherence)              :func:`incoherence`
 Remark 3 (N(0, Σ))                                 ``whiten=True``
 Appendix 9.1 (rectified f = φ on t > 0)            ``activation="relu_power(p)"`` / ``"exp_minus_one"``
 estimator (Gaussian pipeline)                      :class:`ExactReLULearner`
@@ -367,9 +370,18 @@ register("bjw19-algorithm2", paper=_PAPER, algorithm="Algorithm 2 (Theorem 1)", 
 register("bjw19-algorithm3", paper=_PAPER, algorithm="Algorithm 3 (Theorem 4)", target=algorithm3,
          assumptions=("x ~ N(0, I)", "V* orthonormal rows", "U* rank k", _RECT),
          description="ICA (FastICA, skewness signs) + exact steps 4-8")
-register("bjw19-algorithm3-refine", paper=_PAPER, algorithm="Algorithm 3 steps 4-8 (Corollary 5)",
+register("bjw19-algorithm3-ica", paper=_PAPER, algorithm="Algorithm 3 steps 1-3 (Lemma 6, Theorem 3)",
+         target=ica_unmixing, assumptions=("x ~ N(0, I)", "V* orthonormal rows", "U* rank k"),
+         description="sketch T A, FastICA, column signs by positive skewness: unmixing M ≈ D Π (TU*)^-1 T")
+register("bjw19-algorithm3-steps4-8", paper=_PAPER, algorithm="Algorithm 3 steps 4-8", target=refine_from_unmixing,
+         assumptions=(_RANKS, "M Ā ≈ D f(V* X̄), D > 0"),
+         description="exact V*, U* from an approximate unmixing matrix (threshold or margin form)")
+register("bjw19-algorithm3-refine", paper=_PAPER, algorithm="Corollary 5 (Algorithm 3 steps 4-8 from Û)",
          target=refine_from_output_weights, assumptions=(_RANKS, "Û ≈ U* Π D, D > 0"),
          description="exact V*, U* from approximate output weights")
+register("bjw19-row-from-zero-set", paper=_PAPER, algorithm="Algorithm 5 step 3 / Algorithm 3 step 5 (Lemma 10)",
+         target=row_from_zero_set, assumptions=("B a k-row basis of rowspan(Ā)",),
+         description="the row-span vector vanishing on a zero set, with null-space certificates (R0)")
 register("bjw19-tensor-step", paper=_PAPER, algorithm="Algorithm 4 steps 1-4 (Theorem 5)",
          target=approximate_hidden_weights, assumptions=(_GAUSS, _RANKS, "c_r(f) != 0"),
          description="approximate ±V* from order-2/3/4 Hermite moments (Options A-C)")
@@ -394,11 +406,29 @@ register("bjw19-algorithm7", paper=_PAPER, algorithm="Algorithm 7 (Theorem 11)",
 register("bjw19-algorithm8", paper=_PAPER, algorithm="Algorithm 8 (Theorem 13)", target=algorithm8,
          assumptions=("x ~ N(0, I)", "E independent of X"),
          description="sketch, candidate (SU*)^-1, noisy-halfspace PV estimator, selection by residual")
+register("bjw19-algorithm8-sketch", paper=_PAPER, algorithm="Algorithm 8 step 1 (Proposition 4)",
+         target=gaussian_sketch, description="Gaussian subspace-embedding sketch S with N(0, 1/k) entries")
+register("bjw19-algorithm8-grid", paper=_PAPER, algorithm="Algorithm 8 step 2 (Proposition 5)",
+         target=grid_candidates, assumptions=("toy sizes only",),
+         description="the exhaustive guess grid for (SU*)^-1, with signs; infeasible beyond toy sizes")
+register("bjw19-pv-halfspace", paper=_PAPER, algorithm="Algorithm 8 step 3 (eqs. 5-6, Theorem 12)",
+         target=pv_halfspace, assumptions=("x ~ N(0, I)", "label noise independent of X"),
+         description="Plan-Vershynin noisy-halfspace estimator in closed form X^T y / ||X^T y||")
 register("bjw19-pcp", paper=_PAPER, algorithm="Theorem 14, Corollary 8", target=sparse_noise_pipeline,
          assumptions=("x ~ N(0, I)", "U* orthonormal incoherent columns", "sparse E"),
          description="principal component pursuit (ADMM) + polish + exact pipeline")
-register("bjw19-hardness", paper=_PAPER, algorithm="Theorem 2, Propositions 1-2", target=sat_to_relu_separability,
-         description="reversible 6-SAT -> ReLU-separability -> network fitting builders with checkers")
+register("bjw19-principal-component-pursuit", paper=_PAPER, algorithm="Theorem 14 (principal component pursuit)",
+         target=principal_component_pursuit, assumptions=("M incoherent, E sparse with random support",),
+         description="min ||M||_* + λ ||E||_1 s.t. M + E = A by ADMM, λ = 1/sqrt(max(n, m))")
+register("bjw19-incoherence", paper=_PAPER, algorithm="Definition 13, Lemma 24", target=incoherence,
+         description="left, right and joint incoherence parameters of a rank-k matrix")
+register("bjw19-hardness", paper=_PAPER, algorithm="Proposition 2 (Definitions 4-5)", target=sat_to_relu_separability,
+         description="reversible 6-SAT -> ReLU-separability point sets (checker: is_relu_separated)")
+register("bjw19-theorem2", paper=_PAPER, algorithm="Theorem 2 (α fixed)", target=separability_to_network,
+         description="ReLU-separability -> 'is there V with α f(VX) = A' (k = 2; checker: check_network_instance)")
+register("bjw19-theorem2-variable-alpha", paper=_PAPER, algorithm="Theorem 2 (α a variable)",
+         target=separability_to_network_variable_alpha,
+         description="the same reduction with α a variable (two extra columns force α > 0)")
 register("bjw19-pattern-statistics", paper=_PAPER, algorithm="Lemmas 7, 8, 19, 21", target=sign_pattern_statistics,
          description="split frequencies θ/2π, κ vs θ_min, σ_min(f(VX)), 1-sparse column counts")
 register("bjw19-lemma16", paper=_PAPER, algorithm="Lemma 16", target=lemma16_instances,
