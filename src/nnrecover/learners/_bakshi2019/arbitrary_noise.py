@@ -22,7 +22,9 @@ Algorithm 8, as implemented (spec 004 §2.9):
 4. ``U = A f(V X)^†`` for each candidate ``V``; return the pair with the smallest ``||A - U f(VX)||_F``
    (the box's output ``W^{i*}`` means ``V^{i*}``).
 
-The recovered ``V`` has ``O(n^{-1/4})``-type accuracy (Theorem 12), not exact.
+The recovered ``V`` has ``O(n^{-1/4})``-type accuracy (Theorem 12), not exact. The paper's guarantee
+(Eq. (3) / Theorem 13) is stated with ``σ_max(U*)`` in the introduction and ``σ_min(U*)`` in Section 7; the
+proof rescales ``ε`` by ``1/(κ^2 k)`` and ends with ``σ_min`` (spec 004 §2.9, erratum 7).
 """
 
 from __future__ import annotations
@@ -140,6 +142,17 @@ def algorithm8(X: Any, Y: Any, n_hidden: int, *, candidates: "str | Iterable" = 
     ExactResult
         Not certified (approximate). ``diagnostics``: ``residual`` ``||A - U f(VX)||_F / ||A||_F``,
         ``n_candidates``, ``best_candidate``, ``best_eta``, ``residuals`` (per candidate, best eta).
+
+    Notes
+    -----
+    **The paper's exhaustive grid of step 2 is infeasible beyond toy sizes.** It has
+    ``ν = (c' k^8 ε^{-8} κ^8)^{k r}`` matrices with ``r = c_1 k / δ^2`` sketch rows, i.e.
+    ``2^{O(k^2 log(kκ/ε))}`` (already astronomical for k = 1), times ``O(log^2(nκ))`` guesses of
+    ``(κ, σ_min)``, ``O(log(nκ))`` guesses of ``||M S E||_F`` and ``O(n)`` repetitions of ``S``. Here
+    ``candidates="grid"`` enumerates a coarse signed grid and refuses more than ``max_candidates``
+    matrices (toy sizes: k r of 1 or 2); the default ``candidates="noisy"`` replaces the enumeration by
+    ``(S Û)^†`` from the noisy pipeline and its perturbations, and explicit candidates (e.g. an oracle
+    ``(S U*)^† + Λ``) can be passed. Selection by residual (step 4) is the paper's.
     """
     t0 = time.perf_counter()
     gen = check_random_state(rng)
