@@ -312,6 +312,15 @@ def test_lemma16_pair():
     hits = sum(lemma16_equal_outputs(g.standard_normal((20, 2)), 1e-3) for _ in range(50))
     assert hits >= 40
     assert not lemma16_equal_outputs(g.standard_normal((200, 2)), 0.5)
+    # erratum: the paper's second instance has a (not 2a) in its first row; then on the same samples the
+    # output is (x_1 + a x_2 + x_1 - 2a x_2)/2 = x_1 - a x_2/2 on x_1 > 0, not x_1: the pair is not equal
+    a = 1e-3
+    s2 = np.sqrt(1 + 4 * a * a)
+    literal = nr.TwoLayerNetwork(np.array([[1.0, a], [1.0, -2 * a]]) / s2, None, np.array([[s2 / 2, s2 / 2]]))
+    Xs = g.standard_normal((40, 2))
+    Xs = Xs[np.abs(Xs[:, 0]) > 2 * a * np.abs(Xs[:, 1])]        # the event of Lemma 16
+    assert lemma16_equal_outputs(Xs, a)
+    assert np.max(np.abs(literal.predict(Xs) - n1.predict(Xs))) > 1e-6
 
 
 def test_registry_lists_bakshi2019():
