@@ -381,3 +381,23 @@ def test_ica_sources_are_super_gaussian_and_signs_fixed_by_skewness():
     # ICA error ~ 1/sqrt(n) relative: the matched correlations are 1 - O(1e-4), and all positive
     assert np.all(best > 0.99)
     assert np.all(diag["source_skewness"] > 1.0)
+
+
+@pytest.mark.parametrize("learner", [ExactReLULearner, nr.learners.NoisyReLULearner])
+def test_learners_accept_arrays_chunks_streams_and_dask(learner):
+    """ARCHITECTURE §1: fit(X, Y), fit(iterable of (X, Y) chunks), fit(SampleStream), fit(dask X, dask Y).
+    The statistics are the same sums accumulated in other chunkings, so the fits agree to round-off
+    (the noiseless exact learner returns the teacher in every case)."""
+    import dask.array as da
+
+    net = nr.random_network(8, 3, 4, rng=19).canonical()
+    X, Y = nr.sample(net, GAUSS(8), 40_000, rng=20)
+    inputs = {"arrays": (X, Y), "list": ([(X[i:i + 7_000], Y[i:i + 7_000]) for i in range(0, 40_000, 7_000)],),
+              "stream": (nr.sample_stream(net, GAUSS(8), 40_000, chunk_size=7_000, rng=20),),
+              "dask": (da.from_array(X, chunks=(7_000, 8)), da.from_array(Y, chunks=(7_000, 4)))}
+    fits = {name: learner(3, refine=False, random_state=0).fit(*args) for name, args in inputs.items()}
+    ref = fits["arrays"].hidden_weights_
+    for name, est in fits.items():
+        assert np.max(np.abs(est.hidden_weights_ - ref)) < 1e-12, name
+        if learner is ExactReLULearner:
+            assert est.diagnostics_["certified"] and _max_unit_error(est, net) < 1e-10, name
