@@ -85,6 +85,18 @@ def _prepare(X, Y, n_hidden, activation, n_refine, what):
     return source, k, act, d, m, n_ref
 
 
+_TOLERANCES = ("tol_null", "tol_gap", "tol_consistency", "tol_residual")
+
+
+def _check_tolerances(tolerances: dict, what: str) -> dict:
+    """Only the certificate thresholds of :func:`.exact.algorithm5` may be passed through ``**tolerances``."""
+    unknown = sorted(set(tolerances) - set(_TOLERANCES))
+    if unknown:
+        raise InputError(f"{what} got unknown keyword argument(s) {', '.join(unknown)}; the extra keywords are the "
+                         f"certificate thresholds {', '.join(_TOLERANCES)}.")
+    return dict(tolerances)
+
+
 def _exact_ladder(V_approx, Xb, Yb, act, form, d, k, tolerances) -> ExactResult:
     res = None
     for ell in refinement_ladder(Xb.shape[0], d, k):
@@ -133,6 +145,7 @@ def gaussian_pipeline(X: Any, Y: Any = None, n_hidden: int | None = None, *, act
     """
     t0 = time.perf_counter()
     gen = check_random_state(rng)
+    tolerances = _check_tolerances(tolerances, "gaussian_pipeline")
     source, k, act, d, m, n_ref = _prepare(X, Y, n_hidden, activation, n_refine, "the Gaussian pipeline")
     Xb, Yb = split_refinement(source, n_ref)
     approx = approximate_hidden_weights(source, None, k, activation=act, order=order, span=span,
@@ -254,6 +267,7 @@ def algorithm3(X: Any, Y: Any = None, n_hidden: int | None = None, *, activation
     """
     t0 = time.perf_counter()
     gen = check_random_state(rng)
+    tolerances = _check_tolerances(tolerances, "algorithm3")
     source, k, act, d, m, n_ref = _prepare(X, Y, n_hidden, activation, n_refine, "Algorithm 3")
     Xb, Yb = split_refinement(source, n_ref)
     M, idiag = ica_unmixing(source, None, k, sketch=sketch, skip=n_ref, max_samples=max_ica_samples,

@@ -172,6 +172,16 @@ def incoherence(M: Any, rank: int) -> dict:
     return {"mu_left": left, "mu_right": right, "mu_joint": joint, "mu": max(left, right, joint)}
 
 
+def _pipeline_options() -> set:
+    import inspect
+
+    from .pipeline import _TOLERANCES
+
+    params = inspect.signature(gaussian_pipeline).parameters
+    return ({p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY} - {"strict", "rng"}) \
+        | set(_TOLERANCES)
+
+
 def sparse_noise_pipeline(X: Any, Y: Any, n_hidden: int, *, lam: float | None = None, pcp_tol: float = 1e-9,
                           polish: bool = True, strict: bool = False, rng: Any = None, **options) -> ExactResult:
     """Corollary 8: exact ``U*``, ``V*`` from Gaussian samples with sparse gross corruptions.
@@ -214,6 +224,11 @@ def sparse_noise_pipeline(X: Any, Y: Any, n_hidden: int, *, lam: float | None = 
         raise AssumptionError(f"Corollary 8 needs U* (m x k) and V* (k x d) of rank k, so k <= min(m, d); got "
                               f"k={k}, m={Y.shape[1]}, d={X.shape[1]}.")
     check_flag(polish, "polish")
+    allowed = _pipeline_options()
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise InputError(f"sparse_noise_pipeline got unknown option(s) {', '.join(unknown)}; options are passed to "
+                         f"gaussian_pipeline: {', '.join(sorted(allowed))}.")
     M, E, pinfo = principal_component_pursuit(Y, lam=lam, tol=pcp_tol)
     diag: dict = {"pcp": pinfo}
     if polish:
