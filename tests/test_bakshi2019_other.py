@@ -46,6 +46,12 @@ def test_algorithm6_signs_and_margin():
     _, d0 = algorithm6(net.hidden_weights * xi[:, None], X0, Y0)
     assert np.max(d0["a_plus"] * (xi > 0) + d0["a_minus"] * (xi < 0)) < 1e-20 * np.sum(Y0 ** 2)
     assert np.min(d0["margins"]) > 0.05
+    # erratum 5: the paper writes A (all n columns) in a^+ but Ā (the first ℓ) in a^-. Read literally, a^+
+    # carries the noise energy of n columns (about n m σ^2 = 6250 here) against ℓ m σ^2 = 1250 for a^-, and
+    # the comparison a^+ < a^- rejects even the right sign; both on Ā decide correctly
+    _, full = algorithm6(net.hidden_weights, X, Y)
+    _, part = algorithm6(net.hidden_weights, X[:1_000], Y[:1_000])
+    assert np.all(full["a_plus"] > part["a_minus"]) and np.all(part["a_plus"] < part["a_minus"])
 
 
 def test_lemma20_regression_exact_and_noisy():
@@ -59,6 +65,12 @@ def test_lemma20_regression_exact_and_noisy():
     Xn, Yn = nr.sample(net, GAUSS(8), 20_000, noise=0.5, rng=6)
     Un, _ = regression_output_weights(net.hidden_weights, Xn, Yn)
     assert np.linalg.norm(Un - net.output_weights) < 0.05
+    # erratum 11: Lemma 20's error term is O(1) √ℓ ε (linear in ε = ||V - V*||), not √(ℓ ε): on noiseless
+    # data a 10x smaller ε gives a 10x (not √10 = 3.2x) smaller ||U - U*||_F (first-order perturbation)
+    G = np.random.default_rng(7).standard_normal(net.hidden_weights.shape)
+    errs = [np.linalg.norm(regression_output_weights(net.hidden_weights + e * G / np.linalg.norm(G), X, Y)[0]
+                           - net.output_weights) for e in (1e-2, 1e-3)]
+    assert 7 < errs[0] / errs[1] < 13
 
 
 def test_noisy_pipeline_rate():
