@@ -98,6 +98,11 @@ def test_noisy_learner():
     e1 = nr.metrics.parameter_error(refined.network_, net)["max_unit_error"]
     assert e0 < 0.3 and e1 <= e0 + 1e-12
     assert refined.diagnostics_["refinement"]["ran"] is not False
+    white = NoisyReLULearner(3, decomposition="whiten", refine=False, random_state=0).fit(X, Y)
+    assert white.diagnostics_["noisy"]["approximate"]["decomposition"]["method"] == "whiten"
+    assert nr.metrics.parameter_error(white.network_, net)["max_unit_error"] < 0.3
+    with pytest.raises(InputError, match="decomposition"):
+        NoisyReLULearner(3, decomposition="svd").fit(X, Y)
 
 
 # ------------------------------------------------------------------------------------------ Algorithm 7

@@ -300,7 +300,8 @@ class NoisyReLULearner(BaseLearner):
     Parameters
     ----------
     n_hidden : int
-    activation, order, span, whiten, control_variates, n_draws, chunk_size : as :class:`ExactReLULearner`
+    activation, order, span, whiten, control_variates, n_draws, decomposition, chunk_size : as
+        :class:`ExactReLULearner`
     n_sign : int, optional
         Rows reserved for Algorithm 6 (default ``min(n // 4, 100000)``).
     regression : {"all", "sign"}, default "all"
@@ -312,7 +313,7 @@ class NoisyReLULearner(BaseLearner):
     def __init__(self, n_hidden: int, *, activation: str = "relu", order: "int | str" = "auto", span: str = "auto",
                  n_sign: int | None = None, whiten: bool = False, control_variates: bool = True, n_draws: int = 8,
                  regression: str = "all", chunk_size: int | None = None, refine: bool = True,
-                 refine_options: dict | None = None, random_state: Any = None):
+                 refine_options: dict | None = None, random_state: Any = None, decomposition: str = "joint"):
         self.n_hidden = n_hidden
         self.activation = activation
         self.order = order
@@ -321,6 +322,7 @@ class NoisyReLULearner(BaseLearner):
         self.whiten = whiten
         self.control_variates = control_variates
         self.n_draws = n_draws
+        self.decomposition = decomposition
         self.regression = regression
         self.chunk_size = chunk_size
         self.refine = refine
@@ -331,6 +333,8 @@ class NoisyReLULearner(BaseLearner):
         super()._check_params()
         if self.regression not in ("all", "sign"):
             raise InputError(f"regression must be 'all' or 'sign', got {self.regression!r}.")
+        if self.decomposition not in ("joint", "jennrich", "whiten"):
+            raise InputError(f"decomposition must be 'joint', 'jennrich' or 'whiten', got {self.decomposition!r}.")
         for flag in ("whiten", "control_variates"):
             if not isinstance(getattr(self, flag), (bool, np.bool_)):
                 raise InputError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
@@ -339,7 +343,8 @@ class NoisyReLULearner(BaseLearner):
         res = noisy_pipeline(source, None, self.n_hidden, activation=self.activation, order=self.order,
                              span=self.span, n_sign=self.n_sign, whiten=self.whiten,
                              control_variates=self.control_variates, n_draws=self.n_draws,
-                             regression=self.regression, chunk_size=self.chunk_size, rng=rng)
+                             decomposition=self.decomposition, regression=self.regression,
+                             chunk_size=self.chunk_size, rng=rng)
         diagnostics["noisy"] = res.diagnostics
         diagnostics["route"] = res.diagnostics["route"]
         return self._maybe_refine(res.network, source, rng, diagnostics)

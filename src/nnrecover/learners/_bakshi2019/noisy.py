@@ -143,7 +143,8 @@ def regression_output_weights(V: Any, X: Any, Y: Any = None, *, activation: Any 
 def noisy_pipeline(X: Any, Y: Any = None, n_hidden: int | None = None, *, activation: Any = "relu",
                    order: "int | str" = "auto", span: str = "auto", n_sign: int | None = None,
                    whiten: bool = False, control_variates: bool = True, n_draws: int = 8,
-                   regression: str = "all", chunk_size: int | None = None, rng: Any = None) -> ExactResult:
+                   decomposition: str = "joint", regression: str = "all", chunk_size: int | None = None,
+                   rng: Any = None) -> ExactResult:
     """Theorem 10: approximate ``U*``, ``V*`` from noisy Gaussian samples (tensor step, Algorithm 6, Lemma 20).
 
     Parameters
@@ -177,7 +178,8 @@ def noisy_pipeline(X: Any, Y: Any = None, n_hidden: int | None = None, *, activa
     scale = 1.0 / scale if scale > 0 else 1.0
     approx = approximate_hidden_weights(source, None, k, activation=act, order=order, span=span,
                                         control_variates=control_variates, whiten=whiten, skip=ell,
-                                        n_draws=n_draws, chunk_size=chunk_size, rng=gen)
+                                        n_draws=n_draws, decomposition=decomposition, chunk_size=chunk_size,
+                                        rng=gen)
     V, sdiag = algorithm6(approx.hidden_weights, Xb, Yb * scale, activation=act)
     if regression == "all":
         stat = accumulate(OutputRegressionStatistic(V, act), _Tail(source, 0, None, chunk_size))
