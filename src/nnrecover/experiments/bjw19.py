@@ -7,7 +7,8 @@ these measure its claims with the implementation in :mod:`nnrecover.learners.bak
     ``κ(V) ∈ {1, 3, 10}`` at d = 20, k = 5, m = 8, n from 500 to 10^6. ``suite="must-show"``: the issue's
     acceptance runs,
     d = 20, k = 5, m = 8, 20 seeds, n = 10^6 and d = 50, k = 10, m = 10, 10 seeds, n = 2 x 10^6, for the
-    tensor route (``κ(V) <= 10``) and the ICA route (orthonormal ``V``); ``κ(U) <= 10`` throughout.
+    tensor route (``κ(V) <= 10``) and the ICA route (orthonormal ``V``); ``κ(U) <= 10`` throughout
+    (``trials=3`` runs 3 seeds per configuration instead, ``routes`` restricts the routes).
 ``bjw19-noise``
     The noisy pipeline (tensor step, Algorithm 6, Lemma 20): ``||V - V*||_F`` and ``||U - U*||_F`` against
     ``n`` for several noise levels σ, with the fitted log-log slope (Theorem 10 predicts -1/2) and the
