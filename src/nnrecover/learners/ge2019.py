@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from .._validation import as_2d_float, as_targets, check_positive_int, check_random_state
-from ..distributions import Distribution, Gaussian, StandardGaussian
+from ..distributions import Distribution, Gaussian, PerturbedSymmetric, StandardGaussian
 from ..errors import AssumptionError, CertificateWarning, ConvergenceError, InputError
 from ..network import TwoLayerNetwork
 from ._ge2019.core import (algorithm1, build_detector_matrix, check_second_moment, cp_slices, detector_value,
@@ -688,3 +688,41 @@ register("ge19-simdiag", paper="ge2019", algorithm="Algorithm 2 steps 7-8 (SimDi
 register("ge19-distinguishing", paper="ge2019", algorithm="Definition 1, Lemma 19", target=distinguishing_matrix,
          assumptions=("closed form: zero-mean Gaussian input",),
          description="Distinguishing matrix N / augmented M: Gaussian closed form or Monte Carlo")
+register("ge19-nullspan", paper="ge2019", algorithm="NullSpan (Algorithm 2/3 step 5; Lemmas 4, 10)", target=null_span,
+         assumptions=("N (Alg. 2) or M (Alg. 3) full column rank",),
+         description="The k least right singular vectors of T and the gap ratio s_k2 / s_k2+1 (Lemma 14)")
+register("ge19-signfix", paper="ge2019", algorithm="SignFix (Algorithm 2/3 step 9; Lemma 18)", target=sign_fix,
+         assumptions=(_SYM, "E[relu(w_i^T x)] > 0"),
+         description="Flip z_i so that E[z_i^T y] > 0")
+register("ge19-cp-slices", paper="ge2019", algorithm="Section 4 (a): CP-ALS on null-space slices", target=cp_slices,
+         assumptions=("null space spanned by vec*(z_i z_i^T)",),
+         description="Rank-k CP-ALS of 10k random slices mat*(S g_t), best of restarts (TensorLy)")
+register("ge19-hidden-fit", paper="ge2019", algorithm="Section 4 (b): W fitted with A fixed",
+         target=fit_hidden_given_output, assumptions=("A^ recovered",),
+         description="Gradient fit of the squared loss in W with the output layer frozen (L-BFGS)")
+register("ge19-detector", paper="ge2019", algorithm="Corollary 1 / Lemma 9 (Eq. 11)", target=detector_value,
+         assumptions=(_SYM,), description="The pure-neuron detector f(u), evaluated directly from samples")
+register("ge19-purity-score", paper="ge2019", algorithm="Lemma 2", target=purity_score,
+         assumptions=(_SYM, "no label noise"),
+         description="Scalar purity test 2 E[yx]^T E[xx^T]^-1 E[yx] - E[y^2] = sum c_i c_j m_ij")
+register("ge19-gaussian-distinguishing", paper="ge2019", algorithm="Lemma 19 (and N(0, QQ^T), Theorem 10 proof)",
+         target=gaussian_distinguishing_matrix, assumptions=("zero-mean Gaussian input",),
+         description="Closed-form distinguishing matrix N / augmented M and the scalars m_ij")
+register("ge19-population-t", paper="ge2019", algorithm="Appendix B.1.1 (T = M B C F; Lemma 14)",
+         target=population_detector_matrix, assumptions=("M full column rank", "A full rank"),
+         description="Population detector matrix from M and A, with sigma_k2(T) >= sigma_min(M) sigma_min(A)^2")
+register("ge19-perturb-weights", paper="ge2019", algorithm="Eq. 18 (smoothed W + rho E; Theorem 9, Lemma 22)",
+         target=perturb_weights, assumptions=("Gaussian input, k <= d / 5 for the theorem",),
+         description="Smoothed-analysis perturbation of the first-layer weights")
+register("ge19-perturbed-input", paper="ge2019", algorithm="Appendix C.2 ((Q, lambda)-perturbation; Theorem 10)",
+         target=PerturbedSymmetric, assumptions=(_SYM, "k <= d / 7 for the theorem"),
+         description="Smoothed input law D_{Q,lambda}: with probability lambda x = Q n, n ~ N(0, I)")
+register("ge19-leave-one-out", paper="ge2019", algorithm="Definition 2, Lemmas 20-21", target=leave_one_out_distance,
+         description="Leave-one-out distance d(A), bracketing sigma_min(A)")
+register("ge19-fit-population", paper="ge2019", algorithm="Theorems 4-6 on exact moments (fit_population)",
+         target=PureNeuronLearner.fit_population, assumptions=("zero-mean Gaussian input", _RANK),
+         description="Algorithms 2-4 on exact population moments (Lemmas 6, 7, 19)")
+register("ge19-symmetry-test", paper="ge2019", algorithm="Section 2.1 assumption (symmetric input)",
+         target=symmetry_test, description="Hotelling chi-square test of E[x] = E[x**3] = 0 (p-value)")
+register("ge19-symmetrize", paper="ge2019", algorithm="Section 1 (data symmetrisation)", target=symmetrize,
+         description="Antithetic pairs: every x with -x and its label")
