@@ -278,7 +278,24 @@ def test_sign_fix():
     Z = np.array([[1.0, 0.0], [0.0, -1.0]])
     Zf, margins = ge.sign_fix(Z, np.array([2.0, 3.0]))
     np.testing.assert_array_equal(Zf, np.eye(2))
-    assert np.all(margins > 0)
+    np.testing.assert_array_equal(margins, [2.0, 3.0])
+    with pytest.raises(InputError, match="shape"):
+        ge.sign_fix(Z, np.ones(3))
+    with pytest.raises(InputError, match="finite"):
+        ge.sign_fix(Z, np.array([np.nan, 1.0]))
+
+
+def test_null_span_and_sim_diag_validate_inputs():
+    with pytest.raises(InputError, match="columns"):
+        ge.null_span(np.ones((9, 5)), 3)
+    with pytest.raises(InputError, match="NaN"):
+        ge.null_span(np.full((9, 6), np.nan), 3)
+    with pytest.raises(InputError, match="shape"):
+        ge.sim_diag(np.ones(6))
+    with pytest.raises(InputError, match="shape"):
+        ge.sim_diag(np.ones((5, 3)))
+    with pytest.raises(InputError, match="NaN"):
+        ge.sim_diag(np.full((6, 3), np.nan))
 
 
 # ------------------------------------------------------------------------------------------ Must show 1: exactness

@@ -229,11 +229,25 @@ def null_span(T: np.ndarray, k: int) -> NullSpan:
 
     Lemma 4 / Lemma 10: when ``N`` (resp. ``M``) has full column rank their span is
     ``span{vec*(z_i z_i^T)}``, and ``rank T = k_2``.
+
+    Parameters
+    ----------
+    T : (r, k(k+1)/2) array
+        Detector matrix from :func:`build_detector_matrix` (``r = d^2`` or ``d(d+1)/2`` rows).
+    k : int
+        Number of hidden units.
+
+    Returns
+    -------
+    NullSpan
+        Basis ``S``, the singular values of ``T`` and the gap ratio ``s_{k_2} / s_{k_2+1}`` (Lemma 14).
     """
     k = check_positive_int(k, "n_hidden")
     T = np.asarray(T, dtype=np.float64)
     if T.ndim != 2 or T.shape[1] != n_sym(k):
         raise InputError(f"T must have k(k+1)/2 = {n_sym(k)} columns, got shape {T.shape}.")
+    if not np.all(np.isfinite(T)):
+        raise InputError("T contains NaN or inf; check the samples it was built from.")
     if k == 1:
         return NullSpan(np.ones((1, 1)), np.linalg.svd(T, compute_uv=False), float("inf"))
     _, s, Vt = np.linalg.svd(T, full_matrices=False)
@@ -321,9 +335,11 @@ def sim_diag(S: np.ndarray, *, rng=None, n_tries: int = 20) -> SimDiagResult:
         parts, so ``Z`` stays invertible; such a draw has a larger residual and loses to real ones.
     """
     S = np.asarray(S, dtype=np.float64)
-    k = S.shape[1]
-    if S.ndim != 2 or S.shape[0] != n_sym(k):
+    if S.ndim != 2 or S.shape[1] == 0 or S.shape[0] != n_sym(S.shape[1]):
         raise InputError(f"S must have shape (k(k+1)/2, k), got {S.shape}.")
+    if not np.all(np.isfinite(S)):
+        raise InputError("S contains NaN or inf.")
+    k = S.shape[1]
     n_tries = check_positive_int(n_tries, "n_tries")
     gen = check_random_state(rng)
     if k == 1:
@@ -363,8 +379,30 @@ def sign_fix(Z: np.ndarray, mean_y: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     """SignFix (Alg. 2/3 step 9): flip ``z_i`` when ``E[z_i^T y] < 0``.
 
     ``E[z_i^T y] = lambda_i E[relu(w_i.x)]`` and the expectation is positive (Lemma 18), so after the
-    flip every ``lambda_i > 0``. Returns the fixed ``Z`` and the margins ``E[z_i^T y]`` (all >= 0).
+    flip every ``lambda_i > 0``.
+
+    Parameters
+    ----------
+    Z : (k, m) array
+        Rows the pure-neuron directions ``z_i`` (``m`` = output dimension, or ``k`` after Algorithm 4's
+        projection).
+    mean_y : (m,) array
+        ``E[y]`` (Algorithm 3: from the second half of the sample; ``P^T E[y]`` under Algorithm 4).
+
+    Returns
+    -------
+    Z : (k, m) array
+        The sign-fixed directions.
+    margins : (k,) array
+        ``E[z_i^T y]`` after the flip (all ``>= 0``; a margin near 0 means the sign is unreliable).
     """
+    Z = np.asarray(Z, dtype=np.float64)
+    mean_y = np.asarray(mean_y, dtype=np.float64)
+    if Z.ndim != 2 or mean_y.ndim != 1 or Z.shape[1] != mean_y.shape[0]:
+        raise InputError(f"sign_fix needs Z of shape (k, m) and mean_y of shape (m,), got {Z.shape} and "
+                         f"{mean_y.shape}.")
+    if not (np.all(np.isfinite(Z)) and np.all(np.isfinite(mean_y))):
+        raise InputError("sign_fix: Z and mean_y must be finite.")
     margins = Z @ mean_y
     s = np.where(margins < 0, -1.0, 1.0)
     return Z * s[:, None], margins * s
