@@ -532,6 +532,12 @@ def test_shape_and_rank_assumptions(rng):
         ge.PureNeuronLearner(6).fit(X, np.hstack([Y, Y]))
     with pytest.raises(InputError, match="singular"):
         ge.PureNeuronLearner(k).fit(np.hstack([X, X[:, :1]]), Y)
+    with pytest.raises(InputError, match="singular"):  # one-pass iterator: checked after the single pass
+        ge.PureNeuronLearner(k).fit(iter([(np.hstack([X, X[:, :1]]), Y)]))
+    with pytest.raises(InputError, match="singular"):  # exact moments of a degenerate Gaussian
+        ge.PureNeuronLearner(k).fit_population(net, Gaussian(np.diag([1.0, 1.0, 1.0, 1.0, 0.0])))
+    with pytest.raises(AssumptionError, match="k <= d"):  # population mode checks the shapes too
+        ge.PureNeuronLearner(6).fit_population(nr.TwoLayerNetwork(rng.standard_normal((6, d)), None, np.eye(6)))
     with pytest.raises(AssumptionError, match="exactly n_hidden"):
         ge.algorithm3(X, np.hstack([Y, Y]), k)
     with pytest.raises(InputError, match="method"):
