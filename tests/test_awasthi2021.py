@@ -546,6 +546,7 @@ def test_warns_when_inputs_not_standard_gaussian():
     ("atv21-samples", {"provable_error", "refined_error", "units_recovered", "part"}),
     ("atv21-bias", {"bias", "variant", "unit_error", "recovered", "source"}),
     ("atv21-overcomplete", {"s_m", "exact_error", "noisy_error_over_eta", "sample_relative_l2"}),
+    ("atv21-large-bias", {"variant", "relative_l2", "units_recovered", "network_units"}),
 ])
 def test_experiments_quick(name, columns):
     from nnrecover.experiments import get_experiment

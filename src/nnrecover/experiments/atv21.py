@@ -15,6 +15,10 @@
     Order l = 2 (m > d): exact, noisy-population and finite-sample recovery against m/d and
     ``s_m(W^{(.)2})``, on random teachers and on smoothed degenerate instances (Appendix E).
 
+``atv21-large-bias``
+    Must show 4 of issue 3: units with ``|b| >= 4`` are undetectable; relative L2 error of Algorithm 5's
+    network (and of the closed-form and refined variants).
+
 Every experiment returns ``(DataFrame, Figure)``; ``quick=True`` is a seconds-long version for tests.
 """
 
@@ -30,7 +34,7 @@ from .._validation import check_positive_int, check_random_state
 from ..errors import InputError
 from .registry import experiment
 
-__all__ = ["atv21_samples", "atv21_bias", "atv21_overcomplete"]
+__all__ = ["atv21_samples", "atv21_bias", "atv21_overcomplete", "atv21_large_bias"]
 
 
 def _seed(gen: np.random.Generator) -> int:
@@ -377,4 +381,69 @@ def atv21_overcomplete(*, rng, quick: bool = False, n_inputs: int | None = None,
         ax3.set_xlabel("m / d")
         ax3.set_title(f"samples, N = {N:.0e}", fontsize=10)
         ax3.legend(fontsize=8)
+    return df, fig
+
+
+# ============================================================================ atv21-large-bias
+
+@experiment("atv21-large-bias", paper="awasthi2021",
+            description="units with |b| >= 4 (undetectable): relative L2 error of Algorithm 5's network")
+def atv21_large_bias(*, rng, quick: bool = False, n_inputs: int | None = None, n_hidden: int | None = None,
+                     n_samples: int | None = None, teachers: int | None = None,
+                     large_biases: Sequence[float] = (4.5, -4.2), refine_samples: int = 50_000):
+    """Must show 4 of issue 3: teachers with some ``|b_i| >= 4`` (their Hermite coefficients of order
+    >= 2 are ~1e-5: the theory cannot recover them, Section 4.2), the others as in ``atv21-samples``.
+
+    For each teacher: the relative L2 error ``||g - f|| / ||f||`` (exact, closed-form kernel) of
+    Algorithm 5's network (``linear_part="regression"``), of the closed-form linear part variant, and
+    of the refined network (``refine=True``), and the number of units in each.
+    Defaults: d = 10, m = 5, biases (4.5, -4.2) for two units, N = 10^6, 5 teachers. ``quick``: d = 6,
+    m = 3, one large bias, N = 30,000, 1 teacher.
+    """
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from ..distributions import StandardGaussian
+    from ..learners.awasthi2021 import HermiteTensorLearner
+    from ..metrics import relu_l2_distance, relu_second_moment
+    from ..network import TwoLayerNetwork, random_network
+    from ..sampling import sample
+
+    gen = check_random_state(rng)
+    d = check_positive_int(n_inputs if n_inputs is not None else (6 if quick else 10), "n_inputs")
+    m = check_positive_int(n_hidden if n_hidden is not None else (3 if quick else 5), "n_hidden")
+    N = check_positive_int(n_samples if n_samples is not None else (30_000 if quick else 1_000_000), "n_samples")
+    T = check_positive_int(teachers if teachers is not None else (1 if quick else 5), "teachers")
+    big = [float(b) for b in (large_biases[:1] if quick else large_biases)]
+    if len(big) >= m:
+        raise InputError(f"large_biases has {len(big)} entries; at most n_hidden - 1 = {m - 1} are allowed.")
+    rows = []
+    for t in range(T):
+        base = random_network(d, m, rng=_seed(gen), bias_range=(-1.5, 1.5))
+        b = base.hidden_bias.copy()
+        b[:len(big)] = big
+        truth = TwoLayerNetwork(base.hidden_weights, b, base.output_weights)
+        X, Y = sample(truth, StandardGaussian(d), N, rng=_seed(gen))
+        norm = math.sqrt(relu_second_moment(truth))
+        seed = _seed(gen)
+        for variant, opts in (("Algorithm 5 (regression)", {"refine": False, "linear_part": "regression"}),
+                              ("closed-form linear part", {"refine": False, "linear_part": "closed_form"}),
+                              ("Algorithm 5 + refinement", {"refine": True, "linear_part": "regression",
+                                                            "refine_options": {"max_samples": refine_samples}})):
+            learner = HermiteTensorLearner(m, random_state=seed, **opts).fit(X, Y)
+            rows.append({"teacher": t, "variant": variant, "n_samples": N, "large_biases": str(big),
+                         "relative_l2": relu_l2_distance(learner.network_, truth) / norm,
+                         "units_recovered": learner.units_.n_units, "network_units": learner.network_.n_hidden})
+    df = pd.DataFrame(rows)
+    fig = Figure(figsize=(6.5, 4), layout="constrained")
+    ax = fig.subplots()
+    for variant, mk in (("Algorithm 5 (regression)", "o"), ("closed-form linear part", "x"),
+                        ("Algorithm 5 + refinement", "s")):
+        sel = df[df["variant"] == variant]
+        ax.semilogy(sel["teacher"], sel["relative_l2"], mk, label=variant)
+    ax.axhline(1e-2, color="k", ls="--", lw=0.8, label="1e-2")
+    ax.set_xlabel("teacher")
+    ax.set_ylabel("relative L2 error")
+    ax.set_title(f"d={d}, m={m}, biases {big} + U[-1.5, 1.5], N={N:.0e}", fontsize=10)
+    ax.legend(fontsize=8)
     return df, fig
