@@ -36,18 +36,10 @@ sys.path.insert(0, str(HERE.parent / "src"))
 import nnrecover as nr  # noqa: E402
 from nnrecover.learners import HermiteTensorLearner  # noqa: E402
 from nnrecover.metrics import parameter_error, relu_l2_distance, relu_second_moment  # noqa: E402
+from _timing import best_of as _best  # noqa: E402  (benchmarks/ is on sys.path)
 
 START = "<!-- bench_awasthi2021: start -->"
 END = "<!-- bench_awasthi2021: end -->"
-
-
-def _best(fn, repeat):
-    best, out = np.inf, None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
 
 
 def main(argv=None) -> int:

@@ -46,6 +46,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 from nnrecover.moments.base import accumulate  # noqa: E402
 from nnrecover.moments.engine import default_chunk_rows  # noqa: E402
 from nnrecover.moments.statistics import MeanStatistic, SecondMoment  # noqa: E402
+from _timing import best_of as _best  # noqa: E402  (benchmarks/ is on sys.path)
 
 GEN_BLOCK_BYTES = 256 << 20
 
@@ -61,15 +62,6 @@ def _write_memmap(path: Path, n: int, d: int, seed: int) -> float:
     mm.flush()
     del mm
     return time.perf_counter() - t0
-
-
-def _best(fn, repeat: int) -> tuple[float, object]:
-    best, out = np.inf, None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
 
 
 def _numpy_xtx(X: np.ndarray, rows: int) -> np.ndarray:
