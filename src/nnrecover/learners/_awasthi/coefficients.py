@@ -61,7 +61,11 @@ class HermiteCoefficients:
         True for the population coefficients of Lemma 3.5.
     n_samples : int or None
     y_second_moment : float
-        ``E[y^2]`` (sets the variance of rank-one contractions, specs/001 section 2.5).
+        ``E[y^2]``.
+    residual_second_moment : float
+        ``E[(y - p(x))^2]`` for the control variate ``p`` the estimates used (see
+        :func:`estimate_coefficients`); equals ``y_second_moment`` without one. It sets the variance of
+        rank-one contractions (specs/001 section 2.5).
     noise : dict k -> float
         Spectral noise ``sigma^_k`` of the flattening used for rank selection (``k = 2l+1``:
         ``flatten(T_k, l, l+1)``; ``k = 2l+2``: ``flatten(T_k, l, l+2)``; other ``k``:
@@ -79,6 +83,7 @@ class HermiteCoefficients:
     exact: bool
     n_samples: int | None = None
     y_second_moment: float = float("nan")
+    residual_second_moment: float = float("nan")
     noise: dict = field(default_factory=dict)
     halves: tuple | None = None
     info: dict = field(default_factory=dict)
@@ -126,10 +131,14 @@ class HermiteCoefficients:
 
     def rank_one_std(self, k: int) -> float:
         """Standard deviation of a rank-one contraction ``T_k(u, ..., u)`` for a unit ``u``:
-        ``sqrt(E[y^2] k! / N)`` (specs/001 section 2.5); 0 for exact coefficients."""
+        ``sqrt(E[r^2] k! / N)`` (specs/001 section 2.5, with ``r = y - p(x)`` the residual of the control
+        variate, ``r = y`` without one); 0 for exact coefficients."""
         if self.exact or not self.n_samples:
             return 0.0
-        return math.sqrt(self.y_second_moment * math.factorial(k) / self.n_samples)
+        second = self.residual_second_moment
+        if not np.isfinite(second):
+            second = self.y_second_moment
+        return math.sqrt(second * math.factorial(k) / self.n_samples)
 
 
 def _flat_shape(k: int, order: int) -> tuple[int, int]:
@@ -304,13 +313,15 @@ class RangeStatistic(_InputCheck, Statistic):
         return out
 
     def basis(self, m: int) -> tuple[np.ndarray, dict]:
-        """Orthonormal ``(d, m)`` basis of the dominant range of ``T_2`` and diagnostics."""
+        """Orthonormal ``(d, m)`` basis ``P`` of the dominant range of ``T_2`` and diagnostics, among them
+        ``t2_projected``, the estimate of ``P^T T_2 P`` (the control variate of pass 2)."""
         fin = self.finalize()
         if self.method == "full":
             T2 = 0.5 * (fin["t2"] + fin["t2"].T)
             lam = linalg.eigvalsh(T2)
             P = _top_eigvecs(T2, m)
             mags = np.sort(np.abs(lam))[::-1]
+            t2_projected = P.T @ T2 @ P
         else:
             Y = fin["t2_omega"]
             Q, _ = linalg.qr(Y, mode="economic")
@@ -323,11 +334,26 @@ class RangeStatistic(_InputCheck, Statistic):
             P = Q @ V[:, np.sort(idx)]
             P = _fix_column_signs(linalg.qr(P, mode="economic")[0])
             mags = np.sort(np.abs(lam))[::-1]
-        return P, {"range_method": self.method, "t2_eigenvalue_magnitudes": mags[: m + 1].tolist()}
+            QP = Q.T @ P
+            t2_projected = QP.T @ B @ QP
+        return P, {"range_method": self.method, "t2_eigenvalue_magnitudes": mags[: m + 1].tolist(),
+                   "t2_projected": 0.5 * (t2_projected + t2_projected.T)}
 
 
 class ProjectedMomentStatistic(_InputCheck, Statistic):
-    """Raw moments ``S_r = (1/N) sum y z^{(x) r}``, ``r <= K``, of ``z = P^T x``, per half.
+    """Raw moments ``S_r = (1/N) sum r_n z_n^{(x) r}``, ``r <= K``, of ``z = P^T x``, per half.
+
+    ``r_n = y_n`` (the paper's estimator, eq. (6)) or, with a ``control_variate`` ``(t0, t1, B)``, the
+    residual ``r_n = y_n - p(x_n)`` of the degree-2 polynomial
+
+        p(x) = t0 + t1^T x + (z^T B z - tr B) / 2,    z = P^T x,
+
+    whose Hermite coefficients are known exactly: ``p^_0 = t0``, ``p^_1 = t1``, ``p^_2 = B`` (in the
+    projected coordinates) and ``p^_k = 0`` for ``k >= 3`` (Hermite orthogonality). Then
+    ``T_k = mean(r He_k(z)) + p^_k`` is unbiased for every fixed ``p`` and, with ``p`` the pass-1 estimate
+    of the order <= 2 part of ``f``, far less noisy: the variance of ``mean(y He_k)`` is ``~E[y^2] k!/N``
+    and a ReLU network keeps most of ``E[y^2]`` in its orders 0-2 (a control variate in the Monte Carlo
+    sense; measured 18x smaller error of ``T_3`` on a d = 10, m = 5 teacher with two large biases).
 
     Rows go to half A or B in alternating blocks of ``SPLIT_BLOCK`` consecutive rows, counted from the
     first row this statistic sees (so the split does not depend on the chunking; on dask every block
@@ -337,7 +363,7 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
     """
 
     def __init__(self, d: int, basis: np.ndarray | None, top_order: int, omega_cov: np.ndarray,
-                 check_inputs: bool = True):
+                 check_inputs: bool = True, control_variate: tuple | None = None):
         self.d = int(d)
         self.P = basis
         self.K = int(top_order)
@@ -345,6 +371,15 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
         self.mono = Monomials(self.n_dim, (self.K + 1) // 2)
         self.omega_cov = omega_cov
         self.check_inputs = check_inputs
+        self.control_variate = None
+        if control_variate is not None:
+            t0, t1, B = control_variate
+            t1 = np.asarray(t1, dtype=np.float64).reshape(-1)
+            B = np.asarray(B, dtype=np.float64)
+            if t1.shape != (self.d,) or B.shape != (self.n_dim, self.n_dim):
+                raise InputError(f"control_variate must be (t0, t1 of shape ({self.d},), B of shape "
+                                 f"({self.n_dim}, {self.n_dim})); got t1 {t1.shape}, B {B.shape}.")
+            self.control_variate = (float(t0), t1, 0.5 * (B + B.T))
         super().__init__()
 
     def _reset(self) -> None:
@@ -354,13 +389,24 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
         self.syy = 0.0
         self.sy = 0.0
         self.syx = np.zeros(self.d)
+        self.srr = 0.0
+        self.sr = 0.0
+        self.srx = np.zeros(self.d)
         self._reset_check()
 
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
         if X.shape[1] != self.d:
             raise InputError(f"a chunk has {X.shape[1]} columns; earlier chunks had {self.d}.")
         y = _target_column(Y)
-        Z = X if self.P is None else X @ self.P
+        if self.control_variate is None:
+            Z = X if self.P is None else X @ self.P
+            r = y
+        else:
+            t0, t1, B = self.control_variate
+            # one GEMM for the projection and the linear part of p
+            XP = X @ (t1[:, None] if self.P is None else np.hstack([self.P, t1[:, None]]))
+            Z = X if self.P is None else XP[:, :-1]
+            r = y - t0 - XP[:, -1] - 0.5 * (np.einsum("ij,ij->i", Z @ B, Z) - np.trace(B))
         Ft = self.mono.features(Z)
         # halves by blocks of SPLIT_BLOCK consecutive rows, counted from the first row this statistic
         # saw (self.n): contiguous for BLAS and independent of the chunking
@@ -370,12 +416,19 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
             block = (g0 + start) // SPLIT_BLOCK
             stop = min(n, (block + 1) * SPLIT_BLOCK - g0)
             h = block % 2
-            self.gram[h] += self.mono.weighted_gram(Ft[:, start:stop], y[start:stop])
+            self.gram[h] += self.mono.weighted_gram(Ft[:, start:stop], r[start:stop])
             self.counts[h] += stop - start
             start = stop
         self.syy += float(y @ y)
         self.sy += float(y.sum())
-        self.syx += y @ X
+        if self.control_variate is None:
+            self.syx += y @ X
+        else:
+            R = np.stack([y, r]) @ X
+            self.syx += R[0]
+            self.srx += R[1]
+            self.srr += float(r @ r)
+            self.sr += float(r.sum())
         if self.check_inputs:
             self._update_check(X, X @ self.omega_cov)
 
@@ -386,12 +439,29 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
         self.syy += other.syy
         self.sy += other.sy
         self.syx += other.syx
+        self.srr += other.srr
+        self.sr += other.sr
+        self.srx += other.srx
         if self.check_inputs:
             self._merge_check(other)
 
     def _hermite(self, gram: np.ndarray, n: int) -> dict:
         raw = {r: self.mono.unpack(gram, r) / n for r in range(self.K + 1)}
-        return {k: hermite_from_raw(raw, k) for k in range(2, self.K + 1)}
+        out = {k: hermite_from_raw(raw, k) for k in range(2, self.K + 1)}
+        if self.control_variate is not None:
+            out[2] = out[2] + self.control_variate[2]  # p^_2 = B; p^_k = 0 for k >= 3
+        return out
+
+    def low_orders(self) -> tuple[float, np.ndarray, float, float]:
+        """``(T_0, T_1, E[y^2], E[r^2])``: with a control variate ``T_0 = t0 + mean(r)`` and
+        ``T_1 = t1 + mean(r x)`` (unbiased: ``E[p(x) x] = t1`` since ``z^T B z - tr B`` is orthogonal to
+        ``x``), else the plain means."""
+        n = self.n
+        if self.control_variate is None:
+            y2 = self.syy / n
+            return self.sy / n, self.syx / n, y2, y2
+        t0, t1, _ = self.control_variate
+        return t0 + self.sr / n, t1 + self.srx / n, self.syy / n, self.srr / n
 
     def finalize(self) -> tuple[dict, tuple[dict, dict]]:
         nA, nB = self.counts
@@ -423,7 +493,7 @@ def _noise_from_halves(halves: tuple[dict, dict], counts: tuple[int, int], order
 def estimate_coefficients(data: Any, order: int, n_components: int, *, range_method: str = "auto",
                           oversample: int = 5, chunk_size: int | None = None, rng=None,
                           check_inputs: bool = True, input_tolerance: float = 0.1,
-                          min_n: int | None = None) -> HermiteCoefficients:
+                          min_n: int | None = None, control_variate: bool = True) -> HermiteCoefficients:
     """Estimate ``T_k = (1/N) sum y_n He_k(x_n)`` (eq. (6)) in the learner's working coordinates.
 
     Parameters
@@ -445,6 +515,12 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
         Deviation tolerated on top of the sampling fluctuation before warning.
     min_n : int, optional
         Minimum number of samples (default :func:`min_samples`).
+    control_variate : bool, default True
+        For ``l = 1``: estimate pass 2's moments from the residual ``y - p(x)`` of pass 1's estimate
+        ``p`` of the order <= 2 part of ``f`` and add ``p``'s exact Hermite coefficients back (see
+        :class:`ProjectedMomentStatistic`): the same expectation as eq. (6), a much smaller variance.
+        False: the paper's plain estimator ``mean(y He_k(x))``. ``l = 2`` (one pass, no earlier
+        estimate of ``p``) always uses the plain estimator.
     """
     import time
 
@@ -470,17 +546,22 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
         if check_inputs:
             _warn_inputs(stat1.input_deviation(), input_tolerance)
         P, rinfo = stat1.basis(min(n_components, d))
+        t2_projected = rinfo.pop("t2_projected")
         info.update(rinfo)
         info["time_pass1"] = time.perf_counter() - t_start
         fin1 = stat1.finalize()
-        t0, t1, y2, n = fin1["t0"], fin1["t1"], fin1["y2"], fin1["n"]
+        n = fin1["n"]
         info["input_deviation"] = stat1.input_deviation()
+        cv = (fin1["t0"], fin1["t1"], t2_projected) if control_variate else None
+        info["control_variate"] = bool(control_variate)
         t_mid = time.perf_counter()
-        stat2 = accumulate(ProjectedMomentStatistic(d, P, 2 * order + 2, omega_cov, check_inputs=False),
+        stat2 = accumulate(ProjectedMomentStatistic(d, P, 2 * order + 2, omega_cov, check_inputs=False,
+                                                    control_variate=cv),
                            data, chunk_size=_chunk_rows(chunk_size, P.shape[1], order))
         if stat2.n != n:
             raise InputError(f"the data source gave {n} samples in pass 1 but {stat2.n} in pass 2; "
                              "order 1 needs a re-iterable source (arrays, dask arrays, SampleStream).")
+        t0, t1, y2, r2 = stat2.low_orders()
         info["time_pass2"] = time.perf_counter() - t_mid
     else:
         P = None
@@ -491,13 +572,15 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
             _warn_inputs(stat2.input_deviation(), input_tolerance)
         info["input_deviation"] = stat2.input_deviation()
         n = stat2.n
-        t0, t1, y2 = stat2.sy / n, stat2.syx / n, stat2.syy / n
+        t0, t1, y2, r2 = stat2.low_orders()
+        info["control_variate"] = False
         info["time_pass1"] = time.perf_counter() - t_start
     full, halves = stat2.finalize()
     noise = _noise_from_halves(halves, tuple(stat2.counts), order)
     info["time_moments"] = time.perf_counter() - t_start
     return HermiteCoefficients(basis=P, tensors=full, t0=float(t0), t1=np.asarray(t1), exact=False,
-                               n_samples=int(n), y_second_moment=float(y2), noise=noise, halves=halves,
+                               n_samples=int(n), y_second_moment=float(y2), residual_second_moment=float(r2),
+                               noise=noise, halves=halves,
                                info=info)
 
 
