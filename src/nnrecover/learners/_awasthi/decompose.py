@@ -417,21 +417,26 @@ def algorithm4(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, thresh
                            snr=np.array([k["snr"] for k in kept]), dropped=dropped, diagnostics=diag)
 
 
-def _apply_fixsigns(coeffs: HermiteCoefficients, rec: HermiteRecovery, *, consistency: bool = False
-                    ) -> HermiteRecovery:
+def _apply_fixsigns(coeffs: HermiteCoefficients, rec: HermiteRecovery, *, consistency: bool = False,
+                    n_hidden: int | None = None) -> HermiteRecovery:
     """Algorithm 3 on the recovered units (working coordinates), recorded in the diagnostics.
 
-    With ``consistency`` (samples only): ``z*_i = xi_i Phi(b_i)`` lies in (-1, 1), so a unit with
-    ``|z_i| > 1 + 3 std`` is not explained by ``T_1`` -- its direction or scalars are wrong (it also
-    spoils the other units' ``z`` through the least-squares coupling). The most inconsistent such unit
-    is left to the linear part, the scalars of the others are recomputed, and FIXSIGNS repeats
-    (specs/001 section 3.4 [S]).
+    With ``consistency`` (samples only): ``z*_i = xi_i Phi(b_i)`` lies in (-1, 1), so when every one of
+    the ``n_hidden`` units was recovered, a unit with ``|z_i| > 1 + 3 std`` is not explained by ``T_1``
+    -- its direction or scalars are wrong (it also spoils the other units' ``z`` through the
+    least-squares coupling). The most inconsistent such unit is left to the linear part, the scalars of
+    the others are recomputed, and FIXSIGNS stops (specs/001 section 3.4 [S]). With units missing, the
+    undetected (nearly linear, large ``|b|``) units add their own ``a_j Phi(b_j) w_j`` to ``T_1``, so
+    ``|z_i| > 1`` says nothing against unit ``i``: it is kept (flagged ``consistent = False``). Its sign
+    matters little then: the output carries a linear part (closed form or Algorithm 5), which absorbs
+    a flip exactly because ``relu(t) - relu(-t) = t``.
     """
     t1_std = None if coeffs.exact else coeffs.rank_one_std(1)
+    m = rec.n_units if n_hidden is None else int(n_hidden)
     while rec.n_units:
         sf = fix_signs(rec.a, rec.b, rec.U, coeffs.t1_projected, t1_noise=t1_std)
         bad = ~sf.consistent
-        if not (consistency and bad.any() and rec.n_units > 1):
+        if not (consistency and bad.any() and 1 < rec.n_units and rec.n_units >= m):
             break
         excess = np.abs(sf.z) - 1.0 - 3.0 * (sf.z_std if sf.z_std is not None else 0.0)
         i = int(np.argmax(np.where(bad, excess, -np.inf)))
@@ -472,7 +477,7 @@ def algorithm6(coeffs: HermiteCoefficients, n_hidden: int, **options) -> Hermite
         raise AssumptionError(f"Algorithm 6 is the full-rank setting of Awasthi et al. 2021 (Theorem 3.1): "
                               f"it needs m <= d, got m = {n_hidden} > d = {coeffs.n_inputs}; use order 2.")
     rec = algorithm4(coeffs, 1, n_hidden, **options)
-    return _apply_fixsigns(coeffs, rec, consistency=not coeffs.exact)
+    return _apply_fixsigns(coeffs, rec, consistency=not coeffs.exact, n_hidden=n_hidden)
 
 
 def algorithm1(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, rng=None, n_draws: int = 5,
