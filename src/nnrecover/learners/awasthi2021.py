@@ -410,18 +410,31 @@ class HermiteTensorLearner(BaseLearner):
             t2 = time.perf_counter()
             base = _with_inaccurate_units(rec, coeffs, m)
             polished, report = hermite_loss_polish(coeffs, base, order, m)
+            max_bias = float(self.max_bias)
+            if not _detectable(polished, max_bias):
+                # the moment fit drove a unit to |b| > max_bias (or a non-finite value): such a unit is
+                # (nearly) never active, i.e. undetectable, and fitting noise with it degenerates
+                # (|a| -> inf, b -> -inf); keep the provable units
+                report["kept"] = "start"
+                report["rejected"] = f"a polished unit has |b| > max_bias = {max_bias:g} or is not finite"
             if order == 1 and base.n_units < m:
                 # undetected units: try m units (the missing ones from forced-rank decompositions) against
-                # the units + linear part, and keep the smaller truncated Hermite loss
+                # the units + linear part, and keep the smaller truncated Hermite loss -- unless a completed
+                # unit ends up undetectable itself (|b| > max_bias: a rarely active unit fitted to noise,
+                # which the samples cannot correct either)
                 alt = complete_units(coeffs, base, order, m, rng=rng, n_draws=self.n_draws)
                 if alt is not None:
                     alt_pol, alt_rep = hermite_loss_polish(coeffs, alt, order, m)
                     loss_lin = report.get("full_fit", {}).get("loss_end", np.inf)
                     loss_alt = alt_rep.get("full_fit", {}).get("loss_end", np.inf)
+                    plausible = _detectable(alt_pol, max_bias)
+                    chosen = bool(plausible and loss_alt < loss_lin)
                     report["completion"] = {"units_added": alt.n_units - base.n_units, "loss_linear_part": loss_lin,
-                                            "loss_completed": loss_alt, "chosen": bool(loss_alt < loss_lin)}
-                    if loss_alt < loss_lin:
+                                            "loss_completed": loss_alt, "completed_units_detectable": plausible,
+                                            "chosen": chosen}
+                    if chosen:
                         polished = alt_pol
+                        report["kept"] = "polished"
             report["time"] = time.perf_counter() - t2
             diagnostics["hermite_polish"] = report
             if report.get("kept") == "polished":
@@ -491,6 +504,12 @@ class HermiteTensorLearner(BaseLearner):
         })
         if "input_deviation" in coeffs.info:
             diagnostics["input_deviation"] = coeffs.info["input_deviation"]
+
+
+def _detectable(rec: HermiteRecovery, max_bias: float) -> bool:
+    """Every unit has finite parameters and ``|b| <= max_bias`` (the detectability limit)."""
+    return bool(np.all(np.isfinite(rec.a)) and np.all(np.isfinite(rec.b)) and np.all(np.isfinite(rec.U))
+                and np.all(np.abs(rec.b) <= max_bias))
 
 
 def _with_inaccurate_units(rec: HermiteRecovery, coeffs: HermiteCoefficients, m: int) -> HermiteRecovery:
