@@ -108,12 +108,14 @@ def hermite_coefficients(source: Any, order: int, n_hidden: int, **options) -> H
 
 def algorithm5(data: Any, n_hidden: int, *, order: int | str = "auto", thresholds: Any = "adaptive",
                feature_map: str = "reduced", solver: str = "exact", epsilon: float = 1e-2, rng=None,
-               **options) -> tuple[RegressionResult, HermiteRecovery]:
+               control_variate: bool = True, **options) -> tuple[RegressionResult, HermiteRecovery]:
     """Algorithm 5 as printed: tensors from the first half of the samples (even rows of every chunk),
     Algorithm 4, then regression on the second half and consolidation (Claim D.14).
 
     Returns the regression result (its ``network`` has at most ``|S| + 2 <= m + 2`` units) and the
-    Algorithm 4 output ``S``. ``options`` go to :func:`algorithm4`.
+    Algorithm 4 output ``S``. ``control_variate`` goes to
+    :func:`~nnrecover.learners._awasthi.coefficients.estimate_coefficients` (False: the paper's plain
+    estimator); ``options`` go to :func:`algorithm4`.
     """
     from ..moments.engine import as_data_source
 
@@ -126,7 +128,7 @@ def algorithm5(data: Any, n_hidden: int, *, order: int | str = "auto", threshold
         raise InputError("Algorithm 5 needs a source with a known number of inputs (arrays or a SampleStream).")
     order = _check_order(order, int(n_hidden), int(d))
     first_half = _RowsSource(source, 0)
-    coeffs = estimate_coefficients(first_half, order, n_hidden, rng=gen)
+    coeffs = estimate_coefficients(first_half, order, n_hidden, rng=gen, control_variate=control_variate)
     th = _make_thresholds(thresholds, coeffs, order, n_hidden, epsilon, options.pop("bound", None))
     rec = algorithm4(coeffs, order, n_hidden, thresholds=th, rng=gen, **options)
     if rec.n_units == 0:
@@ -255,6 +257,11 @@ class HermiteTensorLearner(BaseLearner):
         Rows of the Algorithm 5 regression; the paper uses the half not used for the tensors.
     range_method : {"auto", "full", "sketch"}
         How order 1 finds the range of ``T_2`` (``d x d`` matrix or randomized sketch).
+    control_variate : bool, default True
+        Order 1: estimate the tensors from the residual ``y - p(x)`` of the first pass's fit ``p`` of
+        the orders 0-2 and add ``p``'s exact Hermite coefficients back -- the same expectation as the
+        paper's eq. (6), a much smaller variance (a ReLU network keeps most of ``E[y^2]`` in its orders
+        0-2). False: the paper's plain estimator. Order 2 (one pass) always uses the plain estimator.
     chunk_size : int, optional
         Rows per chunk when streaming arrays.
     check_inputs : bool, default True
@@ -301,7 +308,7 @@ class HermiteTensorLearner(BaseLearner):
                  dedup_threshold: float = 0.25, epsilon: float | None = None, bound: float | None = None,
                  max_bias: float = 4.0, decomposer: str = "joint", n_draws: int = 5, output: str = "auto",
                  linear_part: str = "auto", feature_map: str = "reduced", regression_rows: str = "all",
-                 range_method: str = "auto",
+                 range_method: str = "auto", control_variate: bool = True,
                  chunk_size: int | None = None, check_inputs: bool = True, input_tolerance: float = 0.1,
                  min_n: int | None = None, random_state=None):
         self.n_hidden = n_hidden
@@ -322,6 +329,7 @@ class HermiteTensorLearner(BaseLearner):
         self.feature_map = feature_map
         self.regression_rows = regression_rows
         self.range_method = range_method
+        self.control_variate = control_variate
         self.chunk_size = chunk_size
         self.check_inputs = check_inputs
         self.input_tolerance = input_tolerance
@@ -350,8 +358,9 @@ class HermiteTensorLearner(BaseLearner):
                 raise InputError(f"{name} must be None or a positive number, got {val!r}.")
         if isinstance(self.n_draws, bool) or not isinstance(self.n_draws, int) or self.n_draws < 1:
             raise InputError(f"n_draws must be a positive integer, got {self.n_draws!r}.")
-        if not isinstance(self.check_inputs, bool):
-            raise InputError(f"check_inputs must be True or False, got {self.check_inputs!r}.")
+        for name in ("check_inputs", "control_variate"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"{name} must be True or False, got {getattr(self, name)!r}.")
 
     # ------------------------------------------------------------------ fitting
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
@@ -364,7 +373,8 @@ class HermiteTensorLearner(BaseLearner):
         t0 = time.perf_counter()
         coeffs = estimate_coefficients(source, order, m, range_method=self.range_method, chunk_size=self.chunk_size,
                                        rng=rng, check_inputs=self.check_inputs,
-                                       input_tolerance=self.input_tolerance, min_n=self.min_n)
+                                       input_tolerance=self.input_tolerance, min_n=self.min_n,
+                                       control_variate=self.control_variate)
         diagnostics["timings"] = {"moments": time.perf_counter() - t0}
         return self._finish(coeffs, order, source, None, rng, diagnostics)
 
