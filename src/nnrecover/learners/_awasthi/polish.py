@@ -94,7 +94,12 @@ def _lm_fit(coeffs: HermiteCoefficients, a, b, U, orders, linear: bool, max_nfev
     loss0 = float(r0 @ r0)
     if not np.isfinite(loss0) or theta0.size > r0.size:
         return a, b, U, None, None, {"loss_start": loss0, "loss_end": loss0, "nfev": 0, "kept": "start"}
-    sol = optimize.least_squares(residual, theta0, method="lm", max_nfev=max_nfev * theta0.size,
+    # forward differences as a callable Jacobian, so that max_nfev bounds the LM iterations (residual
+    # evaluations) in every SciPy version; a Jacobian costs theta.size more residuals
+    def jacobian(theta):
+        return optimize.approx_fprime(theta, residual, np.sqrt(np.finfo(float).eps) * np.maximum(1.0, np.abs(theta)))
+
+    sol = optimize.least_squares(residual, theta0, jac=jacobian, method="lm", max_nfev=max_nfev,
                                  xtol=1e-12, ftol=1e-12)
     loss1 = float(sol.fun @ sol.fun)
     info = {"loss_start": loss0, "loss_end": loss1, "nfev": int(sol.nfev), "status": int(sol.status)}
@@ -124,7 +129,8 @@ def hermite_loss_polish(coeffs: HermiteCoefficients, rec, order: int, n_hidden: 
     n_hidden : int
         ``m``; with signs fixed and fewer units than ``m``, a free linear part joins the model.
     max_nfev : int
-        Budget of each Levenberg-Marquardt solve, in Jacobian evaluations (finite differences).
+        Budget of each Levenberg-Marquardt solve, in residual evaluations (each iteration also takes one
+        forward-difference Jacobian).
 
     Returns
     -------
