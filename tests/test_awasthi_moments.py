@@ -1,0 +1,216 @@
+"""Streaming moment kernels of the Awasthi et al. 2021 learner (internal: ``learners/_awasthi``).
+
+The fast paths (distinct-moment sums by per-coordinate GEMMs, sign-split symmetric rank-k updates for
+the full ``T_2``, GEMMs with samples along the columns, 4096-row chunks) must equal plain dense numpy
+computations up to round-off, must not depend on the chunking (the split halves are fixed by the row
+index), and must give the same bits for the same input and seed.
+
+Tolerances: every quantity compared is a sum of ``N`` products of O(1) factors (standard normal
+entries, weights of either sign), computed in a different order or grouping on each side, so the
+difference is a few ulps per term times ``sqrt(N)`` at most: with ``N <= 10^4`` and moments of degree
+``<= 6``, whose terms are ``<= ~10^4`` in magnitude only in the tails, ``1e-12`` relative to the largest
+entry leaves ample room above round-off (~1e-14 observed) while catching any misplaced or missing term
+(which changes an entry by O(1/N) relative >= 1e-4).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import nnrecover as nr
+from nnrecover.errors import InputError
+from nnrecover.learners._awasthi import coefficients as co
+from nnrecover.learners._awasthi.symtensor import Monomials, hermite_from_raw
+
+RTOL = 1e-12
+
+
+def _dense_moment(Z: np.ndarray, w: np.ndarray, r: int) -> np.ndarray:
+    """``sum_n w_n z_n^{(x) r}`` by repeated outer products (the definition)."""
+    cur = w.copy()[:, None]
+    for _ in range(r):
+        cur = (cur[:, :, None] * Z[:, None, :]).reshape(Z.shape[0], -1)
+    return cur.sum(axis=0).reshape((Z.shape[1],) * r)
+
+
+def _close(a, b, rtol=RTOL):
+    a, b = np.asarray(a), np.asarray(b)
+    np.testing.assert_allclose(a, b, rtol=0, atol=rtol * max(1.0, float(np.abs(b).max())))
+
+
+# ============================================================================ Monomials.add_moment_sums
+
+@pytest.mark.parametrize("n, top", [(4, 2), (3, 3), (10, 2), (1, 2), (5, 1)])
+def test_moment_sums_equal_dense_moments_and_gram_reference(n, top):
+    # every distinct moment once (per-coordinate GEMMs) == definition == the Gram-matrix reference
+    # (Monomials.weighted_gram + unpack, the path used before), signed weights
+    rng = np.random.default_rng(n * 10 + top)
+    N = 3000
+    Z, w = rng.standard_normal((N, n)), rng.standard_normal(N)
+    mono = Monomials(n, top)
+    acc = mono.add_moment_sums(mono.new_moment_sums(), np.ascontiguousarray(Z.T), w)
+    gram = mono.weighted_gram(mono.features(Z), w)
+    for r in range(2 * top + 1):
+        ref = _dense_moment(Z, w, r)
+        _close(mono.raw_moment(acc, r), ref)
+        _close(mono.unpack(gram, r), ref)
+
+
+def test_moment_sums_store_each_distinct_moment_once():
+    # the accumulator length is the number of multisets of degree <= 2 top: C(n + 2 top, 2 top)
+    for n, top in [(10, 2), (4, 3), (3, 1)]:
+        assert Monomials(n, top).n_sums == math.comb(n + 2 * top, 2 * top)
+
+
+def test_moment_sums_are_additive_over_arbitrary_column_splits():
+    # accumulating in pieces (strided column views, uneven sizes) equals one call: chunking independence
+    rng = np.random.default_rng(1)
+    Zt, w = rng.standard_normal((6, 5000)), rng.standard_normal(5000)
+    mono = Monomials(6, 2)
+    whole = mono.add_moment_sums(mono.new_moment_sums(), Zt, w)
+    acc = mono.new_moment_sums()
+    for a, b in [(0, 1), (1, 777), (777, 4096), (4096, 5000)]:
+        mono.add_moment_sums(acc, Zt[:, a:b], w[a:b])
+    _close(acc, whole)
+
+
+def test_moment_sums_with_hermite_assembly_match_dense_hermite_tensors():
+    # the streaming sums feed the matching-formula assembly: mean(w He_k(z)) for k <= 4
+    from nnrecover.hermite import hermite_tensor
+
+    rng = np.random.default_rng(2)
+    Z, w = rng.standard_normal((4000, 3)), rng.standard_normal(4000)
+    mono = Monomials(3, 2)
+    acc = mono.add_moment_sums(mono.new_moment_sums(), np.ascontiguousarray(Z.T), w)
+    raw = {r: mono.raw_moment(acc, r) / 4000 for r in range(5)}
+    for k in range(2, 5):
+        ref = np.einsum("n,n...->...", w, hermite_tensor(k, Z)) / 4000
+        _close(hermite_from_raw(raw, k), ref)
+
+
+def test_moment_sums_reject_bad_shapes():
+    mono = Monomials(3, 2)
+    Zt, w = np.zeros((3, 10)), np.zeros(10)
+    with pytest.raises(InputError, match="acc"):
+        mono.add_moment_sums(np.zeros(5), Zt, w)
+    with pytest.raises(InputError, match="Zt"):
+        mono.add_moment_sums(mono.new_moment_sums(), np.zeros((4, 10)), w)
+    with pytest.raises(InputError, match="Zt"):
+        mono.add_moment_sums(mono.new_moment_sums(), Zt, np.zeros(9))
+    with pytest.raises(InputError, match="r must be"):
+        mono.raw_moment(mono.new_moment_sums(), 5)
+
+
+# ============================================================================ pass 1: RangeStatistic
+
+@pytest.mark.parametrize("sign", ["mixed", "positive", "negative"])
+def test_full_range_statistic_equals_dense_weighted_gram(sign):
+    # sign-split dsyrk (upper triangle) == X^T diag(y) X; one-signed y exercises the empty group
+    rng = np.random.default_rng(3)
+    X, y = rng.standard_normal((2500, 7)), rng.standard_normal(2500)
+    y = {"mixed": y, "positive": np.abs(y), "negative": -np.abs(y)}[sign]
+    stat = co.RangeStatistic(7, method="full", omega=None, omega_cov=rng.standard_normal((7, 4)))
+    nr.moments.accumulate(stat, (X, y[:, None]), chunk_size=999)
+    fin = stat.finalize()
+    ref = (X.T * y) @ X / 2500 - y.mean() * np.eye(7)
+    _close(fin["t2"], ref)
+    np.testing.assert_array_equal(fin["t2"], fin["t2"].T)
+    _close(fin["t1"], y @ X / 2500)
+    _close(stat.sx, X.sum(axis=0))
+    _close(stat.sxx, (X ** 2).sum(axis=0))
+    _close(stat.sprobe, X.T @ (X @ stat.omega_cov))
+
+
+def test_sketch_range_statistic_equals_dense_sketch():
+    rng = np.random.default_rng(4)
+    X, y = rng.standard_normal((3000, 12)), rng.standard_normal(3000)
+    om, oc = rng.standard_normal((12, 5)), rng.standard_normal((12, 4))
+    stat = co.RangeStatistic(12, method="sketch", omega=om, omega_cov=oc)
+    nr.moments.accumulate(stat, (X, y[:, None]), chunk_size=1234)
+    fin = stat.finalize()
+    _close(fin["t2_omega"], X.T @ (y[:, None] * (X @ om)) / 3000 - y.mean() * om)
+    _close(stat.sprobe, X.T @ (X @ oc))
+
+
+# ============================================================================ pass 2 and the whole estimate
+
+def _teacher_data(d=8, m=3, N=20_000, seed=5):
+    truth = nr.random_network(d, m, rng=seed, bias_range=(-1, 1))
+    return nr.sample(truth, nr.distributions.StandardGaussian(d), N, rng=seed + 1)
+
+
+def test_projected_moments_equal_dense_control_variate_estimate():
+    # T_k = mean(r He_k(P^T x)) + p^_k with r = y - p(x): recomputed densely from X, Y and pass 1's p
+    from nnrecover.hermite import hermite_tensor
+
+    X, Y = _teacher_data()
+    c = co.estimate_coefficients((X, Y), 1, 3, rng=0, range_method="full", chunk_size=3000)
+    P = c.basis
+    stat1 = co.RangeStatistic(8, method="full", omega=None, omega_cov=np.zeros((8, 1)))
+    nr.moments.accumulate(stat1, (X, Y))
+    fin = stat1.finalize()
+    B = P.T @ fin["t2"] @ P
+    Z = X @ P
+    r = np.asarray(Y).reshape(-1) - fin["t0"] - X @ fin["t1"] - 0.5 * (np.einsum("ni,ij,nj->n", Z, B, Z) - np.trace(B))
+    N = X.shape[0]
+    for k in (3, 4):
+        ref = np.einsum("n,n...->...", r, hermite_tensor(k, Z)) / N
+        _close(c.tensors[k], ref, rtol=1e-10)  # also absorbs the eigenvector round-off of P (cond ~1e2)
+    _close(c.tensors[2], np.einsum("n,n...->...", r, hermite_tensor(2, Z)) / N + 0.5 * (B + B.T), rtol=1e-10)
+    _close(c.t1, fin["t1"] + r @ X / N, rtol=1e-10)
+    assert c.residual_second_moment == pytest.approx(float(r @ r) / N, rel=1e-10)
+
+
+@pytest.mark.parametrize("order, method", [(1, "sketch"), (1, "full"), (2, None)])
+def test_estimate_does_not_depend_on_chunking_and_is_bit_reproducible(order, method):
+    X, Y = _teacher_data(d=5 if order == 2 else 12, m=6 if order == 2 else 3, N=30_000)
+    kw = {"rng": 7}
+    if method:
+        kw["range_method"] = method
+    m = 6 if order == 2 else 3
+    ref = co.estimate_coefficients((X, Y), order, m, **kw)
+    again = co.estimate_coefficients((X, Y), order, m, **kw)
+    for k in ref.tensors:  # same input, same seed, same chunking: same bits
+        np.testing.assert_array_equal(ref.tensors[k], again.tensors[k])
+        np.testing.assert_array_equal(ref.halves[0][k], again.halves[0][k])
+    assert ref.noise == again.noise
+    for chunk in (1000, 4096, 7777, 30_000):
+        other = co.estimate_coefficients((X, Y), order, m, chunk_size=chunk, **kw)
+        for k in ref.tensors:
+            _close(other.tensors[k], ref.tensors[k])
+            for h in (0, 1):  # the halves are fixed by the row index, not by the chunks
+                _close(other.halves[h][k], ref.halves[h][k])
+        _close(other.t1, ref.t1)
+        assert other.noise == pytest.approx(ref.noise, rel=1e-10)
+
+
+def test_split_halves_follow_row_blocks_for_any_chunking():
+    # rows go to half A/B by blocks of SPLIT_BLOCK counted from the first row, whatever the chunks
+    rng = np.random.default_rng(8)
+    N, d = 3 * co.SPLIT_BLOCK + 123, 4
+    X, y = rng.standard_normal((N, d)), rng.standard_normal(N)
+    P = np.linalg.qr(rng.standard_normal((d, 2)))[0]
+    half = (np.arange(N) // co.SPLIT_BLOCK) % 2
+    for chunk in (500, co.SPLIT_BLOCK, 5000, N):
+        stat = co.ProjectedMomentStatistic(d, P, 4, np.zeros((d, 1)), check_inputs=False)
+        nr.moments.accumulate(stat, (X, y[:, None]), chunk_size=chunk)
+        assert stat.counts == [int((half == 0).sum()), int((half == 1).sum())]
+        for h in (0, 1):
+            sel = half == h
+            _close(stat.mono.raw_moment(stat.sums[h], 4), _dense_moment(X[sel] @ P, y[sel], 4))
+
+
+def test_chunk_rows_default_is_a_multiple_of_the_split_block():
+    assert co._chunk_rows(None, 100) == co.SPLIT_BLOCK  # 4 MiB of X at d = 100
+    assert co._chunk_rows(None, 10) % co.SPLIT_BLOCK == 0
+    assert co._chunk_rows(None, 10) * 11 * 8 <= co.CHUNK_BYTES
+    assert co._chunk_rows(None, 100_000) == 1024
+    assert co._chunk_rows(777, 100) == 777
+    for d in (1, 3, 50, 100, 500, 5000):
+        rows = co._chunk_rows(None, d)
+        assert 1024 <= rows <= 1 << 16
+        assert rows < co.SPLIT_BLOCK or rows % co.SPLIT_BLOCK == 0
+
