@@ -14,8 +14,8 @@ import nnrecover as nr
 from nnrecover.distributions import StandardGaussian
 from nnrecover.errors import InputError
 from nnrecover.metrics import parameter_error, relu_l2_distance
-from nnrecover.refine import (BLOCKS, RefineResult, _Model, fit_least_squares, gather_samples,
-                              mean_squared_loss, refine_network)
+from nnrecover.refine import (BLOCKS, RefineResult, _Model, _normal_equations, fit_least_squares,
+                              gather_samples, mean_squared_loss, refine_network)
 
 
 def _perturbed(net, radius, seed):
@@ -226,3 +226,179 @@ def test_mean_squared_loss_definition(teacher):
     net.output_bias += 0.5
     assert mean_squared_loss(net, X[:100], Y[:100]) == pytest.approx(0.25, rel=1e-12)
     assert np.isnan(mean_squared_loss(net, X[:0], Y[:0]))
+
+
+# ----------------------------------------------------------------------------- "gn": Levenberg-Marquardt on
+# the normal equations accumulated over all rows, and "auto" = "lm" on the rows that fit + "gn" on all rows
+
+@pytest.fixture(scope="module")
+def smooth_noisy():
+    """A tanh teacher with label noise. Its empirical loss is smooth, so every method converges to the same
+    minimiser (a ReLU loss has kinks, and with noise different methods stop at different nearby local minima:
+    3.6e-3 apart for lm and gn on 5000 rows, d = 10, k = 5; see the module docstring)."""
+    truth = nr.random_network(6, 3, activation="tanh", rng=70, bias_range=(-0.5, 0.5),
+                              output_bias_range=(-0.3, 0.3))
+    X, Y = nr.sample(truth, StandardGaussian(6), 3000, noise=0.1, rng=71)
+    return truth, X, Y[:, None], _perturbed(truth, 0.05, seed=72)
+
+
+def _theta(net):
+    return _Model(net, BLOCKS).pack(net)
+
+
+def _ftol_distance(net, X, Y, tol=1e-15):
+    """Bound on the distance of a point where a method stopped from the minimiser, from the ftol test.
+
+    "gn" stops after a step h whose predicted decrease pred = h^T J^T J h / 2 + lambda h^T D h <= tol F, so
+    ||h|| <= sqrt(2 tol F / mu) (mu = smallest eigenvalue of J^T J; tanh has no flat directions); the step
+    contracts the error by the Gauss-Newton rate (< 1/2 here: measured ~0.05), so the error left is < ||h||.
+    "lm" (MINPACK) stops on xtol/ftol with the same tol, a far smaller distance (its error ~1e-11)."""
+    model = _Model(net, BLOCKS)
+    th = model.pack(net)
+    J = model.jacobian(th, X, Y)
+    F = 0.5 * mean_squared_loss(net, X, Y)
+    return float(np.sqrt(2 * tol * F / np.linalg.eigvalsh(J.T @ J)[0]))
+
+
+def test_gn_reaches_truth_to_round_off_and_works_with_holdout(teacher):
+    truth, X, Y = teacher
+    start = _perturbed(truth, 0.05, seed=80)
+    net, info = fit_least_squares(start, X[:5000], Y[:5000], method="gn")
+    assert info["method"] == "gn" and info["success"] and info["n_samples_used"] == 5000
+    assert info["n_jacobian"] <= info["n_iter"] <= 100
+    # noiseless data: the residual vanishes at the truth, so Gauss-Newton converges (quadratically up to the
+    # damping floor 1e-8) to the truth; the normal equations square cond(J) but each step is recomputed
+    assert parameter_error(net, truth)["max_unit_error"] < 1e-9
+    # through the pipeline: all training rows are used, the held-out rows decide
+    res = refine_network(start, (X, Y), method="gn", rng=0)
+    assert res.method == "gn" and res.requested_method == "gn" and res.kept == "refined" and res.improved
+    assert res.n_samples_used == 16_000 and res.n_holdout == 4000
+    assert parameter_error(res.network, truth)["max_unit_error"] < 1e-9
+    assert res.holdout_loss_refined < 1e-25 < res.holdout_loss_start
+    assert res.as_dict()["n_jacobian"] >= 1
+    json.dumps(res.as_dict())
+    # the held-out comparison rejects a "gn" fit of noisy labels when the start is the exact truth
+    Xn, Yn = nr.sample(truth, StandardGaussian(10), 600, noise=0.3, rng=81)
+    res = refine_network(truth, (Xn, Yn), validation_data=(X[:500], Y[:500]), method="gn", rng=0)
+    assert res.holdout_loss_start == 0.0 < res.holdout_loss_refined
+    assert res.train_loss_refined < res.train_loss_start and res.kept == "start" and res.network == truth
+
+
+def test_gn_finds_the_lm_minimiser_on_noisy_data(smooth_noisy):
+    truth, X, Y, start = smooth_noisy
+    lm, info_lm = fit_least_squares(start, X, Y, method="lm")
+    gn, info_gn = fit_least_squares(start, X, Y, method="gn")
+    assert info_lm["n_samples_used"] == info_gn["n_samples_used"] == 3000 and info_gn["success"]
+    # both minimise the same smooth loss: the parameters agree within the sum of the two stopping distances,
+    # each below _ftol_distance (~1e-7 absolute, ~5e-8 relative to ||theta|| ~ 2.5 here)
+    bound = 2 * _ftol_distance(gn, X, Y)
+    assert np.linalg.norm(_theta(gn) - _theta(lm)) < bound
+    assert bound / np.linalg.norm(_theta(lm)) < 1e-7
+    assert info_gn["train_loss_refined"] == pytest.approx(info_lm["train_loss_refined"], rel=1e-13)
+    # and both are far from the truth at the statistical scale sigma sqrt(P / (n mu)) >> bound
+    assert np.linalg.norm(_theta(gn) - _theta(truth)) > 1e4 * bound
+
+
+def test_auto_runs_lm_then_gn_when_rows_exceed_the_jacobian_budget(smooth_noisy):
+    truth, X, Y, start = smooth_noisy
+    P = 25  # 3 x 6 + 3 + 3 + 1
+    memory = 8 * P * 400  # the dense Jacobian of 400 rows: rows_fit = 400 >= 4 P = 100, < 3000 rows
+    auto, info = fit_least_squares(start, X, Y, jacobian_memory=memory)
+    assert info["method"] == "lm+gn" and info["n_samples_used"] == 3000 and info["success"]
+    lm_stage, gn_stage = info["stages"]
+    assert (lm_stage["method"], lm_stage["n_samples_used"]) == ("lm", 400)
+    assert (gn_stage["method"], gn_stage["n_samples_used"]) == ("gn", 3000)
+    assert info["n_iter"] == lm_stage["n_iter"] + gn_stage["n_iter"]
+    assert info["train_loss_refined"] == gn_stage["train_loss_refined"] <= gn_stage["train_loss_start"]
+    # "lm" alone honours its row cap: it uses the first 400 rows, bit-identical to "lm" on those rows
+    lm400, info400 = fit_least_squares(start, X, Y, method="lm", jacobian_memory=memory)
+    assert info400["n_samples_used"] == 400
+    assert lm400 == fit_least_squares(start, X[:400], Y[:400], method="lm")[0]
+    assert lm400 == fit_least_squares(start, X[:400], Y[:400], method="auto", jacobian_memory=memory)[0]
+    # lm+gn minimises the loss of all 3000 rows: it is the "gn" minimiser (the bound of
+    # test_gn_finds_the_lm_minimiser_on_noisy_data), not the minimiser of the first 400 rows, which is a
+    # statistical distance ~ sigma sqrt(P / (400 mu)) away
+    gn, _ = fit_least_squares(start, X, Y, method="gn")
+    bound = 2 * _ftol_distance(gn, X, Y)
+    assert np.linalg.norm(_theta(auto) - _theta(gn)) < bound
+    assert np.linalg.norm(_theta(lm400) - _theta(gn)) > 1e4 * bound
+    assert mean_squared_loss(auto, X, Y) < mean_squared_loss(lm400, X, Y)
+    # the pipeline reports it; with the default budget the same rows go to "lm" alone, as before "gn" existed
+    res = refine_network(start, (X, Y), jacobian_memory=memory, rng=0)
+    assert res.method == "lm+gn" and res.requested_method == "auto" and res.n_samples_used == 2400
+    assert [s["n_samples_used"] for s in res.as_dict()["stages"]] == [400, 2400]
+    json.dumps(res.as_dict())
+    small = refine_network(start, (X, Y), rng=0)
+    assert small.method == "lm" and small.network == refine_network(start, (X, Y), method="lm", rng=0).network
+
+
+def test_gn_chunking_changes_the_answer_only_by_round_off(teacher, smooth_noisy):
+    truth, X, Y = teacher
+    model = _Model(truth, BLOCKS)
+    theta = model.pack(_perturbed(truth, 0.05, seed=90))
+    Xs, Ys = X[:700], Y[:700, None]
+    J, r = model.jacobian(theta, Xs, Ys), model.residuals(theta, Xs, Ys)
+    R = model.forward(theta, Xs, Ys)[-1]
+    for rows in (1, 33, 700, 5000):
+        JtJ, g = _normal_equations(model, theta, Xs, Ys, R, rows)
+        # sums of 700 products: componentwise error <= 700 eps sum|terms| (worst case); we ask 1e-13 of the max
+        np.testing.assert_allclose(JtJ, J.T @ J, rtol=0, atol=1e-13 * np.abs(J.T @ J).max())
+        np.testing.assert_allclose(g, J.T @ r, rtol=0, atol=1e-13 * np.abs(J).max() * np.abs(r).max() * 700)
+    # whole runs with chunks of 37 rows (memory 8 p P 37 bytes, P = 61) and of 8 MiB: noiseless data, both
+    # reach the truth to round-off
+    start = _perturbed(truth, 0.05, seed=91)
+    a, info_a = fit_least_squares(start, X[:3000], Y[:3000], method="gn", jacobian_memory=8 * 61 * 37)
+    b, _ = fit_least_squares(start, X[:3000], Y[:3000], method="gn")
+    for net in (a, b):
+        assert parameter_error(net, truth)["max_unit_error"] < 1e-9
+    assert info_a["n_samples_used"] == 3000
+    # noisy smooth loss: after 3 trial steps the iterates differ by the round-off of J^T J propagated through
+    # the solve, <= cond(J^T J) * (n eps) * ||step|| ~ 1e3 * 7e-13 * 0.1 (worst-case summation bound);
+    # at the end both are within the stopping distance of the minimiser
+    truth_s, Xt, Yt, start_s = smooth_noisy
+    P = 25
+    c3 = fit_least_squares(start_s, Xt, Yt, method="gn", max_iter=3, jacobian_memory=8 * P * 37)[0]
+    d3 = fit_least_squares(start_s, Xt, Yt, method="gn", max_iter=3)[0]
+    assert np.linalg.norm(_theta(c3) - _theta(d3)) < 1e-9
+    assert np.linalg.norm(_theta(c3) - _theta(start_s)) > 1e-2  # the three steps did move
+    c = fit_least_squares(start_s, Xt, Yt, method="gn", jacobian_memory=8 * P * 37)[0]
+    d = fit_least_squares(start_s, Xt, Yt, method="gn")[0]
+    assert np.linalg.norm(_theta(c) - _theta(d)) < 2 * _ftol_distance(d, Xt, Yt)
+
+
+def test_gn_validation_and_failure_reports(teacher):
+    truth, X, Y = teacher
+    with pytest.raises(InputError, match="gn"):
+        fit_least_squares(truth, X[:500], Y[:500], method="newton")
+    with pytest.raises(InputError, match="gn"):
+        refine_network(truth, (X[:500], Y[:500]), method="gauss-newton")
+    # the Jacobian of one row (8 p P = 488 bytes) must fit the budget
+    with pytest.raises(InputError, match="jacobian_memory"):
+        fit_least_squares(truth, X[:500], Y[:500], method="gn", jacobian_memory=400)
+    with pytest.raises(InputError, match="max_iter"):
+        fit_least_squares(truth, X[:500], Y[:500], method="gn", max_iter=0)
+    # out of iterations: reported, not hidden
+    start = _perturbed(truth, 0.05, seed=100)
+    net, info = fit_least_squares(start, X[:500], Y[:500], method="gn", max_iter=1)
+    assert not info["success"] and info["status"] == 0 and info["n_iter"] == 1
+    assert "maximum" in info["message"]
+    assert info["train_loss_refined"] < info["train_loss_start"]
+    # a start whose loss overflows: refused by the optimiser, the start is returned
+    huge = truth.copy()
+    huge.output_weights *= 1e200
+    huge.hidden_weights *= 1e200
+    with np.errstate(over="ignore", invalid="ignore"):
+        net, info = fit_least_squares(huge, X[:500], Y[:500], method="gn")
+    assert not info["success"] and info["status"] == -1 and "not finite" in info["message"]
+    assert net == huge
+    # "gn" is damped, so fewer residuals than parameters (40 < 61) are allowed (unlike "lm"): the fit
+    # interpolates the 40 rows
+    net, info = fit_least_squares(start, X[:40], Y[:40], method="gn")
+    assert info["train_loss_refined"] < 1e-20 * info["train_loss_start"]
+
+
+def test_lm_row_cap_is_documented():
+    import nnrecover.refine as refine_module
+    assert "FIRST" in refine_module.__doc__ and "lm+gn" in refine_module.__doc__
+    assert "only the first" in fit_least_squares.__doc__
+    assert "gn" in refine_module.METHODS and refine_module.METHODS[:4] == ("auto", "lm", "trf", "lbfgs")

@@ -27,14 +27,40 @@ Methods.
 
 * ``"lm"``: Levenberg-Marquardt, :func:`scipy.optimize.least_squares` (MINPACK ``lmder``) with the
   analytic Jacobian. The tool for round-off convergence (``tol`` ~ 1e-15). Needs the dense Jacobian,
-  ``(N p) x P`` doubles (``P`` trainable parameters): rows are capped so that it stays below
-  ``jacobian_memory`` bytes (MINPACK keeps one more copy), and at least as many residuals as parameters.
-* ``"trf"``: trust-region reflective least squares with the same dense Jacobian; also works with fewer
-  residuals than parameters.
+  ``(N p) x P`` doubles (``P`` trainable parameters): only the FIRST ``rows_fit = jacobian_memory //
+  (8 p P)`` rows are used (about 5.5e5 rows for ``P = 61``, ``p = 1`` at the default 256 MiB; MINPACK
+  keeps one more copy), and it needs at least as many residuals as parameters. With label noise the
+  rows beyond ``rows_fit`` are wasted: the statistical error stays that of ``rows_fit`` samples.
+* ``"trf"``: trust-region reflective least squares with the same dense Jacobian and the same row cap;
+  also works with fewer residuals than parameters.
+* ``"gn"``: damped Gauss-Newton, i.e. Levenberg-Marquardt (Levenberg 1944; Marquardt 1963, with
+  Marquardt's scaling ``D = diag(J^T J)``; damping update of Nielsen 1999) on the NORMAL EQUATIONS
+  ``(J^T J + lambda D) h = -J^T r``, with ``J^T J`` (``P x P``) and ``J^T r`` accumulated over ALL rows
+  in chunks of rows whose Jacobian stays within ``min(jacobian_memory, 8 MiB)``; the full Jacobian is
+  never formed. Memory ``O(chunk p P + P^2 + N p)``, time per iteration ``O(N p P^2)``. Forming
+  ``J^T J`` squares the condition number, which costs little here: the step is recomputed at every
+  iterate, so its relative error ``cond(J)^2 eps`` only slows the (linear) convergence while
+  ``cond(J)^2 eps < 1``, and on noiseless data ``"gn"`` reaches the truth to round-off like ``"lm"``
+  (see :func:`_gauss_newton` for the acceptance and stopping rules).
 * ``"lbfgs"``: :func:`scipy.optimize.minimize` (``L-BFGS-B``) with the analytic gradient
-  ``J^T r``, computed without forming ``J``: memory ``O(N k)``. For large networks.
-* ``"auto"`` (default): ``"lm"`` when its Jacobian fits the memory budget with at least ``4 P`` rows,
-  else ``"lbfgs"``.
+  ``J^T r``, computed without forming ``J``: memory ``O(N k)``. For large networks; converges slowly.
+* ``"auto"`` (default): if the Jacobian of ``4 P`` rows does not fit ``jacobian_memory``, ``"lbfgs"``
+  on all rows. Otherwise ``"lm"`` when all rows fit (``N <= rows_fit``; also ``"lbfgs"`` when
+  ``N < 4 P``), exactly as before ``"gn"`` existed; and when ``N > rows_fit``, ``"lm"`` on the first
+  ``rows_fit`` rows (round-off accurate on noiseless data) FOLLOWED by ``"gn"`` on all ``N`` rows from
+  the ``"lm"`` solution, reported as method ``"lm+gn"`` with ``n_samples_used = N`` (the two stages are
+  recorded in ``stages``). So the statistical error keeps falling with ``N`` beyond ``rows_fit``.
+  Measured (d = 10, k = 5 ReLU, sigma = 0.1, start 1e-2 from the truth, one BLAS thread, shared
+  machine): 8e5 / 2.4e6 training rows, max unit error 3.8e-3 / 1.6e-3 with ``"lm+gn"`` against
+  3.3e-3 / 2.7e-3 with ``"lm"`` (5.5e5 rows both times); the ``"lm"`` stage took 63-73 s, the ``"gn"``
+  stage 10-32 s, and ``"gn"`` alone from the same start reached the same error (to 3 digits) in
+  7 / 30 s.
+
+Non-smooth losses. The empirical loss of a ReLU network has kinks where a row crosses
+``w_i.x + b_i = 0``; with label noise, optimisers from different starts can stop at different local
+minima close to each other (measured: ``"lm"`` and ``"gn"`` from the same start on 5000 rows, d = 10,
+k = 5, sigma = 0.1: 3.6e-3 apart in max unit error, against a statistical error of 1.9e-2 for both).
+On a smooth activation (``tanh``) they find the same minimiser to their tolerance.
 
 Data. ``data`` is anything :func:`nnrecover.moments.engine.as_data_source` accepts: ``(X, Y)`` arrays
 (numpy, memory maps, dask), an iterable of ``(X, Y)`` chunks (:class:`nnrecover.SampleStream`), a
@@ -72,9 +98,12 @@ __all__ = ["refine_network", "RefineResult", "gather_samples", "fit_least_square
 BLOCKS = ("hidden_weights", "hidden_bias", "output_weights", "output_bias")
 """Names of the parameter blocks, in the order they are stacked into the parameter vector."""
 
-METHODS = ("auto", "lm", "trf", "lbfgs")
+METHODS = ("auto", "lm", "trf", "lbfgs", "gn")
 
-_DEFAULT_MAX_ITER = {"lm": 200, "trf": 200, "lbfgs": 5000}
+_DEFAULT_MAX_ITER = {"lm": 200, "trf": 200, "lbfgs": 5000, "gn": 100}
+_GN_LAMBDA0 = 1e-6  # initial Marquardt parameter of "gn" (Nielsen's tau for a good start; rejections are cheap)
+_GN_LAMBDA_MIN = 1e-8  # its floor (see _gauss_newton)
+_GN_CHUNK_BYTES = 1 << 23  # largest Jacobian chunk of "gn" (8 MiB; see _chunk_rows)
 _JACOBIAN_MEMORY = 1 << 28  # 256 MiB
 
 
@@ -100,17 +129,23 @@ class RefineResult:
         Mean squared loss on the held-out rows (NaN when there are none; the comparison then uses the
         training loss).
     n_iter : int
-        Function evaluations (least squares) or iterations (L-BFGS).
+        Function evaluations (``lm``, ``trf``), trial steps (``gn``; each one pass over all rows), or
+        iterations (L-BFGS); for ``lm+gn`` the sum over the two stages.
     n_samples_seen, n_samples_used, n_holdout : int
         Rows read from the data, rows the optimiser used, held-out rows.
     method : str
-        The optimiser that ran (``"lm"``, ``"trf"`` or ``"lbfgs"``); ``requested_method`` is the argument.
+        The optimiser that ran (``"lm"``, ``"trf"``, ``"gn"``, ``"lbfgs"``, or ``"lm+gn"``: ``"auto"``
+        ran ``"lm"`` on the first rows that fit its Jacobian budget, then ``"gn"`` on all rows; the two
+        stages are in ``extra["stages"]``); ``requested_method`` is the argument.
     success : bool
         The optimiser's own convergence flag; ``status``/``message`` are its report.
     trained : tuple of str
         The parameter blocks that were optimised.
     time : float
         Wall-clock seconds of the whole call.
+    extra : dict
+        More records, merged into :meth:`as_dict`: ``stages`` (one record per stage of ``"lm+gn"``),
+        ``n_jacobian`` (passes that accumulated the normal equations, ``"gn"``).
     """
 
     network: TwoLayerNetwork
@@ -280,11 +315,16 @@ class _Model:
         R = H @ A.T + c - Y
         return W, b, A, c, Z, H, R
 
-    def residuals(self, theta, X, Y) -> np.ndarray:
-        return self.forward(theta, X, Y)[-1].ravel() / np.sqrt(X.shape[0])
+    def residuals(self, theta, X, Y, n_total: int | None = None) -> np.ndarray:
+        """``(f(x_n) - y_n) / sqrt(N)`` flattened; ``N = n_total`` (default: the rows given)."""
+        return self.forward(theta, X, Y)[-1].ravel() / np.sqrt(X.shape[0] if n_total is None else n_total)
 
-    def jacobian(self, theta, X, Y) -> np.ndarray:
-        """``d residuals / d theta``, shape (N p, P): row ``n p + r`` is output ``r`` of sample ``n``."""
+    def jacobian(self, theta, X, Y, n_total: int | None = None) -> np.ndarray:
+        """``d residuals / d theta``, shape (n p, P): row ``n p + r`` is output ``r`` of sample ``n``.
+
+        ``n_total`` is the ``N`` of the normalisation ``1/sqrt(N)`` (default: the rows given); a chunk of
+        the rows passes the total so that the chunks stack into the Jacobian of all rows.
+        """
         W, b, A, c = self.unpack(theta)
         n = X.shape[0]
         Z = X @ W.T + b
@@ -305,7 +345,7 @@ class _Model:
         if "output_bias" in self.slices:
             s = self.slices["output_bias"].start
             J[:, np.arange(self.p), s + np.arange(self.p)] = 1.0
-        J /= np.sqrt(n)
+        J /= np.sqrt(n if n_total is None else n_total)
         return J.reshape(n * self.p, self.n_params)
 
     def loss_and_grad(self, theta, X, Y):
@@ -351,6 +391,146 @@ def _check_tol(tol) -> float:
 
 # =========================================================================== optimiser
 
+def _loss_pass(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.ndarray, out: np.ndarray,
+               chunk_rows: int) -> np.ndarray:
+    """Unnormalised residuals ``f(x_n) - y_n`` of all rows into ``out`` (n, p), in row chunks."""
+    for s in range(0, X.shape[0], chunk_rows):
+        out[s:s + chunk_rows] = model.forward(theta, X[s:s + chunk_rows], Y[s:s + chunk_rows])[-1]
+    return out
+
+
+def _normal_equations(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.ndarray, R: np.ndarray,
+                      chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """``J^T J`` and ``g = J^T r`` over all rows, one Jacobian chunk of ``chunk_rows`` rows at a time.
+
+    ``J`` and ``r = R / sqrt(n)`` are those of :meth:`_Model.jacobian` / :meth:`_Model.residuals` on all
+    ``n`` rows (the chunks are normalised by the total ``n``); ``R`` holds the residuals at ``theta``.
+    """
+    n, P = X.shape[0], model.n_params
+    JtJ, g = np.zeros((P, P)), np.zeros(P)
+    scale = np.sqrt(n)
+    for s in range(0, n, chunk_rows):
+        J = model.jacobian(theta, X[s:s + chunk_rows], Y[s:s + chunk_rows], n_total=n)
+        JtJ += J.T @ J
+        g += J.T @ (R[s:s + chunk_rows].ravel() / scale)
+    return JtJ, g
+
+
+def _chunk_rows(jacobian_memory: int, model: _Model) -> tuple[int, int]:
+    """Rows per Jacobian chunk and per loss chunk of ``"gn"``.
+
+    A Jacobian chunk holds ``p P`` doubles per row and stays within ``min(jacobian_memory, 8 MiB)``: the
+    budget is a ceiling, and chunks that fit in cache accumulate ``J^T J`` faster (measured with one BLAS
+    thread, d = 10, k = 5, 8e5 rows: 0.13 s per pass with 4-8 MiB chunks, 1.3 s with one 256 MiB chunk).
+    A loss chunk holds ``W x + b``, its activation and the residuals (``2 k + 2 p`` doubles per row).
+    """
+    budget = min(jacobian_memory, _GN_CHUNK_BYTES)
+    return (max(1, int(budget // (8 * model.p * model.n_params))),
+            max(1, int(budget // (8 * (2 * model.k + 2 * model.p)))))
+
+
+def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarray, *, max_iter: int, tol: float,
+                  chunk_rows: int, loss_rows: int, lam0: float = _GN_LAMBDA0) -> dict:
+    """Levenberg-Marquardt on the normal equations accumulated over all rows (method ``"gn"``).
+
+    Minimises ``F(theta) = ||r||^2 / 2`` (``r`` = residuals / sqrt(n), so ``F`` is half the mean squared
+    loss). Each accepted iterate accumulates ``J^T J`` and ``g = J^T r`` over row chunks
+    (:func:`_normal_equations`; the full Jacobian is never formed) and solves, by Cholesky,
+
+        (J^T J + lambda D) h = -g,        D = diag(J^T J), running maximum over iterates (More 1978),
+
+    the Levenberg (1944) - Marquardt (1963) step with Marquardt's diagonal scaling. The trial point is
+    accepted when the gain ratio ``rho = (F(theta) - F(theta + h)) / (h^T (lambda D h - g) / 2)`` is
+    positive, and lambda follows Nielsen's rule (Nielsen 1999; Madsen, Nielsen & Tingleff 2004, Alg. 3.16):
+    ``lambda *= max(1/3, 1 - (2 rho - 1)^3)`` on acceptance, ``lambda *= nu, nu *= 2`` on rejection. A
+    Cholesky failure (``J^T J + lambda D`` numerically not positive definite) is treated as a rejection.
+    ``lambda`` never drops below ``_GN_LAMBDA_MIN``: ``J^T J`` of a ReLU network is singular (the positive
+    rescaling of a unit leaves ``f`` unchanged), and the floor bounds the step along those null directions
+    that round-off in ``g`` would otherwise excite.
+
+    The actual reduction is evaluated as ``sum_n (R_n - R'_n)(R_n + R'_n) / (2 n)`` from the stored
+    residuals of both points rather than as a difference of two losses: its rounding error is
+    proportional to the size of the step, so the gain ratio stays meaningful down to steps far below
+    ``eps * F`` (a difference of two losses of ``n`` rows is only good to about ``eps log(n) F``).
+
+    Stops (scipy's status codes) with: ``1`` the gradient test ``max_j |g_j| / (||J_j|| ||r||) <= tol``
+    (the cosine between ``r`` and each column of ``J``, MINPACK's ``gtol``; also an exact fit ``F = 0``),
+    ``2`` the relative reduction test ``|actual| <= tol F`` and ``predicted <= tol F`` (MINPACK's ``ftol``),
+    ``3`` the step test ``||h|| <= tol (||theta|| + tol)``, ``0`` ``max_iter`` trial steps, ``-1`` a
+    non-finite loss or normal matrix at an accepted point (the last finite iterate is returned).
+
+    Memory: one Jacobian chunk (``chunk_rows p P`` doubles), ``J^T J`` (``P^2``) and a few arrays of the
+    size of ``Y`` (the residuals of the current and the trial point, and temporaries of the reduction).
+    """
+    from scipy.linalg import LinAlgError, cho_factor, cho_solve
+
+    n = X.shape[0]
+    theta = np.array(theta0, dtype=np.float64)
+    R = _loss_pass(model, theta, X, Y, np.empty((n, model.p)), loss_rows)
+    R_new = np.empty_like(R)
+    F = 0.5 * float(np.sum(R * R)) / n
+    lam, nu, D = float(lam0), 2.0, None
+    n_iter = n_jac = 0
+    status, message = 0, "The maximum number of trial steps is exceeded."
+    if not np.isfinite(F):
+        return {"theta": theta, "n_iter": 0, "n_jacobian": 0, "status": -1, "success": False,
+                "message": "The loss is not finite at the start."}
+    while True:
+        JtJ, g = _normal_equations(model, theta, X, Y, R, chunk_rows)
+        n_jac += 1
+        if not (np.all(np.isfinite(JtJ)) and np.all(np.isfinite(g))):
+            status, message = -1, "The normal equations are not finite at an accepted iterate."
+            break
+        diag = np.diag(JtJ).copy()
+        D = diag if D is None else np.maximum(D, diag)
+        D = np.where(D > 0, D, 1.0)  # MINPACK: a column that was never nonzero gets scale 1
+        if F == 0.0:
+            status, message = 1, "The residuals are exactly zero."
+            break
+        live = diag > 0
+        cosine = float(np.max(np.abs(g[live]) / np.sqrt(diag[live]))) / np.sqrt(2 * F) if np.any(live) else 0.0
+        if cosine <= tol:
+            status, message = 1, "`gtol` termination condition is satisfied."
+            break
+        accepted = done = False
+        while not accepted and not done:
+            if n_iter >= max_iter:
+                done = True
+                break
+            n_iter += 1
+            try:
+                h = -cho_solve(cho_factor(JtJ + np.diag(lam * D), check_finite=False), g, check_finite=False)
+                solved = bool(np.all(np.isfinite(h)))
+            except LinAlgError:
+                solved = False
+            if not solved:
+                lam, nu = lam * nu, 2 * nu
+                continue
+            if np.linalg.norm(h) <= tol * (np.linalg.norm(theta) + tol):
+                status, message, done = 3, "`xtol` termination condition is satisfied.", True
+                break
+            theta_new = theta + h
+            _loss_pass(model, theta_new, X, Y, R_new, loss_rows)
+            actual = 0.5 * float(np.sum((R - R_new) * (R + R_new))) / n
+            predicted = 0.5 * float(h @ (lam * D * h - g))
+            rho = actual / predicted if predicted > 0 and np.isfinite(actual) else -np.inf
+            small = abs(actual) <= tol * F and predicted <= tol * F
+            if rho > 0:
+                theta, R, R_new = theta_new, R_new, R
+                F = 0.5 * float(np.sum(R * R)) / n
+                lam = max(lam * max(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3), _GN_LAMBDA_MIN)
+                nu = 2.0
+                accepted = True
+            else:
+                lam, nu = lam * nu, 2 * nu
+            if small:
+                status, message, done = 2, "`ftol` termination condition is satisfied.", True
+        if done:
+            break
+    return {"theta": theta, "n_iter": n_iter, "n_jacobian": n_jac, "status": status, "success": status > 0,
+            "message": message}
+
+
 def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", max_iter: int | None = None,
                       tol: float = 1e-15, train: Sequence[str] = BLOCKS,
                       jacobian_memory: int = _JACOBIAN_MEMORY) -> tuple[TwoLayerNetwork, dict]:
@@ -365,22 +545,36 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
         Start.
     X : (N, d) array
     Y : (N,) or (N, p) array
-    method : {"auto", "lm", "trf", "lbfgs"}
+    method : {"auto", "lm", "trf", "lbfgs", "gn"}
+        ``"auto"`` may run ``"lm"`` then ``"gn"`` (reported as ``"lm+gn"``); see the module docstring.
     max_iter : int, optional
-        Function evaluations (``lm``, ``trf``; default 200) or iterations (``lbfgs``; default 5000).
+        Function evaluations (``lm``, ``trf``; default 200), trial steps (``gn``; default 100) or
+        iterations (``lbfgs``; default 5000). For ``"lm+gn"`` it bounds each stage (defaults 200 and 100).
     tol : float, default 1e-15
-        ``ftol = xtol = gtol`` of the least-squares methods; ``ftol`` and ``gtol`` of L-BFGS-B.
+        ``ftol = xtol = gtol`` of the least-squares methods (``gn``: the same three tests, see
+        :func:`_gauss_newton`); ``ftol`` and ``gtol`` of L-BFGS-B.
     train : sequence of str
         Blocks to optimise (subset of :data:`BLOCKS`); the others stay fixed.
     jacobian_memory : int, default 256 MiB
-        Bytes allowed for the dense Jacobian of ``lm``/``trf``; rows beyond that are not used.
+        Bytes allowed for the dense Jacobian of ``lm``/``trf``: only the first ``jacobian_memory // (8 p
+        P)`` rows are used by them. ``gn`` uses all rows and keeps one chunk of the Jacobian of at most
+        ``min(jacobian_memory, 8 MiB)``.
 
     Returns
     -------
     network : TwoLayerNetwork
     info : dict
-        ``method``, ``n_iter``, ``n_samples_used``, ``success``, ``status``, ``message``,
-        ``train_loss_start``, ``train_loss_refined`` (on the rows used).
+        ``method`` (the one that ran, ``"lm+gn"`` possible for ``"auto"``), ``n_iter``,
+        ``n_samples_used``, ``success``, ``status``, ``message``, ``train_loss_start``,
+        ``train_loss_refined`` (on the rows used); ``n_jacobian`` for ``"gn"``; ``stages`` (the records of
+        the ``"lm"`` and ``"gn"`` stages, each with its ``time``) for ``"lm+gn"``.
+
+    Raises
+    ------
+    InputError
+        Bad ``network``, ``method``, ``train``, ``tol``, ``max_iter`` or ``jacobian_memory``, data that do
+        not match the network, the Jacobian of one row larger than ``jacobian_memory`` (``lm``, ``trf``,
+        ``gn``), or fewer residuals than parameters for ``lm``.
     """
     if not isinstance(network, TwoLayerNetwork):
         raise InputError(f"network must be a TwoLayerNetwork, got {type(network).__name__}.")
@@ -393,26 +587,40 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
     model = _Model(network, train)
     P, p, n = model.n_params, network.n_outputs, X.shape[0]
     rows_fit = int(jacobian_memory // (8 * p * P))
+    finish = False
     if method == "auto":
         method = "lm" if min(rows_fit, n) >= 4 * P else "lbfgs"
+        # more rows than the dense Jacobian can hold: "lm" on the first rows_fit, then "gn" on all of them
+        finish = method == "lm" and n > rows_fit
+    if method in ("lm", "trf", "gn") and rows_fit < 1:
+        raise InputError(f"the Jacobian of one sample ({p * P * 8} bytes) exceeds jacobian_memory="
+                         f"{jacobian_memory}; raise it or use method='lbfgs'.")
+    X_all, Y_all = X, Y
     if method in ("lm", "trf"):
         n_use = min(n, rows_fit)
-        if n_use < 1:
-            raise InputError(f"the Jacobian of one sample ({p * P * 8} bytes) exceeds jacobian_memory="
-                             f"{jacobian_memory}; raise it or use method='lbfgs'.")
         if method == "lm" and n_use * p < P:
             raise InputError(
                 f"method='lm' needs at least as many residuals as parameters ({P}); it has {n_use * p} "
-                f"(rows used: {n_use}). Pass more samples, raise jacobian_memory, or use method='trf' or 'lbfgs'.")
+                f"(rows used: {n_use}). Pass more samples, raise jacobian_memory, or use method='trf', 'gn' "
+                "or 'lbfgs'.")
         X, Y = X[:n_use], Y[:n_use]
-    max_iter = _DEFAULT_MAX_ITER[method] if max_iter is None else check_positive_int(max_iter, "max_iter")
+    user_max_iter = None if max_iter is None else check_positive_int(max_iter, "max_iter")
+    max_iter = _DEFAULT_MAX_ITER[method] if user_max_iter is None else user_max_iter
     theta0 = model.pack(network)
     loss0 = mean_squared_loss(network, X, Y)
+    n_jac = None
+    t0 = time.perf_counter()
     if method in ("lm", "trf"):
         res = optimize.least_squares(model.residuals, theta0, jac=model.jacobian, args=(X, Y), method=method,
                                      ftol=tol, xtol=tol, gtol=tol, max_nfev=max_iter, x_scale="jac")
         theta, n_iter, status, message, success = res.x, int(res.nfev), int(res.status), str(res.message), \
             bool(res.success)
+    elif method == "gn":
+        chunk_rows, loss_rows = _chunk_rows(jacobian_memory, model)
+        out = _gauss_newton(model, theta0, X, Y, max_iter=max_iter, tol=tol, chunk_rows=chunk_rows,
+                            loss_rows=loss_rows)
+        theta, n_iter, status, message, success, n_jac = (out["theta"], out["n_iter"], out["status"],
+                                                          out["message"], out["success"], out["n_jacobian"])
     else:
         res = optimize.minimize(model.loss_and_grad, theta0, args=(X, Y), jac=True, method="L-BFGS-B",
                                 options={"maxiter": max_iter, "ftol": tol, "gtol": tol, "maxcor": 20,
@@ -423,6 +631,28 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
     info = {"method": method, "n_iter": n_iter, "n_samples_used": int(X.shape[0]), "success": success,
             "status": status, "message": message, "train_loss_start": loss0,
             "train_loss_refined": mean_squared_loss(refined, X, Y)}
+    if n_jac is not None:
+        info["n_jacobian"] = n_jac
+    if finish:
+        # Levenberg-Marquardt used only the first rows_fit rows; finish on all rows from its solution
+        lm_info = dict(info, time=time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        gn_max_iter = _DEFAULT_MAX_ITER["gn"] if user_max_iter is None else user_max_iter
+        chunk_rows, loss_rows = _chunk_rows(jacobian_memory, model)
+        out = _gauss_newton(model, theta, X_all, Y_all, max_iter=gn_max_iter, tol=tol, chunk_rows=chunk_rows,
+                            loss_rows=loss_rows)
+        refined = model.network(out["theta"])
+        gn_info = {"method": "gn", "n_iter": out["n_iter"], "n_jacobian": out["n_jacobian"],
+                   "n_samples_used": n, "success": out["success"], "status": out["status"],
+                   "message": out["message"],
+                   "train_loss_start": mean_squared_loss(model.network(theta), X_all, Y_all),
+                   "train_loss_refined": mean_squared_loss(refined, X_all, Y_all), "time": time.perf_counter() - t0}
+        info = {"method": "lm+gn", "n_iter": lm_info["n_iter"] + gn_info["n_iter"], "n_samples_used": n,
+                "success": gn_info["success"], "status": gn_info["status"],
+                "message": f"lm on the first {lm_info['n_samples_used']} rows: {lm_info['message']} "
+                           f"gn on all {n} rows: {gn_info['message']}",
+                "train_loss_start": mean_squared_loss(network, X_all, Y_all),
+                "train_loss_refined": gn_info["train_loss_refined"], "stages": [lm_info, gn_info]}
     return refined, info
 
 
@@ -439,8 +669,11 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
     data : data source
         ``(X, Y)`` arrays (numpy, memmap, dask), an iterable of ``(X, Y)`` chunks (e.g. a
         :class:`nnrecover.SampleStream`), a one-pass iterator, or a ``DataSource``.
-    method : {"auto", "lm", "trf", "lbfgs"}, default "auto"
-        See the module docstring; ``"lm"`` for round-off accuracy on noiseless data.
+    method : {"auto", "lm", "trf", "lbfgs", "gn"}, default "auto"
+        See the module docstring; ``"lm"`` for round-off accuracy on noiseless data, ``"gn"`` to use all
+        ``max_samples`` rows whatever their number. ``"auto"`` runs ``"lm"`` alone when the training rows
+        fit its Jacobian budget and ``"lm"`` then ``"gn"`` on all of them (``RefineResult.method ==
+        "lm+gn"``) when they do not.
     max_samples : int, default 200_000
         At most this many rows are gathered (uniformly at random, :func:`gather_samples`).
     holdout_fraction : float in [0, 1), default 0.2
@@ -455,7 +688,8 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
     train : sequence of str, default all four blocks
         Which of ``hidden_weights``, ``hidden_bias``, ``output_weights``, ``output_bias`` to optimise.
     jacobian_memory : int, default 256 MiB
-        Memory budget of the dense Jacobian (``lm``/``trf``).
+        Memory budget of the dense Jacobian (``lm``/``trf``; they use only the rows that fit) and of one
+        Jacobian chunk of ``gn`` (see :func:`fit_least_squares`).
     rng : int, Generator or None
         Seeds the subsample and the split; same seed, same result.
 
@@ -514,4 +748,5 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
         holdout_loss_start=hold_start, holdout_loss_refined=hold_ref, n_iter=info["n_iter"],
         n_samples_seen=int(n_seen), n_samples_used=info["n_samples_used"], n_holdout=int(Xv.shape[0]),
         method=info["method"], requested_method=method, success=info["success"], status=info["status"],
-        message=info["message"], trained=train, time=time.perf_counter() - t0)
+        message=info["message"], trained=train, time=time.perf_counter() - t0,
+        extra={key: info[key] for key in ("stages", "n_jacobian") if key in info})
