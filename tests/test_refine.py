@@ -355,7 +355,7 @@ def test_gn_chunking_changes_the_answer_only_by_round_off(teacher, smooth_noisy)
     # noisy smooth loss: after 3 trial steps the iterates differ by the round-off of J^T J propagated through
     # the solve, <= cond(J^T J) * (n eps) * ||step|| ~ 1e3 * 7e-13 * 0.1 (worst-case summation bound);
     # at the end both are within the stopping distance of the minimiser
-    truth_s, Xt, Yt, start_s = smooth_noisy
+    _, Xt, Yt, start_s = smooth_noisy
     P = 25
     c3 = fit_least_squares(start_s, Xt, Yt, method="gn", max_iter=3, jacobian_memory=8 * P * 37)[0]
     d3 = fit_least_squares(start_s, Xt, Yt, method="gn", max_iter=3)[0]
