@@ -299,11 +299,11 @@ def test_gn_finds_the_lm_minimiser_on_noisy_data(smooth_noisy):
     assert np.linalg.norm(_theta(gn) - _theta(truth)) > 1e4 * bound
 
 
-def test_auto_runs_lm_then_gn_when_rows_exceed_the_jacobian_budget(smooth_noisy):
+def test_lm_then_gn_when_rows_exceed_the_jacobian_budget(smooth_noisy):
     truth, X, Y, start = smooth_noisy
     P = 25  # 3 x 6 + 3 + 3 + 1
     memory = 8 * P * 400  # the dense Jacobian of 400 rows: rows_fit = 400 >= 4 P = 100, < 3000 rows
-    auto, info = fit_least_squares(start, X, Y, jacobian_memory=memory)
+    auto, info = fit_least_squares(start, X, Y, method="lm+gn", jacobian_memory=memory)
     assert info["method"] == "lm+gn" and info["n_samples_used"] == 3000 and info["success"]
     lm_stage, gn_stage = info["stages"]
     assert (lm_stage["method"], lm_stage["n_samples_used"]) == ("lm", 400)
@@ -323,9 +323,15 @@ def test_auto_runs_lm_then_gn_when_rows_exceed_the_jacobian_budget(smooth_noisy)
     assert np.linalg.norm(_theta(auto) - _theta(gn)) < bound
     assert np.linalg.norm(_theta(lm400) - _theta(gn)) > 1e4 * bound
     assert mean_squared_loss(auto, X, Y) < mean_squared_loss(lm400, X, Y)
+    # "auto" goes straight to "gn" on all rows when they exceed the budget (the same loss minimiser)
+    auto_gn, info_auto = fit_least_squares(start, X, Y, jacobian_memory=memory)
+    assert info_auto["method"] == "gn" and info_auto["n_samples_used"] == 3000
+    assert auto_gn == fit_least_squares(start, X, Y, method="gn", jacobian_memory=memory)[0]
+    assert np.linalg.norm(_theta(auto_gn) - _theta(auto)) < bound
     # the pipeline reports it; with the default budget the same rows go to "lm" alone, as before "gn" existed
-    res = refine_network(start, (X, Y), jacobian_memory=memory, rng=0)
-    assert res.method == "lm+gn" and res.requested_method == "auto" and res.n_samples_used == 2400
+    res = refine_network(start, (X, Y), method="lm+gn", jacobian_memory=memory, rng=0)
+    assert res.method == "lm+gn" and res.requested_method == "lm+gn" and res.n_samples_used == 2400
+    assert refine_network(start, (X, Y), jacobian_memory=memory, rng=0).method == "gn"
     assert [s["n_samples_used"] for s in res.as_dict()["stages"]] == [400, 2400]
     json.dumps(res.as_dict())
     small = refine_network(start, (X, Y), rng=0)
@@ -401,4 +407,4 @@ def test_lm_row_cap_is_documented():
     import nnrecover.refine as refine_module
     assert "FIRST" in refine_module.__doc__ and "lm+gn" in refine_module.__doc__
     assert "only the first" in fit_least_squares.__doc__
-    assert "gn" in refine_module.METHODS and refine_module.METHODS[:4] == ("auto", "lm", "trf", "lbfgs")
+    assert refine_module.METHODS == ("auto", "lm", "trf", "lbfgs", "gn", "lm+gn")

@@ -44,17 +44,16 @@ Methods.
   (see :func:`_gauss_newton` for the acceptance and stopping rules).
 * ``"lbfgs"``: :func:`scipy.optimize.minimize` (``L-BFGS-B``) with the analytic gradient
   ``J^T r``, computed without forming ``J``: memory ``O(N k)``. For large networks; converges slowly.
-* ``"auto"`` (default): if the Jacobian of ``4 P`` rows does not fit ``jacobian_memory``, ``"lbfgs"``
-  on all rows. Otherwise ``"lm"`` when all rows fit (``N <= rows_fit``; also ``"lbfgs"`` when
-  ``N < 4 P``), exactly as before ``"gn"`` existed; and when ``N > rows_fit``, ``"lm"`` on the first
-  ``rows_fit`` rows (round-off accurate on noiseless data) FOLLOWED by ``"gn"`` on all ``N`` rows from
-  the ``"lm"`` solution, reported as method ``"lm+gn"`` with ``n_samples_used = N`` (the two stages are
-  recorded in ``stages``). So the statistical error keeps falling with ``N`` beyond ``rows_fit``.
-  Measured (d = 10, k = 5 ReLU, sigma = 0.1, start 1e-2 from the truth, one BLAS thread, shared
-  machine): 8e5 / 2.4e6 training rows, max unit error 3.8e-3 / 1.6e-3 with ``"lm+gn"`` against
-  3.3e-3 / 2.7e-3 with ``"lm"`` (5.5e5 rows both times); the ``"lm"`` stage took 63-73 s, the ``"gn"``
-  stage 10-32 s, and ``"gn"`` alone from the same start reached the same error (to 3 digits) in
-  7 / 30 s.
+* ``"lm+gn"``: ``"lm"`` on the first ``rows_fit`` rows (round-off accurate on noiseless data), FOLLOWED
+  by ``"gn"`` on all ``N`` rows from the ``"lm"`` solution, with ``n_samples_used = N`` (the two stages
+  are recorded in ``stages``); just ``"lm"`` when every row fits.
+* ``"auto"`` (default): if the Jacobian of ``4 P`` rows does not fit ``jacobian_memory``, or
+  ``N < 4 P``, ``"lbfgs"`` on all rows. Otherwise ``"lm"`` when all rows fit (``N <= rows_fit``),
+  exactly as before ``"gn"`` existed, and ``"gn"`` on all ``N`` rows when they do not. So the
+  statistical error keeps falling with ``N`` beyond ``rows_fit``. Measured (d = 10, k = 5 ReLU,
+  sigma = 0.1, start 1e-2 from the truth, one BLAS thread, shared machine): 8e5 / 2.4e6 training rows,
+  max unit error 3.8e-3 / 1.6e-3 with ``"gn"`` (7 / 30 s) or ``"lm+gn"`` (83-96 s: the ``"lm"`` stage
+  on 5.5e5 rows took 63-73 s) against 3.3e-3 / 2.7e-3 with ``"lm"`` (5.5e5 rows both times).
 
 Non-smooth losses. The empirical loss of a ReLU network has kinks where a row crosses
 ``w_i.x + b_i = 0``; with label noise, optimisers from different starts can stop at different local
@@ -98,7 +97,7 @@ __all__ = ["refine_network", "RefineResult", "gather_samples", "fit_least_square
 BLOCKS = ("hidden_weights", "hidden_bias", "output_weights", "output_bias")
 """Names of the parameter blocks, in the order they are stacked into the parameter vector."""
 
-METHODS = ("auto", "lm", "trf", "lbfgs", "gn")
+METHODS = ("auto", "lm", "trf", "lbfgs", "gn", "lm+gn")
 
 _DEFAULT_MAX_ITER = {"lm": 200, "trf": 200, "lbfgs": 5000, "gn": 100}
 _GN_LAMBDA0 = 1e-6  # initial Marquardt parameter of "gn" (Nielsen's tau for a good start; rejections are cheap)
@@ -134,9 +133,9 @@ class RefineResult:
     n_samples_seen, n_samples_used, n_holdout : int
         Rows read from the data, rows the optimiser used, held-out rows.
     method : str
-        The optimiser that ran (``"lm"``, ``"trf"``, ``"gn"``, ``"lbfgs"``, or ``"lm+gn"``: ``"auto"``
-        ran ``"lm"`` on the first rows that fit its Jacobian budget, then ``"gn"`` on all rows; the two
-        stages are in ``extra["stages"]``); ``requested_method`` is the argument.
+        The optimiser that ran (``"lm"``, ``"trf"``, ``"gn"``, ``"lbfgs"``, or ``"lm+gn"``: ``"lm"`` on
+        the first rows that fit its Jacobian budget, then ``"gn"`` on all rows; the two stages are in
+        ``extra["stages"]``); ``requested_method`` is the argument.
     success : bool
         The optimiser's own convergence flag; ``status``/``message`` are its report.
     trained : tuple of str
@@ -545,8 +544,9 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
         Start.
     X : (N, d) array
     Y : (N,) or (N, p) array
-    method : {"auto", "lm", "trf", "lbfgs", "gn"}
-        ``"auto"`` may run ``"lm"`` then ``"gn"`` (reported as ``"lm+gn"``); see the module docstring.
+    method : {"auto", "lm", "trf", "lbfgs", "gn", "lm+gn"}
+        ``"auto"`` runs ``"lm"`` when every row fits its Jacobian budget, else ``"gn"`` on all rows; see
+        the module docstring.
     max_iter : int, optional
         Function evaluations (``lm``, ``trf``; default 200), trial steps (``gn``; default 100) or
         iterations (``lbfgs``; default 5000). For ``"lm+gn"`` it bounds each stage (defaults 200 and 100).
@@ -564,7 +564,7 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
     -------
     network : TwoLayerNetwork
     info : dict
-        ``method`` (the one that ran, ``"lm+gn"`` possible for ``"auto"``), ``n_iter``,
+        ``method`` (the one that ran), ``n_iter``,
         ``n_samples_used``, ``success``, ``status``, ``message``, ``train_loss_start``,
         ``train_loss_refined`` (on the rows used); ``n_jacobian`` for ``"gn"``; ``stages`` (the records of
         the ``"lm"`` and ``"gn"`` stages, each with its ``time``) for ``"lm+gn"``.
@@ -588,10 +588,14 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
     P, p, n = model.n_params, network.n_outputs, X.shape[0]
     rows_fit = int(jacobian_memory // (8 * p * P))
     finish = False
+    if method == "lm+gn":
+        # "lm" on the first rows_fit rows, then "gn" on all of them (just "lm" when every row fits)
+        method, finish = "lm", n > rows_fit
     if method == "auto":
-        method = "lm" if min(rows_fit, n) >= 4 * P else "lbfgs"
-        # more rows than the dense Jacobian can hold: "lm" on the first rows_fit, then "gn" on all of them
-        finish = method == "lm" and n > rows_fit
+        if min(rows_fit, n) < 4 * P:
+            method = "lbfgs"
+        else:  # more rows than the dense Jacobian can hold: the normal equations over all of them
+            method = "lm" if n <= rows_fit else "gn"
     if method in ("lm", "trf", "gn") and rows_fit < 1:
         raise InputError(f"the Jacobian of one sample ({p * P * 8} bytes) exceeds jacobian_memory="
                          f"{jacobian_memory}; raise it or use method='lbfgs'.")
@@ -669,11 +673,10 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
     data : data source
         ``(X, Y)`` arrays (numpy, memmap, dask), an iterable of ``(X, Y)`` chunks (e.g. a
         :class:`nnrecover.SampleStream`), a one-pass iterator, or a ``DataSource``.
-    method : {"auto", "lm", "trf", "lbfgs", "gn"}, default "auto"
+    method : {"auto", "lm", "trf", "lbfgs", "gn", "lm+gn"}, default "auto"
         See the module docstring; ``"lm"`` for round-off accuracy on noiseless data, ``"gn"`` to use all
-        ``max_samples`` rows whatever their number. ``"auto"`` runs ``"lm"`` alone when the training rows
-        fit its Jacobian budget and ``"lm"`` then ``"gn"`` on all of them (``RefineResult.method ==
-        "lm+gn"``) when they do not.
+        ``max_samples`` rows whatever their number. ``"auto"`` runs ``"lm"`` when the training rows fit
+        its Jacobian budget and ``"gn"`` on all of them when they do not.
     max_samples : int, default 200_000
         At most this many rows are gathered (uniformly at random, :func:`gather_samples`).
     holdout_fraction : float in [0, 1), default 0.2

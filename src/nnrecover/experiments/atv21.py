@@ -64,9 +64,10 @@ def atv21_samples(*, rng, quick: bool = False, n_inputs: int | None = None, n_hi
     teachers (streamed, never in memory). ``quick``: d = 6, m = 3, N = 3e4, 2 teachers, sizes
     (2e4, 8e4). The refinement gathers ``refine_samples`` rows (default 50,000: on noiseless data the
     least-squares minimiser is the teacher whatever the number of rows, so more rows only cost time);
-    with label noise it gathers every row up to ``noise_refine_cap`` (default 10^7, i.e. all), which
-    ``noise_refine_method="lbfgs"`` uses entirely ("auto": Levenberg-Marquardt on the rows its 256 MB
-    Jacobian budget allows).
+    with label noise it gathers every row up to ``noise_refine_cap`` (default 10^7, i.e. all), all of which
+    the refinement uses ("auto": Levenberg-Marquardt when they fit its 256 MB Jacobian budget, ~5.5e5 rows
+    here, else Gauss-Newton on normal equations accumulated over all rows; ``noise_refine_method`` is any
+    method of :func:`nnrecover.refine.refine_network`).
     """
     import pandas as pd
     from matplotlib.figure import Figure
@@ -91,8 +92,10 @@ def atv21_samples(*, rng, quick: bool = False, n_inputs: int | None = None, n_hi
                                           (20_000 if quick else 10_000_000), "noise_refine_cap")
     if not (np.isfinite(noise) and noise >= 0):
         raise InputError(f"noise must be a finite number >= 0, got {noise!r}.")
-    if noise_refine_method not in ("auto", "lm", "lbfgs"):
-        raise InputError(f"noise_refine_method must be 'auto', 'lm' or 'lbfgs', got {noise_refine_method!r}.")
+    from ..refine import METHODS
+
+    if noise_refine_method not in METHODS:
+        raise InputError(f"noise_refine_method must be one of {METHODS}, got {noise_refine_method!r}.")
     dist = StandardGaussian(d)
     teacher_opts = dict(bias_range=(-1.5, 1.5), output_weight_range=(0.5, 1.5), output_signs="random", rows="unit")
     rows = []
@@ -114,8 +117,8 @@ def atv21_samples(*, rng, quick: bool = False, n_inputs: int | None = None, n_hi
         for n in sizes:
             stream = sample_stream(truth, dist, n, noise=noise, rng=_seed(gen))
             t0 = time.perf_counter()
-            # the refinement gathers up to noise_refine_cap rows; with method "auto" Levenberg-Marquardt uses
-            # as many as its Jacobian budget allows (256 MB: ~5e5 rows here), with "lbfgs" all of them
+            # the refinement gathers up to noise_refine_cap rows and uses all of them ("auto": LM when they fit
+            # its 256 MB Jacobian budget, ~5.5e5 rows here, else Gauss-Newton on the normal equations)
             ropts = {"max_samples": min(n, noise_refine_cap), "method": noise_refine_method}
             if noise_refine_method == "lbfgs":
                 ropts["max_iter"] = 1000

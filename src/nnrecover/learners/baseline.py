@@ -142,12 +142,13 @@ class GradientDescentLearner(BaseLearner):
         :func:`nnrecover.activations.available_activations`).
     n_restarts : int, default 5
         Random starts; the one with the smallest training loss is kept.
-    method : {"auto", "lm", "trf", "lbfgs"}, default "auto"
+    method : {"auto", "lm", "trf", "lbfgs", "gn", "lm+gn"}, default "auto"
         Local optimiser (:func:`nnrecover.refine.fit_least_squares`).
     max_samples : int, default 200_000
         Rows used (a uniform subsample of larger data, read in bounded memory).
     max_iter : int, optional
-        Optimiser budget per restart (function evaluations for ``lm``/``trf``, iterations for ``lbfgs``).
+        Optimiser budget per restart (function evaluations for ``lm``/``trf``, trial steps for ``gn``,
+        iterations for ``lbfgs``).
     tol : float, default 1e-15
         Optimiser tolerance.
     init_scale : float, default 1.0
