@@ -651,8 +651,9 @@ def _chunk_rows(chunk_size: int | None, d: int) -> int:
     ``CHUNK_BYTES`` of ``X`` (between 1024 and 65536 rows), rounded down to a multiple of
     ``SPLIT_BLOCK`` when larger (so pass 2 sees whole split blocks). A chunk is read several times
     (the finite check, two GEMMs, ``sum x**2`` in pass 1; the finite check, one GEMM and ``r^T X`` in
-    pass 2), so it should stay in cache: at d = 100 (one BLAS thread) 4096-row chunks (3.2 MiB) made
-    both passes ~15% faster than the engine's 8 MiB default or 64k-row chunks (benchmarks/README.md)."""
+    pass 2), so it should stay in cache: at d = 100, m = 10 (one BLAS thread) 4096-row chunks (3.2 MiB)
+    made pass 1 13% faster than the engine's 8 MiB chunks and pass 2 26% faster than 63550-row chunks
+    (the previous defaults); 2048 rows were as fast, 8192 slower."""
     if chunk_size:
         return int(chunk_size)
     rows = int(min(1 << 16, max(1024, CHUNK_BYTES // (8 * (d + 1)))))
