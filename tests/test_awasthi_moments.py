@@ -214,3 +214,34 @@ def test_chunk_rows_default_is_a_multiple_of_the_split_block():
         assert 1024 <= rows <= 1 << 16
         assert rows < co.SPLIT_BLOCK or rows % co.SPLIT_BLOCK == 0
 
+
+
+def test_power_iterations_converge_to_the_full_range():
+    # d = 100, m = 10, N = 2e5: the sampling noise of T_2 (spectral norm ||E|| ~ sqrt(E[y^2] d / N)) is
+    # comparable to the weakest |a_i phi(b_i)|, so a one-pass sketch, whose error grows with the
+    # Frobenius norm of the noise (~ sqrt(d - m) ||E||), misses directions, while subspace iteration
+    # with a Rayleigh-Ritz finish converges to the top-m eigenspace of the same sample T_2, i.e. to
+    # the full eigendecomposition's basis (the error left after q iterations shrinks like
+    # (||E|| / lambda_m)^(2q)). Asserted: monotone improvement and the 3-iteration basis within 0.1 of
+    # the full one's largest principal-angle sine (measured 0.46 vs 0.42; one-pass 0.99).
+    from scipy import linalg
+
+    from nnrecover.learners._awasthi.coefficients import estimate_coefficients
+
+    truth = nr.random_network(100, 10, rng=0, bias_range=(-1.5, 1.5))
+    X, Y = nr.sample(truth, nr.distributions.StandardGaussian(100), 200_000, rng=1)
+    span = linalg.orth(truth.hidden_weights.T)
+
+    def largest_sine(P):
+        return float(np.sqrt(max(0.0, 1.0 - linalg.svdvals(span.T @ P).min() ** 2)))
+
+    full = largest_sine(estimate_coefficients((X, Y), 1, 10, range_method="full", rng=0).basis)
+    sketch = [largest_sine(estimate_coefficients((X, Y), 1, 10, range_method="sketch", power_iterations=q,
+                                                 rng=0).basis) for q in (0, 1, 3)]
+    assert sketch[0] > sketch[1] > sketch[2]
+    assert sketch[2] < full + 0.1
+    assert sketch[0] > full + 0.3  # why the iterations are the default
+    coeffs = estimate_coefficients((X, Y), 1, 10, rng=0)
+    assert coeffs.info["range_method"] == "full"  # d = 100 <= 16 (m + 5) = 240: "auto" takes the full T_2
+    with pytest.raises(InputError, match="power_iterations"):
+        estimate_coefficients((X[:20000], Y[:20000]), 1, 10, range_method="sketch", power_iterations=-1)

@@ -256,7 +256,9 @@ class HermiteTensorLearner(BaseLearner):
     regression_rows : {"all", "second_half"}
         Rows of the Algorithm 5 regression; the paper uses the half not used for the tensors.
     range_method : {"auto", "full", "sketch"}
-        How order 1 finds the range of ``T_2`` (``d x d`` matrix or randomized sketch).
+        How order 1 finds the range of ``T_2``: the ``d x d`` matrix, or a randomized sketch with
+        ``m + 5`` columns and three power iterations (four passes); "auto" takes the full matrix when
+        it costs no more (``d <= 16 (m + 5)``), else the sketch.
     control_variate : bool, default True
         Order 1: estimate the tensors from the residual ``y - p(x)`` of the first pass's fit ``p`` of
         the orders 0-2 and add ``p``'s exact Hermite coefficients back -- the same expectation as the
