@@ -452,6 +452,40 @@ def test_large_bias_algorithm5_relative_l2_below_1e2():
     assert rel < 1e-2
 
 
+def test_undecidable_sign_goes_to_the_linear_part():
+    # A unit with b = -2.75 is detected (its T_3/T_4 coefficients phi(b) He_k(b) are large enough) but
+    # FIXSIGNS cannot decide its sign: z* = xi Phi(-2.75) = +-0.003, while the other units' direction
+    # errors (~1/snr ~ 0.025, times their z ~ 0.47) move z by ~0.01 (the leak term of fix_signs'
+    # direction_std). Before that term the sign was called reliable, came out wrong in some runs, and the
+    # m-unit output was off by the linear function a (w.x + b): relative L2 error 1.78 in the
+    # atv21-bias sweep. Now the sign is flagged unreliable and the output carries the closed-form linear
+    # part, which absorbs either sign exactly: only the sampling error of the units remains (measured
+    # 0.015; the bound 0.05 is 3x that).
+    W = np.linalg.qr(np.random.default_rng(3).standard_normal((8, 8)))[0][:4]
+    truth = nr.TwoLayerNetwork(W, [-2.75, -0.12, -0.08, -0.05], [[-1.04, 1.03, 1.07, -1.23]])
+    X, Y = nr.sample(truth, nr.distributions.StandardGaussian(8), 1_000_000, rng=5)
+    learner = HermiteTensorLearner(4, refine=False, random_state=0).fit(X, Y)
+    d = learner.diagnostics_
+    assert learner.units_.n_units == 4
+    weak = int(np.argmax(np.abs(learner.units_.W @ W[0])))
+    assert d["unreliable_signs"] == [weak]
+    assert d["output"].startswith("recovered units + closed-form")
+    rel = relu_l2_distance(learner.network_, truth) / math.sqrt(relu_second_moment(truth))
+    assert rel < 0.05
+    # the z noise with the leak term is at least the T_1-only one, by the formula of fix_signs
+    u = learner.units_
+    plain = atv.fix_signs(u.a, u.b, u.U, learner.coefficients_.t1_projected,
+                          t1_noise=learner.coefficients_.rank_one_std(1))
+    leak = atv.fix_signs(u.a, u.b, u.U, learner.coefficients_.t1_projected,
+                         t1_noise=learner.coefficients_.rank_one_std(1), direction_std=1.0 / u.snr)
+    n = u.U.shape[1]
+    extra = np.sum((leak.z * u.a / u.snr) ** 2) / n
+    np.testing.assert_allclose(leak.z_std ** 2, plain.z_std ** 2 * (1 + extra / learner.coefficients_.rank_one_std(1) ** 2),
+                               rtol=1e-10)
+    with pytest.raises(InputError, match="direction_std"):
+        atv.fix_signs(u.a, u.b, u.U, learner.coefficients_.t1_projected, t1_noise=0.1, direction_std=[1.0])
+
+
 def test_stream_and_dask_match_arrays():
     truth = nr.random_network(6, 3, rng=4, bias_range=(-1, 1))
     dist = nr.distributions.StandardGaussian(6)

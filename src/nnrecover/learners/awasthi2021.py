@@ -193,11 +193,15 @@ class HermiteTensorLearner(BaseLearner):
 
     The paper's output network (``provable_network_``) is
 
-    * order 1, every one of the ``m`` units recovered: the Algorithm 6 parameters (``m`` units);
-    * otherwise (some units undetectable, e.g. ``|b_i|`` large; or order 2, where the signs ``xi_i`` are
-      unidentifiable): the recovered units plus a linear part -- Algorithm 5's regression, or for
-      order 1 (signs known) its closed-form version -- consolidated into at most ``m' + 2`` units
-      (Claim D.14; the constant goes to the output bias).
+    * order 1, every one of the ``m`` units recovered and every sign decided by FIXSIGNS beyond its
+      noise (``|z_i| > 3 std``, counting the leak of the other units' direction errors): the
+      Algorithm 6 parameters (``m`` units);
+    * otherwise (some units undetectable, e.g. ``|b_i|`` large; a sign that ``T_1`` cannot decide,
+      e.g. ``b_i`` strongly negative so that ``Phi(b_i)`` is below the noise; or order 2, where the
+      signs ``xi_i`` are unidentifiable): the recovered units plus a linear part -- Algorithm 5's
+      regression, or for order 1 its closed-form version -- consolidated into at most ``m' + 2``
+      units (Claim D.14; the constant goes to the output bias). The linear part absorbs a wrong sign
+      exactly, since ``relu(t) - relu(-t) = t``.
 
     Parameters
     ----------
@@ -460,8 +464,15 @@ class HermiteTensorLearner(BaseLearner):
         """The paper's output network for the recovered units (see the class docstring)."""
         m = int(self.n_hidden)
         out: dict = {}
+        fs = rec.diagnostics.get("fixsigns") or {}
+        unreliable = [i for i, ok in enumerate(fs.get("reliable", [])) if not ok]
+        if unreliable:
+            out["unreliable_signs"] = unreliable
+        # with a sign that T_1 cannot decide, the units alone may be off by a linear function; the
+        # linear part absorbs a wrong sign exactly (relu(t) - relu(-t) = t)
         use_params = (self.output == "parameters" or
-                      (self.output == "auto" and order == 1 and rec.n_units == m and not rec.dropped))
+                      (self.output == "auto" and order == 1 and rec.n_units == m and not rec.dropped
+                       and not unreliable))
         if use_params:
             if rec.n_units == 0:
                 raise AssumptionError("no unit was recovered above the noise level (Algorithm 4); supply more "

@@ -434,7 +434,9 @@ def _apply_fixsigns(coeffs: HermiteCoefficients, rec: HermiteRecovery, *, consis
     t1_std = None if coeffs.exact else coeffs.rank_one_std(1)
     m = rec.n_units if n_hidden is None else int(n_hidden)
     while rec.n_units:
-        sf = fix_signs(rec.a, rec.b, rec.U, coeffs.t1_projected, t1_noise=t1_std)
+        # direction errors of the other units leak into z (first-order Jennrich bound 1 / snr)
+        dir_std = None if coeffs.exact else 1.0 / np.maximum(rec.snr, 1e-300)
+        sf = fix_signs(rec.a, rec.b, rec.U, coeffs.t1_projected, t1_noise=t1_std, direction_std=dir_std)
         bad = ~sf.consistent
         if not (consistency and bad.any() and 1 < rec.n_units and rec.n_units >= m):
             break

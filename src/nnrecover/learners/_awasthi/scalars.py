@@ -206,7 +206,8 @@ class SignFix:
     consistent: np.ndarray
 
 
-def fix_signs(a: Any, b: Any, U: Any, t1: Any, *, t1_noise: float | None = None) -> SignFix:
+def fix_signs(a: Any, b: Any, U: Any, t1: Any, *, t1_noise: float | None = None,
+              direction_std: Any = None) -> SignFix:
     """Algorithm 3 (FIXSIGNS, full-rank setting).
 
     Solves ``sum_i z_i a~_i w~_i = T_1`` by least squares and flips unit ``i`` when ``z_i < 0``. By
@@ -224,6 +225,14 @@ def fix_signs(a: Any, b: Any, U: Any, t1: Any, *, t1_noise: float | None = None)
         ``T_1`` (estimate of ``f^_1``).
     t1_noise : float, optional
         Standard deviation of each coordinate of ``T_1``; gives ``z_std`` and the reliability flags.
+    direction_std : array of shape (k,), optional
+        Error norms of the directions ``w~_j`` (e.g. ``1 / snr_j``, the first-order Jennrich bound
+        ``||E|| / |alpha_j|``). A direction error ``dw_j`` moves ``z`` by ``-M^+ sum_j z_j a~_j dw_j``
+        (``M`` the matrix of columns ``a~_j w~_j``; an error in ``a~_j`` only rescales ``z_j``), i.e.
+        it acts like extra ``T_1`` noise of variance ``sum_j (z_j a~_j sigma_j)^2 / n`` per coordinate
+        for isotropic errors; it is added to ``t1_noise**2``. Without it a unit with a small
+        ``Phi(b)`` (strongly negative bias) can be called reliable while the other units' direction
+        errors flip its ``z``.
 
     Returns
     -------
@@ -246,7 +255,13 @@ def fix_signs(a: Any, b: Any, U: Any, t1: Any, *, t1_noise: float | None = None)
     if t1_noise is not None and np.isfinite(t1_noise):
         s = linalg.svdvals(M)
         gram_inv = linalg.pinv(M.T @ M) if s[-1] > 0 else np.full((k, k), np.inf)
-        z_std = float(t1_noise) * np.sqrt(np.abs(np.diag(gram_inv)))
+        var = float(t1_noise) ** 2
+        if direction_std is not None:
+            sig = np.asarray(direction_std, dtype=np.float64).reshape(-1)
+            if sig.shape != (k,):
+                raise InputError(f"direction_std must have shape ({k},), got {sig.shape}.")
+            var += float(np.sum((z * a * sig) ** 2)) / n
+        z_std = math.sqrt(var) * np.sqrt(np.abs(np.diag(gram_inv)))
         reliable = np.abs(z) > 3.0 * z_std
         consistent = np.abs(z) < 1.0 + 3.0 * z_std
     else:
