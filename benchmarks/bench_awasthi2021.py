@@ -242,9 +242,9 @@ allocated during the fit (tracemalloc), beyond the data.
   The error of a one-pass randomized range finder is governed by the Frobenius norm of the part of
   T_2 outside its top-m range (here the sampling noise, spread over d - m directions: roughly
   sqrt(d - m) times its spectral norm, which is what bounds the full eigendecomposition), so more
-  columns do not fix it at this N (the one-pass sketch recovered 0 of 10 units here); each power
-  iteration (one more pass) multiplies that part by another (||E|| / lambda_m)^2, not small for the
-  weakest units, so it takes 2-3 iterations to match the full matrix. `range_method='auto'` takes the
+  columns do not fix it at this N; each power iteration (one more pass, one application of the
+  symmetric T_2) multiplies that part by another ||E|| / |lambda_m|, not small for the weakest units,
+  so it takes 2-3 iterations to match the full matrix. `range_method='auto'` takes the
   full T_2 when d <= 4 (power iterations + 1)(m + oversample), where it costs no more than the sketch,
   else the sketch with three power iterations.
 - Machine: {cpu}, {os.cpu_count()} logical cores, Python {platform.python_version()}, numpy {np.__version__};

@@ -50,7 +50,7 @@ from ._awasthi.identifiability import (adversarial_weights, claim48_instance, fl
                                        khatri_rao_smin, sign_flip_sets, smoothed_instance)
 from ._awasthi.regression import (RegressionResult, algorithm5_regression, consolidate, linear_correction,
                                   population_regression, relu_features)
-from ._awasthi.polish import hermite_loss_polish
+from ._awasthi.polish import hermite_loss_polish, truncated_hermite_loss
 from ._awasthi.scalars import RecoveredScalars, SignFix, fix_signs, gram_lstsq, recover_scalars
 from ._registry import register
 from .base import BaseLearner
@@ -230,9 +230,9 @@ class HermiteTensorLearner(BaseLearner):
         measured to lose units at N = 10^6, d = 10).
     scalar_snr : float, default 3
         From samples, units whose output weight ``a~`` has a predicted relative error above
-        ``1 / scalar_snr`` (the contraction noise ``sqrt(E[y^2] j! / N)`` propagated through the Gram
-        solves and RECOVERSCALARS, which amplifies it like ``|b| exp(b^2/2)``) are left to the linear
-        part.
+        ``1 / scalar_snr`` (the standard deviation of the Gram solutions ``zeta_j``, from their spread
+        over 8 row groups, propagated through RECOVERSCALARS, which amplifies it like
+        ``|b| exp(b^2/2)``) are left to the linear part.
     dedup_threshold : float, default 0.25
         ``eta_3``: largest l2 distance (up to sign) for two candidates to be the same unit.
     epsilon, bound : float, optional
@@ -429,8 +429,9 @@ class HermiteTensorLearner(BaseLearner):
             max_bias = float(self.max_bias)
             if not _detectable(polished, max_bias):
                 # the moment fit drove a unit to |b| > max_bias (or a non-finite value): such a unit is
-                # (nearly) never active, i.e. undetectable, and fitting noise with it degenerates
-                # (|a| -> inf, b -> -inf); keep the provable units
+                # nearly never active (b < -max_bias) or nearly linear (b > max_bias), i.e. its orders >= 2
+                # are below the noise, and fitting noise with it degenerates (|a| -> inf, |b| -> inf);
+                # keep the provable units
                 report["kept"] = "start"
                 report["rejected"] = f"a polished unit has |b| > max_bias = {max_bias:g} or is not finite"
             if order == 1 and base.n_units < m:
@@ -438,10 +439,12 @@ class HermiteTensorLearner(BaseLearner):
                 # the units + linear part, and keep the smaller truncated Hermite loss -- unless a completed
                 # unit ends up undetectable itself (|b| > max_bias: a rarely active unit fitted to noise,
                 # which the samples cannot correct either)
-                alt = complete_units(coeffs, base, order, m, rng=rng, n_draws=self.n_draws)
+                alt = complete_units(coeffs, base, order, m, rng=rng, n_draws=self.n_draws, max_bias=max_bias)
                 if alt is not None:
                     alt_pol, alt_rep = hermite_loss_polish(coeffs, alt, order, m)
                     loss_lin = report.get("full_fit", {}).get("loss_end", np.inf)
+                    if report.get("kept") != "polished":  # compare with what is kept: the provable units
+                        loss_lin = truncated_hermite_loss(coeffs, base, order, linear_part=True)
                     loss_alt = alt_rep.get("full_fit", {}).get("loss_end", np.inf)
                     plausible = _detectable(alt_pol, max_bias)
                     chosen = bool(plausible and loss_alt < loss_lin)

@@ -7,15 +7,18 @@ Design (specs/001 sections 2.4, 2.5 and 6.1 item 10):
   ``span{w_i}``: ``f^_2 = sum_i a_i phi(b_i) w_i w_i^T`` and ``phi > 0``). For a matrix ``P`` with
   orthonormal columns, ``He_k(x)[P v_1, ..., P v_k] = He_k(P^T x)[v_1, ..., v_k]``, so the projected
   tensor is the Hermite tensor of ``z = P^T x ~ N(0, I_m)``: nothing of size ``d**k`` is formed.
-  Pass 1 over the data finds ``P`` (exact top-``m`` eigenvectors of ``T_2`` when ``d`` is small, a
-  one-pass randomized range finder otherwise); pass 2 accumulates the raw moments of ``(y, z)``.
+  Pass 1 over the data finds ``P`` (exact top-``m`` eigenvectors of the full ``T_2`` when ``d`` is
+  moderate, a randomized sketch plus subspace iterations -- one more pass each -- otherwise) and
+  ``T_0``, ``T_1``; pass 2 accumulates the raw moments of ``(r, z)``, ``r`` the residual of the control
+  variate (:class:`ProjectedMomentStatistic`).
 * order ``l = 2`` (overcomplete, ``m > d``): the tensors stay in ``R^d`` (``d`` is small there), one pass.
 
 Raw moments ``S_r = (1/N) sum y z^{(x) r}`` are accumulated packed over multisets, each distinct
 moment once (:meth:`~.symtensor.Monomials.add_moment_sums`: one small GEMM per coordinate of ``z``),
-per half of the data (alternating blocks of 4096 rows); the halves give the
-split-sample spectral noise estimates of Algorithm 4's thresholds (specs/001 section 3.5) and
-their sum the estimate itself. Hermite tensors are assembled from raw moments by the matching
+per row group (blocks of 4096 rows dealt to 8 groups in turn; even groups form half A, odd ones
+half B); the halves give the split-sample spectral noise estimates of Algorithm 4's thresholds
+(specs/001 section 3.5), the groups the standard deviations of the scalar estimates, and their sum
+the estimate itself. Hermite tensors are assembled from raw moments by the matching
 formula (:func:`~.symtensor.hermite_from_raw`).
 """
 
@@ -630,13 +633,14 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
     range_method : {"auto", "full", "sketch"}
         How pass 1 finds the range of ``T_2`` for ``l = 1``: the full ``d x d`` matrix (cost
         ``N d^2 / 2``) or a randomized sketch with ``r = m + oversample`` columns followed by
-        ``power_iterations`` subspace iterations (Halko, Martinsson, Tropp 2011, Algorithm 4.3; one more
-        pass over the data each; cost ``2 N d r`` per pass). The plain sketch's error is governed by the
+        ``power_iterations`` subspace iterations (Halko, Martinsson, Tropp 2011, Algorithm 4.4,
+        re-orthonormalised every pass; one more pass over the data each; cost ``2 N d r`` per pass). The plain sketch's error is governed by the
         Frobenius norm of the sampling noise of ``T_2`` outside its top-``m`` part (``~sqrt(d)`` times
         its spectral norm), the full matrix's by the spectral norm: at d = 100, m = 10, N = 10^6 the
         plain sketch missed 2-3 of the 10 directions for every oversampling tried (2 to 20), the full
-        matrix none (benchmarks/README.md); each power iteration multiplies the noise part by another
-        factor ``~(||E|| / lambda_m)^2``, which is not small for weak units (measured at d = 100,
+        matrix none (benchmarks/README.md); each power iteration (one application of the symmetric
+        ``T_2``) multiplies the noise part by another factor ``~||E|| / |lambda_m|``, which is not
+        small for weak units (measured at d = 100,
         m = 10, largest principal-angle sine to the true span after 0 / 1 / 2 / 3 iterations: 0.98 /
         0.59 / 0.25 / 0.21 at N = 10^6, full matrix 0.20; 0.99 / 0.81 / 0.57 / 0.46 at N = 2 10^5,
         full 0.42). Iterations end with a Rayleigh-Ritz step on the previous iterate. ``"auto"``: ``"full"`` when

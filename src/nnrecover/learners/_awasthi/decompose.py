@@ -482,7 +482,8 @@ def algorithm6(coeffs: HermiteCoefficients, n_hidden: int, **options) -> Hermite
     ``options`` are those of :func:`algorithm4`. The result has ``signs_fixed = True``; units whose sign
     is unreliable (``|z_i| < 3 std``, typically strongly negative biases) are flagged in
     ``diagnostics["fixsigns"]["reliable"]``; from samples, units inconsistent with ``T_1``
-    (``|z_i| > 1 + 3 std``) are removed one at a time (see ``_apply_fixsigns``).
+    (``|z_i| > 1 + 3 std``) when every unit was recovered: the most inconsistent one is removed (see
+    ``_apply_fixsigns``).
     """
     _check_inputs(coeffs, 1, n_hidden)
     if n_hidden > coeffs.n_inputs:
@@ -511,13 +512,14 @@ def algorithm1(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, rng=No
 
 
 def complete_units(coeffs: HermiteCoefficients, rec: HermiteRecovery, order: int, n_hidden: int, *, rng=None,
-                   n_draws: int = 5, dedup: float = 0.25) -> HermiteRecovery | None:
+                   n_draws: int = 5, dedup: float = 0.25, max_bias: float = 4.0) -> HermiteRecovery | None:
     """Candidate units for the ones Algorithm 4 did not detect ([S], used only by ``refine=True``).
 
     Each of ``T_{2l+1}``, ``T_{2l+2}`` is decomposed with the largest rank ``min(m, n^l)`` regardless of
     the noise threshold; components farther than ``dedup`` (up to sign) from every known unit are
     ranked by ``|alpha| / sigma^_K`` and the best ``m - m'`` join the known units, with scalars from
-    RECOVERSCALARS on the enlarged set (non-finite ones replaced by ``a = 0.1, b = 0``). The result is
+    RECOVERSCALARS on the enlarged set (non-finite ones or ``|b| > max_bias`` replaced by
+    ``a = 0.1, b = 0``). The result is
     only a starting point for the Hermite-loss polish, which decides whether it beats the linear part.
     Returns None when no new direction is found.
     """
@@ -555,7 +557,7 @@ def complete_units(coeffs: HermiteCoefficients, rec: HermiteRecovery, order: int
     sc = recover_scalars(U, coeffs, order)
     a, b = sc.a.copy(), sc.b.copy()
     a[: rec.n_units], b[: rec.n_units] = rec.a, rec.b
-    bad = ~(np.isfinite(a) & np.isfinite(b)) | (np.abs(b) > 4.0)
+    bad = ~(np.isfinite(a) & np.isfinite(b)) | (np.abs(b) > max_bias)
     a[bad], b[bad] = 0.1, 0.0
     from dataclasses import replace
 

@@ -33,7 +33,7 @@ from ...activations import get_activation
 from .coefficients import HermiteCoefficients
 from .symtensor import rank_one_sum
 
-__all__ = ["hermite_loss_polish"]
+__all__ = ["hermite_loss_polish", "truncated_hermite_loss"]
 
 
 def _model_tensors(a, b, U, orders):
@@ -64,6 +64,17 @@ def _best_signs(coeffs: HermiteCoefficients, rec):
     if flips:
         rec = replace(rec, b=best_xi * b, U=best_xi[:, None] * U, W=coeffs.lift(best_xi[:, None] * U))
     return rec, {"sign_search_flips": flips}
+
+
+def truncated_hermite_loss(coeffs: HermiteCoefficients, rec, order: int, *, linear_part: bool = True) -> float:
+    """``sum_{k <= 2l+2} ||T_k - g^_k||_F^2 / k!`` for the units of ``rec`` (Prop. B.1 truncated), the
+    quantity :func:`hermite_loss_polish` minimises. With ``linear_part`` the orders 0 and 1 are matched
+    exactly by a free linear part (its best value), so only the orders ``>= 2`` count."""
+    K = 2 * order + 2
+    orders = list(range(2 if linear_part else 0, K + 1))
+    model = _model_tensors(np.asarray(rec.a, float), np.asarray(rec.b, float), np.asarray(rec.U, float), orders)
+    return float(sum(np.sum((np.asarray(coeffs.tensor(k), float) - model[k]) ** 2) / math.factorial(k)
+                     for k in orders))
 
 
 def _lm_fit(coeffs: HermiteCoefficients, a, b, U, orders, linear: bool, max_nfev: int):
