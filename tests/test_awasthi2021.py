@@ -384,7 +384,8 @@ def test_control_variate_estimator_identity():
     # For k >= 3 the control-variate estimate is the plain one minus the sample Hermite coefficients of
     # the known polynomial p(x) = t0 + t1.x + (z^T B z - tr B)/2 (whose exact ones vanish above order 2):
     #   T_k^cv = mean((y - p) He_k(z)) = T_k^plain - mean(p He_k(z)).
-    # T_0, T_1, T_2 stay the plain estimates (pass 1's, which p carries: t0, t1, B = P^T T_2 P).
+    # T_0, T_1, T_2 are pass 1's estimates, which p carries: the plain means t0, t1 and
+    # B = P^T T_2 P with T_2 = mean((y - c)(x x^T - I)), c the mean of y over the first 4096 rows.
     # Exact algebra on the same rows (same seed, same basis): equal to round-off.
     truth = nr.random_network(6, 3, rng=5, bias_range=(-1, 1))
     N = 6000
@@ -394,7 +395,11 @@ def test_control_variate_estimator_identity():
     assert cv.info["control_variate"] and not plain.info["control_variate"]
     np.testing.assert_array_equal(plain.basis, cv.basis)
     Z = X @ plain.basis
-    B, t0, t1 = plain.tensor(2), float(plain.t0), plain.t1
+    y = Y.reshape(-1)
+    c = y[:4096].mean()
+    B = ((y - c)[:, None] * Z).T @ Z / N - (y.mean() - c) * np.eye(3)
+    t0, t1 = float(plain.t0), plain.t1
+    np.testing.assert_allclose(plain.t1, y @ X / N, rtol=0, atol=1e-12)
     p = t0 + X @ t1 + 0.5 * (np.einsum("ij,jk,ik->i", Z, B, Z) - np.trace(B))
     r = Y.reshape(-1) - p
     for k in (3, 4):

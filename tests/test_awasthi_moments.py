@@ -150,7 +150,8 @@ def test_projected_moments_equal_dense_control_variate_estimate():
     X, Y = _teacher_data()
     c = co.estimate_coefficients((X, Y), 1, 3, rng=0, range_method="full", chunk_size=3000)
     P = c.basis
-    stat1 = co.RangeStatistic(8, method="full", omega=None, omega_cov=np.zeros((8, 1)))
+    stat1 = co.RangeStatistic(8, method="full", omega=None, omega_cov=np.zeros((8, 1)),
+                              center=float(np.asarray(Y).reshape(-1)[:co.SPLIT_BLOCK].mean()))
     nr.moments.accumulate(stat1, (X, Y))
     fin = stat1.finalize()
     B = P.T @ fin["t2"] @ P
@@ -226,8 +227,8 @@ def test_power_iterations_converge_to_the_full_range():
     # the full eigendecomposition's basis (the error left after q iterations shrinks like
     # (||E|| / |lambda_m|)^q: one application of the symmetric T_2 per pass). Asserted: monotone
     # improvement and the 3-iteration basis within 0.1 of the full one's largest principal-angle sine
-    # (measured 0.46 vs 0.42, one-pass 0.99: at ||E|| / |lambda_m| ~ 0.6 three iterations leave a
-    # factor ~0.2 of the one-pass excess, 0.2 * 0.57 ~ 0.1).
+    # (measured 0.34 vs 0.31, one-pass 0.99: at ||E|| / |lambda_m| ~ 0.6 three iterations leave a
+    # factor ~0.2 of the one-pass excess, 0.2 * 0.68 ~ 0.14 at worst).
     from scipy import linalg
 
     from nnrecover.learners._awasthi.coefficients import estimate_coefficients
@@ -289,3 +290,24 @@ def test_group_std_matches_the_spread_of_independent_estimates():
         sds.append(float(c.group_std(3, lambda T: co.contract_rank_one(T, u[None, :]))[0]))
     ratio = float(np.mean(sds)) / float(np.std(vals, ddof=1))
     assert 0.4 < ratio < 2.5
+
+
+def test_centered_t2_is_the_same_estimate_up_to_a_mean_zero_term_and_less_noisy():
+    # T_2 = mean((y - c)(x x^T - I)) + ... : for a constant c the estimates differ by
+    # -c (mean(x x^T) - I), whose expectation is 0 (exact algebra: to round-off); with c ~ E[y] the
+    # variance E[(y - c)^2 ...] loses the mean of y, which dominates it for a teacher whose unit with
+    # b = 4.5 makes E[y] ~ 5.5: the spectral error against the exact T_2 must shrink (measured 2.7x; asserted 2x)
+    W = np.linalg.qr(np.random.default_rng(0).standard_normal((10, 10)))[0][:4]
+    truth = nr.TwoLayerNetwork(W, [4.5, 0.3, -0.4, 0.1], [[1.2, -1.0, 0.8, 1.1]])
+    X, Y = nr.sample(truth, nr.distributions.StandardGaussian(10), 100_000, rng=4)
+    c = float(Y.reshape(-1)[:co.SPLIT_BLOCK].mean())
+    stats = {}
+    for center in (0.0, c):
+        st = co.RangeStatistic(10, method="full", omega=None, omega_cov=np.zeros((10, 1)), center=center)
+        nr.moments.accumulate(st, (X, Y))
+        stats[center] = st.finalize()["t2"]
+    _close(stats[c], stats[0.0] - c * (X.T @ X / X.shape[0] - np.eye(10)), rtol=1e-11)
+    exact = co.exact_coefficients(truth, 1, basis="identity").tensor(2)
+    err = {k: np.linalg.norm(v - exact, 2) for k, v in stats.items()}
+    assert err[c] < err[0.0] / 2
+    assert co.estimate_coefficients((X, Y), 1, 4, rng=0).info["t2_center"] == pytest.approx(c, rel=1e-12)

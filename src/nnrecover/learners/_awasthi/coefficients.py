@@ -333,9 +333,12 @@ class RangeStatistic(_InputCheck, Statistic):
     """
 
     def __init__(self, d: int, *, method: str, omega: np.ndarray | None, omega_cov: np.ndarray,
-                 rayleigh_ritz: bool = False):
+                 rayleigh_ritz: bool = False, center: float = 0.0):
         self.d = int(d)
         self.method = method
+        # T_2 = mean((y - c) (x x^T - I)) for any constant c (E[x x^T - I] = 0); c near E[y] removes the
+        # mean of y from the noise, which dominates it when |E[y]| is large (large positive biases)
+        self.center = float(center)
         self.omega = omega
         self.rayleigh_ritz = bool(rayleigh_ritz)
         self.omega_cov = omega_cov
@@ -365,12 +368,13 @@ class RangeStatistic(_InputCheck, Statistic):
         # [y * (X Omega)^T, (X Omega_c)^T, y, 1]
         M = np.empty((r + rc + 2, X.shape[0]))
         np.matmul(self._left_t, X.T, out=M[:r + rc])
-        M[:r] *= y
+        yc = y - self.center if self.center else y
+        M[:r] *= yc
         M[r + rc] = y
         M[r + rc + 1] = 1.0
         R = M @ X
         if self.method == "full":
-            _add_signed_gram(self.syxx, X, y)
+            _add_signed_gram(self.syxx, X, yc)
         else:
             self.syxx += R[:r].T
         self.sprobe += R[r:r + rc].T
@@ -390,9 +394,9 @@ class RangeStatistic(_InputCheck, Statistic):
         out = {"n": n, "t0": self.sy / n, "t1": self.syx / n, "y2": self.syy / n}
         if self.method == "full":
             syxx = np.triu(self.syxx) + np.triu(self.syxx, 1).T
-            out["t2"] = syxx / n - out["t0"] * np.eye(self.d)
+            out["t2"] = syxx / n - (out["t0"] - self.center) * np.eye(self.d)
         else:
-            out["t2_omega"] = self.syxx / n - out["t0"] * self.omega
+            out["t2_omega"] = self.syxx / n - (out["t0"] - self.center) * self.omega
         return out
 
     def basis(self, m: int) -> tuple[np.ndarray, dict]:
@@ -690,7 +694,9 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
         if method not in ("full", "sketch"):
             raise InputError(f"range_method must be 'auto', 'full' or 'sketch', got {range_method!r}.")
         omega = gen.standard_normal((d, r)) if method == "sketch" else None
-        stat1 = accumulate(RangeStatistic(d, method=method, omega=omega, omega_cov=omega_cov), data,
+        center = _pilot_mean(data)
+        info["t2_center"] = center
+        stat1 = accumulate(RangeStatistic(d, method=method, omega=omega, omega_cov=omega_cov, center=center), data,
                            chunk_size=_chunk_rows(chunk_size, d))
         _check_n(stat1.n, order, min(n_components, d), min_n)
         if check_inputs:
@@ -701,7 +707,8 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
                 # subspace iteration: sketch again with the orthonormalised range, Y <- T_2 orth(Y)
                 Q0 = linalg.qr(stat1.finalize()["t2_omega"], mode="economic")[0]
                 stat1 = accumulate(RangeStatistic(d, method="sketch", omega=Q0, omega_cov=omega_cov,
-                                                  rayleigh_ritz=True), data, chunk_size=_chunk_rows(chunk_size, d))
+                                                  rayleigh_ritz=True, center=center), data,
+                                   chunk_size=_chunk_rows(chunk_size, d))
             info["power_iterations"] = int(power_iterations)
         P, rinfo = stat1.basis(min(n_components, d))
         t2_projected = rinfo.pop("t2_projected")
@@ -758,6 +765,23 @@ def _chunk_rows(chunk_size: int | None, d: int) -> int:
         return int(chunk_size)
     rows = int(min(1 << 16, max(1024, CHUNK_BYTES // (8 * (d + 1)))))
     return rows - rows % SPLIT_BLOCK if rows >= SPLIT_BLOCK else rows
+
+
+def _pilot_mean(source) -> float:
+    """Mean of ``y`` over the first chunk of at most ``SPLIT_BLOCK`` rows (arrays, memory maps, dask: the
+    first ``SPLIT_BLOCK`` rows; streams: their first chunk), the centre of pass 1's ``T_2`` (fixed before
+    the pass, so the estimate does not depend on how the rest is chunked)."""
+    it = iter(source.chunks(SPLIT_BLOCK))
+    try:
+        _, Y = next(it)
+    except StopIteration:
+        raise InputError("the data source is empty.") from None
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+    y = _target_column(np.asarray(Y)[:SPLIT_BLOCK])
+    return float(y.mean())
 
 
 def _moment_chunk_rows(chunk_size: int | None, d: int, source) -> int:
