@@ -311,3 +311,31 @@ def test_centered_t2_is_the_same_estimate_up_to_a_mean_zero_term_and_less_noisy(
     err = {k: np.linalg.norm(v - exact, 2) for k, v in stats.items()}
     assert err[c] < err[0.0] / 2
     assert co.estimate_coefficients((X, Y), 1, 4, rng=0).info["t2_center"] == pytest.approx(c, rel=1e-12)
+
+
+def test_rayleigh_ritz_basis_projects_the_sample_t2_exactly():
+    # with an orthonormal test matrix Omega (the previous iterate), pass 1's sketch gives
+    # B = Omega^T T_2 Omega exactly; the basis P = Omega V_m and t2_projected = P^T T_2 P must equal the
+    # same products of the full sample T_2 (same rows, same centre) to round-off
+    X, Y = _teacher_data(d=9, m=3, N=20_000)
+    c = float(np.asarray(Y).reshape(-1)[:co.SPLIT_BLOCK].mean())
+    full = co.RangeStatistic(9, method="full", omega=None, omega_cov=np.zeros((9, 1)), center=c)
+    nr.moments.accumulate(full, (X, Y))
+    T2 = full.finalize()["t2"]
+    Omega = np.linalg.qr(np.random.default_rng(1).standard_normal((9, 6)))[0]
+    rr = co.RangeStatistic(9, method="sketch", omega=Omega, omega_cov=np.zeros((9, 1)), rayleigh_ritz=True,
+                           center=c)
+    nr.moments.accumulate(rr, (X, Y))
+    P, info = rr.basis(3)
+    _close(P.T @ P, np.eye(3), rtol=1e-13)
+    _close(info["t2_projected"], P.T @ T2 @ P, rtol=1e-11)
+    lam = np.linalg.eigvalsh(Omega.T @ T2 @ Omega)
+    top = lam[np.argsort(-np.abs(lam))[:3]]
+    _close(np.sort(np.linalg.eigvalsh(info["t2_projected"])), np.sort(top), rtol=1e-11)
+
+
+def test_learner_validates_the_new_options():
+    X, Y = _teacher_data(d=6, m=3, N=5_000)
+    for bad in ({"control_variate": "yes"}, {"range_method": "nystrom"}):
+        with pytest.raises(InputError, match=next(iter(bad))):
+            nr.learners.HermiteTensorLearner(3, refine=False, min_n=1000, **bad).fit(X, Y)
