@@ -65,9 +65,8 @@ def atv21_samples(*, rng, quick: bool = False, n_inputs: int | None = None, n_hi
     (2e4, 8e4). The refinement gathers ``refine_samples`` rows (default 50,000: on noiseless data the
     least-squares minimiser is the teacher whatever the number of rows, so more rows only cost time);
     with label noise it gathers every row up to ``noise_refine_cap`` (default 10^7, i.e. all), all of which
-    the refinement uses ("auto": Levenberg-Marquardt when they fit its 256 MB Jacobian budget, ~5.5e5 rows
-    here, else Gauss-Newton on normal equations accumulated over all rows; ``noise_refine_method`` is any
-    method of :func:`nnrecover.refine.refine_network`).
+    the refinement uses ("auto": Levenberg-Marquardt on normal equations accumulated over all rows;
+    ``noise_refine_method`` is any method of :func:`nnrecover.refine.refine_network`).
     """
     import pandas as pd
     from matplotlib.figure import Figure
@@ -117,8 +116,8 @@ def atv21_samples(*, rng, quick: bool = False, n_inputs: int | None = None, n_hi
         for n in sizes:
             stream = sample_stream(truth, dist, n, noise=noise, rng=_seed(gen))
             t0 = time.perf_counter()
-            # the refinement gathers up to noise_refine_cap rows and uses all of them ("auto": LM when they fit
-            # its 256 MB Jacobian budget, ~5.5e5 rows here, else Gauss-Newton on the normal equations)
+            # the refinement gathers up to noise_refine_cap rows and uses all of them ("auto": "gn", the
+            # normal equations over all rows)
             ropts = {"max_samples": min(n, noise_refine_cap), "method": noise_refine_method}
             if noise_refine_method == "lbfgs":
                 ropts["max_iter"] = 1000
