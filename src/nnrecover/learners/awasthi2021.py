@@ -264,10 +264,11 @@ class HermiteTensorLearner(BaseLearner):
         ``m + 5`` columns and three power iterations (four passes); "auto" takes the full matrix when
         it costs no more (``d <= 16 (m + 5)``), else the sketch.
     control_variate : bool, default True
-        Order 1: estimate the tensors from the residual ``y - p(x)`` of the first pass's fit ``p`` of
-        the orders 0-2 and add ``p``'s exact Hermite coefficients back -- the same expectation as the
-        paper's eq. (6), a much smaller variance (a ReLU network keeps most of ``E[y^2]`` in its orders
-        0-2). False: the paper's plain estimator. Order 2 (one pass) always uses the plain estimator.
+        Order 1: estimate ``T_3``, ``T_4`` from the residual ``y - p(x)`` of the first pass's fit ``p``
+        of the orders 0-2 (whose Hermite coefficients above order 2 vanish) -- the expectation of the
+        paper's eq. (6) up to an ``O(1/N)`` in-sample bias, a much smaller variance (a ReLU network keeps
+        most of ``E[y^2]`` in its orders 0-2); ``T_0 .. T_2`` stay the plain estimates. False: the
+        paper's plain estimator throughout. Order 2 (one pass) always uses the plain estimator.
     chunk_size : int, optional
         Rows per chunk when streaming arrays.
     check_inputs : bool, default True

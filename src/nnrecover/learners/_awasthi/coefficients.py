@@ -437,7 +437,7 @@ class RangeStatistic(_InputCheck, Statistic):
 
 
 class ProjectedMomentStatistic(_InputCheck, Statistic):
-    """Raw moments ``S_r = (1/N) sum r_n z_n^{(x) r}``, ``r <= K``, of ``z = P^T x``, per half.
+    """Raw moments ``S_r = (1/N) sum r_n z_n^{(x) r}``, ``r <= K``, of ``z = P^T x``, per row group.
 
     ``r_n = y_n`` (the paper's estimator, eq. (6)) or, with a ``control_variate`` ``(t0, t1, B)``, the
     residual ``r_n = y_n - p(x_n)`` of the degree-2 polynomial
@@ -500,7 +500,6 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
         self.sy = 0.0
         self.syx = np.zeros(self.d)
         self.srr = 0.0
-        self.sr = 0.0
         self._reset_check()
 
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
@@ -522,7 +521,6 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
             self.syx += y @ X
         else:  # sum y x is pass 1's (t1), not needed here
             self.srr += float(r @ r)
-            self.sr += float(r.sum())
         if self.check_inputs:
             self._update_check(X)
         # groups (hence halves) by blocks of SPLIT_BLOCK consecutive rows, counted from the first row
@@ -555,7 +553,6 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
         self.sy += other.sy
         self.syx += other.syx
         self.srr += other.srr
-        self.sr += other.sr
         if self.check_inputs:
             self._merge_check(other)
 

@@ -286,8 +286,8 @@ def _zeta_std(coeffs: HermiteCoefficients, U: np.ndarray, j: int) -> np.ndarray:
     ``zeta_j`` over the groups, which sees the actual variance of the contractions (with the control
     variate the residual ``r`` is concentrated along the ``w_i`` themselves, so the independence
     formula below was measured 1.2-5.5x too small). Otherwise (``j = 2``, whose full estimate is not
-    grouped): ``sqrt(E[r^2] j! / N)`` per rank-one contraction (specs/001 section 2.5), propagated
-    through ``(G^{o j})^{-1}`` (diagonal)."""
+    grouped): :meth:`HermiteCoefficients.rank_one_std` (``sqrt(E[y^2] j! / N)`` for ``j = 2``) per
+    rank-one contraction (specs/001 section 2.5), propagated through ``(G^{o j})^{-1}`` (diagonal)."""
     if j <= 1:
         return np.zeros(U.shape[0])
     G_inv = linalg.pinvh((U @ U.T) ** j)
