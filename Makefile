@@ -46,6 +46,7 @@ demo: $(STAMP)
 	$(VENV)/bin/nnrecover demo
 
 test: $(TSTAMP)
+	@$(PY) -c "import importlib.metadata as m, platform; print('versions:', 'python', platform.python_version(), *(f'{n} {m.version(n)}' for n in ('numpy','scipy','scikit-learn','tensorly','dask','distributed','pandas','matplotlib','threadpoolctl','pytest','hypothesis')))"
 	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --timeout=900 tests
 
 bench: $(STAMP)
