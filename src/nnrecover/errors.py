@@ -34,14 +34,28 @@ class ConvergenceError(NNRecoverError, RuntimeError):
     """An iterative method did not converge, or a certificate failed with ``strict=True``."""
 
 
-try:  # scikit-learn's NotFittedError so that sklearn utilities recognise ours
+def _build_not_fitted_error() -> type:
+    """``NotFittedError`` derives from scikit-learn's, so that sklearn utilities recognise it.
+
+    Importing ``sklearn.exceptions`` imports scikit-learn itself (about 0.5 s), so the class is built on
+    first use (module ``__getattr__``) instead of at ``import nnrecover``.
+    """
     from sklearn.exceptions import NotFittedError as _SkNotFitted
-except Exception:  # pragma: no cover - sklearn is a hard dependency
-    _SkNotFitted = ValueError  # type: ignore[assignment,misc]
+
+    class NotFittedError(NNRecoverError, _SkNotFitted):  # type: ignore[misc,valid-type]
+        """A learner was used before ``fit``."""
+
+    NotFittedError.__module__ = __name__
+    NotFittedError.__qualname__ = "NotFittedError"
+    return NotFittedError
 
 
-class NotFittedError(NNRecoverError, _SkNotFitted):  # type: ignore[misc,valid-type]
-    """A learner was used before ``fit``."""
+def __getattr__(name: str):
+    if name == "NotFittedError":
+        cls = _build_not_fitted_error()
+        globals()[name] = cls  # built once: every later lookup gets the same class
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class AssumptionWarning(UserWarning):
