@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: demo test bench install install-test clean experiments
+.PHONY: demo test bench install install-test clean experiments docs docs-figures
 
 # Exit status 0 iff nnrecover (this checkout, editable) and the requirements of pyproject.toml
 # (plus the optional groups given as arguments) are importable/installed. Versions are not compared.
@@ -49,6 +49,17 @@ test: $(TSTAMP)
 	@$(PY) -c "import importlib.metadata as m, platform; print('versions:', 'python', platform.python_version(), *(f'{n} {m.version(n)}' for n in ('numpy','scipy','scikit-learn','tensorly','dask','distributed','pandas','matplotlib','threadpoolctl','pytest','hypothesis')))"
 	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --timeout=900 tests
 
+# the documentation site into docs/_build/html (warnings are errors)
+docs: $(TSTAMP)
+	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	@echo "open docs/_build/html/index.html"
+
+# the quick-run figures of every experiment, committed under docs/figures/ (the docs build runs nothing)
+docs-figures: $(STAMP)
+	@for name in $$($(PY) -c "import nnrecover.experiments as e; print(' '.join(r.name for r in e.available_experiments()))"); do \
+	  echo "== $$name"; $(VENV)/bin/nnrecover experiment $$name --quick --seed 0 --out build/docs-figures/$$name || exit 1; \
+	  cp build/docs-figures/$$name/figure.png docs/figures/$$name.png; done
+
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
 
@@ -58,4 +69,4 @@ experiments: $(STAMP)
 	  echo "== $$name"; $(VENV)/bin/nnrecover experiment $$name --seed 0 --out results/$$name || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache nnrecover-demo
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache nnrecover-demo docs/_build docs/generated
