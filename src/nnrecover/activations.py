@@ -24,7 +24,7 @@ Everything else is integrated numerically: Gauss-Hermite quadrature (256 nodes) 
 (sigmoid, tanh), adaptive Gauss-Kronrod quadrature (QUADPACK via :func:`scipy.integrate.quad`) split at
 the kink for piecewise-smooth ones (relu_power). Against independent references (quadrature
 and, where possible, 60-digit arithmetic; see tests/test_activations.py) every coefficient agrees to
-``1e-12 |c_k| + 1e-14 E|act(z+b) He_k(z)|`` for k <= 8, |b| <= 4: full relative accuracy unless the
+``1e-12 |c_k| + 1e-14 E|act(z+b) He_k(z)|`` for k <= 8, ``|b| <= 4``: full relative accuracy unless the
 integral itself cancels, in which case no double-precision quadrature can do better than a few ulps of
 the absolute integrand.
 

@@ -54,7 +54,7 @@ Formulas used (specs/001 section 2.2; every one is cross-checked in tests/test_h
   ``He_{f+c}(x)[.^f, v_1..v_c] = sum (-1)^{|A|+|M|} prod_M <v_a, v_b>
   sum_pi (v_a @ pi(a))_{a in A} (x) [prod_{r in R} (v_r.x)] He_{f-|A|}(x)``; the bracket times y is
   averaged from raw moments weighted by ``y prod_R (v_r.x)``.
-* Lemma 3.5 for a unit ``act(w.x + b)`` with ``w = s u``, |u| = 1:
+* Lemma 3.5 for a unit ``act(w.x + b)`` with ``w = s u``, ``|u| = 1``:
   ``E[act(w.x + b) He_k(x)] = c_k(b; s) u^{(x)k}``, ``c_k(b; s) = E_z[act(s z + b) He_k(z)]``.
   Positively homogeneous activations of degree q (relu, leaky_relu, step, relu_power, identity):
   ``c_k(b; s) = s^q c_k(b/s; 1)`` (the canonical form of ``TwoLayerNetwork.canonical``). Other
@@ -311,7 +311,7 @@ def placement_sum(A: np.ndarray, a: int, f: int) -> np.ndarray:
     """Sum over the C(f, a) ways of placing a group of ``a`` slots among ``f`` slots.
 
     ``A`` has shape ``lead + (group X: a axes) + (group Y: f - a axes)``. For every position set P
-    (|P| = a, increasing), the X axes are moved to the positions P (in order) and the Y axes to the
+    (``|P| = a``, increasing), the X axes are moved to the positions P (in order) and the Y axes to the
     complement (in order); the results are summed. When both groups are symmetric tensors this is the
     symmetric "sum over distinct placements" ``{X (x) Y}`` of specs/001 section 2.2.
     """

@@ -108,7 +108,7 @@ def parameter_error(estimated: Any, truth: Any, *, allow_sign_flip: bool = False
 
     Both networks are put in canonical form (unit-norm hidden rows, scale moved into ``b`` and ``A``;
     only for positively homogeneous activations, and only if ``canonical``). Units are matched by the
-    Hungarian algorithm on the cost
+    Hungarian algorithm on the cost::
 
         C_ij = ||w_i - w'_j|| + |b_i - b'_j| + ||a_i - a'_j||,
 

@@ -30,7 +30,7 @@ class AlgorithmRecord:
     assumptions : tuple   human-readable assumptions, e.g. ``("x ~ N(0, I)", "m <= d")``
     target : object       the class or function that implements it
     description : str     one line
-    is_learner : bool     True for estimators usable by ``nnrecover fit`` (fit(X, Y) -> network_)
+    is_learner : bool     True for estimators usable by ``nnrecover fit`` (``fit(X, Y) -> network_``)
     """
 
     name: str

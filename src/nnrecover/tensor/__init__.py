@@ -16,7 +16,7 @@ function                   use
 
 Every method is a plain function returning a result object with diagnostics (gaps, conditioning,
 residual certificates) and is exact to round-off on exact low-rank input. Factor matrices have unit
-columns whose largest-|entry| is positive; signed weights carry the scale.
+columns whose largest-magnitude entry is positive; signed weights carry the scale.
 """
 
 from .cp import CPResult, cp_als

@@ -40,7 +40,7 @@ class CPResult:
     Attributes
     ----------
     factors : list of ndarray, shapes ``(n_j, rank)``
-        One factor matrix per mode; unit columns, largest-|entry| positive.
+        One factor matrix per mode; unit columns, largest-magnitude entry positive.
     weights : ndarray, shape ``(rank,)``
         Signed weights; components sorted by decreasing ``|w_i|``.
     relative_error : float

@@ -54,7 +54,7 @@ class JointDiagResult:
     Attributes
     ----------
     factors : ndarray, shape ``(n, rank)``
-        ``A``: unit columns, largest-|entry| positive.
+        ``A``: unit columns, largest-magnitude entry positive.
     factors_mode2 : ndarray, shape ``(n2, rank)``
         ``B``, same convention (equal to ``factors`` for symmetric slices).
     diagonals : ndarray, shape ``(K, rank)``

@@ -17,7 +17,7 @@ columns of ``factors``. Also used for the order-4 quartic of Goel-Panigrahy 2019
 through the callable form (``T(I, u, u, u)`` from samples).
 
 Sign convention: odd order: ``λ_i >= 0`` (``(λ, v) ~ (-λ, -v)``); even order: ``v_i`` has its
-largest-|entry| positive (``v`` and ``-v`` are the same component) and ``λ_i`` keeps its sign.
+largest-magnitude entry positive (``v`` and ``-v`` are the same component) and ``λ_i`` keeps its sign.
 """
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ def flatten(T: Any, t1: int, t2: int, t3: int = 0) -> np.ndarray:
 
 
 def normalize_columns(F: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Scale every column to unit norm and flip it so that its largest-|entry| is positive.
+    """Scale every column to unit norm and flip it so that its largest-magnitude entry is positive.
 
     This is the sign/scale convention of every factor matrix returned by :mod:`nnrecover.tensor`
     (ties in the largest magnitude are broken by the first index, so the result is deterministic).
