@@ -262,7 +262,7 @@ def test_load_errors(tmp_path):
         TwoLayerNetwork.load(tmp_path / "single.npz")
     with open(tmp_path / "obj.npz", "wb") as fh:
         np.savez(fh, hidden_weights=np.array([None], dtype=object), activation=np.array("relu"))
-    with pytest.raises(InputError, match="not a readable"):
+    with pytest.raises(InputError, match="without pickle"):
         TwoLayerNetwork.load(tmp_path / "obj.npz")
     with open(tmp_path / "act.npz", "wb") as fh:
         np.savez(fh, hidden_weights=np.eye(2), activation=np.array([1.0, 2.0]))

@@ -88,12 +88,15 @@ def as_float_array(value: Any, name: str) -> np.ndarray:
     Unlike :func:`as_real_array` this does not check finiteness (callers check shapes first) and always
     copies (the result is owned by the caller, e.g. a network's parameter arrays).
     """
-    if np.iscomplexobj(value):
-        raise InputError(f"{name} must be real, got a complex array.")
     try:
+        if np.iscomplexobj(value):
+            raise InputError(f"{name} must be real, got a complex array.")
         return np.array(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} must be an array of real numbers: {exc}") from exc
+    except (TypeError, ValueError, OverflowError) as exc:  # ragged nesting, text, None, huge ints
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"{name} must be an array of real numbers with rectangular nesting: "
+                         f"{' '.join(str(exc).split())}") from None
 
 
 def as_2d_float(X: Any, name: str = "X", *, n_features: int | None = None, min_rows: int = 1,

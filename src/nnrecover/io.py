@@ -20,14 +20,25 @@ Formats (chosen by the file suffix):
 (``.csv`` uses 17 significant digits, which round-trips every float64). :func:`save_sample_stream`
 writes an iterable of ``(X, Y)`` chunks with bounded memory (``.npy``, ``.csv`` and ``.parquet``).
 
-Every problem with a file (missing, unreadable, wrong shape, non-numeric column, NaN, unknown key or
-column) raises :class:`nnrecover.errors.InputError` naming the file and the fix.
+Every problem with a file (missing, unreadable, truncated, wrong shape, non-numeric column, NaN,
+unknown key or column) raises :class:`nnrecover.errors.InputError` naming the file and the fix. The
+header of every ``.npy`` array (a file, or a member of an ``.npz`` archive) is checked against the bytes
+that follow it before anything is read, so a truncated or corrupt file is reported as such and never
+makes numpy allocate what the header claims.
+
+Writing: every file nnrecover writes goes through :func:`atomic_output` (a temporary file in the same
+folder, flushed to disk and renamed over the target only when complete), so an interrupted or killed
+writer leaves the previous file untouched or no file, never a partial one. :func:`check_writable`
+and :func:`check_free_space` let a command refuse an output path before it starts its work.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import secrets
+import shutil
 import zipfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -37,13 +48,237 @@ import numpy as np
 from ._validation import as_2d_float, as_targets, check_positive_int
 from .errors import InputError
 
-__all__ = ["load_samples", "save_samples", "save_sample_stream", "SAMPLE_FORMATS"]
+__all__ = ["load_samples", "save_samples", "save_sample_stream", "SAMPLE_FORMATS", "atomic_output",
+           "write_text_atomic", "check_writable", "check_free_space", "sample_file_bytes"]
 
 SAMPLE_FORMATS = (".npz", ".npy", ".csv", ".parquet")
 
 #: rows read at a time when checking a memory-mapped array for NaN/inf (bounded memory)
 _CHECK_ROWS = 1 << 16
 
+
+
+# ------------------------------------------------------------------------------------------ writing safely
+def _temp_name(out: Path, kind: str) -> Path:
+    """A hidden sibling of ``out`` that no reader mistakes for the file itself."""
+    return out.with_name(f".{out.name}.{kind}-{secrets.token_hex(6)}")
+
+
+def check_writable(path: "str | os.PathLike[str]", what: str = "output") -> Path:
+    """Refuse an output path before any work is done; returns it as a :class:`~pathlib.Path`.
+
+    The folder is created if missing, then a probe file is created in it and removed again (the only
+    test that also catches read-only mounts and ACLs). An existing file must be writable too:
+    :func:`atomic_output` would replace it, but a file the user made read-only is not ours to replace.
+
+    Raises
+    ------
+    InputError
+        ``path`` is a directory, its folder cannot be created or written, or it is a read-only file.
+    """
+    out = Path(path)
+    if out.is_dir():
+        raise InputError(f"{what} {str(out)!r} is a directory; give a file name.")
+    probe = _temp_name(out, "probe")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError as exc:
+        raise InputError(f"cannot write {what} {str(out)!r}: {exc.strerror or exc} (in folder "
+                         f"{str(out.parent)!r}); choose a writable location.") from None
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+    if out.exists() and not os.access(out, os.W_OK):
+        raise InputError(f"{what} {str(out)!r} exists and is read-only; remove it or choose another name.")
+    return out
+
+
+def _fsync_path(path: "str | os.PathLike[str]", *, directory: bool = False) -> None:
+    flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        if directory:  # some platforms cannot open a folder; the rename is then as durable as they allow
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not directory:
+            raise
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_output(path: "str | os.PathLike[str]") -> Iterator[Path]:
+    """Write a file completely or not at all.
+
+    Yields a temporary path in the same folder as ``path``; the caller writes the whole file there
+    (by name, or with ``open(tmp, "wb")``). When the ``with`` block ends normally the temporary file is
+    flushed to disk (``os.fsync``) and renamed onto ``path`` (``os.replace``, atomic on POSIX and
+    Windows), so a reader sees the old file or the complete new one. When the block raises (including
+    ``KeyboardInterrupt``) the temporary file is removed and ``path`` is untouched. A process killed
+    with SIGKILL can leave only the hidden temporary file ``.NAME.part-XXXX`` behind.
+
+    The new file gets the mode of the file it replaces, or ``0o666`` minus the umask.
+
+    Examples
+    --------
+    >>> with atomic_output("model.npz") as tmp:           # doctest: +SKIP
+    ...     with open(tmp, "wb") as fh:
+    ...         np.savez(fh, W=W)
+    """
+    out = Path(path)
+    tmp = _temp_name(out, "part")
+    try:
+        os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # mode from the umask
+    except OSError as exc:
+        raise InputError(f"cannot write {str(out)!r}: {exc.strerror or exc}; choose a writable location.") from None
+    try:
+        yield tmp
+        if out.exists():
+            with contextlib.suppress(OSError):
+                shutil.copymode(out, tmp)
+        _fsync_path(tmp)
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_path(out.parent if str(out.parent) else ".", directory=True)
+
+
+def write_text_atomic(path: "str | os.PathLike[str]", text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` through :func:`atomic_output`; returns the path."""
+    out = Path(path)
+    with atomic_output(out) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return out
+
+
+def sample_file_bytes(n_samples: int, n_columns: int, suffix: str) -> int:
+    """An upper estimate of the size of a samples file of ``n_samples`` rows and ``n_columns`` columns.
+
+    ``.npy``/``.npz``: 8 bytes a value (+ header); ``.csv``: 25 characters a value (17 significant
+    digits, sign, point, exponent, separator); ``.parquet``: 9 bytes a value (float64 pages do not
+    compress random data).
+    """
+    per_value = {".npy": 8, ".npz": 8, ".csv": 25, ".parquet": 9}.get(suffix.lower(), 25)
+    return int(n_samples) * int(n_columns) * per_value + 4096
+
+
+def _free_memory() -> int | None:
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _bytes(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"  # pragma: no cover
+
+
+def check_free_space(path: "str | os.PathLike[str]", n_bytes: int, what: str, *, in_memory: bool = False,
+                     fix: str = "write fewer rows or choose another folder") -> None:
+    """Refuse to start writing ``n_bytes`` to ``path`` when its folder (or memory) cannot hold them.
+
+    Parameters
+    ----------
+    path : path-like
+        The output file (its folder must exist).
+    n_bytes : int
+        Bytes the file will take (e.g. :func:`sample_file_bytes`).
+    what : str
+        What is being written, for the message (e.g. ``"--n 1000000000000 samples"``).
+    in_memory : bool
+        The writer holds the whole content in memory first (``.npz``): the available physical
+        memory is checked too (twice ``n_bytes``: the chunks and their concatenation).
+    fix : str
+        The advice at the end of the message.
+
+    Raises
+    ------
+    InputError
+        Naming the size needed and the space available.
+    """
+    folder = Path(path).parent if str(Path(path).parent) else Path(".")
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        free = None
+    if free is not None and n_bytes > free:
+        raise InputError(f"{what} need about {_bytes(n_bytes)} in {str(path)!r} but its folder has "
+                         f"{_bytes(free)} free; {fix}.")
+    mem = _free_memory() if in_memory else None
+    if mem is not None and 2 * n_bytes > mem:
+        raise InputError(f"{what} need about {_bytes(2 * n_bytes)} of memory to write {Path(path).name!r} "
+                         f"(.npz is assembled in memory) but {_bytes(mem)} is available; {fix}, or write "
+                         ".npy/.csv/.parquet, which are streamed to disk.")
+
+
+# ------------------------------------------------------------------------------------------ .npy headers
+def _npy_header(fh, available: int, source: str) -> tuple[tuple[int, ...], np.dtype, int]:
+    """Read and check an ``.npy`` header from the open binary ``fh`` (positioned at its start).
+
+    ``available`` is the number of bytes of the whole ``.npy`` stream. Returns ``(shape, dtype,
+    header_length)``. Raises :class:`InputError` for a missing magic string, a malformed header, an
+    object dtype (would need pickle) or fewer data bytes than the header promises (a truncated file).
+    """
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(fh, max_header_size=1 << 20)
+        else:
+            shape, fortran, dtype = fmt.read_array_header_2_0(fh, max_header_size=1 << 20)
+    except (ValueError, OSError, EOFError, SyntaxError, TypeError) as exc:
+        raise InputError(f"{source} is not a valid .npy array (bad header: {_first_line(exc)}); "
+                         "write it with numpy.save.") from None
+    header_length = fh.tell()
+    if dtype.hasobject:
+        raise InputError(f"{source} holds Python objects (dtype {dtype}), which cannot be read without pickle; "
+                         "save plain numeric arrays.")
+    count = 1
+    for s in shape:
+        count *= int(s)
+    need = count * dtype.itemsize
+    have = available - header_length
+    if have < need:
+        raise InputError(f"{source} is truncated or corrupt: its header promises shape {tuple(shape)} "
+                         f"({_bytes(need)}) but only {_bytes(max(have, 0))} follow; re-create the file.")
+    return tuple(int(s) for s in shape), dtype, header_length
+
+
+def _first_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
+
+
+def check_npy_file(path: Path, source: str | None = None) -> None:
+    """Check the header of the ``.npy`` file ``path`` against its size (see :func:`_npy_header`)."""
+    with open(path, "rb") as fh:
+        _npy_header(fh, os.fstat(fh.fileno()).st_size, source or path.name)
+
+
+def check_npz_members(path: Path, names: Iterable[str] | None = None, source: str | None = None) -> None:
+    """Check the headers of the ``.npy`` members of the ``.npz`` archive ``path`` (all, or ``names``)."""
+    source = source or path.name
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+                if names is not None and key not in names:
+                    continue
+                with zf.open(info) as fh:
+                    _npy_header(fh, info.file_size, f"array {key!r} of {source}")
+    except InputError:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
+        raise InputError(f"{source} is not a readable .npz archive: {_first_line(exc)}") from None
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -125,12 +360,11 @@ def _magic(path: Path, n: int) -> bytes:
 def _load_npy(path: Path, mmap: bool) -> np.ndarray:
     if _magic(path, 6) != b"\x93NUMPY":
         raise InputError(f"{path.name} is not a valid .npy file (no NumPy header); write it with numpy.save.")
+    check_npy_file(path)
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except ValueError as exc:  # object arrays need pickle; we never unpickle
-        raise InputError(f"{path.name} cannot be read without pickle ({exc}); save plain numeric arrays.") from None
-    except OSError as exc:
-        raise InputError(f"{path.name} is not a valid .npy file: {exc}") from None
+    except (ValueError, OSError, EOFError) as exc:
+        raise InputError(f"{path.name} is not a valid .npy file: {_first_line(exc)}") from None
 
 
 def _split_columns(arr: np.ndarray, target_columns, source: str) -> tuple[np.ndarray, np.ndarray]:
@@ -258,7 +492,7 @@ def _read_inputs_only(path: Path, suffix: str, x_key: str, mmap: bool) -> np.nda
         with data:
             if x_key not in data.files:
                 raise InputError(f"{path.name} has no array {x_key!r} (it holds {', '.join(data.files) or 'nothing'}).")
-            return data[x_key]
+            return _npz_array(data, x_key, path.name)
     X, _ = _table_to_arrays(_read_table(path, suffix), None, path.name, has_targets=False)
     return X
 
@@ -266,10 +500,21 @@ def _read_inputs_only(path: Path, suffix: str, x_key: str, mmap: bool) -> np.nda
 def _open_npz(path: Path):
     if not zipfile.is_zipfile(path):
         raise InputError(f"{path.name} is not a valid .npz file (not a zip archive); write it with numpy.savez.")
+    check_npz_members(path)
     try:
         return np.load(path, allow_pickle=False)
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise InputError(f"{path.name} is not a valid .npz file: {exc}") from None
+
+
+def _npz_array(data, key: str, source: str) -> np.ndarray:
+    """``data[key]`` of an open ``.npz`` archive; a corrupt member is an InputError naming it."""
+    import zlib
+
+    try:
+        return data[key]
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        raise InputError(f"array {key!r} of {source} cannot be read ({_first_line(exc)}); re-create the file.") from None
 
 
 def _read_targets(path: Path, target_columns, y_key: str, mmap: bool) -> np.ndarray:
@@ -281,7 +526,7 @@ def _read_targets(path: Path, target_columns, y_key: str, mmap: bool) -> np.ndar
             key = y_key if y_key in data.files else (data.files[0] if len(data.files) == 1 else None)
             if key is None:
                 raise InputError(f"{path.name} has no array {y_key!r} (it holds {', '.join(data.files)}).")
-            return data[key]
+            return _npz_array(data, key, path.name)
     df = _read_table(path, suffix)
     if target_columns is not None:
         df = df[_table_targets(df, target_columns, path.name)]
@@ -340,7 +585,7 @@ def load_samples(path: "str | os.PathLike[str]", *, targets: "str | os.PathLike[
                                  f"{', '.join(data.files) or 'nothing'}); save X and Y with "
                                  "numpy.savez(path, X=X, Y=Y), name other keys with --x-key/--y-key, "
                                  "or give the targets as a separate file.")
-            X, Y = data[x_key], data[y_key]
+            X, Y = _npz_array(data, x_key, path.name), _npz_array(data, y_key, path.name)
         return _validate_pair(X, Y, path.name)
     if suffix == ".npy":
         X, Y = _split_columns(_load_npy(path, mmap), target_columns, path.name)
@@ -405,6 +650,8 @@ def save_samples(path: "str | os.PathLike[str]", X, Y=None) -> Path:
     -----
     A ``.npy`` file with several target columns is read back with ``target_columns=[-p, ..., -1]``:
     the format has no place to record ``p``.
+
+    The file is written through :func:`atomic_output`: complete, or not at all.
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -412,14 +659,16 @@ def save_samples(path: "str | os.PathLike[str]", X, Y=None) -> Path:
         raise InputError(f"cannot write samples to {path.name!r}: use a file name ending in "
                          f"{', '.join(SAMPLE_FORMATS)}.")
     X, Y2, one = _prepare(X, Y)
-    if suffix == ".npz":
-        arrays = {"X": X} if Y2 is None else {"X": X, "Y": Y2[:, 0] if one else Y2}
-        np.savez(path, **arrays)
-        return path
-    if suffix == ".npy":
-        np.save(path, X if Y2 is None else np.hstack([X, Y2]))
-        return path
-    _write_table(path, suffix, X, Y2, header=True, mode="w")
+    with atomic_output(path) as tmp:
+        if suffix == ".npz":
+            arrays = {"X": X} if Y2 is None else {"X": X, "Y": Y2[:, 0] if one else Y2}
+            with open(tmp, "wb") as fh:  # a file object: np.savez appends ".npz" to other names
+                np.savez(fh, **arrays)
+        elif suffix == ".npy":
+            with open(tmp, "wb") as fh:
+                np.save(fh, X if Y2 is None else np.hstack([X, Y2]))
+        else:
+            _write_table(tmp, suffix, X, Y2, header=True, mode="w")
     return path
 
 
@@ -432,6 +681,7 @@ def _frame(X: np.ndarray, Y: np.ndarray | None):
 
 
 def _write_table(path: Path, suffix: str, X, Y, *, header: bool, mode: str) -> None:
+    """Write a table; the format is ``suffix`` (``path`` may be a temporary name without it)."""
     df = _frame(X, Y)
     if suffix == ".csv":
         df.to_csv(path, index=False, float_format="%.17g", header=header, mode=mode)
@@ -448,7 +698,11 @@ def save_sample_stream(path: "str | os.PathLike[str]", chunks: Iterable[tuple[An
 
     ``.npy`` (needs ``n_samples``, or a stream with an ``n_samples`` attribute), ``.csv`` and
     ``.parquet`` are written chunk by chunk, so memory stays bounded by one chunk; ``.npz`` collects
-    the chunks first (the zip container needs every array whole).
+    the chunks first (the zip container needs every array whole). Everything is written to a
+    temporary file renamed onto ``path`` only after the last row (:func:`atomic_output`): a stream
+    that fails or is interrupted part-way leaves ``path`` as it was, never a file whose unwritten
+    rows read as zeros. Before the first ``.npy`` row is written, the folder's free space is checked
+    against the size of the whole file.
 
     Returns
     -------
@@ -477,28 +731,31 @@ def save_sample_stream(path: "str | os.PathLike[str]", chunks: Iterable[tuple[An
         Y = None if parts[0][1] is None else np.concatenate([p[1] for p in parts])
         save_samples(path, X, Y[:, 0] if Y is not None and parts[0][2] else Y)
         return path, X.shape[0]
-    if suffix == ".npy":
-        if n_samples is None:
-            raise InputError("writing a stream to .npy needs n_samples (the file header records the shape).")
-        return path, _stream_npy(path, checked, check_positive_int(n_samples, "n_samples"))
-    if suffix == ".csv":
-        rows = 0
-        for i, (X, Y2, _) in enumerate(checked):
-            _write_table(path, suffix, X, Y2, header=i == 0, mode="w" if i == 0 else "a")
-            rows += X.shape[0]
-        if rows == 0:
-            raise InputError("the sample stream is empty.")
-        return path, rows
-    return path, _stream_parquet(path, checked)
+    if suffix == ".npy" and n_samples is None:
+        raise InputError("writing a stream to .npy needs n_samples (the file header records the shape).")
+    with atomic_output(path) as tmp:
+        if suffix == ".npy":
+            rows = _stream_npy(tmp, checked, check_positive_int(n_samples, "n_samples"), path)
+        elif suffix == ".csv":
+            rows = 0
+            for i, (X, Y2, _) in enumerate(checked):
+                _write_table(tmp, suffix, X, Y2, header=i == 0, mode="w" if i == 0 else "a")
+                rows += X.shape[0]
+            if rows == 0:
+                raise InputError("the sample stream is empty.")
+        else:
+            rows = _stream_parquet(tmp, checked)
+    return path, rows
 
 
-def _stream_npy(path: Path, chunks, n: int) -> int:
+def _stream_npy(tmp: Path, chunks, n: int, path: Path) -> int:
     out = None
     row = 0
     for X, Y2, _ in chunks:
         block = np.hstack([X, Y2]) if Y2 is not None else X
         if out is None:
-            out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64, shape=(n, block.shape[1]))
+            check_free_space(path, sample_file_bytes(n, block.shape[1], ".npy"), f"n_samples={n} rows")
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float64, shape=(n, block.shape[1]))
         if row + block.shape[0] > n:
             raise InputError(f"the stream holds more than n_samples={n} rows.")
         out[row:row + block.shape[0]] = block

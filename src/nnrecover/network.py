@@ -18,6 +18,7 @@ import json
 import numbers
 import os
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +213,9 @@ class TwoLayerNetwork:
         fmt = data.get("format", _FORMAT)
         if str(fmt) != _FORMAT:
             raise InputError(f"unknown network format {str(fmt)!r}; this version reads {_FORMAT!r}.")
+        if data.get("output_bias") is not None and data.get("output_weights") is None:
+            raise InputError("network description has output_bias but lacks output_weights; add output_weights "
+                             "(shape (n_outputs, n_hidden)) or remove output_bias.")
         if not isinstance(data["activation"], str):
             raise InputError(f"the activation of a network description must be a string, got "
                              f"{data['activation']!r}.")
@@ -226,20 +230,26 @@ class TwoLayerNetwork:
         path : str or path-like
             ``*.json``: text; floats are written by ``repr`` and read back bit-exactly.
             ``*.npz``: binary numpy archive, written to exactly this name (any case of the suffix).
+
+        The file is written to a temporary name in the same folder and renamed into place when
+        complete (:func:`nnrecover.io.atomic_output`): an interrupted save leaves the old file.
         """
+        from .io import atomic_output
+
         path = Path(path)
         suffix = path.suffix.lower()
         if suffix not in (".json", ".npz"):
             raise InputError(f"cannot save a network to {path.name!r}: use a .json or .npz file name.")
         try:
-            if suffix == ".json":
-                path.write_text(json.dumps(self.to_dict(), indent=1))
-            else:
-                # through a file object: np.savez would append ".npz" to a name ending in ".NPZ"
-                with open(path, "wb") as fh:
-                    np.savez(fh, hidden_weights=self.hidden_weights, hidden_bias=self.hidden_bias,
-                             output_weights=self.output_weights, output_bias=self.output_bias,
-                             activation=np.array(self.activation.spec), format=np.array(_FORMAT))
+            with atomic_output(path) as tmp:
+                if suffix == ".json":
+                    tmp.write_text(json.dumps(self.to_dict(), indent=1))
+                else:
+                    # through a file object: np.savez would append ".npz" to a name ending in ".NPZ"
+                    with open(tmp, "wb") as fh:
+                        np.savez(fh, hidden_weights=self.hidden_weights, hidden_bias=self.hidden_bias,
+                                 output_weights=self.output_weights, output_bias=self.output_bias,
+                                 activation=np.array(self.activation.spec), format=np.array(_FORMAT))
         except OSError as exc:
             raise InputError(f"cannot write network file {str(path)!r}: {exc.strerror or exc}.") from exc
 
@@ -250,7 +260,9 @@ class TwoLayerNetwork:
         Raises
         ------
         InputError
-            Missing or unreadable file, wrong suffix, or content that is not a network description.
+            Missing or unreadable file, wrong suffix, or content that is not a network description
+            (ragged or non-numeric arrays, a truncated archive, an array header that promises more
+            data than the archive holds).
         """
         path = Path(path)
         suffix = path.suffix.lower()
@@ -262,11 +274,20 @@ class TwoLayerNetwork:
             if suffix == ".json":
                 try:
                     data = json.loads(path.read_text(encoding="utf-8"))
-                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    raise InputError(f"{path.name} is not valid JSON: {exc}") from exc
+                except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+                    raise InputError(f"{path.name} is not valid JSON: {' '.join(str(exc).split())[:200]}") from None
                 if not isinstance(data, dict):
                     raise InputError(f"{path.name} does not hold a network description.")
             else:
+                from .io import check_npz_members
+
+                if not zipfile.is_zipfile(path):
+                    with open(path, "rb") as fh:
+                        single = fh.read(6) == b"\x93NUMPY"
+                    raise InputError(f"{path.name} holds a single array, not a network archive." if single else
+                                     f"{path.name} is not a readable .npz network archive (not a zip file); "
+                                     "write it with TwoLayerNetwork.save.")
+                check_npz_members(path)  # headers against sizes: no allocation of what a corrupt header claims
                 try:
                     archive = np.load(path, allow_pickle=False)
                     if not isinstance(archive, np.lib.npyio.NpzFile):
@@ -275,7 +296,7 @@ class TwoLayerNetwork:
                         data = {key: archive[key] for key in archive.files}
                 except InputError:
                     raise
-                except (ValueError, zipfile.BadZipFile, EOFError) as exc:
+                except (ValueError, zipfile.BadZipFile, EOFError, zlib.error) as exc:
                     raise InputError(f"{path.name} is not a readable .npz network archive: {exc}") from exc
                 for key in ("activation", "format"):
                     if key in data:
