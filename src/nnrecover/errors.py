@@ -64,3 +64,17 @@ class AssumptionWarning(UserWarning):
 
 class CertificateWarning(UserWarning):
     """A self-check of an exact algorithm failed; the result should not be trusted."""
+
+
+class QueryBudgetError(NNRecoverError, RuntimeError):
+    """A black-box extraction (:func:`nnrecover.extraction.extract`) would exceed ``max_queries``.
+
+    The batch that did not fit was not sent to the model. ``partial`` holds what had been recovered
+    before (an ``ExtractionResult`` whose ``diagnostics_["complete"]`` is False) and ``n_queries`` the
+    rows queried so far.
+    """
+
+    def __init__(self, message: str, *, partial=None, n_queries: int = 0):
+        super().__init__(message)
+        self.partial = partial
+        self.n_queries = int(n_queries)
