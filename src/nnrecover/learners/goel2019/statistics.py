@@ -1,0 +1,286 @@
+"""Step 1 statistics of Goel & Panigrahy (2019): normalised H_1/H_2/H_4 correlations with the labels.
+
+Every Step 1 route (whitening + tensor power iteration, the landscape ``G`` of Section 2.1, the
+simultaneous landscape of Appendix B.4) reads the labels only through the normalised Hermite moments
+
+* ``v1 = E[y~ x] / u_hat_1``                        (population, linear ``P``: ``sum_i c_i w_i``),
+* ``M  = E[y~ (x x^T - I)] / (sqrt(2) u_hat_2)``      (``sum_i c_i w_i w_i^T``; ``m_2(z) = z^T M z``),
+* ``T4 = E[y~ He_4(x)] / (sqrt(24) u_hat_4)``          (``sum_i c_i w_i^{(x)4}``; ``m_4(z) = T4(z, z, z, z)``),
+
+with ``y~ = y - c_0`` (footnote 5: ``c_0`` is the median of ``y``; subtracting it changes no
+population moment of order >= 1 and removes most of the variance). ``T4`` is never formed from
+samples: the routes need only its contractions ``T4(I, a, b, c)``, ``T4(I, I, z, z)`` and
+``T4(a, a, b, b)`` (the last is ``E[y~ psi(a, b, x)]/u_hat_4`` with the corrected kernel ``psi`` of
+Appendix B.4), each ``O(m n)`` on the stored rows.
+
+Streaming. For step and relu units with noiseless labels, ``y~ = 0`` on every sample where no unit
+fires (Section 4.2 of the paper's setting: firing is rare, ``Pr ~ d Phi^c(t)``), so
+:class:`ActiveRows`, a :class:`nnrecover.moments.Statistic`, keeps only the rows with ``y != c_0`` and the
+count of all rows: one pass over arrays, chunk iterables or dask blocks (merge = concatenation).
+For sigmoid units every row is active and all rows are kept (bounded by ``max_rows``).
+
+:class:`SampleMoments` (from the stored rows) and :class:`PopulationMoments` (exact, from
+:func:`~nnrecover.learners.goel2019.model.population_hermite_moment`) expose the same methods, and both
+can be restricted to a subspace (``project``), which is how ``n > d`` is handled (the top-``d``
+eigenspace of ``M``, the only directions in which ``G`` is not flat).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..._validation import check_positive_int
+from ...errors import AssumptionError, InputError
+from ...moments.base import Statistic
+from .model import HighThresholdNetwork, population_hermite_moment, threshold_hermite_coefficients
+
+__all__ = ["ActiveRows", "SampleMoments", "PopulationMoments", "hermite4_contraction", "hermite4_matrix"]
+
+_SQRT2, _SQRT24 = math.sqrt(2.0), math.sqrt(24.0)
+
+
+def hermite4_contraction(X: np.ndarray, weights: np.ndarray, a: np.ndarray, b: np.ndarray,
+                         c: np.ndarray) -> np.ndarray:
+    """``sum_s weights_s He_4(x_s)(I, a, b, c)`` for the multivariate Hermite tensor ``He_4``.
+
+    ``He_4(x)(., a, b, c) = x [alpha beta gamma - alpha (b.c) - beta (a.c) - gamma (a.b)]
+    - c alpha beta - b alpha gamma - a beta gamma + a (b.c) + b (a.c) + c (a.b)`` with
+    ``alpha = a.x`` etc. (``He_4 = x^{(x)4} - Sym_6(x (x) x (x) I) + Sym_3(I (x) I)``, spec of H_4 in Section 2.1).
+    """
+    al, be, ga = X @ a, X @ b, X @ c
+    ab, ac, bc = a @ b, a @ c, b @ c
+    sw = weights.sum()
+    scal = weights * (al * be * ga - al * bc - be * ac - ga * ab)
+    return (X.T @ scal - c * (weights @ (al * be)) - b * (weights @ (al * ga)) - a * (weights @ (be * ga))
+            + sw * (a * bc + b * ac + c * ab))
+
+
+def hermite4_matrix(X: np.ndarray, weights: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """``sum_s weights_s He_4(x_s)(I, I, z, z)``:
+    ``(a^2 - r) x x^T - a^2 I - 2 a (x z^T + z x^T) + r I + 2 z z^T`` with ``a = z.x``, ``r = |z|^2``."""
+    a = X @ z
+    r = z @ z
+    out = (X.T * (weights * (a * a - r))) @ X
+    xa = X.T @ (weights * a)
+    out -= 2.0 * (np.outer(xa, z) + np.outer(z, xa))
+    out += np.eye(X.shape[1]) * (r * weights.sum() - weights @ (a * a))
+    out += 2.0 * weights.sum() * np.outer(z, z)
+    return out
+
+
+def _t4_batch_samples(X, y, Z):
+    """Columns ``He_4-sums(I, z_j, z_j, z_j)`` for every column of ``Z`` (unnormalised)."""
+    A = X @ Z
+    r = np.einsum("ij,ij->j", Z, Z)
+    return X.T @ (y[:, None] * (A ** 3 - 3.0 * A * r)) + Z * (3.0 * r * y.sum() - 3.0 * (y @ (A * A)))
+
+
+def _t4_sum_samples(X, y, Z):
+    """Columns ``sum_k He_4-sums(I, z_j, z_k, z_k)`` for every column ``z_j`` of ``Z`` (unnormalised)."""
+    A = X @ Z
+    G = Z.T @ Z
+    S = np.einsum("ij,ij->i", A, A)          # sum_k beta_k^2 per sample
+    R = np.trace(G)                          # sum_k |z_k|^2
+    C1 = A * (S - R)[:, None] - 2.0 * (A @ G)
+    K = (A.T * y) @ A
+    sy = y.sum()
+    return X.T @ (y[:, None] * C1) - 2.0 * Z @ K - Z * (y @ S) + Z * (R * sy) + 2.0 * sy * (Z @ G)
+
+
+class ActiveRows(Statistic):
+    """Streaming store of the rows whose label differs from the baseline ``c_0`` (plus the total count).
+
+    Parameters
+    ----------
+    baseline : float or None
+        ``c_0``. ``None``: the median of the labels of the first chunk this statistic sees (footnote
+        5 of the paper). Partial results with different baselines refuse to merge.
+    keep_all : bool, default False
+        Keep every row (sigmoid units, or noisy labels: ``y~`` is then never exactly 0).
+    tol : float, default 0
+        Rows with ``|y - c_0| <= tol`` count as inactive.
+    max_rows : int, default 10_000_000
+        Memory guard on the stored rows.
+    """
+
+    def __init__(self, baseline: float | None = None, *, keep_all: bool = False, tol: float = 0.0,
+                 max_rows: int = 10_000_000):
+        self.baseline = None if baseline is None else float(baseline)
+        self.keep_all = bool(keep_all)
+        self.tol = float(tol)
+        self.max_rows = check_positive_int(max_rows, "max_rows")
+        super().__init__()
+
+    def _reset(self) -> None:
+        self._X: list[np.ndarray] = []
+        self._y: list[np.ndarray] = []
+        self._rows = 0
+        if getattr(self, "_auto", None) is None:
+            self._auto = self.baseline is None
+        if self._auto:
+            self.baseline = None
+
+    def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        if Y.shape[1] != 1:
+            raise InputError(f"Goel-Panigrahy learns a scalar-output network; Y has {Y.shape[1]} columns.")
+        y = Y[:, 0]
+        if self.baseline is None:
+            self.baseline = float(np.median(y))
+        yt = y - self.baseline
+        keep = slice(None) if self.keep_all else np.abs(yt) > self.tol
+        Xk, yk = X[keep], yt[keep]
+        self._rows += yk.shape[0]
+        if self._rows > self.max_rows:
+            raise InputError(f"more than max_rows={self.max_rows} active rows; raise max_rows (memory "
+                             f"{self.max_rows * X.shape[1] * 8 / 1e9:.1f} GB) or pass fewer samples.")
+        if yk.shape[0]:
+            self._X.append(np.array(Xk, copy=True))
+            self._y.append(np.array(yk, copy=True))
+
+    def _merge(self, other: "ActiveRows") -> None:
+        if self.baseline is None:
+            self.baseline = other.baseline
+        elif other.baseline != self.baseline:
+            raise AssumptionError(
+                f"two blocks of the data have different label medians ({self.baseline!r} and "
+                f"{other.baseline!r}): more than half of the samples fire, so the threshold is too low for "
+                "Goel-Panigrahy Step 1 (Lemma 1 needs rare firing), or the labels are noisy; pass baseline=c_0.")
+        self._X.extend(other._X)
+        self._y.extend(other._y)
+        self._rows += other._rows
+
+    def finalize(self) -> tuple[np.ndarray, np.ndarray, int, float]:
+        """``(X_active, y_tilde_active, n_total, baseline)``."""
+        self.require(1, "the Goel-Panigrahy statistics")
+        d = self.n_inputs
+        X = np.vstack(self._X) if self._X else np.zeros((0, d))
+        y = np.concatenate(self._y) if self._y else np.zeros(0)
+        return X, y, int(self.n), float(self.baseline)
+
+
+class _Moments:
+    """Shared normalisation (``u_hat_1, u_hat_2, u_hat_4`` of the activation) and derived methods."""
+
+    def __init__(self, activation: str, threshold: float):
+        self.activation = activation
+        self.threshold = float(threshold)
+        self.u_hat = threshold_hermite_coefficients(activation, threshold, 4)
+
+    def m2(self, z: np.ndarray) -> float:
+        return float(z @ self.second() @ z)
+
+    def m4(self, z: np.ndarray) -> float:
+        return float(z @ self.t4(z, z, z))
+
+
+class SampleMoments(_Moments):
+    """The normalised moments of stored active rows (see the module docstring).
+
+    Parameters
+    ----------
+    X : (m, n) active rows; y_tilde : (m,) their centred labels; n_total : int, all samples seen.
+    activation, threshold : the known activation and ``t``.
+    """
+
+    def __init__(self, X: np.ndarray, y_tilde: np.ndarray, n_total: int, activation: str, threshold: float):
+        super().__init__(activation, threshold)
+        self.X = np.asarray(X, dtype=np.float64)
+        self.y = np.asarray(y_tilde, dtype=np.float64)
+        self.n_total = int(n_total)
+        self.n_inputs = self.X.shape[1]
+        self._M = None
+
+    def first(self) -> np.ndarray:
+        return self.X.T @ self.y / (self.n_total * self.u_hat[1])
+
+    def second(self) -> np.ndarray:
+        if self._M is None:
+            Xw = self.X * self.y[:, None]
+            self._M = (Xw.T @ self.X - np.eye(self.n_inputs) * self.y.sum()) / (self.n_total * _SQRT2 * self.u_hat[2])
+        return self._M
+
+    def t4(self, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """``T4(I, a, b, c)``."""
+        return hermite4_contraction(self.X, self.y, a, b, c) / (self.n_total * _SQRT24 * self.u_hat[4])
+
+    def t4_matrix(self, z: np.ndarray) -> np.ndarray:
+        """``T4(I, I, z, z)``."""
+        return hermite4_matrix(self.X, self.y, z) / (self.n_total * _SQRT24 * self.u_hat[4])
+
+    def t4_pairs(self, Z: np.ndarray) -> np.ndarray:
+        A = self.X @ Z                        # a_sj = z_j . x_s
+        G = Z.T @ Z
+        nrm = np.diag(G)
+        A2 = A * A
+        y = self.y
+        # He_4(x)(a, a, b, b) = A_a^2 A_b^2 - |b|^2 A_a^2 - |a|^2 A_b^2 - 4 (a.b) A_a A_b + |a|^2|b|^2 + 2 (a.b)^2
+        out = (A2.T * y) @ A2 - np.outer(y @ A2, nrm) - np.outer(nrm, y @ A2) - 4.0 * G * ((A.T * y) @ A) \
+            + y.sum() * (np.outer(nrm, nrm) + 2.0 * G * G)
+        return out / (self.n_total * _SQRT24 * self.u_hat[4])
+
+    def t4_batch(self, Z: np.ndarray) -> np.ndarray:
+        """Columns ``T4(I, z_j, z_j, z_j)`` for the columns of ``Z``."""
+        return _t4_batch_samples(self.X, self.y, Z) / (self.n_total * _SQRT24 * self.u_hat[4])
+
+    def t4_sum(self, Z: np.ndarray) -> np.ndarray:
+        """Columns ``sum_k T4(I, z_j, z_k, z_k)`` (the simultaneous objective's cross term, Appendix B.4)."""
+        return _t4_sum_samples(self.X, self.y, Z) / (self.n_total * _SQRT24 * self.u_hat[4])
+
+    def project(self, U: np.ndarray) -> "SampleMoments":
+        """The moments of ``q = U^T x`` (``U`` with orthonormal columns: ``q ~ N(0, I)`` again)."""
+        return SampleMoments(self.X @ U, self.y, self.n_total, self.activation, self.threshold)
+
+    @property
+    def n_active(self) -> int:
+        return self.y.shape[0]
+
+
+class PopulationMoments(_Moments):
+    """Exact normalised moments of a :class:`HighThresholdNetwork` (dense; small ``n`` only).
+
+    Exact for linear ``P`` with any ``W*`` and for polynomial ``P`` with orthonormal ``W*``
+    (:func:`~nnrecover.learners.goel2019.model.population_hermite_moment`).
+    """
+
+    def __init__(self, network: HighThresholdNetwork | None = None, *, tensors=None, activation=None,
+                 threshold=None):
+        if network is not None:
+            super().__init__(network.activation, network.threshold)
+            u = self.u_hat
+            T1 = population_hermite_moment(network, 1) / u[1]
+            T2 = population_hermite_moment(network, 2) / (_SQRT2 * u[2])
+            T4 = population_hermite_moment(network, 4) / (_SQRT24 * u[4])
+        else:
+            super().__init__(activation, threshold)
+            T1, T2, T4 = tensors
+        self.T1, self.T2, self.T4 = T1, T2, T4
+        self.n_inputs = T2.shape[0]
+        self.n_total = None
+
+    def first(self) -> np.ndarray:
+        return self.T1
+
+    def second(self) -> np.ndarray:
+        return self.T2
+
+    def t4(self, a, b, c) -> np.ndarray:
+        return np.einsum("ijkl,j,k,l->i", self.T4, a, b, c, optimize=True)
+
+    def t4_matrix(self, z) -> np.ndarray:
+        return np.einsum("ijkl,k,l->ij", self.T4, z, z, optimize=True)
+
+    def t4_batch(self, Z) -> np.ndarray:
+        return np.einsum("ijkl,ja,ka,la->ia", self.T4, Z, Z, Z, optimize=True)
+
+    def t4_sum(self, Z) -> np.ndarray:
+        return np.einsum("ijkl,ja,kl->ia", self.T4, Z, Z @ Z.T, optimize=True)
+
+    def t4_pairs(self, Z) -> np.ndarray:
+        return np.einsum("ijkl,ia,ja,kb,lb->ab", self.T4, Z, Z, Z, Z, optimize=True)
+
+    def project(self, U: np.ndarray) -> "PopulationMoments":
+        T4 = np.einsum("ijkl,ia,jb,kc,ld->abcd", self.T4, U, U, U, U, optimize=True)
+        return PopulationMoments(tensors=(U.T @ self.T1, U.T @ self.T2 @ U, T4), activation=self.activation,
+                                 threshold=self.threshold)

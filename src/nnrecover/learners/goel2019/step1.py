@@ -1,0 +1,450 @@
+"""Step 1 of Goel & Panigrahy (2019): approximate lowest-layer directions from H_2/H_4 correlations.
+
+Three routes, all on the normalised moments of :mod:`.statistics` (``M``, ``T4``; see there):
+
+``power`` (default, deterministic given the seed)
+    Whitening + tensor power iteration with deflation: the change of variables in the proof of
+    Claim 1 (Appendix B.3). With ``M = U D U^T`` (top ``d`` eigenpairs) and ``W_ = U D^{-1/2}``, the
+    whitened quartic ``T4(W_ y, W_ y, W_ y, W_ y) = sum_i (1/c_i) <y_i, y>^4`` has the orthonormal
+    ``y_i = sqrt(c_i) W_^T w_i*`` as its only local maxima on the sphere; ``Z = W_ [y_1 .. y_d]`` are
+    the columns of ``(T W*)^{-1}`` (``T = diag(sqrt(c_i))``) and the rows of ``Z^{-1}`` are
+    ``+-sqrt(c_i) w_i*``.
+``landscape`` (the paper's route, Section 2.1, Claims 1-2)
+    Local minima of ``G(z) = -m_4(z) + lambda' (m_2(z) - 1)^2`` (the paper's ``G`` divided by
+    ``|u_hat_4|``, ``lambda' = lambda u_hat_2^2/|u_hat_4|``), one at a time: perturbed gradient descent
+    with an Armijo line search, escape along negative curvature at approximate saddles (Definition 1:
+    an ``(eps, tau)``-local minimum has ``|grad| <= eps`` and ``lambda_min(Hessian) >= -tau``), a Newton
+    polish, then deflation in the ``M``-geometry (the next search is restricted to
+    ``{z : z^T M z_j = 0}``, where the whitened targets are orthonormal). Each minimiser sits at
+    ``|y_i| = s_i = sqrt(lambda'/(lambda' - 1/c_i))``, so ``c_i = |row_i|^2 + 1/lambda'``.
+``simultaneous`` (Appendix B.4, Theorems 11-12)
+    One minimisation over all ``d`` rows of ``G(W) = sum_{j != k} T4(w_j, w_j, w_k, w_k)
+    - gamma sum_j m_4(w_j) + lambda' sum_j (m_2(w_j) - 1)^2``, where ``T4(a, a, b, b)`` is the
+    correlation with the corrected cross kernel ``psi`` (its printed form is not mean-zero). L-BFGS,
+    a saddle check on the Hessian (Theorem 11: every saddle is strict), a Newton polish;
+    the rows of ``W^{-T}`` are ``+-sqrt(c_i - gamma/lambda') w_i*``.
+
+All routes work in the top-``d`` eigenspace of ``M`` (for ``n > d`` the objectives are exactly flat in
+the other directions, so the search is restricted there) and refuse, with
+:class:`~nnrecover.errors.AssumptionError`, when ``M`` is not positive definite on ``d`` directions
+(too low a threshold, too few samples, or a vanishing linear coefficient ``c_i``).
+
+Sign (not in the paper; the objectives are even): the dual vector ``z_i`` (column of ``Z``) satisfies
+``E[y~ x] . z_i / u_hat_1 = sum_j c_j w_j* . z_i = +-sqrt(c_i)`` for linear ``P``, with the sign of the
+unit; this first-order (odd Hermite) test never degenerates because ``u_hat_1 > 0`` for step, relu and
+sigmoid.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import linalg, optimize
+
+from ..._validation import check_positive_int, check_random_state
+from ...errors import AssumptionError, ConvergenceError, InputError
+
+__all__ = ["Step1Result", "STEP1_METHODS", "whitening_basis", "tensor_power_route", "landscape_route",
+           "simultaneous_route", "step1", "landscape_objective", "simultaneous_objective", "resolve_signs"]
+
+STEP1_METHODS = ("power", "landscape", "simultaneous")
+
+
+@dataclass
+class Step1Result:
+    """Output of a Step 1 route.
+
+    Attributes
+    ----------
+    weights : ndarray (d, n)
+        Unit rows ``w_i`` (signs resolved).
+    coefficients : ndarray (d,)
+        Estimated linear coefficients ``c_i`` of ``P``.
+    duals : ndarray (n, d)
+        The columns of ``(T W)^{-1}`` found (signed like ``weights``): the landscape minima.
+    eigenvalues : ndarray (d,)
+        Top-``d`` eigenvalues of ``M`` (all > 0).
+    certificates : list of dict
+        Per minimum: ``eps`` (gradient norm) and ``tau`` (``max(0, -lambda_min(Hessian))``) of the
+        (eps, tau)-local-minimum certificate (Definition 1), for the landscape routes.
+    info : dict
+        Route-specific details (iterations, restarts, lambda', timings).
+    """
+
+    weights: np.ndarray
+    coefficients: np.ndarray
+    duals: np.ndarray
+    eigenvalues: np.ndarray
+    certificates: list = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+
+
+# ============================================================================ shared pieces
+
+def whitening_basis(moments, n_hidden: int, *, min_eigenvalue: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``d`` eigenpairs ``(U, D)`` of ``M``; refuse unless all ``d`` are clearly positive.
+
+    ``M = sum_i c_i w_i w_i^T`` in population for linear ``P``; it is positive definite on ``d``
+    directions exactly when every ``c_i > 0`` and ``W*`` has rank ``d`` (Assumption 1). From samples it
+    also fails when the threshold is so low that products dominate, or when too few units fired.
+
+    Raises
+    ------
+    AssumptionError
+        ``lambda_d(M) <= min_eigenvalue * lambda_1(M)``.
+    """
+    d = check_positive_int(n_hidden, "n_hidden")
+    M = moments.second()
+    n = M.shape[0]
+    if d > n:
+        raise InputError(f"n_hidden ({d}) must not exceed the input dimension ({n}).")
+    evals, evecs = np.linalg.eigh(0.5 * (M + M.T))
+    order = np.argsort(evals)[::-1]
+    evals, evecs = evals[order], evecs[:, order]
+    top = evals[:d]
+    scale = max(abs(evals[0]), abs(evals[-1]), np.finfo(float).tiny)
+    if top[-1] <= min_eigenvalue * scale:
+        raise AssumptionError(
+            f"M-hat = E[y~ (x x^T - I)]/(sqrt(2) u_hat_2) is not positive definite on {d} directions (its "
+            f"{d}-th eigenvalue is {top[-1]:.3g}, the largest |eigenvalue| {scale:.3g}); Goel-Panigrahy Step 1 "
+            "(Claim 1, Assumption 1) needs a positive linear coefficient c_i for every unit and a threshold "
+            "high enough that the linear part dominates (Lemma 2). Raise t, pass more samples, or check P.")
+    return evecs[:, :d], top
+
+
+def resolve_signs(moments, duals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Signs ``s_i = sign(E[y~ x] . z_i / u_hat_1)`` of the dual vectors, and the test margins.
+
+    Returns
+    -------
+    signs : ndarray (d,) of +-1
+    margins : ndarray (d,)
+        ``|v1 . z_i|`` relative to ``|v1| |z_i|`` (small means the sign is doubtful).
+    """
+    v1 = moments.first()
+    proj = v1 @ duals
+    signs = np.where(proj >= 0, 1.0, -1.0)
+    denom = np.linalg.norm(v1) * np.linalg.norm(duals, axis=0)
+    return signs, np.abs(proj) / np.where(denom > 0, denom, 1.0)
+
+
+def _finish(moments_q, U, Zq, evals, bias: float, certificates, info) -> Step1Result:
+    """Rows of ``Zq^{-1}`` -> unit signed weights in input coordinates, coefficients, duals."""
+    Wraw = np.linalg.solve(Zq, np.eye(Zq.shape[0]))           # rows ~ +-sqrt(c_i - bias) w_i (q-coords)
+    norms = np.linalg.norm(Wraw, axis=1)
+    signs, margins = resolve_signs(moments_q, Zq)
+    Wq = (Wraw / norms[:, None]) * signs[:, None]
+    info = dict(info, sign_margins=margins)
+    return Step1Result(weights=Wq @ U.T, coefficients=norms ** 2 + bias, duals=U @ (Zq * signs),
+                       eigenvalues=evals, certificates=certificates, info=info)
+
+
+# ============================================================================ route 1: whitening + power iteration
+
+def tensor_power_route(moments, n_hidden: int, *, n_restarts: int = 10, max_iter: int = 1000, tol: float = 1e-14,
+                       rng=None) -> Step1Result:
+    """Whitening + tensor power iteration with deflation (proof of Claim 1, Appendix B.3).
+
+    Parameters
+    ----------
+    moments : SampleMoments or PopulationMoments
+    n_hidden : int
+        ``d``.
+    n_restarts : int, default 10
+        Random starts per component; the one with the largest whitened quartic value is iterated to
+        convergence.
+    max_iter : int, default 1000
+    tol : float, default 1e-14
+        Stop when successive unit iterates differ by less than ``tol``.
+    rng : None, int or Generator
+
+    Returns
+    -------
+    Step1Result
+    """
+    t0 = time.perf_counter()
+    d = check_positive_int(n_hidden, "n_hidden")
+    n_restarts = check_positive_int(n_restarts, "n_restarts")
+    max_iter = check_positive_int(max_iter, "max_iter")
+    gen = check_random_state(rng)
+    U, D = whitening_basis(moments, d)
+    mq = moments.project(U)
+    scale = 1.0 / np.sqrt(D)                                   # W_ = diag(D^{-1/2}) in q-coordinates
+
+    def action(Y):                                             # whitened T4(I, y, y, y) for columns y
+        return scale[:, None] * mq.t4_batch(scale[:, None] * Y)
+
+    found = np.zeros((d, 0))
+    iterations = []
+    for _ in range(d):
+        P = np.eye(d) - found @ found.T                        # deflation: y orthogonal to found y's
+        Y = P @ gen.standard_normal((d, n_restarts))
+        Y /= np.linalg.norm(Y, axis=0)
+        for _ in range(20):                                    # short runs, keep the best start
+            Y = P @ action(Y)
+            Y /= np.linalg.norm(Y, axis=0)
+        vals = np.einsum("ij,ij->j", Y, action(Y))
+        y = Y[:, int(np.argmax(vals))]
+        converged = False
+        for it in range(max_iter):
+            y_new = P @ action(y[:, None])[:, 0]
+            y_new /= np.linalg.norm(y_new)
+            if y_new @ y < 0:
+                y_new = -y_new
+            if np.linalg.norm(y_new - y) < tol:
+                y = y_new
+                converged = True
+                break
+            y = y_new
+        iterations.append(it + 1)
+        if not converged and np.linalg.norm(y_new - y) > 1e-6:
+            raise ConvergenceError(f"tensor power iteration did not converge in max_iter={max_iter} iterations "
+                                   "(component {found.shape[1] + 1}); raise max_iter.")
+        found = np.column_stack([found, y])
+    Zq = scale[:, None] * found
+    return _finish(mq, U, Zq, D, 0.0, [], {"method": "power", "iterations": iterations,
+                                           "time": time.perf_counter() - t0})
+
+
+# ============================================================================ route 2: one-by-one landscape
+
+def landscape_objective(moments, z: np.ndarray, lam: float, *, order: int = 2):
+    """``G(z) = -m_4(z) + lam (m_2(z) - 1)^2`` with gradient and (``order=2``) Hessian (Section 2.1).
+
+    ``grad = -4 T4(I,z,z,z) + 4 lam (m_2 - 1) M z``;
+    ``Hess = -12 T4(I,I,z,z) + 8 lam (M z)(M z)^T + 4 lam (m_2 - 1) M``.
+    """
+    M = moments.second()
+    Mz = M @ z
+    m2 = float(z @ Mz)
+    t3 = moments.t4(z, z, z)
+    m4 = float(z @ t3)
+    value = -m4 + lam * (m2 - 1.0) ** 2
+    grad = -4.0 * t3 + 4.0 * lam * (m2 - 1.0) * Mz
+    if order < 2:
+        return value, grad
+    hess = -12.0 * moments.t4_matrix(z) + 8.0 * lam * np.outer(Mz, Mz) + 4.0 * lam * (m2 - 1.0) * M
+    return value, grad, 0.5 * (hess + hess.T)
+
+
+def _local_min(fun, v0, *, eps: float, tau: float, max_iter: int, gen, newton_tol: float, norm_cap: float):
+    """Perturbed gradient descent + negative-curvature escape + Newton polish on ``fun(v) -> (f, g, H)``."""
+    v = v0.copy()
+    escapes = 0
+    it = 0
+    step = 1.0
+    stalled = False                                             # line search below round-off of f
+    while it < max_iter:
+        it += 1
+        f, g, H = fun(v)
+        gn = np.linalg.norm(g)
+        if np.linalg.norm(v) > norm_cap:
+            return v, {"diverged": True, "iterations": it}
+        if gn <= eps or stalled:
+            lam_min, vec = linalg.eigh(H, subset_by_index=[0, 0])
+            if lam_min[0] < -tau:                               # approximate saddle: escape
+                escapes += 1
+                stalled = False
+                direction = vec[:, 0] * (1.0 if gen.random() < 0.5 else -1.0)
+                v = v + max(0.5 * abs(lam_min[0]) / max(np.abs(H).max(), 1e-300), 1e-3) * direction
+                continue
+            # Newton polish inside the basin of a local minimum (H positive definite here up to tau)
+            for _ in range(50):
+                f, g, H = fun(v)
+                if np.linalg.norm(g) <= newton_tol:
+                    break
+                try:
+                    dv = np.linalg.solve(H, -g)
+                except np.linalg.LinAlgError:
+                    break
+                v = v + dv
+            f, g, H = fun(v)
+            lam_min = float(linalg.eigh(H, eigvals_only=True, subset_by_index=[0, 0])[0])
+            if lam_min < -tau:
+                escapes += 1
+                stalled = False
+                continue
+            return v, {"diverged": False, "iterations": it, "escapes": escapes, "eps": float(np.linalg.norm(g)),
+                       "tau": max(0.0, -lam_min), "lambda_min": lam_min, "value": float(f)}
+        # Armijo backtracking along -g, with a small random perturbation (perturbed GD)
+        step = min(step * 2.0, 1e3)
+        while True:
+            v_new = v - step * g
+            f_new = fun(v_new)[0]
+            if f_new <= f - 1e-4 * step * gn * gn:
+                v = v_new
+                break
+            step *= 0.5
+            if step < 1e-12:
+                stalled = True
+                step = 1.0
+                break
+    raise ConvergenceError(f"the landscape search found no (eps, tau)-local minimum in max_iter={max_iter} "
+                           "iterations; raise max_iter or loosen eps.")
+
+
+def landscape_route(moments, n_hidden: int, *, lam: float = 4.0, eps: float = 1e-6, tau: float = 1e-6,
+                    max_iter: int = 5000, rng=None) -> Step1Result:
+    """The paper's Step 1: one local minimum of ``G`` at a time, deflated in the ``M``-geometry (Section 2.1).
+
+    Parameters
+    ----------
+    moments : SampleMoments or PopulationMoments
+    n_hidden : int
+    lam : float, default 4
+        ``lambda'``; coercivity needs ``lambda' > 1/c_min`` (Lemma 15). When an iterate runs off to
+        infinity the search is restarted with ``lambda'`` doubled (recorded in ``info["lam"]``).
+    eps, tau : float
+        The ``(eps, tau)`` of Definition 1 at which the descent hands over to the Newton polish
+        (relative to the scale of ``G``).
+    max_iter : int, default 5000
+    rng : None, int or Generator
+    """
+    t0 = time.perf_counter()
+    d = check_positive_int(n_hidden, "n_hidden")
+    if not (isinstance(lam, (int, float)) and np.isfinite(lam) and lam > 0):
+        raise InputError(f"lam (lambda') must be a finite number > 0, got {lam!r}.")
+    gen = check_random_state(rng)
+    U, D = whitening_basis(moments, d)
+    mq = moments.project(U)
+    M = mq.second()
+    lam = float(lam)
+    for _attempt in range(6):
+        Z, certs = [], []
+        diverged = False
+        for _ in range(d):
+            B = linalg.null_space((M @ np.column_stack(Z)).T) if Z else np.eye(d)
+            v0 = gen.standard_normal(B.shape[1])
+            v0 /= math.sqrt(v0 @ B.T @ M @ B @ v0)            # start on m_2 = 1
+
+            def fun(v, B=B):
+                f, g, H = landscape_objective(mq, B @ v, lam)
+                return f, B.T @ g, B.T @ H @ B
+
+            v, rec = _local_min(fun, v0, eps=eps, tau=tau, max_iter=max_iter, gen=gen, newton_tol=1e-14,
+                                norm_cap=1e3 / math.sqrt(D.min()))
+            if rec["diverged"]:
+                diverged = True
+                break
+            Z.append(B @ v)
+            certs.append({k: rec[k] for k in ("eps", "tau", "lambda_min", "value", "iterations", "escapes")})
+        if not diverged:
+            break
+        lam *= 2.0
+    else:
+        raise ConvergenceError("the landscape objective stayed unbounded below after doubling lambda' 6 times; "
+                               "a linear coefficient c_i is too small or negative (Assumption 1).")
+    Zq = np.column_stack(Z)
+    return _finish(mq, U, Zq, D, 1.0 / lam, certs, {"method": "landscape", "lam": lam,
+                                                     "time": time.perf_counter() - t0})
+
+
+# ============================================================================ route 3: simultaneous landscape
+
+def simultaneous_objective(moments, W: np.ndarray, gamma: float, lam: float):
+    """Value and gradient of the simultaneous objective (Appendix B.4) at the rows of ``W`` (d, n).
+
+    ``G = sum_{j != k} T4(w_j,w_j,w_k,w_k) - gamma sum_j m_4(w_j) + lam sum_j (m_2(w_j) - 1)^2``;
+    ``dG/dw_j = 4 sum_{k != j} T4(I,w_j,w_k,w_k) - 4 gamma T4(I,w_j,w_j,w_j) + 4 lam (m_2(w_j) - 1) M w_j``.
+    """
+    Z = W.T
+    M = moments.second()
+    MZ = M @ Z
+    m2 = np.einsum("ij,ij->j", Z, MZ)
+    own = moments.t4_batch(Z)                                  # T4(I, w_j, w_j, w_j)
+    cross = moments.t4_sum(Z) - own                            # sum_{k != j} T4(I, w_j, w_k, w_k)
+    m4 = np.einsum("ij,ij->j", Z, own)
+    pair_total = float(np.einsum("ij,ij->", Z, cross))         # sum_{j != k} T4(w_j, w_j, w_k, w_k)
+    value = pair_total - gamma * m4.sum() + lam * np.sum((m2 - 1.0) ** 2)
+    grad = 4.0 * cross - 4.0 * gamma * own + 4.0 * lam * (m2 - 1.0) * MZ
+    return value, grad.T
+
+
+def _fd_hessian(grad_fn, x: np.ndarray, h: float) -> np.ndarray:
+    n = x.size
+    H = np.empty((n, n))
+    for i in range(n):
+        e = np.zeros(n)
+        e[i] = h
+        H[:, i] = (grad_fn(x + e) - grad_fn(x - e)) / (2 * h)
+    return 0.5 * (H + H.T)
+
+
+def simultaneous_route(moments, n_hidden: int, *, gamma: float = 0.01, lam: float = 4.0, tau: float = 1e-6,
+                       max_rounds: int = 10, rng=None) -> Step1Result:
+    """All ``d`` units at once: the simultaneous landscape with the corrected ``psi`` (Appendix B.4).
+
+    Parameters
+    ----------
+    moments : SampleMoments or PopulationMoments
+    n_hidden : int
+    gamma : float, default 0.01
+        Weight of the ``H_4`` term (Theorem 11: ``gamma <= c``, ``c = 0.01``).
+    lam : float, default 4
+        ``lambda'`` of the normalised constraint term.
+    tau : float, default 1e-6
+        Saddle test: a stationary point with ``lambda_min(Hessian) < -tau`` is escaped along its
+        negative-curvature direction (Theorem 11: saddles are strict).
+    max_rounds : int, default 10
+        Escapes allowed.
+    rng : None, int or Generator
+    """
+    t0 = time.perf_counter()
+    d = check_positive_int(n_hidden, "n_hidden")
+    for name, val in (("gamma", gamma), ("lam", lam)):
+        if not (isinstance(val, (int, float)) and np.isfinite(val) and val > 0):
+            raise InputError(f"{name} must be a finite number > 0, got {val!r}.")
+    gen = check_random_state(rng)
+    U, D = whitening_basis(moments, d)
+    mq = moments.project(U)
+    M = mq.second()
+
+    def fg(x):
+        f, g = simultaneous_objective(mq, x.reshape(d, d), gamma, lam)
+        return f, g.ravel()
+
+    def grad(x):
+        return fg(x)[1]
+
+    W0 = gen.standard_normal((d, d))
+    W0 /= np.sqrt(np.einsum("ij,jk,ik->i", W0, M, W0))[:, None]
+    x = W0.ravel()
+    escapes = 0
+    for _ in range(max_rounds + 1):
+        res = optimize.minimize(fg, x, jac=True, method="L-BFGS-B",
+                                options={"maxiter": 20000, "gtol": 1e-12, "ftol": 1e-16, "maxcor": 30})
+        x = res.x
+        H = _fd_hessian(grad, x, 1e-6)
+        evals, evecs = np.linalg.eigh(H)
+        if evals[0] >= -tau:
+            break
+        escapes += 1
+        x = x + 0.1 * evecs[:, 0] * (1.0 if gen.random() < 0.5 else -1.0)
+    else:
+        raise ConvergenceError(f"the simultaneous landscape still sat at a saddle after {max_rounds} escapes.")
+    for _ in range(20):                                        # Newton polish (Hessian by differences)
+        g = grad(x)
+        if np.linalg.norm(g) < 1e-14:
+            break
+        x = x + np.linalg.lstsq(H, -g, rcond=None)[0]
+        H = _fd_hessian(grad, x, 1e-6)
+    evals = np.linalg.eigvalsh(H)
+    g = grad(x)
+    cert = {"eps": float(np.linalg.norm(g)), "tau": max(0.0, -float(evals[0])), "lambda_min": float(evals[0]),
+            "value": float(fg(x)[0]), "escapes": escapes}
+    Wq = x.reshape(d, d)
+    return _finish(mq, U, Wq.T, D, gamma / lam, [cert], {"method": "simultaneous", "gamma": gamma, "lam": lam,
+                                                          "time": time.perf_counter() - t0})
+
+
+# ============================================================================ dispatcher
+
+def step1(moments, n_hidden: int, *, method: str = "power", rng=None, **options) -> Step1Result:
+    """Run the Step 1 route ``method`` (``"power"``, ``"landscape"`` or ``"simultaneous"``)."""
+    routes = {"power": tensor_power_route, "landscape": landscape_route, "simultaneous": simultaneous_route}
+    if method not in routes:
+        raise InputError(f"method must be one of {', '.join(STEP1_METHODS)}, got {method!r}.")
+    return routes[method](moments, n_hidden, rng=rng, **options)
