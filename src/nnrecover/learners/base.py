@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
+from .._threads import blas_threads
 from .._validation import as_2d_float, check_positive_int, check_random_state
 from ..errors import CertificateWarning, ConvergenceError, InputError, NotFittedError
 from ..network import TwoLayerNetwork
@@ -109,13 +110,16 @@ class BaseLearner(RegressorMixin, BaseEstimator):
         self
         """
         t0 = time.perf_counter()
-        self._check_params()
-        rng = check_random_state(self.random_state)
-        source = self._validate_fit_data(X, Y)
-        self._clear_fitted()
-        diagnostics: dict = {}
-        network = self._fit(source, rng, diagnostics)
-        self._set_fitted(network, diagnostics, t0)
+        # one BLAS thread for the per-chunk products and small dense solves, the caller's setting back
+        # afterwards; the chunk passes use the cores through worker threads (nnrecover._threads)
+        with blas_threads(1):
+            self._check_params()
+            rng = check_random_state(self.random_state)
+            source = self._validate_fit_data(X, Y)
+            self._clear_fitted()
+            diagnostics: dict = {}
+            network = self._fit(source, rng, diagnostics)
+            self._set_fitted(network, diagnostics, t0)
         return self
 
     def fit_population(self, truth: TwoLayerNetwork, **kwargs) -> "BaseLearner":
@@ -127,14 +131,15 @@ class BaseLearner(RegressorMixin, BaseEstimator):
         t0 = time.perf_counter()
         if not self._supports_population:
             raise InputError(f"{type(self).__name__} has no population mode; fit it on samples.")
-        self._check_params()
-        if not isinstance(truth, TwoLayerNetwork):
-            raise InputError(f"truth must be a TwoLayerNetwork, got {type(truth).__name__}.")
-        rng = check_random_state(self.random_state)
-        self._clear_fitted()
-        diagnostics: dict = {"population": True}
-        network = self._fit_population(truth, rng, diagnostics, **kwargs)
-        self._set_fitted(network, diagnostics, t0)
+        with blas_threads(1):  # as in fit: small dense algebra, one BLAS thread, caller's setting restored
+            self._check_params()
+            if not isinstance(truth, TwoLayerNetwork):
+                raise InputError(f"truth must be a TwoLayerNetwork, got {type(truth).__name__}.")
+            rng = check_random_state(self.random_state)
+            self._clear_fitted()
+            diagnostics: dict = {"population": True}
+            network = self._fit_population(truth, rng, diagnostics, **kwargs)
+            self._set_fitted(network, diagnostics, t0)
         return self
 
     def predict(self, X) -> np.ndarray:

@@ -29,6 +29,20 @@ Subclass :class:`Statistic` and implement
 
 The base class keeps ``n`` (samples seen) and checks that every chunk and every merged partial
 result has the same ``d`` and ``p``. A statistic must be picklable (Dask ships it to workers).
+
+Threads
+-------
+:func:`accumulate` runs the updates in worker threads (``n_jobs``; one BLAS thread each, see
+:mod:`nnrecover._threads`), so ``_update`` must not touch shared mutable state other than its own
+accumulators. By default one worker updates a statistic chunk after chunk, in order: the arithmetic,
+hence every bit of the result, is that of a sequential pass. A subclass whose ``_update`` depends only
+on the chunk (not on the rows seen before, such as a row counter or a running mean) may set the class
+attribute ``parallel_chunks = True``: each chunk is then added to a fresh ``empty_like()`` partial on
+any worker and the partials are merged in chunk order, for every ``n_jobs`` alike (so the bits do not
+depend on the number of workers, but may differ in round-off from ``update`` called chunk by chunk,
+e.g. when ``_update`` adds into its accumulator inside a BLAS call with ``beta = 1``). ``_reset``
+must then assign new accumulator objects (never clear shared ones in place), since a partial starts
+as a shallow copy.
 """
 
 from __future__ import annotations
@@ -59,6 +73,9 @@ class Statistic(abc.ABC):
         ``d`` and ``p`` of the data seen so far (``None`` before the first sample; ``p = 0`` when the
         data have no targets).
     """
+
+    parallel_chunks: bool = False
+    """Whether a pass may compute each chunk's contribution separately and merge them in order."""
 
     def __init__(self) -> None:
         self.n = 0
@@ -173,7 +190,7 @@ class Statistic(abc.ABC):
 
 
 def accumulate(statistics: "Statistic | Sequence[Statistic]", data: Any, *, chunk_size: int | None = None,
-               progress: bool | None = None) -> "Statistic | list[Statistic]":
+               progress: bool | None = None, n_jobs: int | None = None) -> "Statistic | list[Statistic]":
     """Feed one statistic or a list of statistics with every sample of ``data`` in one pass.
 
     Parameters
@@ -193,6 +210,13 @@ def accumulate(statistics: "Statistic | Sequence[Statistic]", data: Any, *, chun
     progress : bool, optional
         Show a progress bar (tqdm, counting rows) on stderr. ``None`` (default): only when stderr is
         a terminal and the pass takes more than half a second. ``False``: never.
+    n_jobs : int, optional
+        Worker threads of a non-dask pass (:func:`nnrecover._threads.effective_n_jobs`). ``None``
+        (default): as many as BLAS threads the caller allows, every core unless the caller limited
+        BLAS (``OMP_NUM_THREADS=1``, ``threadpoolctl.threadpool_limits(1)``); ``1``: the calling thread
+        only; ``-1``: every core. The result is bit-identical for every ``n_jobs`` (see "Threads" in
+        this module's docstring). BLAS runs on one thread during the pass; the caller's setting is
+        restored afterwards.
 
     Returns
     -------
@@ -206,17 +230,19 @@ def accumulate(statistics: "Statistic | Sequence[Statistic]", data: Any, *, chun
     ``merge`` tasks, and the graph runs on the current dask scheduler (a ``dask.distributed``
     cluster when a ``Client`` is active). See :func:`nnrecover.moments.engine.accumulate_dask`.
     """
-    from .engine import as_data_source, accumulate_dask, iterate_chunks  # engine imports this module
+    from .engine import as_data_source, accumulate_dask, feed_statistics  # engine imports this module
 
     single = isinstance(statistics, Statistic)
     stats = [statistics] if single else list(statistics)
     if not stats or not all(isinstance(s, Statistic) for s in stats):
         raise InputError("statistics must be a Statistic or a non-empty sequence of Statistic objects.")
+    if n_jobs is not None:
+        from .._threads import effective_n_jobs
+
+        effective_n_jobs(n_jobs)  # validated before any data is read (a dask pass ignores it)
     source = as_data_source(data)
     if source.is_dask:
         accumulate_dask(stats, source, chunk_size=chunk_size, progress=progress)
     else:
-        for X, Y in iterate_chunks(source, chunk_size=chunk_size, progress=progress, statistics=stats):
-            for s in stats:
-                s._add(X, Y)
+        feed_statistics(stats, source, chunk_size=chunk_size, progress=progress, n_jobs=n_jobs)
     return stats[0] if single else stats

@@ -46,7 +46,7 @@ from ..errors import InputError
 from .base import DEFAULT_CHUNK_ROWS, Statistic
 
 __all__ = ["DataInfo", "DataSource", "as_data_source", "describe_data", "iterate_chunks",
-           "accumulate_dask", "build_dask_reduction", "default_chunk_rows", "PROGRESS_DELAY"]
+           "accumulate_dask", "build_dask_reduction", "default_chunk_rows", "feed_statistics", "PROGRESS_DELAY"]
 
 PROGRESS_DELAY = 0.5
 """Seconds a pass must run before an automatic (``progress=None``) progress bar appears."""
@@ -651,6 +651,139 @@ def iterate_chunks(data: Any, *, chunk_size: int | None = None, progress: bool |
     """
     source = as_data_source(data)
     return source.chunks(chunk_size=chunk_size, progress=progress, desc=_describe_statistics(statistics))
+
+
+# ==================================================================================== parallel passes
+
+_IN_FLIGHT_PER_WORKER = 2
+"""Chunks read ahead per worker: bounds the memory of a pass to about ``2 * workers`` chunks."""
+
+
+def _chunk_partial(template: Statistic, X: np.ndarray, Y: np.ndarray) -> Statistic:
+    """Fresh statistic of one chunk (runs in a worker); ``template`` is never modified."""
+    return template.empty_like()._add(X, Y)
+
+
+def _fresh_chunks(source: DataSource) -> bool:
+    """Whether a chunk stays unchanged while later chunks are read (else a pass reading ahead copies it).
+
+    Array slices, list items and nnrecover's own streams are never rewritten; a generic generator may
+    hand out one buffer refilled for every chunk.
+    """
+    from ..sampling import SampleStream
+
+    if isinstance(source, (_ArraySource, _DaskSource)):
+        return True
+    obj = getattr(source, "obj", None)
+    return isinstance(obj, (list, tuple, SampleStream))
+
+
+def feed_statistics(statistics: Sequence[Statistic], source: DataSource, *, chunk_size: int | None = None,
+                    progress: bool | None = None, n_jobs: int | None = None) -> list[Statistic]:
+    """Add every chunk of a (non-dask) source to ``statistics``, with worker threads; one BLAS thread each.
+
+    The main thread reads and validates the chunks (so one-pass iterators work) and hands them to
+    ``workers = effective_n_jobs(n_jobs)`` worker threads, at most ``2 * workers`` chunks ahead:
+
+    * a statistic with ``parallel_chunks = False`` (the default) is updated by one worker, chunk after
+      chunk in order, exactly as in a sequential pass: the same arithmetic, the same bits. Several
+      statistics of one pass run on different workers, and reading the next chunk (validation, the
+      generation of a stream) overlaps with the updates;
+    * a statistic with ``parallel_chunks = True`` gets one fresh partial statistic per chunk, computed
+      on any worker, and the partials are merged into it in chunk order on the main thread. This
+      happens for every ``n_jobs`` (also 1), so the result does not depend on the number of workers.
+
+    BLAS is limited to one thread during the pass (:func:`nnrecover._threads.blas_threads`): the
+    workers, not BLAS, use the cores, and the caller's BLAS setting is restored afterwards.
+
+    Parameters
+    ----------
+    statistics : sequence of Statistic
+        Updated in place.
+    source : DataSource
+        A non-dask source (dask sources go to :func:`accumulate_dask`).
+    chunk_size : int, optional
+        Rows per chunk of an array source (default :func:`default_chunk_rows`).
+    progress : bool, optional
+        Progress bar (see :func:`nnrecover.moments.accumulate`).
+    n_jobs : int or None
+        Worker threads (:func:`nnrecover._threads.effective_n_jobs`: ``None`` follows the caller's BLAS
+        thread count, every core by default; ``1`` runs the pass in the calling thread).
+
+    Returns
+    -------
+    list of Statistic
+        ``statistics``, updated. After an exception their contents are unspecified.
+    """
+    from .._threads import blas_threads, effective_n_jobs
+
+    stats = list(statistics)
+    workers = effective_n_jobs(n_jobs)
+    chunks = source.chunks(chunk_size=chunk_size, progress=progress, desc=_describe_statistics(stats))
+    with blas_threads(1):
+        templates = {id(s): s.empty_like() for s in stats if s.parallel_chunks}
+        serial = [s for s in stats if not s.parallel_chunks]
+        if workers == 1:
+            for X, Y in chunks:
+                for s in stats:
+                    if s.parallel_chunks:
+                        s.merge(_chunk_partial(templates[id(s)], X, Y))
+                    else:
+                        s._add(X, Y)
+            return stats
+        try:
+            _feed_in_workers(stats, serial, templates, chunks, workers, copy=not _fresh_chunks(source))
+        finally:
+            chunks.close()  # closes the progress bar now, also after an error
+    return stats
+
+
+def _feed_in_workers(stats: list[Statistic], serial: list[Statistic], templates: dict, chunks: Iterator,
+                     workers: int, *, copy: bool) -> None:
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    # one single-thread executor per worker: a FIFO lane, so the updates of a serial statistic (always
+    # on the same lane) run in chunk order
+    lanes = [ThreadPoolExecutor(max_workers=1, thread_name_prefix="nnrecover-chunks") for _ in range(workers)]
+    lane_of = {id(s): lanes[j % workers] for j, s in enumerate(serial)}
+    pending: deque = deque()
+
+    def finish(entry) -> None:
+        updates, partials = entry
+        for fut in updates:
+            fut.result()
+        for s, fut in partials:  # in chunk order: the same merges as a sequential pass of partials
+            s.merge(fut.result())
+
+    try:
+        i = 0
+        while True:
+            try:
+                item = next(chunks, None)
+            except BaseException:
+                while pending:  # an error of an earlier chunk comes first, as in a sequential pass
+                    finish(pending.popleft())
+                raise
+            if item is None:
+                break
+            X, Y = (item[0].copy(), item[1].copy()) if copy else item
+            while len(pending) >= _IN_FLIGHT_PER_WORKER * workers:
+                finish(pending.popleft())
+            updates, partials = [], []
+            for j, s in enumerate(stats):
+                if s.parallel_chunks:
+                    lane = lanes[(i + j) % workers]
+                    partials.append((s, lane.submit(_chunk_partial, templates[id(s)], X, Y)))
+                else:
+                    updates.append(lane_of[id(s)].submit(s._add, X, Y))
+            pending.append((updates, partials))
+            i += 1
+        while pending:
+            finish(pending.popleft())
+    finally:
+        for lane in lanes:
+            lane.shutdown(wait=True, cancel_futures=True)
 
 
 # ==================================================================================== dask
