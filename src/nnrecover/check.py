@@ -1,0 +1,448 @@
+"""Which learners' assumptions does a data set meet? ``nr.check(X, Y)`` and ``nnrecover check``.
+
+Every provable learner rests on an assumption about the input law (Gaussian, or symmetric), on the
+width (``k <= d`` for the order-1 algorithms, ``k`` outputs or more for Ge et al.) and on moments
+that exist. :func:`check` measures each of these on the data and gives a verdict per learner with the
+evidence, so that a user knows before fitting which algorithm's guarantee applies.
+
+What is measured (on at most ``max_rows`` rows, the first ones of the data):
+
+* **input law**: the largest mean and ``||Cov - I||_2`` against the concentration tolerances of
+  :func:`nnrecover.moments.input_deviation_from_standard`; the skewness and excess kurtosis of the
+  whitened coordinates and of random unit projections with their standard errors under Gaussianity
+  (``sqrt(6/n)``, ``sqrt(24/n)``), and D'Agostino's K^2 normality test on those projections
+  (:func:`scipy.stats.normaltest`), Bonferroni-corrected. A law that passes only after whitening is
+  reported as "Gaussian, not standard": whiten the inputs first.
+* **heavy tails**: Hill's estimate of the tail index of ``|x_j|`` over the top 1% of each whitened
+  coordinate; an index below 4.5 means fourth moments may not exist, and every moment method here uses
+  fourth moments (Ge et al.'s detector, the Hermite tensors of order 4, Bakshi et al.'s tensor step).
+* **symmetry** (Ge et al., Section 2.1): the test of :func:`nnrecover.learners.ge2019.symmetry_test`.
+* **width**: (a) when the inputs look Gaussian, the rank of the stacked Hermite matrices
+  ``T_2^(j) = E[(y_j - E y_j)(x x^T - I)]`` (Lemma 3.5 of Awasthi et al.: ``sum_i a_ij c_2(b_i) w_i w_i^T``
+  with ``c_2 = phi(b) > 0`` for ReLU, so its rank is ``k`` when ``k <= d``); (b) with ``p`` outputs,
+  the rank of ``Cov(y)``, which is ``min(p, k)`` for a generic network. Ranks count singular values
+  above twice the noise level ``tau`` measured from the spread over 10 row groups (by Weyl's inequality
+  a zero singular value of the exact matrix shows as at most ``||error||_2 ~ tau``); values between
+  ``tau`` and ``2 tau`` make the estimate "unsure" and give a range.
+* **label noise**: with ``p`` larger than the rank of ``Cov(y)``, the mean of its trailing
+  eigenvalues (isotropic noise); with Gaussian inputs, an upper bound from Parseval's identity:
+  ``Var(y) - ||T_1||^2 - ||T_2||_F^2 / 2`` (the energy of ``f`` above order 2 is counted as noise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ._validation import check_random_state
+from .errors import InputError
+
+__all__ = ["check", "CheckReport", "Verdict"]
+
+#: rows and elements read at most (the first rows of the data)
+MAX_ROWS = 200_000
+MAX_ELEMENTS = 20_000_000
+#: a tail index below this means fourth moments may be infinite
+TAIL_INDEX_MIN = 4.5
+#: significance level of the Gaussianity and symmetry tests
+ALPHA = 1e-3
+
+
+@dataclass
+class Verdict:
+    """One learner's verdict: ``applies`` is ``"yes"``, ``"no"`` or ``"unsure"``, with the reasons."""
+
+    learner: str
+    paper: str
+    applies: str
+    reasons: list[str]
+    command: str | None = None
+
+
+@dataclass
+class CheckReport:
+    """Result of :func:`check`; ``str(report)`` is the human-readable report.
+
+    Attributes
+    ----------
+    n_samples, n_inputs, n_outputs : int
+        Rows read, ``d`` and ``p``.
+    input_law : str
+        ``"standard Gaussian"``, ``"Gaussian, not standard"`` or ``"not Gaussian"``.
+    symmetric : bool
+    heavy_tailed : bool
+    width : dict
+        ``estimate`` (int or None), ``range`` (low, high), ``sure`` (bool), ``method`` and the spectrum.
+    label_noise : dict
+        ``std`` (an estimate or an upper bound) and ``kind`` (``"estimate"``, ``"upper bound"`` or ``None``).
+    evidence : dict
+        Every measured statistic with its tolerance.
+    verdicts : list of Verdict
+    recommended : str or None
+        The command of the first learner that applies.
+    """
+
+    n_samples: int
+    n_inputs: int
+    n_outputs: int
+    input_law: str
+    symmetric: bool
+    heavy_tailed: bool
+    width: dict
+    label_noise: dict
+    evidence: dict = field(repr=False)
+    verdicts: list = field(default_factory=list)
+    recommended: str | None = None
+
+    def verdict(self, learner: str) -> Verdict:
+        """The verdict of the learner registered as ``learner``."""
+        for v in self.verdicts:
+            if v.learner == learner:
+                return v
+        raise InputError(f"no verdict for {learner!r}; learners checked: {[v.learner for v in self.verdicts]}.")
+
+    def __str__(self) -> str:
+        ev = self.evidence
+        w = self.width
+        lines = [f"data: {self.n_samples} rows read, d = {self.n_inputs} inputs, p = {self.n_outputs} output(s)",
+                 "",
+                 f"input law       {self.input_law}: max |mean| {ev['max_abs_mean']:.3g} (tolerance "
+                 f"{ev['mean_tolerance']:.3g}), ||Cov - I||_2 {ev['cov_deviation']:.3g} (tolerance "
+                 f"{ev['cov_tolerance']:.3g}); whitened: max |skewness| z {ev['max_skew_z']:.1f}, max |excess "
+                 f"kurtosis| z {ev['max_kurtosis_z']:.1f}, normality p-value {ev['normality_p']:.2g} "
+                 f"(Bonferroni over {ev['n_directions']} directions; reject below {ALPHA:g})",
+                 ("tails           not measured (fewer than %d rows)" % TAIL_MIN_ROWS
+                  if np.isnan(ev["tail_index_min"]) else
+                  f"tails           tail index (Hill, top 1%) min {ev['tail_index_min']:.2f} "
+                  f"({'heavy: fourth moments may not exist' if self.heavy_tailed else 'light'}; "
+                  f"threshold {TAIL_INDEX_MIN})"),
+                 f"symmetry        {'symmetric' if self.symmetric else 'not symmetric'}: x vs -x test p-value "
+                 f"{ev['symmetry_p']:.2g}" + ("" if not self.heavy_tailed else " (unreliable with heavy tails)"),
+                 "width           " + (f"k = {w['estimate']}" if w["estimate"] is not None else "not estimated")
+                 + ("" if w["sure"] or w["estimate"] is None else f" (unsure: {w['range'][0]}-{w['range'][1]})")
+                 + f" [{w['method']}]",
+                 "label noise     " + (f"std {self.label_noise['std']:.3g} ({self.label_noise['kind']})"
+                                       if self.label_noise["std"] is not None else "not estimated"),
+                 ""]
+        rows = [("learner", "paper", "applies", "why")]
+        rows += [(v.learner, v.paper, v.applies, "; ".join(v.reasons)) for v in self.verdicts]
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        for r in rows:
+            lines.append("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
+        lines.append("")
+        lines.append("recommended: " + (self.recommended if self.recommended else
+                                        "no provable learner applies; see the reasons above. "
+                                        "GradientDescentLearner fits any data without a guarantee."))
+        if not self.recommended:
+            lines.append("what would be needed: inputs x ~ N(0, I) (Awasthi et al., Bakshi et al.) or a "
+                         "symmetric input law with at least k outputs (Ge et al.), with finite fourth "
+                         "moments; if you can query the model at inputs of your choice, "
+                         "query it at Gaussian inputs (nnrecover extract).")
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ measurements
+def _read(X, Y, max_rows: int):
+    """The first rows of the data (arrays or any data source of ``as_data_source``), as float64 arrays."""
+    from .moments.engine import as_data_source
+
+    if Y is not None:
+        from .learners.base import _coerce_array
+
+        X = _coerce_array(X, "X", is_X=True)
+        Y = _coerce_array(Y, "Y", is_X=False)
+    source = as_data_source(X, Y)
+    if source.info.n_outputs == 0:
+        raise InputError("check needs targets: call check(X, Y), or pass chunks (X, Y) with Y not None.")
+    d = source.info.n_inputs
+    rows = max(1, min(max_rows, MAX_ELEMENTS // max(d, 1)))
+    xs, ys, got = [], [], 0
+    for Xc, Yc in source.chunks():
+        xs.append(np.asarray(Xc, dtype=np.float64))
+        ys.append(np.asarray(Yc, dtype=np.float64).reshape(len(Xc), -1))
+        got += len(Xc)
+        if got >= rows:
+            break
+    Xa = np.concatenate(xs)[:rows]
+    Ya = np.concatenate(ys)[:rows]
+    if not (np.isfinite(Xa).all() and np.isfinite(Ya).all()):
+        raise InputError("X and Y must be finite (NaN or inf found); remove or impute those rows first.")
+    return Xa, Ya
+
+
+#: rows needed for a tail-index estimate (the top 1% must hold at least 50 points)
+TAIL_MIN_ROWS = 5000
+
+
+def _hill_tail_index(Z: np.ndarray) -> np.ndarray:
+    """Hill's estimator of the tail index of ``|Z_j|`` from the top 1% of each column (NaN: too few rows)."""
+    n = Z.shape[0]
+    m = n // 100
+    if n < TAIL_MIN_ROWS:
+        return np.full(Z.shape[1], np.nan)
+    A = np.sort(np.abs(Z), axis=0)
+    top = A[n - m:]
+    u = A[n - m - 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean_log = np.mean(np.log(top / u), axis=0)
+        return np.where(mean_log > 0, 1.0 / mean_log, np.inf)
+
+
+def _rank_from_groups(B: np.ndarray, groups: list[np.ndarray]) -> dict:
+    """Numerical rank of the mean matrix ``B`` against the noise level of its group estimates."""
+    s = np.linalg.svd(B, compute_uv=False)
+    G = len(groups)
+    # the mean of G independent group estimates: its error's spectral norm is about the groups' spread
+    # divided by sqrt(G); the median over groups is robust to one unusual group
+    spread = np.median([np.linalg.norm(Bg - B, 2) for Bg in groups])
+    tau = float(spread / np.sqrt(max(G - 1, 1)))
+    # Weyl: a singular value of the true matrix that is zero appears as at most ||E||_2 ~ tau; the
+    # factor 2 leaves room for the error of tau itself (a median over 10 groups)
+    high = int(np.sum(s > tau))
+    low = int(np.sum(s > 2 * tau))
+    return {"low": low, "high": high, "singular_values": s.tolist(), "noise_level": tau}
+
+
+def _measure(X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> dict:
+    from scipy import stats
+
+    from .learners._ge2019.moments import symmetry_test
+    from .moments.statistics import Covariance, input_deviation_from_standard
+
+    n, d = X.shape
+    p = Y.shape[1]
+    ev: dict[str, Any] = {}
+    mean = X.mean(axis=0)
+    Xc = X - mean
+    cov = Xc.T @ Xc / max(n - 1, 1)
+    dev = input_deviation_from_standard(Covariance(mean_x=mean, mean_y=Y.mean(axis=0), xx=cov, yx=np.zeros((p, d)),
+                                                   yy=None, n=n, ddof=1))
+    ev.update(max_abs_mean=dev.mean, mean_tolerance=dev.mean_tolerance,
+              cov_deviation=dev.covariance, cov_tolerance=dev.covariance_tolerance)
+    # whiten (on the numerical range of the covariance)
+    vals, vecs = np.linalg.eigh(cov)
+    keep = vals > 1e-12 * max(vals.max(), 1e-300)
+    Z = Xc @ (vecs[:, keep] / np.sqrt(vals[keep]))
+    ev["covariance_rank"] = int(keep.sum())
+    r = Z.shape[1]
+    dirs = rng.standard_normal((r, min(2 * r, 40)))
+    dirs /= np.linalg.norm(dirs, axis=0)
+    proj = np.hstack([Z, Z @ dirs])
+    m = proj.shape[1]
+    skew = stats.skew(proj, axis=0)
+    kurt = stats.kurtosis(proj, axis=0)
+    ev["max_skew_z"] = float(np.max(np.abs(skew)) / np.sqrt(6.0 / n))
+    ev["max_kurtosis_z"] = float(np.max(np.abs(kurt)) / np.sqrt(24.0 / n))
+    if n >= 20:
+        pvals = stats.normaltest(proj, axis=0).pvalue
+        ev["normality_p"] = float(min(1.0, np.min(pvals) * m))
+    else:
+        ev["normality_p"] = float("nan")
+    ev["n_directions"] = m
+    tail = _hill_tail_index(Z)
+    ev["tail_index_min"] = float(np.min(tail)) if tail.size else float("nan")
+    sym = symmetry_test(X)
+    ev["symmetry_p"] = float(sym.p_value)
+    ev["symmetry_statistic"] = float(sym.statistic)
+    ev["y_std"] = float(np.sqrt(np.mean(Y.var(axis=0))))
+    return ev
+
+
+def _width_and_noise(X: np.ndarray, Y: np.ndarray, gaussian: bool, standard: bool) -> tuple[dict, dict]:
+    n, d = X.shape
+    p = Y.shape[1]
+    G = 10
+    width: dict[str, Any] = {"estimate": None, "range": None, "sure": False, "method": "none"}
+    noise: dict[str, Any] = {"std": None, "kind": None}
+    idx = np.array_split(np.arange(n), G) if n >= 10 * G else None
+    yc = Y - Y.mean(axis=0)
+    # (b) the rank of Cov(y): min(p, k) for a generic network; the trailing eigenvalues are the noise
+    if p > 1 and idx is not None:
+        cy = yc.T @ yc / n
+        groups = [yc[i].T @ yc[i] / len(i) for i in idx]
+        rk = _rank_from_groups(cy, groups)
+        if rk["low"] < p:
+            ev = np.linalg.eigvalsh(cy)[::-1]
+            noise = {"std": float(np.sqrt(max(np.mean(ev[rk["low"]:]), 0.0))), "kind": "estimate"}
+            width = {"estimate": rk["low"], "range": (rk["low"], rk["high"]), "sure": rk["low"] == rk["high"],
+                     "method": "rank of Cov(y) (p > k)", "spectrum": rk["singular_values"],
+                     "noise_level": rk["noise_level"]}
+    # (a) the rank of the stacked T_2 (Gaussian inputs, whitened if needed)
+    if gaussian and idx is not None and d >= 2:
+        if standard:
+            Z = X
+        else:
+            mean = X.mean(axis=0)
+            vals, vecs = np.linalg.eigh(np.cov(X, rowvar=False))
+            keep = vals > 1e-12 * vals.max()
+            Z = (X - mean) @ (vecs[:, keep] / np.sqrt(vals[keep]))
+
+        def t2(rows):
+            Zr, yr = Z[rows], yc[rows]
+            m = len(rows)
+            return np.hstack([(Zr * yr[:, [j]]).T @ Zr / m - np.eye(Z.shape[1]) * yr[:, j].mean()
+                              for j in range(p)])
+
+        B = t2(np.arange(n))
+        rk = _rank_from_groups(B, [t2(i) for i in idx])
+        if width["estimate"] is None or rk["low"] < Z.shape[1]:
+            if width["estimate"] is None or width["estimate"] >= p or rk["low"] > width["estimate"]:
+                width = {"estimate": rk["low"], "range": (rk["low"], rk["high"]),
+                         "sure": rk["low"] == rk["high"] and rk["low"] < Z.shape[1],
+                         "method": "rank of the Hermite matrices T_2 (Gaussian inputs)",
+                         "spectrum": rk["singular_values"], "noise_level": rk["noise_level"]}
+                if rk["low"] >= Z.shape[1]:
+                    width["method"] += "; full rank: k >= d"
+        if noise["std"] is None and p == 1:
+            Zs, ys = Z, yc[:, 0]
+            t1 = Zs.T @ ys / n
+            T2 = (Zs * ys[:, None]).T @ Zs / n - np.eye(Zs.shape[1]) * ys.mean()
+            bound = float(ys.var() - t1 @ t1 - 0.5 * np.sum(T2 * T2))
+            noise = {"std": float(np.sqrt(max(bound, 0.0))), "kind": "upper bound"}
+    return width, noise
+
+
+# ------------------------------------------------------------------------------------------ verdicts
+def _verdicts(report: CheckReport) -> list[Verdict]:
+    from .learners import available
+
+    d, p = report.n_inputs, report.n_outputs
+    k = report.width["estimate"]
+    gauss_std = report.input_law == "standard Gaussian"
+    gauss = report.input_law != "not Gaussian"
+    tails = report.heavy_tailed
+    k_arg = f" -k {k}" if k is not None else " -k K"
+    out = []
+
+    def width_le_d(reasons: list) -> str:
+        if k is None:
+            reasons.append("width not estimated: needs k <= d")
+            return "unsure"
+        if k >= d:
+            reasons.append(f"width estimate {k} >= d = {d}: order-1 methods need k < d")
+            return "no"
+        reasons.append(f"k = {k} <= d = {d}" + ("" if report.width["sure"] else " (width unsure)"))
+        return "yes" if report.width["sure"] else "unsure"
+
+    def law(reasons: list) -> str:
+        if tails:
+            reasons.append("heavy tails: fourth moments may not exist")
+            return "no"
+        if gauss_std:
+            reasons.append("inputs look N(0, I)")
+            return "yes"
+        if gauss:
+            reasons.append("Gaussian but not N(0, I): whiten X first (mean and covariance off)")
+            return "unsure"
+        reasons.append("inputs are not Gaussian")
+        return "no"
+
+    def combine(*parts: str) -> str:
+        return "no" if "no" in parts else ("unsure" if "unsure" in parts else "yes")
+
+    for rec in available(learners_only=True):
+        reasons: list[str] = []
+        if rec.name == "hermite-tensor":
+            a = law(reasons)
+            if p > 1:
+                reasons.append("scalar output: fits output 1 only (one fit per output)")
+            b = width_le_d(reasons) if k is None or k < d else "unsure"
+            if k is not None and k >= d:
+                reasons.append("k >= d needs order l = 2 (Kronecker squares independent, k <= d^2/2)")
+            verdict = combine(a, b)
+            cmd = f"nnrecover fit DATA --learner {rec.name}{k_arg}"
+        elif rec.name in ("exact-relu", "bjw19-noisy"):
+            a = law(reasons)
+            b = width_le_d(reasons)
+            reasons.append("no hidden biases (Bakshi et al.'s model); refine=True fits biases afterwards")
+            if rec.name == "exact-relu" and report.label_noise["kind"] == "estimate" and \
+                    report.label_noise["std"] > 1e-6 * report.evidence["y_std"]:
+                reasons.append(f"label noise std {report.label_noise['std']:.2g}: the exact algorithm needs "
+                               "noiseless labels, use bjw19-noisy")
+                b = combine(b, "no")
+            verdict = combine(a, b)
+            cmd = f"nnrecover fit DATA --learner {rec.name}{k_arg}"
+        elif rec.name == "pure-neuron":
+            parts = []
+            if tails:
+                reasons.append("heavy tails: the detector uses fourth moments")
+                parts.append("no")
+            elif report.symmetric:
+                reasons.append("inputs symmetric (x and -x equal in law)")
+                parts.append("yes")
+            else:
+                reasons.append("inputs not symmetric (Ge et al. Section 2.1)")
+                parts.append("no")
+            parts.append(width_le_d(reasons))
+            if k is not None and p < k:
+                reasons.append(f"p = {p} outputs < k = {k}: needs at least k outputs")
+                parts.append("no")
+            reasons.append("no hidden biases")
+            verdict = combine(*parts)
+            cmd = f"nnrecover fit DATA --learner {rec.name}{k_arg}"
+        elif rec.paper == "baseline":
+            reasons.append("any data; no guarantee (random starts + local optimisation)")
+            verdict = "yes"
+            cmd = f"nnrecover fit DATA --learner {rec.name}{k_arg}"
+        else:
+            reasons.append(f"{rec.algorithm}: assumptions {', '.join(rec.assumptions) or '(none listed)'} "
+                           "cannot all be judged from (X, Y); read them before fitting")
+            a = law([])
+            verdict = "no" if a == "no" else "unsure"
+            cmd = None
+        out.append(Verdict(rec.name, rec.paper, verdict, reasons, cmd))
+    return out
+
+
+def check(X, Y=None, *, max_rows: int = MAX_ROWS, random_state=None) -> CheckReport:
+    """Measure which learners' assumptions the data ``(X, Y)`` meets.
+
+    Parameters
+    ----------
+    X : array of shape (n, d), or a data source
+        Inputs (or any data source of :func:`nnrecover.moments.engine.as_data_source` with ``Y=None``).
+    Y : array of shape (n,) or (n, p), optional
+        Targets.
+    max_rows : int, default 200000
+        Rows read at most (the first ones; also at most 2e7 values of ``X``).
+    random_state : int, Generator or None
+        Seeds the random projections of the normality test.
+
+    Returns
+    -------
+    CheckReport
+        ``str(report)`` is the report: the measured evidence, one verdict per registered learner
+        (``yes``, ``no`` or ``unsure`` with the reasons) and a recommended command.
+
+    Examples
+    --------
+    >>> import nnrecover as nr
+    >>> teacher = nr.random_network(8, 3, n_outputs=5, rng=0)
+    >>> X, Y = nr.sample(teacher, nr.distributions.StandardGaussian(8), 20_000, rng=1)
+    >>> report = nr.check(X, Y, random_state=0)
+    >>> report.input_law, report.width["estimate"]
+    ('standard Gaussian', 3)
+    """
+    from ._validation import check_positive_int
+
+    check_positive_int(max_rows, "max_rows")
+    rng = check_random_state(random_state)
+    Xa, Ya = _read(X, Y, int(max_rows))
+    n, d = Xa.shape
+    if n < 50:
+        raise InputError(f"check needs at least 50 rows to measure anything, got {n}.")
+    ev = _measure(Xa, Ya, rng)
+    standard = ev["max_abs_mean"] <= ev["mean_tolerance"] and ev["cov_deviation"] <= ev["cov_tolerance"]
+    heavy = bool(ev["tail_index_min"] < TAIL_INDEX_MIN)  # False when not measured (NaN)
+    normal = (not heavy) and ev["normality_p"] >= ALPHA and ev["covariance_rank"] == d
+    law = ("standard Gaussian" if normal and standard else "Gaussian, not standard" if normal else "not Gaussian")
+    symmetric = ev["symmetry_p"] >= ALPHA
+    width, noise = _width_and_noise(Xa, Ya, normal, standard)
+    report = CheckReport(n_samples=n, n_inputs=d, n_outputs=Ya.shape[1], input_law=law, symmetric=symmetric,
+                         heavy_tailed=heavy, width=width, label_noise=noise, evidence=ev)
+    report.verdicts = _verdicts(report)
+    first = next((v for v in report.verdicts if v.applies == "yes" and v.paper != "baseline" and v.command), None)
+    report.recommended = first.command if first else None
+    return report

@@ -1,0 +1,116 @@
+"""nr.check: the verdicts on data that meets or violates each learner's input assumption.
+
+Sizes: 40,000 rows. Under N(0, I) the per-direction skewness and kurtosis z-scores are standard normal,
+so with 30 directions and the Bonferroni level 1e-3 a Gaussian sample is called non-Gaussian with
+probability <= 1e-3; the non-Gaussian laws below have kurtosis z-scores of 20 or more at this size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nnrecover as nr
+from nnrecover.check import check
+from nnrecover.errors import InputError
+
+D = 10
+N = 40_000
+
+
+@pytest.fixture(scope="module")
+def teacher():
+    return nr.random_network(D, 4, n_outputs=6, rng=0)
+
+
+def test_gaussian_teacher_data(teacher):
+    X, Y = nr.sample(teacher, nr.distributions.StandardGaussian(D), N, rng=1)
+    r = check(X, Y, random_state=0)
+    assert r.input_law == "standard Gaussian" and r.symmetric and not r.heavy_tailed
+    assert r.width["estimate"] == 4 and r.width["sure"]
+    for name in ("hermite-tensor", "exact-relu", "bjw19-noisy", "pure-neuron"):
+        assert r.verdict(name).applies == "yes", str(r)
+    assert r.recommended is not None and "-k 4" in r.recommended
+    text = str(r)
+    assert "standard Gaussian" in text and "recommended: nnrecover fit" in text
+
+
+def test_gaussian_with_noise_rules_out_the_exact_learner(teacher):
+    X, Y = nr.sample(teacher, nr.distributions.StandardGaussian(D), N, rng=1, noise=0.1)
+    r = check(X, Y, random_state=0)
+    assert r.label_noise["kind"] == "estimate" and r.label_noise["std"] == pytest.approx(0.1, rel=0.1)
+    assert r.verdict("exact-relu").applies == "no" and r.verdict("bjw19-noisy").applies == "yes"
+
+
+def test_symmetric_mixture(teacher):
+    rng = np.random.default_rng(2)
+    X, Y = nr.sample(teacher, nr.distributions.SymmetricMixture(rng.standard_normal((3, D))), N, rng=1)
+    r = check(X, Y, random_state=0)
+    assert r.input_law == "not Gaussian" and r.symmetric
+    assert r.verdict("pure-neuron").applies == "yes"
+    for name in ("hermite-tensor", "exact-relu", "bjw19-noisy"):
+        assert r.verdict(name).applies == "no"
+
+
+def test_uniform_inputs(teacher):
+    # uniform on [-sqrt 3, sqrt 3]^d has mean 0 and covariance I (so mean/covariance checks alone pass)
+    # but excess kurtosis -1.2: only the fourth-moment tests can tell it from N(0, I)
+    X = np.random.default_rng(3).uniform(-np.sqrt(3), np.sqrt(3), (N, D))
+    r = check(X, teacher.predict(X), random_state=0)
+    assert r.evidence["cov_deviation"] < r.evidence["cov_tolerance"]
+    assert r.input_law == "not Gaussian" and r.symmetric
+    assert r.verdict("exact-relu").applies == "no" and r.verdict("pure-neuron").applies == "yes"
+
+
+def test_heavy_tailed_inputs(teacher):
+    X = np.random.default_rng(4).standard_t(1.5, (N, D))
+    r = check(X, teacher.predict(X), random_state=0)
+    assert r.heavy_tailed and r.evidence["tail_index_min"] < 2.5  # true index 1.5
+    for name in ("hermite-tensor", "exact-relu", "bjw19-noisy", "pure-neuron"):
+        assert r.verdict(name).applies == "no"
+    assert r.recommended is None and "what would be needed" in str(r)
+
+
+def test_real_data_set_no_provable_learner_applies():
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True)
+    r = check(X, y, random_state=0)
+    assert r.input_law == "not Gaussian" and not r.symmetric
+    assert all(v.applies == "no" for v in r.verdicts if v.paper != "baseline")
+    assert r.recommended is None
+    assert "not measured" in str(r)  # 442 rows: no tail verdict is claimed
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_width_from_the_hermite_matrix_for_a_scalar_output(seed):
+    # p = 1: Cov(y) says nothing about k; the rank of T_2 = sum_i a_i phi(b_i) w_i w_i^T does (k <= d)
+    t = nr.random_network(D, 5, rng=seed, bias_range=(-1, 1))
+    X, y = nr.sample(t, nr.distributions.StandardGaussian(D), 100_000, rng=1)
+    r = check(X, y, random_state=0)
+    assert r.width["estimate"] == 5 and r.width["sure"]
+    assert r.label_noise["kind"] == "upper bound"
+
+
+def test_gaussian_not_standard_says_whiten(teacher):
+    X, Y = nr.sample(teacher, nr.distributions.StandardGaussian(D), N, rng=1)
+    X = X * 2.0 + 1.0
+    r = check(X, Y, random_state=0)
+    assert r.input_law == "Gaussian, not standard"
+    assert any("whiten" in reason for reason in r.verdict("exact-relu").reasons)
+
+
+def test_same_seed_same_report(teacher):
+    X, Y = nr.sample(teacher, nr.distributions.StandardGaussian(D), 5_000, rng=1)
+    assert str(check(X, Y, random_state=7)) == str(check(X, Y, random_state=7))
+
+
+def test_bad_input():
+    with pytest.raises(InputError, match="at least 50 rows"):
+        check(np.zeros((10, 3)), np.zeros(10))
+    with pytest.raises(InputError, match="finite"):
+        X = np.ones((100, 3))
+        X[0, 0] = np.nan
+        check(X, np.zeros(100))
+    with pytest.raises(InputError, match="max_rows"):
+        check(np.zeros((100, 3)), np.zeros(100), max_rows=0)
