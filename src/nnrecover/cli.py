@@ -153,25 +153,38 @@ def _table(rows: Sequence[dict], columns: Sequence[str], formats: dict[str, Call
 
 
 def _write_json(path: Path, data: dict) -> None:
+    """Write ``data`` as JSON, completely or not at all (:func:`nnrecover.io.write_text_atomic`)."""
     from .experiments.runner import to_jsonable
+    from .io import write_text_atomic
 
-    path.write_text(json.dumps(to_jsonable(data), indent=1) + "\n")
-
-
-def _out_file(path: str) -> Path:
-    """An output file path whose parent directory exists (created if missing)."""
-    out = Path(path)
-    if out.is_dir():
-        raise InputError(f"{str(out)!r} is a directory; give a file name.")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return out
+    write_text_atomic(path, json.dumps(to_jsonable(data), indent=1) + "\n")
 
 
-def _out_dir(path: str) -> Path:
+def _out_file(path: str, flag: str = "--out") -> Path:
+    """An output file that can be written, checked before the command does its work.
+
+    The folder is created if missing and probed with a temporary file (:func:`nnrecover.io.check_writable`),
+    so that an unwritable path is a one-line error before any computation, not after it.
+    """
+    from .io import check_writable
+
+    return check_writable(path, flag)
+
+
+def _out_dir(path: str, names: Sequence[str] = (), flag: str = "--out") -> Path:
+    """An output folder (created if missing) in which each of ``names`` can be written."""
+    from .io import check_writable
+
     out = Path(path)
     if out.exists() and not out.is_dir():
-        raise InputError(f"output directory {str(out)!r} is an existing file; choose a directory.")
-    out.mkdir(parents=True, exist_ok=True)
+        raise InputError(f"{flag} {str(out)!r} is an existing file; choose a directory.")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create {flag} directory {str(out)!r}: {exc.strerror or exc}; choose a writable "
+                         "location.") from None
+    for name in names:
+        check_writable(out / name, f"{flag} file")
     return out
 
 
@@ -225,13 +238,17 @@ def _make_distribution(args, d: int, gen) -> tuple[Any, dict]:
 
 
 # ------------------------------------------------------------------------------------------ commands
+_DEMO_FILES = ("demo.png", "results.csv", "teacher.json", "metadata.json")
+
+
 def _cmd_demo(args) -> int:
     from .experiments.baseline import (DEMO_DEFAULTS, DEMO_MAX_OUTPUTS, compare_learners, comparison_figure,
                                        demo_options, demo_teacher, select_learners)
     from .experiments.runner import environment_info, to_jsonable
+    from .io import atomic_output
 
     select_learners(args.learner)  # an unknown name is a one-line error before any output
-    out = _out_dir(args.out)
+    out = _out_dir(args.out, _DEMO_FILES)
     n = args.n_samples or DEMO_DEFAULTS["quick_n_samples" if args.quick else "n_samples"]
     gen = np.random.default_rng(args.seed)
     teacher, dist = demo_teacher(gen, n_inputs=args.inputs, n_hidden=args.hidden, n_outputs=args.outputs,
@@ -267,8 +284,10 @@ def _cmd_demo(args) -> int:
          "wrong; -: none).")
     fig = comparison_figure(df, title=f"nnrecover demo: d={teacher.n_inputs}, k={teacher.n_hidden}, "
                                       f"p={teacher.n_outputs}, n={n}, seed={args.seed}")
-    fig.savefig(out / "demo.png", dpi=120)
-    df.to_csv(out / "results.csv", index=False)
+    with atomic_output(out / "demo.png") as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    with atomic_output(out / "results.csv") as tmp:
+        df.to_csv(tmp, index=False)
     teacher.save(out / "teacher.json")
     meta = {"command": "nnrecover demo " + " ".join(args.argv), "seed": args.seed, "n_samples": n,
             "quick": args.quick, "noise": args.noise, "learner_options": per_learner, "common_options": common,
@@ -309,7 +328,7 @@ _TEACHER_DEFAULTS = {"inputs": 10, "hidden": 4, "outputs": 1, "activation": "rel
 
 def _cmd_simulate(args) -> int:
     from .experiments.runner import resolve_seed
-    from .io import SAMPLE_FORMATS, save_sample_stream
+    from .io import SAMPLE_FORMATS, check_free_space, sample_file_bytes, save_sample_stream
     from .network import TwoLayerNetwork, random_network
     from .sampling import sample_stream
 
@@ -330,6 +349,8 @@ def _cmd_simulate(args) -> int:
             raise InputError(f"--teacher must name a .json file, got {Path(teacher_out).name!r}.")
         if Path(args.out).resolve() == Path(teacher_out).resolve():
             raise InputError("--out and --teacher must be different files.")
+    out = _out_file(args.out, "--out")
+    teacher_path = _out_file(teacher_out, "--teacher") if teacher_out is not None else None
     seed = resolve_seed(args.seed)
     gen = np.random.default_rng(seed)
     if args.use_teacher is not None:
@@ -340,16 +361,20 @@ def _cmd_simulate(args) -> int:
             raise InputError(f"--bias-range needs LOW <= HIGH, got {lo:g} {hi:g}.")
         teacher = random_network(args.inputs, args.hidden, args.outputs, activation=args.activation, rng=gen,
                                  bias_range=(lo, hi), rows=args.rows)
+    suffix = out.suffix.lower()
+    check_free_space(out, sample_file_bytes(args.n, teacher.n_inputs + teacher.n_outputs, suffix),
+                     f"--n {args.n} samples of {teacher.n_inputs} inputs and {teacher.n_outputs} output(s)",
+                     in_memory=suffix == ".npz", fix="lower --n or write to another folder")
     dist, dist_spec = _make_distribution(args, teacher.n_inputs, gen)
     stream = sample_stream(teacher, dist, args.n, noise=args.noise, rng=gen, antithetic=args.antithetic)
-    out = _out_file(args.out)
+    # samples first (the long part: interrupted, it changes nothing), then the teacher (instant; its
+    # folder was probed above, so only a full disk can stop it)
     _, rows = save_sample_stream(out, stream)
-    where = ""
-    if teacher_out is not None:
+    if teacher_path is not None:
         data = teacher.to_dict()
         data["simulation"] = {"distribution": dist_spec, "noise": args.noise, "n_samples": rows, "seed": seed,
                               "samples_file": str(out), "antithetic": args.antithetic}
-        _write_json(_out_file(teacher_out), data)
+        _write_json(teacher_path, data)
         where = f" and the teacher ({teacher.n_hidden} {teacher.activation.spec} units) to {teacher_out}"
     else:
         where = f" from the teacher in {args.use_teacher}"
@@ -376,8 +401,11 @@ def _cmd_fit(args) -> int:
     if Path(args.out).suffix.lower() not in (".json", ".npz"):
         raise InputError(f"--out must name a .json or .npz file, got {Path(args.out).name!r}.")
     est = make_learner(args.learner, args.hidden, options, random_state=args.seed)
+    out = _out_file(args.out, "--out")
+    diagnostics_out = _out_file(args.diagnostics, "--diagnostics") if args.diagnostics else None
+    if diagnostics_out is not None and diagnostics_out.resolve() == out.resolve():
+        raise InputError("--out and --diagnostics must be different files.")
     X, Y = _load_data(args)
-    out = _out_file(args.out)
     t0 = time.perf_counter()
     est.fit(X, Y)
     fit_time = time.perf_counter() - t0
@@ -385,13 +413,15 @@ def _cmd_fit(args) -> int:
                 "data": str(args.data), "n_samples": int(X.shape[0]), "fit_time_s": round(fit_time, 4),
                 "diagnostics": getattr(est, "diagnostics_", {})}
     net = getattr(est, "network_", None)
+    # everything is computed and checked before the first file is written: an error leaves no output
     if isinstance(net, TwoLayerNetwork):
         errs = _chunked_errors(net, X, Y)
+        if not np.isfinite(errs["mse"]):
+            raise ConvergenceError(f"learner {args.learner!r} returned a model whose training MSE is {errs['mse']} "
+                                   "(its predictions overflow on the data); no model was written. Rescale the "
+                                   "data to values of order 1, or try another learner.")
         fit_info["training"] = errs
-        if out.suffix.lower() == ".json":
-            _write_json(out, {**net.to_dict(), "fit": fit_info})
-        else:
-            net.save(out)
+        model_doc = {**net.to_dict(), "fit": fit_info}
         summary = f"training MSE {errs['mse']:.3e} (relative L2 error {errs['relative_l2_error']:.3e})"
     else:
         W = getattr(est, "hidden_weights_", None)
@@ -399,11 +429,17 @@ def _cmd_fit(args) -> int:
             raise InputError(f"learner {args.learner!r} produced neither network_ nor hidden_weights_.")
         if out.suffix.lower() != ".json":
             raise InputError(f"learner {args.learner!r} recovers the hidden weights only; save them to a .json file.")
-        _write_json(out, {"format": _HIDDEN_WEIGHTS_FORMAT, "hidden_weights": np.asarray(W).tolist(),
-                          "fit": fit_info})
+        if not np.all(np.isfinite(W)):
+            raise ConvergenceError(f"learner {args.learner!r} returned non-finite hidden weights; no model was "
+                                   "written. Rescale the data to values of order 1.")
+        model_doc = {"format": _HIDDEN_WEIGHTS_FORMAT, "hidden_weights": np.asarray(W).tolist(), "fit": fit_info}
         summary = "hidden weights only (this learner does not recover the output layer)"
-    if args.diagnostics:
-        Path(args.diagnostics).write_text(json.dumps(to_jsonable(fit_info["diagnostics"]), indent=1) + "\n")
+    if diagnostics_out is not None:
+        _write_json(diagnostics_out, to_jsonable(fit_info["diagnostics"]))
+    if out.suffix.lower() == ".json":
+        _write_json(out, model_doc)
+    else:
+        net.save(out)
     _say(f"fitted {args.learner} (k={args.hidden}) on {X.shape[0]} samples (d={X.shape[1]}) in {fit_time:.2f} s; "
          f"{summary}; wrote {out}.")
     return 0
@@ -416,13 +452,16 @@ def _read_model(path: str):
     p = Path(path)
     if p.suffix.lower() == ".json" and p.exists():
         try:
-            data = json.loads(p.read_text())
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{p.name} is not valid JSON: {exc}") from None
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+            raise InputError(f"{p.name} is not valid JSON: {_one_line(str(exc))[:200]}") from None
         if isinstance(data, dict) and data.get("format") == _HIDDEN_WEIGHTS_FORMAT:
-            W = np.asarray(data.get("hidden_weights"), dtype=np.float64)
-            if W.ndim != 2:
-                raise InputError(f"{p.name}: hidden_weights must be a (k, d) matrix.")
+            from ._validation import as_float_array, check_finite
+
+            W = as_float_array(data.get("hidden_weights"), f"hidden_weights in {p.name}")
+            if W.ndim != 2 or 0 in W.shape:
+                raise InputError(f"{p.name}: hidden_weights must be a non-empty (k, d) matrix, got shape {W.shape}.")
+            check_finite(W, f"hidden_weights in {p.name}")
             return W
     return TwoLayerNetwork.load(path)
 
@@ -638,11 +677,41 @@ def _os_error(exc: OSError) -> str:
     return f"{what}: {name!s}" if name else _one_line(str(exc))
 
 
+class _Terminated(BaseException):
+    """SIGTERM, turned into an exception so that partly written outputs are removed on the way out."""
+
+
+def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise _Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds():
+    """While the command runs, SIGTERM unwinds the stack (temporary files are removed) like Ctrl-C."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # handlers live in the main thread only
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 1 failure, 2 user error, 130 interrupted)."""
+    """Run the command line; returns the exit status.
+
+    0 ok, 1 failure (non-convergence, a bug), 2 user error (one ``nnrecover: error:`` line), 130
+    interrupted (Ctrl-C), 143 terminated (SIGTERM). An interrupted or terminated command leaves every
+    output file as it was before (outputs are written to temporary files renamed into place when
+    complete).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _sigterm_unwinds():
         def _show(message, category, filename, lineno, file=None, line=None):
             print(f"{PROG}: warning: {_one_line(str(message))} [{category.__name__}]", file=sys.stderr, flush=True)
 
@@ -680,8 +749,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             _error(_os_error(exc) if isinstance(exc, OSError) else f"invalid JSON: {exc}")
             return 2
         except KeyboardInterrupt:
-            _error("interrupted")
+            _error("interrupted; output files were left as they were")
             return 130
+        except _Terminated:
+            _error("terminated; output files were left as they were")
+            return 143
+        except MemoryError as exc:
+            if debug:
+                raise
+            _error(f"out of memory ({_one_line(str(exc)) or 'MemoryError'}); reduce the problem size "
+                   "(samples, hidden units, learner options such as max_samples)")
+            return 2
         except Exception as exc:  # a bug: one line, traceback on --debug
             if debug:
                 raise

@@ -79,6 +79,12 @@ def check_writable(path: "str | os.PathLike[str]", what: str = "output") -> Path
     out = Path(path)
     if out.is_dir():
         raise InputError(f"{what} {str(out)!r} is a directory; give a file name.")
+    for folder in out.parents:  # the nearest existing ancestor must be a folder
+        if folder.exists():
+            if not folder.is_dir():
+                raise InputError(f"cannot write {what} {str(out)!r}: {str(folder)!r} is a file, not a folder; "
+                                 "choose another location.")
+            break
     probe = _temp_name(out, "probe")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,9 @@ runs it with one seeded random stream, and writes three files into ``out_dir``:
                    (python, nnrecover, numpy, scipy, scikit-learn, tensorly, dask, pandas, matplotlib),
                    platform, CPU count, UTC start/end time and wall time. No host name or user name.
 
+The folder is checked for writability before the experiment runs, and each file is written through
+:func:`nnrecover.io.atomic_output` (complete or not at all).
+
 It also provides the two helpers every driver of learners needs (the CLI, the demo and the
 experiments): :func:`learner_parameters` (the options a learner class accepts) and
 :func:`make_learner` (build a learner by registry name, rejecting unknown options).
@@ -149,7 +152,8 @@ def run_experiment(name: str, out_dir: "str | os.PathLike[str]", *, quick: bool 
     Raises
     ------
     InputError
-        Unknown experiment or option, or ``out_dir`` is an existing file.
+        Unknown experiment or option, ``out_dir`` is an existing file, or it (or a result file in it)
+        cannot be written; all checked before the experiment runs.
     """
     import pandas as pd
 
@@ -157,10 +161,18 @@ def run_experiment(name: str, out_dir: "str | os.PathLike[str]", *, quick: bool 
 
     record = get_experiment(name)
     _check_options(record.func, options, name)
+    from ..io import atomic_output, check_writable, write_text_atomic
+
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise InputError(f"output directory {str(out)!r} is an existing file; choose a directory.")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create output directory {str(out)!r}: {exc.strerror or exc}; choose a writable "
+                         "location.") from None
+    for file_name in RESULT_FILES:  # before the run, not after it
+        check_writable(out / file_name, "result file")
     seed = resolve_seed(rng)
     started = _utc_now()
     t0 = time.perf_counter()
@@ -173,8 +185,10 @@ def run_experiment(name: str, out_dir: "str | os.PathLike[str]", *, quick: bool 
     if not isinstance(df, pd.DataFrame) or not hasattr(fig, "savefig"):
         raise TypeError(f"experiment {name!r} must return (pandas.DataFrame, matplotlib Figure), got "
                         f"({type(df).__name__}, {type(fig).__name__}).")
-    df.to_csv(out / "results.csv", index=False)
-    fig.savefig(out / "figure.png", dpi=120)
+    with atomic_output(out / "results.csv") as tmp:
+        df.to_csv(tmp, index=False)
+    with atomic_output(out / "figure.png") as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     _close(fig)
     meta = {
         "experiment": record.name,
@@ -192,7 +206,7 @@ def run_experiment(name: str, out_dir: "str | os.PathLike[str]", *, quick: bool 
         "command": _command(record.name, quick, seed, options),
         **environment_info(),
     }
-    (out / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
+    write_text_atomic(out / "metadata.json", json.dumps(meta, indent=1) + "\n")
     return df
 
 
