@@ -108,14 +108,8 @@ class Distribution(ABC):
         return f"{type(self).__name__}(dim={self.dim})"
 
 
-class StandardGaussian(Distribution):
-    """The standard Gaussian N(0, I_d).
-
-    Parameters
-    ----------
-    d : int
-        Dimension, ``>= 1``.
-    """
+class _IdentityCovariance(Distribution):
+    """A law on R^d with identity covariance, given by its dimension alone."""
 
     def __init__(self, d: int):
         self.dim = check_positive_int(d, "d")
@@ -123,6 +117,16 @@ class StandardGaussian(Distribution):
     @property
     def covariance(self) -> np.ndarray:
         return np.eye(self.dim)
+
+
+class StandardGaussian(_IdentityCovariance):
+    """The standard Gaussian N(0, I_d).
+
+    Parameters
+    ----------
+    d : int
+        Dimension, ``>= 1``.
+    """
 
     @property
     def is_standard_gaussian(self) -> bool:
@@ -234,7 +238,7 @@ class SymmetricMixture(Distribution):
         return gen.standard_normal((n, self.dim)) @ self._factor.T + sign[:, None] * self.means[comp]
 
 
-class Rademacher(Distribution):
+class Rademacher(_IdentityCovariance):
     """Uniform on {-1, +1}^d (symmetric, identity covariance, not Gaussian).
 
     Parameters
@@ -242,13 +246,6 @@ class Rademacher(Distribution):
     d : int
         Dimension, ``>= 1``.
     """
-
-    def __init__(self, d: int):
-        self.dim = check_positive_int(d, "d")
-
-    @property
-    def covariance(self):
-        return np.eye(self.dim)
 
     def _draw(self, n, gen):
         return gen.choice([-1.0, 1.0], size=(n, self.dim))
