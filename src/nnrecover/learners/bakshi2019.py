@@ -60,6 +60,8 @@ from ..errors import InputError
 from ..network import TwoLayerNetwork
 from ._bakshi2019._common import ExactResult
 from ._bakshi2019.arbitrary_noise import algorithm8, gaussian_sketch, grid_candidates, pv_halfspace
+from ._bakshi2019.certificate import (MEANING, certificate_rows, certify_max_unit_error, check_certificate_params,
+                                     unit_error_bound)
 from ._bakshi2019.diagnostics import sign_pattern_statistics
 from ._bakshi2019.exact import (MARGIN_QUANTILES, algorithm5, refine_from_output_weights, refine_from_unmixing,
                                 row_from_zero_set)
@@ -91,8 +93,11 @@ __all__ = [
     "assignment_to_separator", "separator_to_assignment", "separability_to_network",
     "separability_to_network_variable_alpha", "check_network_instance", "brute_force_separability",
     "lemma16_instances", "lemma16_equal_outputs", "MARGIN_QUANTILES", "split_refinement", "default_n_refine",
-    "sign_pattern_statistics",
+    "sign_pattern_statistics", "unit_error_bound", "CERTIFICATE_MEANING",
 ]
+
+#: what the certificate ``max_unit_error`` of both learners states
+CERTIFICATE_MEANING = MEANING
 
 _PAPER = "bakshi2019"
 
@@ -170,21 +175,30 @@ class ExactReLULearner(BaseLearner):
         ICA route: the sketch ``T``.
     chunk_size : int, optional
     refine : bool, default True
-        When the certificates fail, polish the (fallback) estimate with
+        When the exact step's checks fail, polish the (fallback) estimate with
         :func:`nnrecover.refine.refine_network`. When they hold the estimate is exact to round-off and
         the polish is skipped (recorded in ``diagnostics_["refinement"]``).
     refine_options : dict, optional
+    certificate_tol : float, default 1e-6
+        The certificate ``max_unit_error`` of the returned network passes when its bound on the max
+        unit error (:func:`~nnrecover.learners.bakshi2019.unit_error_bound`) is at most this. The
+        default states exact recovery: noiseless in-model data give bounds of 1e-10 or less.
+    certificate_rows : int, default 20000
+        Rows (drawn uniformly from the data) on which that bound is computed.
     strict : bool, default False
-        Raise :class:`~nnrecover.errors.ConvergenceError` when a certificate fails (else a
-        :class:`~nnrecover.errors.CertificateWarning` and an uncertified estimate).
+        Raise :class:`~nnrecover.errors.ConvergenceError` when the certificate fails (else a
+        :class:`~nnrecover.errors.CertificateWarning`).
     random_state : int, Generator or None
 
     Attributes
     ----------
     network_, hidden_weights_, n_features_in_, n_outputs_, diagnostics_
-        ``diagnostics_``: ``certified``, ``failure_reasons``, ``exact`` (all diagnostics of the pipeline:
-        per-unit certificates, residual, the approximate step's spectra), ``route``, ``refinement``,
-        ``certificates``, ``fit_time``.
+        ``diagnostics_``: ``certificates`` (``max_unit_error``: its ``meaning``, ``bound``, ``tolerance``,
+        verdict; the only check that warns), ``certified`` and ``failure_reasons`` (the exact step's
+        own checks, Algorithm 5 / Algorithm 3 steps 4-8: they decide between the exact answer and the
+        refined fallback and never warn), ``exact`` (all diagnostics of the pipeline: per-unit checks,
+        residual, the approximate step's spectra and input-law measurement), ``route``, ``refinement``,
+        ``fit_time``.
 
     Examples
     --------
@@ -202,8 +216,8 @@ class ExactReLULearner(BaseLearner):
                  order: "int | str" = "auto", span: str = "auto", form: str = "margin", n_refine: int | None = None,
                  whiten: bool = False, control_variates: bool = True, n_draws: int = 8,
                  decomposition: str = "joint", sketch: str = "svd", chunk_size: int | None = None,
-                 refine: bool = True, refine_options: dict | None = None, strict: bool = False,
-                 random_state: Any = None):
+                 refine: bool = True, refine_options: dict | None = None, certificate_tol: float = 1e-6,
+                 certificate_rows: int = 20_000, strict: bool = False, random_state: Any = None):
         self.n_hidden = n_hidden
         self.activation = activation
         self.approximate = approximate
@@ -219,11 +233,14 @@ class ExactReLULearner(BaseLearner):
         self.chunk_size = chunk_size
         self.refine = refine
         self.refine_options = refine_options
+        self.certificate_tol = certificate_tol
+        self.certificate_rows = certificate_rows
         self.strict = strict
         self.random_state = random_state
 
     def _check_params(self) -> None:
         super()._check_params()
+        check_certificate_params(self)
         if self.approximate not in ("tensor", "ica"):
             raise InputError(f"approximate must be 'tensor' or 'ica', got {self.approximate!r}.")
         if self.form not in ("margin", "threshold"):
@@ -252,14 +269,15 @@ class ExactReLULearner(BaseLearner):
         diagnostics["route"] = res.diagnostics.get("route")
         diagnostics["certified"] = bool(res.certified)
         diagnostics["failure_reasons"] = list(res.diagnostics.get("failure_reasons", []))
-        self._certify("exact_recovery", res.certified,
-                      "; ".join(diagnostics["failure_reasons"]) or "all certificates held", diagnostics)
         if res.certified:
-            diagnostics["refinement"] = {"ran": False, "reason": "exact-recovery certificates held: the estimate "
+            diagnostics["refinement"] = {"ran": False, "reason": "exact-recovery checks held: the estimate "
                                          "is exact to round-off"}
-            return res.network
-        start = self._fallback(res, source)
-        return self._maybe_refine(start, source, rng, diagnostics)
+            net = res.network
+        else:
+            net = self._maybe_refine(self._fallback(res, source), source, rng, diagnostics)
+        certify_max_unit_error(self, net, certificate_rows(source, rng, self.certificate_rows), diagnostics,
+                               tol=float(self.certificate_tol))
+        return net
 
     def _fallback(self, res: ExactResult, source) -> TwoLayerNetwork:
         """Uncertified estimate: recovered units where they passed, else the approximate direction with its
@@ -307,13 +325,28 @@ class NoisyReLULearner(BaseLearner):
     regression : {"all", "sign"}, default "all"
     refine : bool, default True
     refine_options : dict, optional
+    certificate_tol : float, default 0.1
+        The certificate ``max_unit_error`` of the returned network passes when its bound on the max
+        unit error (:func:`~nnrecover.learners.bakshi2019.unit_error_bound`, first order, probability
+        ``1 - 1e-3``) is at most this; else a :class:`~nnrecover.errors.CertificateWarning` (or
+        :class:`~nnrecover.errors.ConvergenceError` with ``strict``).
+    certificate_rows : int, default 20000
+        Rows (drawn uniformly from the data) on which that bound is computed.
+    strict : bool, default False
     random_state : int, Generator or None
+
+    Notes
+    -----
+    The tensor step measures the input law (``diagnostics_["noisy"]["approximate"]["input_deviation"]``)
+    and warns (:class:`~nnrecover.errors.AssumptionWarning`) when the mean or covariance is further
+    from N(0, I) than sampling explains.
     """
 
     def __init__(self, n_hidden: int, *, activation: str = "relu", order: "int | str" = "auto", span: str = "auto",
                  n_sign: int | None = None, whiten: bool = False, control_variates: bool = True, n_draws: int = 8,
                  regression: str = "all", chunk_size: int | None = None, refine: bool = True,
-                 refine_options: dict | None = None, random_state: Any = None, decomposition: str = "joint"):
+                 refine_options: dict | None = None, random_state: Any = None, decomposition: str = "joint",
+                 certificate_tol: float = 0.1, certificate_rows: int = 20_000, strict: bool = False):
         self.n_hidden = n_hidden
         self.activation = activation
         self.order = order
@@ -328,9 +361,13 @@ class NoisyReLULearner(BaseLearner):
         self.refine = refine
         self.refine_options = refine_options
         self.random_state = random_state
+        self.certificate_tol = certificate_tol
+        self.certificate_rows = certificate_rows
+        self.strict = strict
 
     def _check_params(self) -> None:
         super()._check_params()
+        check_certificate_params(self)
         if self.regression not in ("all", "sign"):
             raise InputError(f"regression must be 'all' or 'sign', got {self.regression!r}.")
         if self.decomposition not in ("joint", "jennrich", "whiten"):
@@ -347,7 +384,10 @@ class NoisyReLULearner(BaseLearner):
                              chunk_size=self.chunk_size, rng=rng)
         diagnostics["noisy"] = res.diagnostics
         diagnostics["route"] = res.diagnostics["route"]
-        return self._maybe_refine(res.network, source, rng, diagnostics)
+        net = self._maybe_refine(res.network, source, rng, diagnostics)
+        certify_max_unit_error(self, net, certificate_rows(source, rng, self.certificate_rows), diagnostics,
+                               tol=float(self.certificate_tol))
+        return net
 
     @classmethod
     def applies_to(cls, network: TwoLayerNetwork, distribution: Any) -> tuple[bool, str]:

@@ -48,6 +48,7 @@ from .._validation import as_2d_float, as_targets, check_positive_int, check_ran
 from ..distributions import Distribution, Gaussian, PerturbedSymmetric, StandardGaussian
 from ..errors import AssumptionError, CertificateWarning, ConvergenceError, InputError
 from ..network import TwoLayerNetwork
+from ..sampling import sample
 from ._ge2019.core import (algorithm1, build_detector_matrix, check_second_moment, cp_slices, detector_value,
                            fit_hidden_given_output, null_span, output_projection, purity_score, readout,
                            sign_fix, sim_diag)
@@ -56,6 +57,7 @@ from ._ge2019.distinguishing import (distinguishing_matrix, gaussian_distinguish
 from ._ge2019.moments import (PureNeuronMoments, PureNeuronStatistic, gaussian_population_moments,
                               symmetry_test)
 from ._ge2019.symmetric import duplication_matrix, mat_star, vec_star
+from ._bakshi2019.certificate import certificate_rows, certify_max_unit_error, check_certificate_params
 from ._registry import register
 from .base import BaseLearner
 
@@ -502,8 +504,16 @@ class PureNeuronLearner(BaseLearner):
         Keyword arguments of ``refine_network``. Default ``{"method": "lbfgs"}``: the dense-Jacobian
         Levenberg-Marquardt costs ``O(n l P^2)`` per step and is minutes at ``d = k = 10``, ``n = 10^4``,
         while L-BFGS reaches round-off there in seconds.
+    certificate_tol : float, default 0.1
+        The certificate ``max_unit_error`` of the returned network (after refinement) passes when its
+        bound on the max unit error (:func:`nnrecover.learners.bakshi2019.unit_error_bound`: first
+        order, probability ``1 - 1e-3`` over the label noise) is at most this.
+    certificate_rows : int, default 20000
+        Rows (drawn uniformly from the data; in ``fit_population`` drawn from the input law) on which
+        that bound is computed.
     strict : bool, default False
-        Raise :class:`ConvergenceError` when the null-space gap certificate fails (else a warning).
+        Raise :class:`ConvergenceError` when the certificate fails (else a
+        :class:`~nnrecover.errors.CertificateWarning`).
     chunk_size : int, optional
         Rows per chunk when accumulating moments from arrays.
     random_state : int, Generator or None
@@ -518,7 +528,10 @@ class PureNeuronLearner(BaseLearner):
         The provable stage's output (before refinement).
     diagnostics_ : dict
         Singular values of ``T``, gap ratio, SimDiag/CP-ALS scores, sign margins, symmetry p-value,
-        ``certificates``, timings, and ``refinement`` (what ran).
+        ``certificates`` (``max_unit_error``: ``meaning``, ``bound``, ``tolerance``, verdict; the only
+        check that warns), ``stage_checks`` (``null_gap_ratio``: a check of the provable stage only,
+        Lemma 14, recorded and never warned about: the refinement usually repairs a poorly separated
+        null space), timings, and ``refinement`` (what ran).
 
     Examples
     --------
@@ -535,8 +548,9 @@ class PureNeuronLearner(BaseLearner):
     def __init__(self, n_hidden: int, *, method: str = "provable", noise_correction: bool = True,
                  split: bool = False, n_tries: int = 20, n_slices: int | None = None, n_restarts: int = 10,
                  gd_max_iter: int = 500, check_symmetry: bool = True, symmetry_alpha: float = SYMMETRY_ALPHA,
-                 refine: bool = True, refine_options: dict | None = None, strict: bool = False,
-                 chunk_size: int | None = None, random_state=None):
+                 refine: bool = True, refine_options: dict | None = None, certificate_tol: float = 0.1,
+                 certificate_rows: int = 20_000, strict: bool = False, chunk_size: int | None = None,
+                 random_state=None):
         self.n_hidden = n_hidden
         self.method = method
         self.noise_correction = noise_correction
@@ -549,6 +563,8 @@ class PureNeuronLearner(BaseLearner):
         self.symmetry_alpha = symmetry_alpha
         self.refine = refine
         self.refine_options = refine_options
+        self.certificate_tol = certificate_tol
+        self.certificate_rows = certificate_rows
         self.strict = strict
         self.chunk_size = chunk_size
         self.random_state = random_state
@@ -574,6 +590,7 @@ class PureNeuronLearner(BaseLearner):
             alpha = float("nan")
         if not 0.0 < alpha < 1.0:
             raise InputError(f"symmetry_alpha is a significance level in (0, 1), got {self.symmetry_alpha!r}.")
+        check_certificate_params(self)
 
     def _refine_kwargs(self) -> dict:
         opts = super()._refine_kwargs()
@@ -634,15 +651,25 @@ class PureNeuronLearner(BaseLearner):
                         decomposition="cp-als" if self.method == "practical" else "simdiag", rng=rng,
                         n_tries=self.n_tries, n_slices=self.n_slices, n_restarts=self.n_restarts,
                         strict=self.strict, warn=False)
-        return self._finish(res, None, rng, diagnostics)
+        dist = distribution if distribution is not None else StandardGaussian(truth.n_inputs)
+        rows = sample(truth, dist, int(self.certificate_rows), rng=rng)
+        return self._finish(res, None, rng, diagnostics, rows=rows)
 
-    def _finish(self, res: PureNeuronResult, source, rng, diagnostics: dict) -> TwoLayerNetwork:
+    def _finish(self, res: PureNeuronResult, source, rng, diagnostics: dict, rows=None) -> TwoLayerNetwork:
         self.result_ = res
         diagnostics.update(res.diagnostics)
-        self._certify("null_gap_ratio", res.diagnostics["null_gap_ratio"] >= GAP_WARNING,
-                      f"s_k2 / s_k2+1 = {res.diagnostics['null_gap_ratio']:.3g} (needs >= {GAP_WARNING:g}; "
-                      "Lemma 14)", diagnostics)
+        gap = res.diagnostics["null_gap_ratio"]
+        diagnostics["stage_checks"] = {"null_gap_ratio": {
+            "passed": bool(gap >= GAP_WARNING), "stage": "provable estimate (before refinement)",
+            "meaning": "sine of the angle between the estimated and the true null space of T <~ 1 / ratio "
+                       "(Wedin; Lemma 14); says nothing about the refined network",
+            "detail": f"s_k2 / s_k2+1 = {gap:.3g} (well separated when >= {GAP_WARNING:g})"}}
         net = self._maybe_refine(res.network(), source, rng, diagnostics).canonical()
+        if rows is None:
+            rows = certificate_rows(source, rng, int(self.certificate_rows))
+        certify_max_unit_error(self, net, rows, diagnostics, tol=float(self.certificate_tol),
+                               stage="final estimate" + (" (after refinement)"
+                                                         if diagnostics["refinement"].get("ran") else ""))
         self.output_weights_ = net.output_weights
         return net
 

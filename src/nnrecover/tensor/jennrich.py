@@ -179,6 +179,7 @@ def jennrich(
     gap_tol: float = 1e-8,
     rank_tol: float = 1e-10,
     strict: bool = False,
+    warn: bool = True,
 ) -> JennrichResult:
     """Decompose a rank-``rank`` order-3 tensor by Jennrich's algorithm (best of several random draws).
 
@@ -227,6 +228,12 @@ def jennrich(
     strict : bool, default False
         Raise :class:`~nnrecover.errors.AssumptionError` instead of warning on degenerate gaps or
         complex eigenvalues.
+    warn : bool, default True
+        Warn (:class:`~nnrecover.errors.CertificateWarning`) on degenerate gaps or complex eigenvalues.
+        Both are always recorded in ``diagnostics`` (``complex_eigenvalues``, ``degenerate_gap``); a
+        caller that certifies its own final output (an initialisation followed by ALS, an exact step
+        with its own certificates) passes False, since these are diagnostics of this stage, not
+        failures of the caller's answer.
 
     Returns
     -------
@@ -267,6 +274,9 @@ def jennrich(
     for name, val in (("imag_tol", imag_tol), ("gap_tol", gap_tol), ("rank_tol", rank_tol)):
         if not (np.isfinite(val) and val >= 0):
             raise InputError(f"{name} must be a finite number >= 0, got {val!r}.")
+    for name, val in (("strict", strict), ("warn", warn)):
+        if not isinstance(val, (bool, np.bool_)):
+            raise InputError(f"{name} must be True or False, got {val!r}.")
     if op.is_dense and op.n is not None and rank > min(op.n, op.n2):
         raise InputError(f"rank={rank} exceeds min(n, n2) = {min(op.n, op.n2)} for a tensor of shape "
                          f"{(op.n, op.n2, op.p)}; Jennrich needs full-column-rank mode-1/2 factors.")
@@ -371,14 +381,17 @@ def jennrich(
                "components are nearly inseparable. Real parts are used.")
         if strict:
             raise AssumptionError(msg)
-        warnings.warn(msg, CertificateWarning, stacklevel=2)
-    if real and chosen["eigenvalue_gap"] < gap_tol:  # (with complex pairs the real-part gap is meaningless)
+        if warn:
+            warnings.warn(msg, CertificateWarning, stacklevel=2)
+    degenerate_gap = bool(real and chosen["eigenvalue_gap"] < gap_tol)
+    if degenerate_gap:  # (with complex pairs the real-part gap is meaningless)
         msg = (f"relative eigenvalue gap {chosen['eigenvalue_gap']:.3g} < gap_tol={gap_tol:g} on the best of "
                f"{n_draws} draws: two components have (nearly) parallel mode-3 factors, so they are not "
                "identifiable by Jennrich's algorithm (spec 001 §3.1 requirements).")
         if strict:
             raise AssumptionError(msg)
-        warnings.warn(msg, CertificateWarning, stacklevel=2)
+        if warn:
+            warnings.warn(msg, CertificateWarning, stacklevel=2)
 
     # step 4: factors
     R = chosen["R"]
@@ -415,6 +428,8 @@ def jennrich(
     diagnostics: dict[str, Any] = {
         "eigenvalue_gap": chosen["eigenvalue_gap"],
         "max_imag": chosen["max_imag"],
+        "complex_eigenvalues": not real,
+        "degenerate_gap": degenerate_gap,
         "condition": chosen["condition"],
         "slice_condition": chosen["slice_condition"],
         "error_amplification": chosen["error_amplification"],

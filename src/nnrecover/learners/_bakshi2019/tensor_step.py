@@ -47,6 +47,7 @@ of the exact step, sample splitting) are left out.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -55,11 +56,11 @@ import scipy.linalg
 
 from ..._validation import check_positive_int, check_random_state
 from ...activations import get_activation
-from ...errors import AssumptionError, InputError
+from ...errors import AssumptionError, AssumptionWarning, CertificateWarning, InputError
 from ...moments.base import accumulate
 from ...moments.engine import as_data_source
 from ...moments.hermite import HermiteTensorStatistic
-from ...moments.statistics import MeanStatistic, SecondMoment
+from ...moments.statistics import Covariance, MeanStatistic, SecondMoment, input_deviation_from_standard
 from ...tensor import jennrich, joint_diagonalize, whiten
 from ._common import check_flag
 
@@ -191,14 +192,24 @@ def decompose_projected(T: np.ndarray, k: int, *, method: str = "joint", rng: An
     slices = np.moveaxis(T.reshape((K,) + (k,) * r), (1, 2), (-2, -1)).reshape(-1, k, k)
     slices = 0.5 * (slices + slices.transpose(0, 2, 1))
     if method == "joint":
-        res = joint_diagonalize(slices, k, rng=rng, n_draws=n_draws, symmetric=True)
+        # Jennrich's pencil only initialises the ALS here: its findings (complex eigenvalue pairs of a
+        # noisy pencil, small gaps) are diagnostics of the start, and the learners certify the answer
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", CertificateWarning)
+            res = joint_diagonalize(slices, k, rng=rng, n_draws=n_draws, symmetric=True)
+        for w in caught:
+            if not issubclass(w.category, CertificateWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         diag = {key: val for key, val in res.diagnostics.items() if key != "jennrich"}
         diag["jennrich_eigenvalue_gap"] = res.diagnostics["jennrich"].get("eigenvalue_gap")
+        diag["jennrich_complex_eigenvalues"] = res.diagnostics["jennrich"].get("complex_eigenvalues")
+        diag["initialisation_notes"] = [str(w.message) for w in caught
+                                        if issubclass(w.category, CertificateWarning)]
         diag["method"] = "joint"
         return res.factors, diag
     if method == "jennrich":
         res = jennrich(np.ascontiguousarray(slices.transpose(1, 2, 0)), k, rng=rng, n_draws=n_draws,
-                       symmetric=True)
+                       symmetric=True, warn=False)
         diag = {key: val for key, val in res.diagnostics.items() if key != "per_draw"}
         diag["method"] = "jennrich"
         return res.factors, diag
@@ -226,7 +237,7 @@ def _whiten_decompose(slices: np.ndarray, k: int, gen: np.random.Generator, n_dr
     source = "random"
     if best <= 1e-3:                                        # none definite enough: θ with λ(θ) = 1
         init = jennrich(np.ascontiguousarray(slices.transpose(1, 2, 0)), k, rng=gen, n_draws=n_draws,
-                        symmetric=True)
+                        symmetric=True, warn=False)
         W0 = init.factors
         G = np.linalg.pinv(W0)
         Lam = np.einsum("ia,sab,jb->sij", G, slices, G)[:, np.arange(k), np.arange(k)]   # (S, k)
@@ -345,6 +356,7 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
         raise InputError(f"the tensor step needs at least max(4 d, 100) = {max(4 * d, 100)} moment samples "
                          f"after the {skip} refinement rows; got {n_mom}.")
     mom, sec = mean.finalize(), second.finalize()
+    deviation = _check_input_law(mom, sec, whiten)
     L = None
     if whiten:
         S = 0.5 * (sec.xx + sec.xx.T)
@@ -365,6 +377,10 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
     cv_mean = ybar if control_variates else np.zeros(m)
     cv_lin = Byx if control_variates else np.zeros((m, d))
     diag: dict = {"order": r, "span": use, "coefficients": coeffs, "n_moment_samples": int(n_mom),
+                  "input_deviation": {"mean": deviation.mean, "covariance": deviation.covariance,
+                                      "mean_tolerance": deviation.mean_tolerance,
+                                      "covariance_tolerance": deviation.covariance_tolerance,
+                                      "plausible": deviation.plausible},
                   "whitened": bool(whiten), "control_variates": bool(control_variates)}
 
     def resid_fn(Qout):
@@ -397,6 +413,28 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
     V = _finish_directions(W, P, L)
     diag["time"] = time.perf_counter() - t0
     return ApproximateResult(V, diag)
+
+
+def _check_input_law(mom, sec, whiten: bool):
+    """Measure how far the moment rows are from N(0, I) and warn (:class:`AssumptionWarning`) if sampling
+    alone does not explain it (:func:`nnrecover.moments.input_deviation_from_standard`, failure
+    probability 1e-3). Stein's identity ``E[y He_r(x)] = sum_j c_r(f) U*_j V*_j^{(x) r}`` behind the
+    tensor step holds only for Gaussian x; heavy tails (e.g. Student-t) show as a covariance far from I.
+    With ``whiten=True`` (Remark 3: x ~ N(0, Sigma)) only the mean is tested."""
+    xx = sec.xx - np.outer(mom.x, mom.x)
+    cov = Covariance(mom.x, mom.y, xx, sec.yx - np.outer(mom.y, mom.x), None, int(mom.n), 0)
+    dev = input_deviation_from_standard(cov)
+    bad_mean = dev.mean > dev.mean_tolerance
+    bad_cov = (not whiten) and dev.covariance > dev.covariance_tolerance
+    if bad_mean or bad_cov:
+        law = "N(0, Sigma)" if whiten else "N(0, I)"
+        warnings.warn(f"{dev.message} Bakshi et al. 2019 assume x ~ {law} (Stein's identity of the tensor step, "
+                      f"Section 4.2{'; Remark 3' if whiten else ''}); with another input law the moment tensor is "
+                      "biased and the recovered directions can be far off. "
+                      + ("Centre the inputs." if bad_mean and not bad_cov else
+                         "If the inputs are Gaussian with another covariance use whiten=True; heavy-tailed "
+                         "inputs are outside the model."), AssumptionWarning, stacklevel=4)
+    return dev
 
 
 def _noise_fn(seed: int | None):

@@ -1,0 +1,234 @@
+"""A stated-meaning certificate for a fitted network: a bound on its max unit error.
+
+Used by :class:`~nnrecover.learners.ExactReLULearner`, :class:`~nnrecover.learners.NoisyReLULearner` and
+:class:`~nnrecover.learners.PureNeuronLearner` on their FINAL estimate (after any refinement). What it
+bounds is the error of :func:`nnrecover.metrics.parameter_error`,
+
+    max_i ( ||w_i - w*_i|| + ||a_i - a*_i|| )     (canonical form: unit rows w_i, matched units),
+
+for a teacher ``y = A* f(W* x) + xi`` (no biases, ``f`` positively homogeneous, ``xi`` i.i.d. with
+mean zero and independent of ``x``), to first order in the error, with probability at least
+``1 - failure_probability`` over the label noise.
+
+Derivation (a Gauss-Newton confidence region). Let ``theta`` be the canonical parameters, ``J`` the
+Jacobian of the outputs on ``n`` rows with the hidden rows moving in the tangent space of the unit sphere
+(which removes the positive-scale symmetry ``(w_i, a_i) -> (c w_i, a_i / c)``), and ``R = Y - net(X)``.
+To first order ``R = J (theta* - theta^) + xi``, so with ``delta^ = (J^T J)^{-1} J^T R`` (the
+Gauss-Newton step, i.e. the distance to the least-squares fit on these rows)
+
+    theta* - theta^ = delta^ - (J^T J)^{-1} J^T xi,     (J^T J)^{-1} J^T xi ~ N(0, sigma^2 (J^T J)^{-1}).
+
+For unit ``i`` with parameter block ``I_i`` and ``C_i = sigma^2 [(J^T J)^{-1}]_{I_i I_i}``, the
+Laurent-Massart inequality gives ``||g||^2 <= tr C + 2 sqrt(tr(C^2) x) + 2 ||C|| x`` with probability
+``1 - e^{-x}`` for ``g ~ N(0, C)``; ``x = log(k / delta)`` makes it hold for all ``k`` units at once.
+``sigma^2`` is estimated by the residual mean square ``(||R||^2 - delta^T J^T R) / (n p - P)``, which
+also absorbs any misfit (conservative). Finally ``||dw|| + ||da|| <= sqrt(2) ||(dw, da)||``, so
+
+    bound_i = 2 (||dw^_i|| + ||da^_i||) + sqrt(2) sqrt(tr C_i + 2 sqrt(tr(C_i^2) x) + 2 ||C_i|| x),
+
+with ``(dw^_i, da^_i)`` the unit's block of ``delta^``. The factor 2 on the step covers the neglected
+second-order terms: the Gauss-Newton step estimates the error up to a relative term of the order of the
+error itself, so the factor is ample in the first-order regime ``bound <= 0.5`` (beyond it the bound is
+reported but never passes). On noiseless data at the exact answer both terms are round-off; the noise term shrinks as ``n^{-1/2}``.
+The bound is first order: it is not claimed (reported as infinite) when ``J`` is rank deficient on the
+rows (a dead unit, ``n p <= P``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ...network import TwoLayerNetwork
+
+__all__ = ["unit_error_bound", "certify_max_unit_error", "certificate_rows", "check_certificate_params", "MEANING",
+           "SECOND_ORDER_FACTOR", "LINEAR_REGIME"]
+
+#: what the certificate ``max_unit_error`` states (shared by the three learners that issue it)
+MEANING = ("max over matched units of ||w_i - w*_i|| + ||a_i - a*_i|| (canonical form, nr.metrics."
+           "parameter_error) <= bound, to first order, with probability >= 1 - failure_probability over "
+           "i.i.d. mean-zero label noise; passes when bound <= certificate_tol")
+
+_EPS = np.finfo(float).eps
+#: the Gauss-Newton step estimates the error up to a relative term of the order of the error itself
+#: (the network is smooth in its parameters away from the kinks, which a Gaussian x meets with
+#: probability zero); doubling it covers that term while the bound is below ``LINEAR_REGIME``
+SECOND_ORDER_FACTOR = 2.0
+#: above this the first-order analysis is not trusted and the certificate does not pass at any tolerance
+LINEAR_REGIME = 0.5
+
+
+def _tangent_bases(W: np.ndarray) -> list[np.ndarray]:
+    """Orthonormal bases ``(d, d - 1)`` of the orthogonal complements of the unit rows of ``W``."""
+    out = []
+    for w in W:
+        # the last d - 1 left singular vectors of the column w span its orthogonal complement
+        U = np.linalg.svd(w[:, None], full_matrices=True)[0]
+        out.append(U[:, 1:])
+    return out
+
+
+def unit_error_bound(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *,
+                     failure_probability: float = 1e-3, chunk_rows: int | None = None) -> dict[str, Any]:
+    """First-order high-probability bound on the max unit error of ``network`` (module docstring).
+
+    Parameters
+    ----------
+    network : TwoLayerNetwork
+        The estimate (positively homogeneous activation; put in canonical form here).
+    X, Y : arrays (n, d), (n, p)
+        Labelled rows of the training distribution (the more, the tighter the noise term).
+    failure_probability : float, default 1e-3
+        ``delta`` of the Laurent-Massart tail, shared by the ``k`` units.
+    chunk_rows : int, optional
+        Rows per chunk of the Jacobian products (default: about 64 MB of ``f'(w_i x) x``).
+
+    Returns
+    -------
+    dict
+        ``bound`` (max over units; ``inf`` when not available or when the first-order value
+        ``first_order`` exceeds ``LINEAR_REGIME``), ``per_unit`` (k,, first order), ``step`` (the
+        Gauss-Newton part per unit), ``noise`` (the noise part per unit), ``sigma`` (estimated label
+        noise RMS), ``relative_residual`` (``||R||_F / ||Y - mean Y||_F``), ``n_rows``, ``n_params``,
+        ``jacobian_condition``.
+    """
+    net = network.canonical()
+    act = net.activation
+    W, A = net.hidden_weights, net.output_weights
+    k, d = W.shape
+    p = A.shape[0]
+    X = np.asarray(X, dtype=np.float64)
+    Y = np.asarray(Y, dtype=np.float64).reshape(X.shape[0], -1)
+    n = X.shape[0]
+    P = k * (d - 1) + k * p
+    out: dict[str, Any] = {"bound": math.inf, "first_order": math.inf, "per_unit": np.full(k, np.inf), "step": np.full(k, np.inf),
+                           "noise": np.full(k, np.inf), "sigma": math.nan, "n_rows": int(n), "n_params": int(P),
+                           "jacobian_condition": math.inf, "relative_residual": math.nan}
+    R = Y - net.predict(X).reshape(n, -1)
+    ydev = float(np.linalg.norm(Y - Y.mean(axis=0)))
+    out["relative_residual"] = float(np.linalg.norm(R) / ydev) if ydev > 0 else math.nan
+    if act.degree is None or n * p <= P or not np.all(np.isfinite(R)):
+        return out
+    chunk = chunk_rows or max(256, int(8_000_000 // max(k * d, 1)))
+    Gzz = np.zeros((k * d, k * d))
+    Gzh = np.zeros((k * d, k))
+    Ghh = np.zeros((k, k))
+    Gzr = np.zeros((k * d, k))
+    Ghr = np.zeros((k, p))
+    for s in range(0, n, chunk):
+        Xc, Rc = X[s:s + chunk], R[s:s + chunk]
+        T = Xc @ W.T
+        H, D = act(T), act.derivative(T)
+        Z = (D[:, :, None] * Xc[:, None, :]).reshape(Xc.shape[0], k * d)
+        Gzz += Z.T @ Z
+        Gzh += Z.T @ H
+        Ghh += H.T @ H
+        Gzr += Z.T @ (Rc @ A)
+        Ghr += H.T @ Rc
+    AtA = A.T @ A
+    # J^T J in the order (w_1..w_k, a_1..a_k), a_i = column i of A (p entries)
+    G_ww = Gzz * np.kron(AtA, np.ones((d, d)))
+    G_wa = np.einsum("iaj,oi->iajo", Gzh.reshape(k, d, k), A).reshape(k * d, k * p)
+    G_aa = np.kron(Ghh, np.eye(p))
+    g_w = np.einsum("iai->ia", Gzr.reshape(k, d, k)).reshape(k * d)
+    g_a = Ghr.reshape(k * p)
+    # restrict the hidden rows to their tangent spaces (canonical form: ||w_i|| = 1)
+    Tw = np.zeros((k * d, k * (d - 1)))
+    for i, B in enumerate(_tangent_bases(W)):
+        Tw[i * d:(i + 1) * d, i * (d - 1):(i + 1) * (d - 1)] = B
+    G = np.block([[Tw.T @ G_ww @ Tw, Tw.T @ G_wa], [G_wa.T @ Tw, G_aa]])
+    g = np.concatenate([Tw.T @ g_w, g_a])
+    lam, V = np.linalg.eigh(0.5 * (G + G.T))
+    if lam[-1] <= 0 or lam[0] <= P * _EPS * lam[-1]:
+        return out
+    out["jacobian_condition"] = float(math.sqrt(lam[-1] / lam[0]))
+    Ginv = (V / lam) @ V.T
+    step = Ginv @ g
+    rss = max(float(np.sum(R * R)) - float(step @ g), 0.0)
+    sigma2 = rss / (n * p - P)
+    # back to (w, a) coordinates per unit
+    Tfull = np.zeros((k * d + k * p, P))
+    Tfull[:k * d, :k * (d - 1)] = Tw
+    Tfull[k * d:, k * (d - 1):] = np.eye(k * p)
+    dtheta = Tfull @ step
+    cov = sigma2 * (Tfull @ Ginv @ Tfull.T)
+    delta = float(failure_probability)
+    x = math.log(k / delta)
+    step_u, noise_u = np.empty(k), np.empty(k)
+    for i in range(k):
+        idx = np.r_[i * d:(i + 1) * d, k * d + i * p:k * d + (i + 1) * p]
+        # the metric's own value on the step: ||dw_i|| + ||da_i||
+        step_u[i] = float(np.linalg.norm(dtheta[i * d:(i + 1) * d])
+                          + np.linalg.norm(dtheta[k * d + i * p:k * d + (i + 1) * p]))
+        Ci = cov[np.ix_(idx, idx)]
+        ev = np.clip(np.linalg.eigvalsh(0.5 * (Ci + Ci.T)), 0.0, None)
+        noise_u[i] = math.sqrt(float(ev.sum() + 2.0 * math.sqrt(float(np.sum(ev ** 2)) * x) + 2.0 * ev.max() * x))
+    per_unit = SECOND_ORDER_FACTOR * step_u + math.sqrt(2.0) * noise_u
+    first = float(per_unit.max())
+    out.update(bound=first if first <= LINEAR_REGIME else math.inf, first_order=first, per_unit=per_unit,
+               step=step_u, noise=noise_u, sigma=float(math.sqrt(sigma2)))
+    return out
+
+
+def check_certificate_params(learner: Any) -> None:
+    """A learner's ``certificate_tol`` (a positive number) and ``certificate_rows`` (a positive integer)."""
+    from ..._validation import check_positive_int
+    from ...errors import InputError
+
+    tol = learner.certificate_tol
+    if isinstance(tol, bool) or not isinstance(tol, (int, float, np.integer, np.floating)) or not (
+            np.isfinite(tol) and tol > 0):
+        raise InputError(f"certificate_tol must be a positive number (the accepted max unit error), got {tol!r}.")
+    check_positive_int(learner.certificate_rows, "certificate_rows")
+
+
+def certificate_rows(source, rng: np.random.Generator, max_rows: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Up to ``max_rows`` labelled rows drawn uniformly from ``source`` (``None``: a consumed one-pass
+    iterator, which cannot be read again)."""
+    from ...refine import gather_samples
+
+    if source is None or not source.info.reiterable:
+        return None
+    X, Y, _ = gather_samples(source, max_rows, rng=rng)
+    return X, Y
+
+
+def certify_max_unit_error(learner: Any, network: TwoLayerNetwork, rows, diagnostics: dict, *, tol: float,
+                           failure_probability: float = 1e-3, stage: str = "final estimate") -> bool | None:
+    """Issue the certificate ``max_unit_error`` of ``network`` through ``learner._certify``.
+
+    Passes when :func:`unit_error_bound` is at most ``tol`` (and inside the first-order regime); its
+    record in ``diagnostics["certificates"]`` carries ``meaning``, ``bound``, ``tolerance`` and
+    ``stage``. With ``rows=None`` (no re-readable samples) nothing is claimed: the record says
+    ``passed=None`` and no warning is issued. Returns the verdict.
+    """
+    if rows is None:
+        diagnostics.setdefault("certificates", {})["max_unit_error"] = {
+            "passed": None, "detail": "not evaluated: the samples cannot be read again (one-pass iterator)",
+            "meaning": MEANING, "bound": math.inf, "tolerance": float(tol), "stage": stage}
+        return None
+    info = unit_error_bound(network, rows[0], rows[1], failure_probability=failure_probability)
+    bound = info["bound"]
+    passed = bool(np.isfinite(bound) and bound <= tol)
+    if np.isfinite(bound):
+        detail = (f"max unit error <= {bound:.3g} (first order, probability >= 1 - {failure_probability:g}; "
+                  f"estimated label noise RMS {info['sigma']:.3g}, {info['n_rows']} rows) vs certificate_tol "
+                  f"= {tol:g}")
+        if not passed:
+            detail += ("; the label-noise part dominates and shrinks as 1/sqrt(n): pass more samples, or raise "
+                       "certificate_tol if this accuracy is enough" if info["noise"].max() * math.sqrt(2.0) > 0.5 * bound
+                       else "; the estimate is off the least-squares fit of the data: more samples or refine=True")
+    elif np.isfinite(info["first_order"]):
+        detail = (f"no bound: the first-order estimate {info['first_order']:.3g} of the max unit error is beyond "
+                  f"the linear regime ({LINEAR_REGIME:g}); the estimate is far from the network that generated "
+                  "the data: more samples, refine=True, or another learner")
+    else:
+        detail = ("no bound: the Jacobian of the network on the rows is rank deficient (a dead unit, or "
+                  "fewer rows than parameters)")
+    learner._certify("max_unit_error", passed, detail, diagnostics)
+    diagnostics["certificates"]["max_unit_error"].update(
+        meaning=MEANING, bound=float(bound), tolerance=float(tol), stage=stage,
+        first_order=info["first_order"], sigma=info["sigma"], per_unit_first_order=info["per_unit"].tolist())
+    return passed
