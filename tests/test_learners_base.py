@@ -145,7 +145,7 @@ def test_sklearn_clone_get_set_params():
     params = est.get_params()
     assert params["n_hidden"] == 3 and params["n_restarts"] == 2 and params["method"] == "lbfgs"
     assert set(params) == {"n_hidden", "activation", "n_restarts", "method", "max_samples", "max_iter", "tol",
-                           "init_scale", "bias_scale", "jacobian_memory", "random_state"}
+                           "init_scale", "bias_scale", "jacobian_memory", "time_budget", "random_state"}
     twin = clone(est)
     assert twin is not est and twin.get_params() == params
     assert est.set_params(n_restarts=7, tol=1e-12) is est

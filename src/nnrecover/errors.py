@@ -14,6 +14,7 @@ __all__ = [
     "NotFittedError",
     "AssumptionWarning",
     "CertificateWarning",
+    "TimeBudgetWarning",
 ]
 
 
@@ -78,3 +79,7 @@ class QueryBudgetError(NNRecoverError, RuntimeError):
         super().__init__(message)
         self.partial = partial
         self.n_queries = int(n_queries)
+
+
+class TimeBudgetWarning(UserWarning):
+    """A learner stopped at its ``time_budget``; it returns the best result found so far."""

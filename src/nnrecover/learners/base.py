@@ -157,7 +157,10 @@ class BaseLearner(RegressorMixin, BaseEstimator):
 
         In-memory arrays get scikit-learn's checks and messages (sparse, complex, object dtype, 1-D X,
         zero features or samples); memory maps and dask arrays are checked by metadata only and their
-        values chunk by chunk while they are read (:mod:`nnrecover.moments.engine`).
+        values chunk by chunk while they are read (:mod:`nnrecover.moments.engine`). Numpy arrays and
+        memory maps are also checked for a magnitude the algorithms can compute with
+        (:func:`_check_magnitude`), unless the learner sets ``_rescales_data = True`` (it rescales the
+        data exactly itself, as :class:`~nnrecover.learners.GradientDescentLearner` does).
         """
         from ..moments.engine import as_data_source
 
@@ -168,6 +171,9 @@ class BaseLearner(RegressorMixin, BaseEstimator):
                 raise InputError(f"{name} requires y to be passed, but the target y is None; call fit(X, Y), "
                                  "or fit(data) with an iterable of (X, Y) chunks.")
             Y = _coerce_array(Y, "Y", is_X=False)
+            if not getattr(self, "_rescales_data", False):
+                _check_magnitude(X, "X", name)
+                _check_magnitude(Y, "Y", name)
         source = as_data_source(X, Y)
         if source.info.n_outputs == 0:
             raise InputError(f"{name} requires y to be passed, but the target y is None; pass chunks (X, Y) "
@@ -272,6 +278,48 @@ def _is_single_array(X: Any) -> bool:
         hasattr(X, "__array__") and not hasattr(X, "__iter__"))
 
 
+#: Range of max |entry| of X and Y that every learner computes with. Inside [2^-64, 2^64] a product of
+#: up to 8 input entries and one target (the highest-order moment any learner forms, e.g. E[y He_k(w^T x)])
+#: stays a normal float64 (|t| <= 2^576 < 2^1024, |t| >= 2^-576 > 2^-1022), summed over up to 2^40 rows:
+#: no overflow to inf and no underflow to zero, which would turn into NaN moments or singular matrices.
+MAGNITUDE_RANGE = (2.0 ** -64, 2.0 ** 64)
+
+
+def _max_abs(A: np.ndarray, rows: int = 1 << 16) -> float:
+    """max |A| read ``rows`` rows at a time (a memory map is never loaded whole); NaN if A has NaN."""
+    out = 0.0
+    for start in range(0, A.shape[0], rows):
+        block = np.abs(np.asarray(A[start:start + rows], dtype=np.float64))
+        if block.size:
+            m = float(np.max(block))
+            if not m <= np.inf:  # NaN: the finiteness check names it, later
+                return float("nan")
+            out = max(out, m)
+    return out
+
+
+def _check_magnitude(A: Any, name: str, learner: str) -> None:
+    """InputError when the entries of the numpy array ``A`` lie outside :data:`MAGNITUDE_RANGE`.
+
+    An all-zero target is left to the learner; an all-zero X carries no information and is refused.
+    Other array types (dask, lazily read array-likes) are not read here.
+    """
+    if not isinstance(A, np.ndarray) or A.size == 0 or A.dtype == object or A.ndim == 0:
+        return
+    m = _max_abs(A)
+    lo, hi = MAGNITUDE_RANGE
+    if not np.isfinite(m) or (m == 0 and name == "Y"):
+        return
+    if m == 0:
+        raise InputError(f"X is all zeros; {learner} cannot learn anything from it.")
+    if m > hi or m < lo:
+        raise InputError(
+            f"the largest |{name}| entry is {m:.3g}, outside the range [2^-64, 2^64] = [{lo:.3g}, {hi:.3g}] in which "
+            f"{learner}'s moments and products stay finite and nonzero in float64; rescale {name} (e.g. "
+            f"divide by its standard deviation; the learners built on Gaussian moments assume x ~ N(0, I)), "
+            "or use gradient-descent, which rescales exactly by itself.")
+
+
 def _coerce_array(A: Any, name: str, *, is_X: bool) -> Any:
     """Cheap checks of one array argument with scikit-learn's wording; never reads a memmap/dask array."""
     from scipy import sparse
@@ -296,6 +344,9 @@ def _coerce_array(A: Any, name: str, *, is_X: bool) -> Any:
         A = arr
     if np.iscomplexobj(A):
         raise InputError(f"Complex data not supported: {name} must be real, got dtype {A.dtype}.")
+    if A.ndim <= 1 and A.size == 0:  # fit([]): no samples, whatever the intended shape
+        raise InputError(f"{name} is empty (shape {A.shape}); fit needs at least one sample, as an array of shape "
+                         "(n_samples, n_features).")
     if is_X:
         if A.ndim == 1:
             raise InputError(f"Expected 2D array, got 1D array instead: {name} must have shape (n_samples, "
