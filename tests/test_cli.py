@@ -423,10 +423,13 @@ def test_demo_quick_with_one_learner(capsys, fake, tmp_path):
     assert header.split() == ["learner", "paper", "algorithm", "refine", "max_unit_error", "function_error",
                               "fit_time_s", "n_samples", "outputs", "certificates", "status"]
     row = next(l for l in lines if l.startswith(FAKE))
-    assert row.split()[-4:] == ["20000", "4", "-", "ok"]
+    df = pd.read_csv(out / "results.csv")
+    # random directions do not recover the teacher's units: the status must say so (max_unit_error > 1)
+    assert df["max_unit_error"][0] > 1.0
+    assert row.split()[-4:] == ["20000", "4", "-", "failed"]
+    assert f"  {FAKE}: failed: " in text and "max_unit_error" in text.split(f"  {FAKE}: failed: ")[1].splitlines()[0]
     for name in ("demo.png", "results.csv", "teacher.json", "metadata.json"):
         assert (out / name).is_file()
-    df = pd.read_csv(out / "results.csv")
     assert list(df["learner"]) == [FAKE] and df["n_samples"][0] == 20000
     # the table's errors are the metrics of a fit we can redo: same seed, same teacher, same numbers
     assert np.isfinite(df["max_unit_error"][0]) and 0 < df["function_error"][0] < 1.5

@@ -242,8 +242,9 @@ _DEMO_FILES = ("demo.png", "results.csv", "teacher.json", "metadata.json")
 
 
 def _cmd_demo(args) -> int:
-    from .experiments.baseline import (DEMO_DEFAULTS, DEMO_MAX_OUTPUTS, compare_learners, comparison_figure,
-                                       demo_options, demo_teacher, select_learners)
+    from .experiments.baseline import (DEMO_DEFAULTS, DEMO_MAX_OUTPUTS, FAILED_FUNCTION_ERROR, FAILED_UNIT_ERROR,
+                                       compare_learners, comparison_figure, demo_options, demo_teacher,
+                                       select_learners)
     from .experiments.runner import environment_info, to_jsonable
     from .io import atomic_output
 
@@ -277,7 +278,9 @@ def _cmd_demo(args) -> int:
     for name, refine, status in zip(df["learner"], df["refine"], df["status"]):
         if status != "ok":
             _say(f"  {name}{' (refine=no)' if refine == 'no' else ''}: {status}")
-    _say("max_unit_error: after matching units, max over units of |w - w'| + |b - b'| + |a - a'| "
+    _say("status: failed when the fit raised, a certificate failed, function_error > "
+         f"{FAILED_FUNCTION_ERROR:g} or max_unit_error > {FAILED_UNIT_ERROR:g}; "
+         "max_unit_error: after matching units, max over units of |w - w'| + |b - b'| + |a - a'| "
          "(canonical form); function_error: relative L2 error under N(0, I); refine=no: the paper's "
          "algorithm alone, yes: followed by the shared local refinement; n_samples: rows the fit used; "
          "certificates: the paper algorithm's self-checks on its own output (failed: that output may be "
@@ -574,7 +577,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refined-only", action="store_true",
                    help="skip the refine=False runs (the papers' algorithms without local refinement)")
     p.add_argument("--time-budget", type=_nonneg_float, default=20.0, metavar="SECONDS",
-                   help="per-learner time budget for learners that take one (default 20)")
+                   help="seconds per learner for the learners that run random restarts (gradient-descent): no "
+                        "new restart starts after it, and the log says when one stopped early (default 20). "
+                        "The provable learners run a fixed number of steps and do not take it")
     p.add_argument("--noise", type=_nonneg_float, default=0.0, help="label-noise standard deviation (default 0)")
     p.add_argument("--inputs", "-d", type=_pos_int, default=10, help="input dimension d (default 10)")
     p.add_argument("--hidden", "-k", type=_pos_int, default=4, help="hidden units k (default 4)")

@@ -28,6 +28,18 @@ Self-checks: the ``certificates`` column is "failed" when a fit recorded a faile
 ``diagnostics_["certificates"]`` or emitted a :class:`~nnrecover.errors.CertificateWarning` (the
 estimate may be wrong even though the fit returned), "passed" when it recorded certificates and all
 passed, and "-" when the learner checks nothing (or did not run).
+
+Status: "ok" only when the fit returned, no certificate failed and the error is not large;
+"failed: ..." (with the reason) when the learner raised an nnrecover error, a certificate failed, the
+relative L2 function error exceeds :data:`FAILED_FUNCTION_ERROR` = 0.5 (less than 3/4 of the output
+energy explained; predicting 0 has error 1), or ``max_unit_error`` exceeds :data:`FAILED_UNIT_ERROR` =
+1.0 (with unit-norm canonical rows, an error of 1 means some unit's direction is off by 60 degrees or
+its output weight by 1: the unit was not recovered); "not applicable: ..." when an assumption of the
+learner does not hold.
+
+Time budget: ``time_budget`` is passed to the learners that take it (those that run random restarts:
+:class:`~nnrecover.learners.GradientDescentLearner`); when one stops at its budget, the progress log
+says so (and the learner warns).
 """
 
 from __future__ import annotations
@@ -52,7 +64,13 @@ if TYPE_CHECKING:
     from ..network import TwoLayerNetwork
 
 __all__ = ["demo_teacher", "compare_learners", "select_learners", "comparison_figure", "baseline_gd",
-           "run_compare_learners", "demo_options", "DEMO_DEFAULTS", "DEMO_MAX_OUTPUTS"]
+           "run_compare_learners", "demo_options", "DEMO_DEFAULTS", "DEMO_MAX_OUTPUTS", "FAILED_FUNCTION_ERROR",
+           "FAILED_UNIT_ERROR"]
+
+#: relative L2 function error above which a fit's status is "failed" (module docstring, "Status")
+FAILED_FUNCTION_ERROR = 0.5
+#: max_unit_error above which a fit's status is "failed" (module docstring, "Status")
+FAILED_UNIT_ERROR = 1.0
 
 #: outputs a learner can learn, for learner classes that do not declare ``max_outputs`` themselves:
 #: Awasthi et al. 2021 learn a scalar network f(x) = a^T relu(W^T x + b) (specs/001 section 1.1)
@@ -187,7 +205,8 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
         Monte-Carlo samples of :func:`nnrecover.metrics.function_error`; its relative standard error
         is about ``sqrt(Var[(f - g)^2] / eval_samples) / E[f^2]``.
     time_budget : float, optional
-        Seconds per learner, passed as ``time_budget``/``max_time`` to learners that take one.
+        Seconds per learner, passed as ``time_budget`` to learners that take one (see the module
+        docstring); the progress log reports a learner that stopped at it.
     with_unrefined : bool, default False
         Also fit every learner that takes ``refine`` with ``refine=False`` (the paper's algorithm
         alone, without the shared local refinement), one extra row each.
@@ -221,7 +240,7 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
         raise InputError(f"learner_options names learner(s) {', '.join(unknown)} that are not being run.")
     defaults: dict[str, Any] = {"activation": teacher.activation.spec, **dict(common_defaults or {})}
     if time_budget is not None:
-        defaults.update(time_budget=float(time_budget), max_time=float(time_budget))
+        defaults.update(time_budget=float(time_budget))
     rows = []
     for i, rec in enumerate(records, 1):
         m = _max_outputs(rec.target)
@@ -257,7 +276,10 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
                 log(f"{label}: fitting ({rec.paper}, {rec.algorithm}) ...")
             _fit_and_score(est, data, truth, distribution, row, eval_samples, eval_seed)
             if log:
-                log(f"{label}: {row['status']} in {row['fit_time_s']:.1f} s")
+                budget = (getattr(est, "diagnostics_", None) or {}).get("time_budget") or {}
+                stopped = (f" (stopped at the time budget of {budget['seconds']:g} s after {budget['restarts_run']} "
+                           f"of {budget['restarts_requested']} restarts)") if budget.get("exhausted") else ""
+                log(f"{label}: {row['status']} in {row['fit_time_s']:.1f} s{stopped}")
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -317,6 +339,22 @@ def _fit_and_score(est, data, truth, distribution, row: dict, eval_samples: int,
         row["max_unit_error"] = float(metrics.parameter_error(net, truth)["max_unit_error"])
         row["function_error"] = float(metrics.function_error(net, truth, distribution, n=eval_samples,
                                                              rng=eval_seed))
+    row["status"] = _judge(row, has_network=net is not None)
+
+
+def _judge(row: Mapping, *, has_network: bool) -> str:
+    """"ok", or "failed: <reasons>" for a fit that returned (thresholds in the module docstring)."""
+    reasons = []
+    if row["certificates"] == "failed":
+        reasons.append("a certificate failed")
+    fe, ue = row["function_error"], row["max_unit_error"]
+    if has_network and not np.isfinite(fe):
+        reasons.append(f"function_error is {fe}")
+    elif fe > FAILED_FUNCTION_ERROR:
+        reasons.append(f"function_error {fe:.3g} > {FAILED_FUNCTION_ERROR:g}")
+    if ue > FAILED_UNIT_ERROR:  # NaN (not computed) compares False
+        reasons.append(f"max_unit_error {ue:.3g} > {FAILED_UNIT_ERROR:g}")
+    return "ok" if not reasons else "failed: " + "; ".join(reasons)
 
 
 def _certificate_status(diagnostics: Mapping, warned: bool) -> str:
