@@ -108,6 +108,12 @@ class BaseLearner(RegressorMixin, BaseEstimator):
         Returns
         -------
         self
+
+        Notes
+        -----
+        The fit runs its BLAS calls on one thread and its chunk passes on worker threads (as many as
+        BLAS threads the caller allows; the result is the same bits for any number), and restores the
+        caller's BLAS/OpenMP thread settings when it returns or raises (``nnrecover._threads``).
         """
         t0 = time.perf_counter()
         # one BLAS thread for the per-chunk products and small dense solves, the caller's setting back
