@@ -175,6 +175,7 @@ def sample_file_bytes(n_samples: int, n_columns: int, suffix: str) -> int:
 
 
 def _free_memory() -> int | None:
+    """Available physical memory in bytes (None where the platform does not say)."""
     try:
         return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (AttributeError, ValueError, OSError):

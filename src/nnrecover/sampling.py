@@ -108,8 +108,20 @@ class SampleStream:
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def to_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """Materialise the whole stream: ``X`` (n, d) and ``Y`` ((n,) or (n, p)); O(n (d + p)) memory."""
+        """Materialise the whole stream: ``X`` (n, d) and ``Y`` ((n,) or (n, p)); O(n (d + p)) memory.
+
+        Raises :class:`InputError` before allocating when the arrays exceed the available physical
+        memory (stream them with :func:`sample_stream` instead).
+        """
+        from .io import _free_memory
+
         n = self.n_samples
+        need = 8 * n * (self.n_inputs + self.n_outputs)
+        avail = _free_memory()
+        if avail is not None and need > avail:
+            raise InputError(f"sample(n={n}) needs {need / 2**30:.3g} GiB for X ({n} x {self.n_inputs}) and Y "
+                             f"({n} x {self.n_outputs}) but {avail / 2**30:.3g} GiB of memory is available; lower n "
+                             "or use sample_stream, which holds one chunk at a time.")
         X = np.empty((n, self.n_inputs))
         Y = np.empty((n,) if self.n_outputs == 1 else (n, self.n_outputs))
         start = 0
