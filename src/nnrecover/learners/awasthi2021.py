@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from typing import Any
 
 import numpy as np
 
 from .._validation import check_random_state
-from ..errors import AssumptionError, InputError
+from ..errors import AssumptionError, AssumptionWarning, InputError
 from ..network import TwoLayerNetwork
 from ._awasthi.coefficients import HermiteCoefficients, estimate_coefficients, exact_coefficients, min_samples
 from ._awasthi.decompose import (HermiteRecovery, Thresholds, adaptive_thresholds, algorithm1, algorithm4,
@@ -51,6 +52,7 @@ from ._awasthi.identifiability import (adversarial_weights, claim48_instance, fl
 from ._awasthi.regression import (RegressionResult, algorithm5_regression, consolidate, linear_correction,
                                   population_regression, relu_features)
 from ._awasthi.polish import hermite_loss_polish, truncated_hermite_loss
+from ._awasthi.reduce import UnitReduction, nonlinear_part, reduce_network
 from ._awasthi.scalars import RecoveredScalars, SignFix, fix_signs, gram_lstsq, recover_scalars
 from ._registry import register
 from .base import BaseLearner
@@ -61,7 +63,7 @@ __all__ = ["HermiteTensorLearner", "hermite_coefficients", "HermiteCoefficients"
            "population_regression", "consolidate", "linear_correction", "relu_features",
            "RegressionResult", "sign_flip_sets", "flip_units", "claim48_instance", "smoothed_instance",
            "khatri_rao_smin", "adversarial_weights", "hermite_separation", "order_limit", "min_samples",
-           "hermite_loss_polish"]
+           "hermite_loss_polish", "reduce_network", "UnitReduction", "nonlinear_part"]
 
 
 def order_limit(d: int, order: int) -> int:
@@ -462,7 +464,55 @@ class HermiteTensorLearner(BaseLearner):
         else:
             diagnostics["hermite_polish"] = {"ran": False, "reason": "refine=False" if not self.refine else
                                              "exact coefficients" if coeffs.exact else "no unit"}
-        return self._maybe_refine(start, source, rng, diagnostics)
+        fitted = self._maybe_refine(start, source, rng, diagnostics)
+        return self._reduce(fitted, coeffs, source, rng, diagnostics)
+
+    def _reduce(self, fitted: TwoLayerNetwork, coeffs: HermiteCoefficients, source, rng,
+                diagnostics: dict) -> TwoLayerNetwork:
+        """At most ``n_hidden`` units whenever the function allows it (:func:`reduce_network`): fold
+        linearisable units (Lemma D.13), merge units on one line, resolve sign flips against the linear
+        part (Theorem 3.4, corrected eq. (2)); warn when more units remain or the flip set is not unique.
+
+        A rewrite that changed the function by more than round-off (noisy data: within the estimation
+        error) is refined again on the samples when the refinement ran, so that the returned ``n_hidden``
+        units are themselves a least-squares fit."""
+        m = int(self.n_hidden)
+        refinement = diagnostics.get("refinement", {})
+        atol, basis = _reduction_budget(fitted, coeffs, refinement)
+        red = reduce_network(fitted, m, atol=atol)
+        info = red.as_dict()
+        info["budget_basis"] = basis
+        info["units_before"] = fitted.n_hidden
+        diagnostics["unit_reduction"] = info
+        out = red.network
+        from ..metrics import relu_second_moment
+
+        if (refinement.get("ran") and red.l2_change > 1e-8 * math.sqrt(relu_second_moment(fitted))
+                and source is not None and source.info.reiterable):
+            from ..refine import refine_network
+
+            again = refine_network(out, source, rng=rng, **self._refine_kwargs())
+            info["refit"] = again.as_dict()
+            out = again.network
+        flip = red.flip
+        if red.within_limit and flip.get("unique") is False:
+            sets = [flip["flipped"]] + flip["alternatives"]
+            diagnostics["sign_flip_sets"] = sets
+            warnings.warn(
+                f"HermiteTensorLearner: {len(sets)} sign-flip sets {sets[:6]} give {m}-unit networks with the "
+                f"same function up to a constant (Theorem 3.4: the flips differ on sets F with sum_F a_i w_i = 0, "
+                f"possible when the w_i are linearly dependent); returned the one with the smallest output bias.",
+                AssumptionWarning, stacklevel=4)
+        elif red.within_limit and flip.get("unique") is None:
+            diagnostics["sign_flip_sets"] = [flip["flipped"]]
+            warnings.warn(
+                f"HermiteTensorLearner: the sign flips were resolved by rounding the minimum-norm solution; the "
+                f"null space of [a_i w_i] has dimension {flip['null_dimension']}, too large to check that no other "
+                f"flip set explains the linear part (Theorem 3.4).", AssumptionWarning, stacklevel=4)
+        if not red.within_limit:
+            warnings.warn(f"HermiteTensorLearner: returned {red.n_units} hidden units for n_hidden = {m}: "
+                          f"{red.reason}.", AssumptionWarning, stacklevel=4)
+        return out
 
     def _output_network(self, rec: HermiteRecovery, coeffs: HermiteCoefficients, order: int, source, truth):
         """The paper's output network for the recovered units (see the class docstring)."""
@@ -531,6 +581,34 @@ class HermiteTensorLearner(BaseLearner):
         })
         if "input_deviation" in coeffs.info:
             diagnostics["input_deviation"] = coeffs.info["input_deviation"]
+
+
+def _reduction_budget(net: TwoLayerNetwork, coeffs: HermiteCoefficients, refinement: dict) -> tuple[float, str]:
+    """L2 budget of :func:`reduce_network`: the accuracy the fitted network has anyway.
+
+    Exact coefficients: ``1e-8 sqrt(E g^2)`` (round-off of the population solve). Refined on samples: three
+    times ``sqrt(mse P / n)``, the L2 estimation error of a least-squares fit of ``P`` parameters to ``n`` rows
+    with held-out mean squared error ``mse`` (noiseless data: ``mse`` ~ 1e-30, so only round-off-sized
+    changes pass). Not refined: three times ``sqrt(d E[y^2] / N)``, the L2 error of ``T_1`` that sets the
+    linear part.
+    """
+    from ..metrics import relu_second_moment
+
+    floor = 1e-8 * math.sqrt(relu_second_moment(net))
+    if coeffs.exact:
+        return floor, "round-off: 1e-8 sqrt(E g^2)"
+    if refinement.get("ran"):
+        kept = refinement.get("kept", "refined")
+        mse = refinement.get(f"holdout_loss_{kept}", float("nan"))
+        if not np.isfinite(mse):
+            mse = refinement.get(f"train_loss_{kept}", float("nan"))
+        n = max(int(refinement.get("n_samples_used", 0)), 1)
+        P = net.hidden_weights.size + 2 * net.n_hidden + 1
+        if np.isfinite(mse):
+            return max(floor, 3.0 * math.sqrt(max(mse, 0.0) * P / n)), "3 sqrt(mse P / n) of the refinement"
+    N = max(int(coeffs.n_samples or 1), 1)
+    return (max(floor, 3.0 * math.sqrt(coeffs.n_inputs * max(coeffs.y_second_moment, 0.0) / N)),
+            "3 sqrt(d E[y^2] / N), the L2 error of T_1")
 
 
 def _detectable(rec: HermiteRecovery, max_bias: float) -> bool:

@@ -1,0 +1,330 @@
+"""Write a fitted ReLU network with at most ``m`` hidden units when the function allows it (internal).
+
+The learner's networks can carry more units than the teacher: the paper's output has up to ``m + 2``
+(the units plus a linear part, Claim D.14), and a refined network may contain units that are constant,
+never active, always active (linear), or pairs on one line. :func:`reduce_network` rewrites such a
+network, changing the function by at most a stated L2 amount, in four steps:
+
+1. **Linearisable units** (the set ``P`` of Lemma D.13): a unit ``a relu(w^T x + b)`` with
+   ``beta = b / ||w||``, ``alpha = a ||w||`` differs from its best linear approximation
+   ``a Phi(beta) w^T x + a ||w|| c_0(beta)`` by exactly ``|alpha| nl(beta)`` in ``L2(N(0, I))``, with
+   ``nl(beta)^2 = E relu(z)^2 - (E relu(z))^2 - Phi(beta)^2``, ``z ~ N(beta, 1)``. Units whose ``nl`` is
+   negligible (zero output weight, ``||w|| ~ 0``, never or always active) are folded into the linear part.
+2. **Units on one line**: ``alpha relu(z) + alpha' relu(-z) = (alpha + alpha') relu(z) - alpha' z`` and
+   ``alpha relu(z) + alpha' relu(z) = (alpha + alpha') relu(z)``; merging two units whose canonical
+   lines ``(u, beta)`` differ by ``delta`` costs at most ``|alpha'| delta`` (relu is 1-Lipschitz).
+3. **Sign flips** (Theorem 3.4, corrected eq. (2), erratum E3): ``relu(z) = z + relu(-z)``, so flipping
+   ``(b_i, w_i) -> (-b_i, -w_i)`` for ``i`` in ``F`` moves ``sum_{i in F} a_i (w_i^T x + b_i)`` into the
+   linear part. A linear part ``v^T x + c`` is explained by the flip set ``F`` (indicator ``s``) when
+   ``M s = -v`` with ``M = [a_i w_i]``; the constant goes to the output bias. With ``M`` of full column
+   rank (full-rank ``W``, the setting of Theorem 3.1) the real solution is unique and is rounded to
+   ``{0, 1}``; with a null space of dimension ``q`` (``m > d``, Theorem 3.2's setting) every assignment of
+   ``q`` free coordinates is tried (``2^q`` candidates, ``q <= max_free``): several flip sets that
+   explain ``v`` are the genuine ambiguity of Theorem 3.4 -- their networks differ only by flips ``F``
+   with ``sum_F a_i w_i = 0``, i.e. by a constant. Among them the one with the smallest output bias is
+   returned (the paper's model has none, so its second equation ``sum_F a_i b_i = 0`` picks the teacher
+   when it can), and all are reported.
+4. A linear part left over (``||r|| > budget``) is written as two units (Claim D.14) when they fit in ``m``;
+   otherwise the network keeps more than ``m`` units and the result says why.
+
+The budget ``atol`` bounds the total L2 change: each step adds its exact cost (step 1, the dropped
+residual ``||r||`` of step 3) or an upper bound (step 2), and a step runs only while the sum stays
+within ``atol``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import linalg, special
+
+from ...activations import norm_cdf, norm_pdf
+from ...errors import InputError
+from ...network import TwoLayerNetwork
+
+__all__ = ["UnitReduction", "reduce_network", "nonlinear_part"]
+
+_SQRT_HALF_PI = math.sqrt(math.pi / 2.0)
+
+
+def nonlinear_part(beta) -> np.ndarray:
+    """``nl(beta) = ||relu(z) - Phi(beta) (z - beta) - E relu(z)||_2`` for ``z ~ N(beta, 1)``: the L2 distance
+    of ``relu(u^T x + beta)`` (unit ``u``, ``x ~ N(0, I)``) from its best affine approximation.
+
+    Even in ``beta`` (``relu(z) = z + relu(-z)``), so it is evaluated at ``t = -|beta|`` with the Mills
+    ratio ``R = Phi(t) / phi(t) = sqrt(pi / 2) erfcx(-t / sqrt 2)``, which keeps the relative accuracy for
+    large ``|beta|`` (``nl ~ sqrt(2 phi(t) / |t|^3)``).
+    """
+    t = -np.abs(np.asarray(beta, dtype=np.float64))
+    R = _SQRT_HALF_PI * special.erfcx(-t / math.sqrt(2.0))
+    phi = norm_pdf(t)
+    cdf = phi * R
+    m2 = phi * ((1.0 + t * t) * R + t)  # E relu(z)^2
+    m1 = phi * (t * R + 1.0)  # E relu(z)
+    return np.sqrt(np.maximum(m2 - m1 * m1 - cdf * cdf, 0.0))
+
+
+@dataclass
+class UnitReduction:
+    """Result of :func:`reduce_network`.
+
+    Attributes
+    ----------
+    network : TwoLayerNetwork
+        The rewritten network.
+    n_units : int
+        Its number of hidden units.
+    within_limit : bool
+        ``n_units <= n_hidden``.
+    l2_change : float
+        Upper bound on ``||g_in - g_out||_{L2(N(0, I))}`` (exact for steps 1 and 3).
+    budget : float
+        ``atol``.
+    folded : list of dict
+        Units of the input moved into the linear part: index, reason, ``nl`` cost.
+    merged : list of dict
+        Pairs of units merged onto one line: indices, ``"parallel"``/``"antiparallel"``, cost bound.
+    flip : dict
+        ``linear_norm`` (``||v||`` before flips), ``flipped`` (input indices), ``residual`` (``||r||``),
+        ``alternatives`` (other flip sets within the budget), ``unique`` (True, False, or None when the
+        null space was too large to enumerate), ``null_dimension``, ``margin`` (full rank: smallest
+        ``|s*_i - 1/2|`` of the real solution, 1/2 = undecided).
+    linear_units : int
+        Units added for a leftover linear part (0 or 2).
+    reason : str
+        Why the network has more than ``n_hidden`` units (empty when it does not).
+    """
+
+    network: TwoLayerNetwork
+    n_units: int
+    within_limit: bool
+    l2_change: float
+    budget: float
+    folded: list = field(default_factory=list)
+    merged: list = field(default_factory=list)
+    flip: dict = field(default_factory=dict)
+    linear_units: int = 0
+    reason: str = ""
+
+    def as_dict(self) -> dict:
+        """JSON-friendly summary (everything but the network)."""
+        return {"n_units": self.n_units, "within_limit": self.within_limit, "l2_change": self.l2_change,
+                "budget": self.budget, "folded": self.folded, "merged": self.merged, "flip": self.flip,
+                "linear_units": self.linear_units, "reason": self.reason}
+
+
+def _fold_reason(alpha: float, alpha_max: float, r: float, beta: float, r_max: float) -> str:
+    if r <= 1e-12 * r_max:
+        return f"constant (||w|| = {r:.1e})"
+    if abs(alpha) <= 1e-12 * alpha_max:
+        return f"zero output weight (|a| ||w|| = {abs(alpha):.1e})"
+    p = float(norm_cdf(beta))
+    if p < 1e-9:
+        return f"never active (P(w.x + b > 0) = {p:.1e})"
+    if p > 1.0 - 1e-9:
+        return f"always active, i.e. linear (P(w.x + b < 0) = {float(norm_cdf(-beta)):.1e})"
+    return "negligible nonlinear part"
+
+
+def reduce_network(network: TwoLayerNetwork, n_hidden: int, *, atol: float, line_tol: float = 1e-6,
+                   max_free: int = 16) -> UnitReduction:
+    """Rewrite a one-output ReLU network with at most ``n_hidden`` units, changing its function by at
+    most ``atol`` in ``L2(N(0, I_d))`` (see the module docstring for the four steps and citations).
+
+    Parameters
+    ----------
+    network : TwoLayerNetwork
+        ReLU activation, one output.
+    n_hidden : int
+        ``m``, the number of units asked for.
+    atol : float
+        Budget of the total L2 change (>= 0).
+    line_tol : float, default 1e-6
+        Two units are candidates for a merge when their canonical lines ``(u, beta)`` are within this
+        distance (the merge still has to fit in the budget).
+    max_free : int, default 16
+        Largest null-space dimension ``q`` whose ``2^q`` flip candidates are enumerated.
+
+    Returns
+    -------
+    UnitReduction
+    """
+    if not isinstance(network, TwoLayerNetwork):
+        raise InputError(f"network must be a TwoLayerNetwork, got {type(network).__name__}.")
+    if network.n_outputs != 1 or network.activation.name != "relu":
+        raise InputError("reduce_network needs a ReLU network with one output.")
+    if not (np.isfinite(atol) and atol >= 0):
+        raise InputError(f"atol must be a finite number >= 0, got {atol!r}.")
+    m = int(n_hidden)
+    W = network.hidden_weights.copy()
+    b = network.hidden_bias.copy()
+    a = network.output_weights[0].copy()
+    c = float(network.output_bias[0])
+    d = W.shape[1]
+    v = np.zeros(d)
+    spent = 0.0
+    r = np.linalg.norm(W, axis=1)
+    r_max = float(r.max()) if r.size else 0.0
+    keep = np.ones(a.shape[0], bool)
+
+    # step 1: linearisable units (Lemma D.13), cheapest first
+    with np.errstate(divide="ignore", invalid="ignore"):
+        beta = np.where(r > 0, b / np.where(r > 0, r, 1.0), np.sign(b) * np.inf)
+    beta = np.where(np.isnan(beta), 0.0, beta)
+    cost = np.abs(a) * r * np.where(np.isfinite(beta), nonlinear_part(np.where(np.isfinite(beta), beta, 0.0)), 0.0)
+    folded = []
+    alpha_max = float(np.max(np.abs(a * r))) if a.size else 0.0
+    for i in np.argsort(cost, kind="stable"):
+        if spent + cost[i] > atol:
+            break
+        spent += float(cost[i])
+        p = float(norm_cdf(beta[i])) if np.isfinite(beta[i]) else float(beta[i] > 0)
+        v += a[i] * p * W[i]
+        c += float(a[i] * (b[i] * p + (r[i] * norm_pdf(beta[i]) if np.isfinite(beta[i]) else 0.0)))
+        keep[i] = False
+        folded.append({"index": int(i), "reason": _fold_reason(float(a[i] * r[i]), alpha_max, float(r[i]),
+                                                               float(beta[i]), r_max),
+                       "l2_cost": float(cost[i])})
+
+    # step 2: units on one line
+    merged = []
+    idx = list(np.flatnonzero(keep))
+    changed = True
+    while changed:
+        changed = False
+        for p_, q_ in itertools.combinations(idx, 2):
+            up, uq = W[p_] / r[p_], W[q_] / r[q_]
+            s = 1.0 if up @ uq >= 0 else -1.0
+            delta = float(np.linalg.norm(uq - s * up) + abs(beta[q_] - s * beta[p_]))
+            bound = abs(a[q_]) * r[q_] * delta
+            if delta > line_tol or spent + bound > atol:
+                continue
+            spent += bound
+            alpha_q = a[q_] * r[q_]
+            if s < 0:  # alpha_q relu(-z) = alpha_q relu(z) - alpha_q z, z = u_p x + beta_p
+                v -= alpha_q * up
+                c -= float(alpha_q * beta[p_])
+            a[p_] += alpha_q / r[p_]
+            keep[q_] = False
+            merged.append({"indices": [int(p_), int(q_)], "kind": "parallel" if s > 0 else "antiparallel",
+                           "l2_bound": float(bound)})
+            idx.remove(q_)
+            changed = True
+            break
+    # a merge can leave a unit with (nearly) zero output weight: fold it as in step 1
+    for i in list(idx):
+        ci = abs(a[i]) * r[i] * float(nonlinear_part(beta[i]))
+        if spent + ci <= atol:
+            spent += ci
+            p = float(norm_cdf(beta[i]))
+            v += a[i] * p * W[i]
+            c += float(a[i] * (b[i] * p + r[i] * norm_pdf(beta[i])))
+            keep[i] = False
+            idx.remove(i)
+            folded.append({"index": int(i), "reason": "zero output weight after a merge", "l2_cost": float(ci)})
+
+    # step 3: sign flips explaining the linear part (Theorem 3.4, corrected eq. (2))
+    idx = np.array(idx, dtype=int)
+    flip = _resolve_flips(a[idx], b[idx], W[idx], v, c, atol - spent, max_free)
+    s = np.zeros(idx.size)
+    if flip["flipped_local"] is not None:
+        s[flip["flipped_local"]] = 1.0
+    flip_info = {k: val for k, val in flip.items() if k != "flipped_local"}
+    flip_info["flipped"] = [int(idx[j]) for j in np.flatnonzero(s)]
+    flip_info["alternatives"] = [[int(idx[j]) for j in alt] for alt in flip["alternatives"]]
+    sign = 1.0 - 2.0 * s
+    v_res = v + (a[idx] * s) @ W[idx] if idx.size else v.copy()
+    c_res = c + float((a[idx] * s) @ b[idx]) if idx.size else c
+    W_out, b_out, a_out = W[idx] * sign[:, None], b[idx] * sign, a[idx].copy()
+    res = float(np.linalg.norm(v_res))
+    linear_units = 0
+    if res <= atol - spent:
+        spent += res
+    else:  # step 4: Claim D.14, lambda_0 relu(w_0 x) - lambda_0 relu(-w_0 x) = v_res^T x
+        w0 = v_res / res
+        W_out = np.vstack([W_out, w0, -w0])
+        b_out = np.concatenate([b_out, [0.0, 0.0]])
+        a_out = np.concatenate([a_out, [res, -res]])
+        linear_units = 2
+    if W_out.shape[0] == 0:  # a constant function: one zero unit carries nothing
+        W_out, b_out, a_out = np.zeros((1, d)), np.zeros(1), np.zeros(1)
+    net = TwoLayerNetwork(W_out, b_out, a_out[None, :], np.array([c_res]))
+    n_units = int(W_out.shape[0])
+    reason = ""
+    if n_units > m:
+        if linear_units:
+            reason = (f"{idx.size} units and a linear part of norm {res:.3g} that no sign-flip set explains "
+                      f"(smallest residual {flip_info.get('residual', res):.3g} > budget "
+                      f"{max(atol - spent, 0.0):.3g}); the linear part takes two units (Claim D.14)")
+        else:
+            reason = (f"{idx.size} units remain, none of them linearisable or on a common line within the "
+                      f"L2 budget {atol:.3g}")
+    return UnitReduction(net, n_units, n_units <= m, float(spent), float(atol), folded, merged, flip_info,
+                         linear_units, reason)
+
+
+def _resolve_flips(a: np.ndarray, b: np.ndarray, W: np.ndarray, v: np.ndarray, c: float, budget: float,
+                   max_free: int) -> dict:
+    """Flip sets ``s in {0, 1}^k`` with ``||M s + v|| <= budget``, ``M = [a_i w_i]`` (columns)."""
+    k = a.shape[0]
+    out = {"linear_norm": float(np.linalg.norm(v)), "flipped_local": None, "residual": float(np.linalg.norm(v)),
+           "alternatives": [], "unique": True, "null_dimension": 0, "margin": None}
+    if k == 0:
+        return out
+    # run also when v ~ 0: the empty set explains it, but another flip set F with sum_F a_i w_i = 0
+    # (the ambiguity of Theorem 3.4) would explain it as well
+    M = (a[:, None] * W).T  # (d, k)
+    Q, R, piv = linalg.qr(M, mode="economic", pivoting=True)
+    diag = np.abs(np.diag(R))
+    rank = int(np.sum(diag > max(M.shape) * np.finfo(float).eps * (diag[0] if diag.size else 0.0)))
+    q = k - rank
+    out["null_dimension"] = q
+    basic, free = piv[:rank], piv[rank:]
+    if q == 0:
+        s_real = linalg.lstsq(M, -v)[0]
+        s = np.clip(np.rint(s_real), 0.0, 1.0)
+        out["margin"] = float(np.min(np.abs(s_real - 0.5)))
+        cands = [s]
+        # the next-best flip set: the least decided coordinate rounded the other way
+        j = int(np.argmin(np.abs(s_real - 0.5)))
+        s2 = s.copy()
+        s2[j] = 1.0 - s2[j]
+        cands.append(s2)
+    elif q <= max_free:
+        # s_B = -R_BB^{-1} Q^T (v + M_F s_F) for every s_F in {0, 1}^q, rounded
+        SF = np.array(list(itertools.product((0.0, 1.0), repeat=q)))
+        rhs = -(Q.T @ v)[:rank, None] - Q.T[:rank] @ M[:, free] @ SF.T
+        SB = linalg.solve_triangular(R[:rank, :rank], rhs)
+        cands = []
+        for col in range(SF.shape[0]):
+            s = np.zeros(k)
+            s[free] = SF[col]
+            s[basic] = np.clip(np.rint(SB[:, col]), 0.0, 1.0)
+            cands.append(s)
+    else:
+        # too many free coordinates to enumerate: the rounded minimum-norm solution only
+        s_real = linalg.lstsq(M, -v)[0]
+        cands = [np.clip(np.rint(s_real), 0.0, 1.0)]
+        out["unique"] = None
+    C = np.array(cands)
+    res = np.linalg.norm(C @ M.T + v, axis=1)
+    ok = np.flatnonzero(res <= budget)
+    if ok.size == 0:
+        best = int(np.argmin(res))
+        out["residual"] = float(res[best])
+        return out
+    # unique flip sets within the budget; the smallest output bias first (no output bias in the paper's
+    # model: the second equation of Theorem 3.4)
+    sets = {tuple(np.flatnonzero(C[i]).tolist()): i for i in ok}
+    bias = {key: abs(c + float(a[list(key)] @ b[list(key)])) if key else abs(c) for key in sets}
+    order = sorted(sets, key=lambda key: (bias[key], res[sets[key]]))
+    best = order[0]
+    out["flipped_local"] = list(best)
+    out["residual"] = float(res[sets[best]])
+    out["alternatives"] = [list(key) for key in order[1:]]
+    if out["unique"] is not None:
+        out["unique"] = len(order) == 1
+    return out

@@ -1,0 +1,151 @@
+"""HermiteTensorLearner returns ``n_hidden`` units whenever the network is identifiable
+(Awasthi, Tang, Vijayaraghavan 2021, Theorem 3.4 with the corrected eq. (2)); otherwise it says why.
+
+The rewrite (:func:`nnrecover.learners.awasthi2021.reduce_network`) folds linearisable units (Lemma D.13),
+merges units on one line and resolves sign flips against the linear part: ``relu(z) = z + relu(-z)``.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import nnrecover as nr
+from nnrecover.errors import AssumptionWarning, InputError
+from nnrecover.learners.awasthi2021 import HermiteTensorLearner, nonlinear_part, reduce_network
+from nnrecover.metrics import parameter_error, relu_l2_distance, relu_second_moment
+
+
+def _flipped_with_linear_part(teacher, flip):
+    """``teacher`` written with the units in ``flip`` as ``(-w, -b)`` and the Claim D.14 pair carrying the
+    linear part ``sum_F a_i (w_i^T x + b_i)`` (the same function, ``k + 2`` units)."""
+    W, b, a = teacher.hidden_weights.copy(), teacher.hidden_bias.copy(), teacher.output_weights[0].copy()
+    F = np.asarray(flip)
+    v = a[F] @ W[F]
+    c = float(a[F] @ b[F]) + float(teacher.output_bias[0])
+    W[F], b[F] = -W[F], -b[F]
+    lam = np.linalg.norm(v)
+    W2 = np.vstack([W, v / lam, -v / lam])
+    return nr.TwoLayerNetwork(W2, np.concatenate([b, [0.0, 0.0]]), np.concatenate([a, [lam, -lam]])[None, :],
+                              np.array([c]))
+
+
+def test_nonlinear_part_matches_quadrature():
+    # nl(beta)^2 = E relu(z)^2 - (E relu z)^2 - (E relu(z) (z - beta))^2, z ~ N(beta, 1), by adaptive
+    # quadrature of the smooth piece z > 0 (quad's absolute error ~1e-12)
+    from scipy import integrate, stats
+
+    for beta in (-3.0, -1.0, 0.0, 0.5, 2.0):
+        pdf = stats.norm(beta, 1.0).pdf
+        m1 = integrate.quad(lambda z: z * pdf(z), 0, np.inf, epsabs=1e-13)[0]
+        m2 = integrate.quad(lambda z: z * z * pdf(z), 0, np.inf, epsabs=1e-13)[0]
+        slope = integrate.quad(lambda z: z * (z - beta) * pdf(z), 0, np.inf, epsabs=1e-13)[0]
+        assert nonlinear_part(beta) == pytest.approx(np.sqrt(m2 - m1 ** 2 - slope ** 2), abs=1e-10)
+    # even in beta, positive, and decaying like sqrt(2 phi / |beta|^3) without cancellation
+    assert nonlinear_part(-7.0) == pytest.approx(nonlinear_part(7.0), rel=1e-12)
+    phi = np.exp(-30 ** 2 / 2) / np.sqrt(2 * np.pi)
+    assert nonlinear_part(-30.0) == pytest.approx(np.sqrt(2 * phi / 30.0 ** 3), rel=1e-2)
+
+
+def test_reduce_network_resolves_flips_and_folds_degenerate_units():
+    teacher = nr.random_network(6, 4, rng=3, bias_range=(-1, 1))
+    big = _flipped_with_linear_part(teacher, [0, 2])
+    W, b, a = big.hidden_weights, big.hidden_bias, big.output_weights[0]
+    # add a constant unit (w = 0), a never-active unit and a unit with zero output weight
+    W = np.vstack([W, np.zeros(6), np.full(6, 0.1), np.ones(6)])
+    b = np.concatenate([b, [0.7, -40.0, 0.3]])
+    a = np.concatenate([a, [1.3, 2.0, 0.0]])
+    net = nr.TwoLayerNetwork(W, b, a[None, :], big.output_bias + 0.0)
+    assert relu_l2_distance(net, big) < 1.0  # the constant unit shifts the function by 1.3 * 0.7
+    red = reduce_network(net, 4, atol=1e-10)
+    assert red.n_units == 4 and red.within_limit
+    assert sorted(red.flip["flipped"]) == [0, 2] and red.flip["unique"]
+    reasons = " ".join(f["reason"] for f in red.folded)
+    assert "constant" in reasons and "never active" in reasons and "zero output weight" in reasons
+    # the same function (round-off of the exact L2 formula: ~1e-8 relative, see relu_l2_distance) and
+    # the teacher's parameters to round-off (no flip allowed in the comparison)
+    scale = np.sqrt(relu_second_moment(net))
+    assert relu_l2_distance(red.network, net) <= 1e-7 * scale
+    assert red.l2_change <= 1e-10
+    X = np.random.default_rng(0).standard_normal((2000, 6))
+    assert np.max(np.abs(red.network.predict(X) - net.predict(X))) < 1e-12
+    shifted = nr.TwoLayerNetwork(teacher.hidden_weights, teacher.hidden_bias, teacher.output_weights,
+                                 teacher.output_bias + 1.3 * 0.7)
+    assert parameter_error(red.network, shifted)["max_unit_error"] < 1e-12
+    assert abs(red.network.output_bias[0] - shifted.output_bias[0]) < 1e-12
+
+
+def test_reduce_network_keeps_extra_units_and_says_why():
+    teacher = nr.random_network(6, 4, rng=4, bias_range=(-1, 1))
+    red = reduce_network(teacher, 3, atol=1e-10)
+    assert red.n_units == 4 and not red.within_limit and "4 units remain" in red.reason
+    # a linear part that no flip set explains stays as the Claim D.14 pair
+    lin = nr.TwoLayerNetwork(np.vstack([teacher.hidden_weights, np.eye(6)[:1], -np.eye(6)[:1]]),
+                             np.concatenate([teacher.hidden_bias, [0.0, 0.0]]),
+                             np.concatenate([teacher.output_weights[0], [0.123, -0.123]])[None, :])
+    red = reduce_network(lin, 4, atol=1e-10)
+    assert red.n_units == 6 and red.linear_units == 2 and "no sign-flip set explains" in red.reason
+    assert red.flip["residual"] > 1e-3
+    with pytest.raises(InputError, match="atol"):
+        reduce_network(teacher, 4, atol=-1.0)
+
+
+def test_population_overcomplete_returns_n_hidden_units():
+    # d = 5, m = 8 (order 2): the regression output has 10 units; M = [a_i w_i] has a 3-dimensional null
+    # space, and exactly one of the 2^3 candidate flip sets explains the linear part, so the 8-unit
+    # network is identifiable and is the teacher (Theorem 3.4: no subset F with sum_F a_i w_i = 0)
+    for seed in (0, 1):
+        teacher = nr.random_network(5, 8, rng=seed, bias_range=(-1, 1))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", AssumptionWarning)
+            learner = HermiteTensorLearner(8, random_state=seed).fit_population(teacher)
+        assert learner.network_.n_hidden == 8
+        assert learner.provable_network_.n_hidden == 10
+        assert learner.diagnostics_["unit_reduction"]["flip"]["unique"] is True
+        assert parameter_error(learner.network_, teacher)["max_unit_error"] < 1e-9
+
+
+def test_population_genuine_flip_ambiguity_is_reported():
+    # Theorem 3.4 / Claim 4.8: with a = lambda, sum_i lambda_i w_i = 0, flipping all four units changes the
+    # function by the constant sum_i a_i b_i only; both 4-unit networks are reported, the one without
+    # output bias (the paper's model) is returned
+    rng = np.random.default_rng(5)
+    W = rng.standard_normal((4, 3))
+    W /= np.linalg.norm(W, axis=1, keepdims=True)
+    lam = np.linalg.svd(W.T)[2][-1]
+    lam /= np.abs(lam).max()
+    teacher = nr.TwoLayerNetwork(W, rng.uniform(-1, 1, 4), lam[None, :])
+    assert np.abs(lam).min() > 0.2
+    with pytest.warns(AssumptionWarning, match="sign-flip sets"):
+        learner = HermiteTensorLearner(4, random_state=0).fit_population(teacher)
+    sets = learner.diagnostics_["sign_flip_sets"]
+    assert len(sets) == 2 and set(sets[0]) ^ set(sets[1]) == {0, 1, 2, 3}
+    assert learner.network_.n_hidden == 4
+    assert parameter_error(learner.network_, teacher)["max_unit_error"] < 1e-9
+
+
+def test_population_parallel_units_warns():
+    # two parallel w_i violate Theorem 3.4's assumption: the decomposition finds 2 directions, the linear
+    # part is not a flip set's, and the learner says it returns more than n_hidden units
+    base = nr.random_network(6, 3, rng=2, bias_range=(-1, 1))
+    W = base.hidden_weights.copy()
+    W[1] = W[0]
+    teacher = nr.TwoLayerNetwork(W, np.array([0.8, -0.6, 0.2]), base.output_weights)
+    with pytest.warns(AssumptionWarning, match="hidden units for n_hidden = 3"):
+        learner = HermiteTensorLearner(3, random_state=0).fit_population(teacher)
+    assert learner.network_.n_hidden > 3
+    assert "no sign-flip set explains" in learner.diagnostics_["unit_reduction"]["reason"]
+
+
+@pytest.mark.parametrize("d, k, seed", [(10, 5, 0), (20, 10, 0)])
+def test_samples_noiseless_exact_units(d, k, seed):
+    # seeds where the paper's output has k + 2 units (a linear part for sign-unreliable units); the refined
+    # network is exact on noiseless data (round-off ~1e-15), so the rewrite may only change the function
+    # by round-off (budget 3 sqrt(mse P / n) ~ 1e-14) and must give the teacher's k units
+    teacher = nr.random_network(d, k, rng=seed, bias_range=(-1, 1))
+    rng = np.random.default_rng(1000 + seed)
+    X = rng.standard_normal((100_000, d))
+    learner = HermiteTensorLearner(k, random_state=seed).fit(X, teacher.predict(X))
+    assert learner.provable_network_.n_hidden == k + 2
+    assert learner.network_.n_hidden == k
+    assert parameter_error(learner.network_, teacher)["max_unit_error"] < 1e-8
