@@ -230,6 +230,14 @@ def test_jennrich_flags_complex_eigenvalues():
     assert res.diagnostics["holdout_residual"] > 1e-3
     with pytest.raises(AssumptionError, match="complex eigenvalues"):
         jennrich(T, 2, rng=0, strict=True)
+    # warn=False (a caller that certifies its own output): the finding is recorded, not warned
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CertificateWarning)
+        quiet = jennrich(T, 2, rng=0, warn=False)
+    assert quiet.diagnostics["complex_eigenvalues"] is True
+    assert quiet.diagnostics["holdout_residual"] == res.diagnostics["holdout_residual"]
+    with pytest.raises(InputError, match="warn must be True or False"):
+        jennrich(T, 2, warn="no")
 
 
 def test_jennrich_detects_rank_above_true_rank():

@@ -29,7 +29,12 @@ also absorbs any misfit (conservative). Finally ``||dw|| + ||da|| <= sqrt(2) ||(
 with ``(dw^_i, da^_i)`` the unit's block of ``delta^``. The factor 2 on the step covers the neglected
 second-order terms: the Gauss-Newton step estimates the error up to a relative term of the order of the
 error itself, so the factor is ample in the first-order regime ``bound <= 0.5`` (beyond it the bound is
-reported but never passes). On noiseless data at the exact answer both terms are round-off; the noise term shrinks as ``n^{-1/2}``.
+reported but never passes). The noise term assumes that the residual left after the step is label noise, independent of ``x``. A
+network at a spurious least-squares fit (step ~ 0, large residual) would pass it off as noise, so the
+residual is tested (:func:`_lack_of_fit`: its second-order Hermite projection, chi-square at level
+``delta``) and no bound is claimed when the test rejects and the residual energy left after the step
+exceeds the step's own first-order change ``||J delta^||^2`` (a smaller structured remainder is the
+second-order term of the step, as on noiseless data near the answer). On noiseless data at the exact answer both terms are round-off; the noise term shrinks as ``n^{-1/2}``.
 The bound is first order: it is not claimed (reported as infinite) when ``J`` is rank deficient on the
 rows (a dead unit, ``n p <= P``).
 """
@@ -58,6 +63,8 @@ _EPS = np.finfo(float).eps
 SECOND_ORDER_FACTOR = 2.0
 #: above this the first-order analysis is not trusted and the certificate does not pass at any tolerance
 LINEAR_REGIME = 0.5
+#: a residual below this fraction of ||Y - mean Y|| is round-off: the lack-of-fit test is not run on it
+ROUNDOFF_RESIDUAL = 1e-9
 
 
 def _tangent_bases(W: np.ndarray) -> list[np.ndarray]:
@@ -88,8 +95,9 @@ def unit_error_bound(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *,
     Returns
     -------
     dict
-        ``bound`` (max over units; ``inf`` when not available or when the first-order value
-        ``first_order`` exceeds ``LINEAR_REGIME``), ``per_unit`` (k,, first order), ``step`` (the
+        ``bound`` (max over units; ``inf`` when not available, when the first-order value
+        ``first_order`` exceeds ``LINEAR_REGIME``, or when the lack-of-fit test rejects at level
+        ``failure_probability``: ``lack_of_fit``, ``lack_of_fit_p_value``), ``per_unit`` (k,, first order), ``step`` (the
         Gauss-Newton part per unit), ``noise`` (the noise part per unit), ``sigma`` (estimated label
         noise RMS), ``relative_residual`` (``||R||_F / ||Y - mean Y||_F``), ``n_rows``, ``n_params``,
         ``jacobian_condition``.
@@ -169,6 +177,60 @@ def unit_error_bound(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *,
     first = float(per_unit.max())
     out.update(bound=first if first <= LINEAR_REGIME else math.inf, first_order=first, per_unit=per_unit,
                step=step_u, noise=noise_u, sigma=float(math.sqrt(sigma2)))
+    # the noise term is only valid if what is left of R after the step is label noise: test it
+    if sigma2 > (ROUNDOFF_RESIDUAL * ydev) ** 2 / (n * p):
+        dW = dtheta[:k * d].reshape(k, d)
+        dA = dtheta[k * d:].reshape(k, p).T
+        p_value = _lack_of_fit(net, X, R, dW, dA, sigma2, chunk)
+        out["lack_of_fit_p_value"] = p_value
+        # a structured residual smaller than the step's own first-order change ||J delta^||^2 = delta^T g is
+        # the step's second-order remainder (noiseless data near the answer); a larger one is not explained
+        # by the linearisation around this estimate
+        if p_value < delta and rss > float(step @ g):
+            out["bound"] = math.inf
+            out["lack_of_fit"] = True
+    return out
+
+
+def _lack_of_fit(net: TwoLayerNetwork, X: np.ndarray, R: np.ndarray, dW: np.ndarray, dA: np.ndarray,
+                 sigma2: float, chunk: int) -> float:
+    """p-value of "the residual after the Gauss-Newton step is independent of x" (label noise only).
+
+    Statistic: ``M_o = mean(r_o (x x^T - I))`` per output ``o``; if ``r`` is noise independent of ``x``
+    each entry ``(i <= j)`` has mean 0 and variance ``sigma^2 V_ij / n``, ``V_ij = mean((x_i x_j - d_ij)^2)``,
+    so ``S = n / sigma^2 sum_o sum_{i<=j} M_o[i, j]^2 / V_ij`` is about chi-square with ``p d (d + 1) / 2``
+    degrees of freedom (exactly uncorrelated entries for independent coordinates). A network at a
+    spurious fit (or outside the model) leaves a residual that is a function of ``x``; the second-order
+    Hermite projection of a difference of ReLU networks is generically non-zero.
+    """
+    from scipy.stats import chi2
+
+    act = net.activation
+    W, A = net.hidden_weights, net.output_weights
+    n, d = X.shape
+    p = R.shape[1]
+    M = np.zeros((p, d, d))
+    V = np.zeros((d, d))
+    tot = np.zeros(p)
+    for s in range(0, n, chunk):
+        Xc = X[s:s + chunk]
+        T = Xc @ W.T
+        Rc = R[s:s + chunk] - act(T) @ dA.T - (act.derivative(T) * (Xc @ dW.T)) @ A.T
+        for o in range(p):
+            M[o] += (Xc * Rc[:, o:o + 1]).T @ Xc
+        tot += Rc.sum(axis=0)
+        X2 = Xc * Xc
+        V += X2.T @ X2
+    M = (M - tot[:, None, None] * np.eye(d)) / n
+    V /= n
+    diag = np.diag(V).copy()
+    # E[(x_i^2 - 1)^2] = E[x_i^4] - 2 E[x_i^2] + 1
+    second = np.einsum("ij,ij->j", X, X) / n
+    V[np.diag_indices(d)] = diag - 2.0 * second + 1.0
+    iu = np.triu_indices(d)
+    Vu = np.maximum(V[iu], np.finfo(float).tiny)
+    S = n / sigma2 * float(np.sum(M[:, iu[0], iu[1]] ** 2 / Vu))
+    return float(chi2.sf(S, p * iu[0].size))
     return out
 
 
@@ -220,6 +282,10 @@ def certify_max_unit_error(learner: Any, network: TwoLayerNetwork, rows, diagnos
             detail += ("; the label-noise part dominates and shrinks as 1/sqrt(n): pass more samples, or raise "
                        "certificate_tol if this accuracy is enough" if info["noise"].max() * math.sqrt(2.0) > 0.5 * bound
                        else "; the estimate is off the least-squares fit of the data: more samples or refine=True")
+    elif info.get("lack_of_fit"):
+        detail = (f"no bound: the residual depends on x (lack-of-fit p-value {info['lack_of_fit_p_value']:.3g}), so "
+                  "it is not label noise: a spurious fit, or data outside the model (input law, activation); "
+                  "more samples, refine=True, or another learner")
     elif np.isfinite(info["first_order"]):
         detail = (f"no bound: the first-order estimate {info['first_order']:.3g} of the max unit error is beyond "
                   f"the linear regime ({LINEAR_REGIME:g}); the estimate is far from the network that generated "
@@ -230,5 +296,6 @@ def certify_max_unit_error(learner: Any, network: TwoLayerNetwork, rows, diagnos
     learner._certify("max_unit_error", passed, detail, diagnostics)
     diagnostics["certificates"]["max_unit_error"].update(
         meaning=MEANING, bound=float(bound), tolerance=float(tol), stage=stage,
-        first_order=info["first_order"], sigma=info["sigma"], per_unit_first_order=info["per_unit"].tolist())
+        first_order=info["first_order"], lack_of_fit_p_value=info.get("lack_of_fit_p_value", math.nan),
+        sigma=info["sigma"], per_unit_first_order=info["per_unit"].tolist())
     return passed

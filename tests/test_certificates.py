@@ -1,0 +1,148 @@
+"""Certificates with a stated meaning: the max-unit-error bound, its use by the learners, the experiment."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import nnrecover as nr
+from nnrecover.errors import AssumptionWarning, CertificateWarning, InputError
+from nnrecover.learners import ExactReLULearner, NoisyReLULearner, PureNeuronLearner
+from nnrecover.learners._bakshi2019.certificate import _lack_of_fit, unit_error_bound
+
+GAUSS = nr.distributions.StandardGaussian
+
+
+def _err(net, truth):
+    return nr.metrics.parameter_error(net, truth)["max_unit_error"]
+
+
+def _perturbed(truth, eps, seed):
+    g = np.random.default_rng(seed)
+    return nr.TwoLayerNetwork(truth.hidden_weights + eps * g.standard_normal(truth.hidden_weights.shape), None,
+                              truth.output_weights + eps * g.standard_normal(truth.output_weights.shape))
+
+
+@pytest.fixture(scope="module")
+def teacher():
+    return nr.random_network(12, 5, 5, rng=0).canonical()
+
+
+def test_bound_is_round_off_at_the_teacher(teacher):
+    """Noiseless rows, estimate = teacher: R is round-off, so both the Gauss-Newton step and the noise
+    term are round-off (kappa(J) eps relative)."""
+    X, Y = nr.sample(teacher, GAUSS(12), 5000, rng=1)
+    info = unit_error_bound(teacher, X, Y)
+    assert info["bound"] < 1e-12
+    assert info["n_params"] == 5 * 11 + 5 * 5
+
+
+@pytest.mark.parametrize("eps", [1e-6, 1e-3])
+def test_bound_brackets_the_error_of_a_perturbed_estimate(teacher, eps):
+    """Noiseless rows: the step term is the metric of the first-order error, equal to the true error
+    up to a relative O(error) term; the bound doubles it, so error <= bound <= 2 (1 + O(error)) error."""
+    X, Y = nr.sample(teacher, GAUSS(12), 5000, rng=2)
+    est = _perturbed(teacher, eps, 3)
+    err, info = _err(est, teacher), unit_error_bound(est, X, Y)
+    assert err <= info["bound"] <= 2.0 * (1.0 + 10 * err) * err
+
+
+def test_bound_with_label_noise(teacher):
+    """sigma = 0.1: the noise term of the least-squares fit is ~ sigma sqrt(P_i / n) / s_min per unit;
+    the bound holds at the teacher itself and shrinks as n^{-1/2} (n x 4: about half)."""
+    b = []
+    for n in (5000, 20000):
+        X, Y = nr.sample(teacher, GAUSS(12), n, noise=0.1, rng=4)
+        info = unit_error_bound(teacher, X, Y)
+        assert abs(info["sigma"] - 0.1) < 0.01
+        b.append(info["bound"])
+    assert 0.0 < b[1] < b[0] < 0.5
+    assert 0.35 < b[1] / b[0] < 0.7
+
+
+def test_lack_of_fit_separates_noise_from_a_structured_residual():
+    """Residual = noise independent of x: chi-square statistic, p-value far from 0; residual = noise plus
+    a ReLU of x (a missing unit): its He_2 projection is c_2 u u^T != 0 and the p-value is ~ 0."""
+    g = np.random.default_rng(5)
+    net = nr.random_network(6, 2, 2, rng=6).canonical()
+    X = g.standard_normal((20000, 6))
+    zero_w, zero_a = np.zeros((2, 6)), np.zeros((2, 2))
+    noise = 0.1 * g.standard_normal((20000, 2))
+    assert _lack_of_fit(net, X, noise, zero_w, zero_a, 0.01, 4096) > 1e-3
+    u = g.standard_normal(6)
+    structured = noise + 0.05 * np.maximum(X @ (u / np.linalg.norm(u)), 0.0)[:, None]
+    assert _lack_of_fit(net, X, structured, zero_w, zero_a, 0.01, 4096) < 1e-6
+
+
+def test_pure_neuron_refined_estimate_certified_despite_a_poor_gap():
+    """Issue case d = 20, k = 10, 10 outputs: the provable stage's null-space gap is below 5 (recorded
+    as a stage check, no warning) but the refined network is right to ~1e-7: the final certificate passes
+    with a bound above the true error. Without refinement the estimate is off and the certificate fails."""
+    truth = nr.random_network(20, 10, 10, rng=0).canonical()
+    X, Y = nr.sample(truth, GAUSS(20), 20000, rng=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CertificateWarning)
+        learner = PureNeuronLearner(10, random_state=0).fit(X, Y)
+    stage = learner.diagnostics_["stage_checks"]["null_gap_ratio"]
+    cert = learner.diagnostics_["certificates"]["max_unit_error"]
+    assert stage["passed"] is False and "before refinement" in stage["stage"]
+    assert cert["passed"] is True and "parameter_error" in cert["meaning"]
+    assert _err(learner.network_, truth) <= cert["bound"] <= 1e-5
+    with pytest.warns(CertificateWarning, match="max_unit_error"):
+        raw = PureNeuronLearner(10, refine=False, random_state=0).fit(X, Y)
+    assert _err(raw.network_, truth) > raw.certificate_tol
+
+
+def test_exact_relu_complex_initialisation_is_not_a_warning():
+    """Issue case d = 50, k = 20: the Jennrich pencil that starts the joint diagonalisation has complex
+    eigenvalues in every draw (recorded), yet the answer is certified exact; nothing is warned."""
+    truth = nr.random_network(50, 20, 20, rng=4).canonical()
+    X, Y = nr.sample(truth, GAUSS(50), 100_000, rng=14)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CertificateWarning)
+        learner = ExactReLULearner(20, random_state=0).fit(X, Y)
+    dec = learner.diagnostics_["exact"]["approximate"]["decomposition"]
+    assert dec["jennrich_complex_eigenvalues"] is True and dec["initialisation_notes"]
+    assert learner.diagnostics_["certified"] and learner.diagnostics_["certificates"]["max_unit_error"]["passed"]
+    assert _err(learner.network_, truth) < 1e-10
+
+
+def test_noisy_learner_warns_on_student_t_inputs():
+    """Student-t(1.5) inputs have no variance: the tensor step measures the covariance deviation and
+    warns (AssumptionWarning naming the statistic), as the other Gaussian learners do."""
+    truth = nr.random_network(10, 3, 4, rng=0).canonical()
+    X = np.random.default_rng(1).standard_t(1.5, size=(20000, 10))
+    with pytest.warns(AssumptionWarning, match=r"covariance deviation [0-9.e+]+ \(tolerance"):
+        learner = NoisyReLULearner(3, random_state=0).fit(X, truth.predict(X))
+    dev = learner.diagnostics_["noisy"]["approximate"]["input_deviation"]
+    assert not dev["plausible"] and dev["covariance"] > 10 * dev["covariance_tolerance"]
+
+
+def test_certificate_options_are_validated(teacher):
+    X, Y = nr.sample(teacher, GAUSS(12), 2000, rng=1)
+    for cls in (PureNeuronLearner, ExactReLULearner, NoisyReLULearner):
+        with pytest.raises(InputError, match="certificate_tol"):
+            cls(5, certificate_tol=0.0).fit(X, Y)
+        with pytest.raises(InputError, match="certificate_rows"):
+            cls(5, certificate_rows=0).fit(X, Y)
+
+
+def test_certificates_experiment_quick():
+    """The quick grid: no certificate passes an estimate whose error exceeds the stated tolerance, and
+    every row records verdict, tolerance, bound and error; the table has one line per learner."""
+    from nnrecover.experiments.certificates import certificate_table, certificates_experiment
+
+    df, fig = certificates_experiment(rng=0, quick=True, learners=["pure-neuron", "exact-relu", "bjw19-noisy"])
+    fitted = df[df["status"] == "fitted"]
+    assert len(df) == 12 and len(fitted) >= 9
+    assert not fitted["false_pass"].any()
+    assert fitted["stated_tolerance"].all()
+    assert (fitted["error"] <= fitted["bound"].where(np.isfinite(fitted["bound"]), math.inf)).all()
+    table = certificate_table(df)
+    assert table.count("\n") == 2 + 3 - 1 and "exact-relu" in table
+    assert fig.axes
+    with pytest.raises(InputError, match="learners"):
+        certificates_experiment(quick=True, learners=["nope"])
