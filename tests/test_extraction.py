@@ -1,0 +1,218 @@
+"""Tests of black-box extraction by critical points (nnrecover.extraction)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import nnrecover as nr
+from nnrecover.errors import CertificateWarning, InputError, QueryBudgetError
+from nnrecover.extraction import ExtractionResult, extract
+from nnrecover.extraction.critical_points import resolve_signs, search_line
+from nnrecover.extraction.queries import QueryOracle
+
+
+def _angles(est: nr.TwoLayerNetwork, truth: nr.TwoLayerNetwork) -> np.ndarray:
+    """For every true row, the angle to the closest recovered row (sign counts), computed as
+    2 arcsin(|w - w'| / 2) so that it is accurate near 0 (arccos of a cosine is not)."""
+    E, T = est.canonical().hidden_weights, truth.canonical().hidden_weights
+    dist = np.linalg.norm(E[:, None, :] - T[None, :, :], axis=2)
+    return 2 * np.arcsin(np.minimum(dist.min(axis=0), 2.0) / 2)
+
+
+def _rel_error(est, truth, d, rng=123, n=4000):
+    X = np.random.default_rng(rng).standard_normal((n, d))
+    y, g = truth.predict(X), est.predict(X)
+    return float(np.linalg.norm(g - y) / np.linalg.norm(y))
+
+
+class CountingModel:
+    """A black box that counts the rows it is asked for, independently of the library."""
+
+    def __init__(self, net, dtype=np.float64):
+        self.net, self.rows, self.dtype = net, 0, dtype
+        self.arrays = [np.asarray(a, dtype) for a in (net.hidden_weights, net.hidden_bias,
+                                                       net.output_weights, net.output_bias)]
+
+    def __call__(self, X):
+        self.rows += X.shape[0]
+        W, b, A, c = self.arrays
+        X = np.asarray(X, self.dtype)
+        Y = np.maximum(X @ W.T + b, 0) @ A.T + c
+        return Y[:, 0] if Y.shape[1] == 1 else Y
+
+
+# ------------------------------------------------------------------------------------ exactness
+def test_exact_wide_scalar_network_with_biases():
+    # k > d: the signs need the 0/1 solve; float64 black box, so every row and the function are
+    # recovered to round-off (angles ~1e-14 measured; 1e-8 asks for 6 orders of margin)
+    d, k = 5, 12
+    net = nr.random_network(d, k, rng=3, bias_range=(-1, 1))
+    model = CountingModel(net)
+    res = extract(model, d, rng=0)
+    assert isinstance(res, ExtractionResult)
+    assert res.network_.n_hidden == k
+    assert _angles(res.network_, net).max() < 1e-8
+    assert _rel_error(res.network_, net, d) < 1e-9
+    assert res.n_queries_ == model.rows == res.diagnostics_["queries"]
+    assert res.diagnostics_["certificate"]["passed"]
+    assert res.diagnostics_["certificate"]["relative_error"] < 1e-9
+    assert res.diagnostics_["width"]["n_hidden"] == k
+    # canonical form: unit rows
+    assert np.allclose(np.linalg.norm(res.network_.hidden_weights, axis=1), 1.0, atol=1e-14)
+
+
+def test_exact_vector_outputs_and_given_width():
+    d, k, p = 4, 6, 3
+    net = nr.random_network(d, k, p, rng=5, bias_range=(-1, 1), output_bias_range=(-1, 1))
+    res = extract(net.predict, d, n_hidden=k, rng=1)
+    assert res.network_.n_outputs == p and res.network_.n_hidden == k
+    assert _angles(res.network_, net).max() < 1e-8
+    assert _rel_error(res.network_, net, d) < 1e-9
+    err = nr.metrics.parameter_error(res.network_, net)["max_unit_error"]
+    assert err < 1e-8
+
+
+def test_rarely_active_unit_is_found():
+    # unit 0 has bias -3.5 with a unit row: active on P(N(0,1) > 3.5) = 2.3e-4 of Gaussian inputs,
+    # so a fit on Gaussian samples would hardly see it; the long lines cross its hyperplane
+    d, k = 4, 5
+    net = nr.random_network(d, k, rng=7, bias_range=(-0.5, 0.5)).canonical()
+    b = net.hidden_bias.copy()
+    b[0] = -3.5
+    net = nr.TwoLayerNetwork(net.hidden_weights, b, net.output_weights, net.output_bias)
+    res = extract(net.predict, d, rng=2)
+    assert res.network_.n_hidden == k
+    assert _angles(res.network_, net).max() < 1e-8
+    X = 4.0 * np.random.default_rng(0).standard_normal((4000, d))   # a region where unit 0 is active
+    assert np.max(np.abs(res.predict(X) - net.predict(X))) < 1e-9 * np.max(np.abs(net.predict(X)))
+
+
+def test_unit_without_output_weight_is_reported_unidentifiable():
+    d, k = 4, 5
+    net = nr.random_network(d, k, rng=11, bias_range=(-1, 1))
+    A = net.output_weights.copy()
+    A[0, 2] = 0.0                      # unit 2 leaves no kink: nothing can reveal it
+    net = nr.TwoLayerNetwork(net.hidden_weights, net.hidden_bias, A, net.output_bias)
+    res = extract(net.predict, d, rng=0)
+    assert res.network_.n_hidden == k - 1
+    assert _rel_error(res.network_, net, d) < 1e-9
+    with pytest.warns(CertificateWarning, match="unidentifiable"):
+        res2 = extract(net.predict, d, n_hidden=k, rng=0)
+    assert res2.diagnostics_["unidentifiable_units"] == 1
+
+
+def test_float32_black_box_precision_and_no_false_units():
+    # a float32 model rounds every input and output to 2^-24 = 6e-8 relative; the measured noise must
+    # say so, and the recovered network then matches the float32 box only to that round-off (times
+    # the growth through d + k sums: the certificate's relative error is ~1e-6, measured 6e-7)
+    d, k = 6, 5
+    net = nr.random_network(d, k, rng=13, bias_range=(-1, 1))
+    model = CountingModel(net, np.float32)
+    res = extract(model, d, rng=0)
+    noise = res.diagnostics_["noise"]["relative_noise"]
+    assert 1e-9 < noise < 1e-6
+    assert res.network_.n_hidden == k                          # no false units
+    cert = res.diagnostics_["certificate"]
+    assert cert["passed"] and 1e-8 < cert["relative_error"] < 1e-5
+    assert _angles(res.network_, net).max() < 1e-4
+    assert _rel_error(res.network_, net, d) < 1e-5
+
+
+def test_same_seed_same_result():
+    d, k = 4, 6
+    net = nr.random_network(d, k, rng=17, bias_range=(-1, 1))
+    a = extract(net.predict, d, rng=4)
+    b = extract(net.predict, d, rng=4)
+    assert a.network_ == b.network_ and a.n_queries_ == b.n_queries_
+
+
+# ----------------------------------------------------------------------------------------- budget
+def test_budget_is_honoured_exactly_and_partial_result_is_returned():
+    d, k = 4, 6
+    net = nr.random_network(d, k, rng=19, bias_range=(-1, 1))
+    full = extract(net.predict, d, rng=9)
+    n = full.n_queries_
+    # the same run fits in exactly its own number of queries
+    exact = extract(net.predict, d, rng=9, max_queries=n)
+    assert exact.n_queries_ == n and exact.network_ == full.network_
+    for budget in (n - 1, n // 2, 300):
+        model = CountingModel(net)
+        with pytest.raises(QueryBudgetError, match="query budget exhausted") as info:
+            extract(model, d, rng=9, max_queries=budget)
+        exc = info.value
+        assert model.rows <= budget and exc.n_queries == model.rows
+        part = exc.partial
+        assert isinstance(part, ExtractionResult) and part.diagnostics_["complete"] is False
+        assert part.n_queries_ == model.rows
+        assert "Recovered so far" in str(exc)
+    # 300 rows end during the search of the first line: nothing recovered yet
+    assert part.network_ is None and part.diagnostics_["n_hidden"] == 0
+    # a budget that ends after the search still carries the units found, on the true hyperplanes
+    model = CountingModel(net)
+    with pytest.raises(QueryBudgetError) as info:
+        extract(model, d, rng=9, max_queries=n - 1)
+    W = info.value.partial.network_.hidden_weights
+    T = net.canonical().hidden_weights
+    assert info.value.partial.network_.n_hidden == k
+    dist = np.minimum(np.linalg.norm(W[:, None] - T[None], axis=2), np.linalg.norm(W[:, None] + T[None], axis=2))
+    assert dist.min(axis=1).max() < 1e-8
+
+
+# ------------------------------------------------------------------------------------ components
+def test_search_line_finds_every_kink_exactly():
+    d, k = 5, 8
+    net = nr.random_network(d, k, rng=23, bias_range=(-1, 1)).canonical()
+    oracle = QueryOracle(net.predict, d)
+    rng = np.random.default_rng(0)
+    noise, evidence = oracle.calibrate(rng, 1.0)
+    assert evidence["max_repeat_difference"] == 0.0
+    x0, v = rng.standard_normal(d), rng.standard_normal(d)
+    v /= np.linalg.norm(v)
+    lk = search_line(oracle, x0, v, -10.0, 10.0, noise)
+    true_s = -(net.hidden_weights @ x0 + net.hidden_bias) / (net.hidden_weights @ v)
+    true_s = np.sort(true_s[np.abs(true_s) < 10.0])
+    assert lk.s.size == true_s.size
+    # kinks are intersections of exact linear pieces: position error ~ eps |f| / slope change
+    assert np.max(np.abs(np.sort(lk.s) - true_s)) < 1e-11
+    assert lk.queries == oracle.n_queries - evidence["queries"]
+
+
+def test_resolve_signs_recovers_orientations_when_k_exceeds_d():
+    rng = np.random.default_rng(1)
+    d, k = 4, 10
+    W = rng.standard_normal((k, d))
+    W /= np.linalg.norm(W, axis=1, keepdims=True)
+    alpha = rng.uniform(0.5, 1.5, (k, 1)) * rng.choice([-1, 1], (k, 1))
+    t = rng.integers(0, 2, k)
+    U = -(t[:, None] * alpha * W).sum(axis=0)[None, :]
+    found, info = resolve_signs(W, alpha, U, rel_tol=1e-11)
+    assert np.array_equal(found, t) and info["max_relative_residual"] < 1e-11
+    # k <= d: a plain least-squares solve
+    found, info = resolve_signs(W[:3], alpha[:3], -(t[:3, None] * alpha[:3] * W[:3]).sum(0)[None], rel_tol=1e-11)
+    assert np.array_equal(found, t[:3]) and info["method"] == "least squares"
+
+
+# ------------------------------------------------------------------------------------- validation
+def test_input_validation():
+    net = nr.random_network(3, 2, rng=0, bias_range=(-1, 1))
+    with pytest.raises(InputError, match="max_queries"):
+        extract(net.predict, 3, max_queries=0)
+    with pytest.raises(InputError, match="method"):
+        extract(net.predict, 3, method="magic")
+    with pytest.raises(InputError, match="n_hidden"):
+        extract(net.predict, 3, n_hidden="many")
+    with pytest.raises(InputError, match="model must be a callable"):
+        extract("not a model", 3)
+    with pytest.raises(InputError, match="must return shape"):
+        extract(lambda X: np.zeros((X.shape[0], 2, 2)), 3)
+    with pytest.raises(InputError, match="NaN or infinite"):
+        extract(lambda X: np.full(X.shape[0], np.nan), 3)
+    with pytest.raises(InputError, match="input_scale"):
+        extract(net.predict, 3, input_scale=-1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = extract(net.predict, 3, rng=0)
+    assert res.network_.n_hidden == 2
