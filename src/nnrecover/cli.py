@@ -188,8 +188,14 @@ def _out_dir(path: str, names: Sequence[str] = (), flag: str = "--out") -> Path:
     return out
 
 
-def _chunked_errors(net, X, Y, chunk: int = 1 << 16) -> dict[str, float]:
-    """MSE, RMSE and relative L2 error ``||f(X) - Y|| / ||Y||`` computed chunk by chunk."""
+def _chunked_errors(net, X, Y, chunk: int = 1 << 16) -> dict[str, Any]:
+    """MSE, RMSE and relative L2 error ``||f(X) - Y|| / ||Y||`` computed chunk by chunk.
+
+    Residuals and targets are scaled by ``2^-e`` (``2^e`` about max |Y|; exact) before they are squared,
+    so the relative error and RMSE are exact for data at any scale (``1e300`` squared would overflow);
+    the MSE is ``inf`` only when it exceeds the float64 range. ``finite_predictions`` is False when the
+    model's outputs overflow on the data (the other numbers are then NaN).
+    """
     n = X.shape[0]
     Y2 = Y if Y.ndim == 2 else Y[:, None]
     if Y2.shape[1] != net.n_outputs:
@@ -197,16 +203,24 @@ def _chunked_errors(net, X, Y, chunk: int = 1 << 16) -> dict[str, float]:
                          "output(s); select the target columns with --target-column.")
     if X.shape[1] != net.n_inputs:
         raise InputError(f"the data have {X.shape[1]} input column(s) but the model has {net.n_inputs} inputs.")
+    ymax = max((float(np.max(np.abs(Y2[s:s + chunk]))) for s in range(0, n, chunk)), default=0.0)
+    e = int(np.frexp(ymax)[1]) if 0 < ymax < np.inf else 0
     sse = ssy = 0.0
-    for start in range(0, n, chunk):
-        xb = np.asarray(X[start:start + chunk], dtype=np.float64)
-        yb = np.asarray(Y2[start:start + chunk], dtype=np.float64)
-        pred = net.predict(xb).reshape(yb.shape)
-        sse += float(np.sum((pred - yb) ** 2))
-        ssy += float(np.sum(yb ** 2))
-    mse = sse / (n * Y2.shape[1])
-    return {"n_samples": n, "mse": mse, "rmse": float(np.sqrt(mse)),
-            "relative_l2_error": float(np.sqrt(sse / ssy)) if ssy > 0 else float("nan")}
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start in range(0, n, chunk):
+            xb = np.asarray(X[start:start + chunk], dtype=np.float64)
+            yb = np.ldexp(np.asarray(Y2[start:start + chunk], dtype=np.float64), -e)
+            pred = net.predict(xb).reshape(yb.shape)
+            if not np.all(np.isfinite(pred)):
+                nan = float("nan")
+                return {"n_samples": n, "mse": nan, "rmse": nan, "relative_l2_error": nan,
+                        "finite_predictions": False}
+            sse += float(np.sum((np.ldexp(pred, -e) - yb) ** 2))
+            ssy += float(np.sum(yb ** 2))
+    mean = sse / (n * Y2.shape[1])
+    return {"n_samples": n, "mse": float(np.ldexp(mean, 2 * e)), "rmse": float(np.ldexp(np.sqrt(mean), e)),
+            "relative_l2_error": float(np.sqrt(sse / ssy)) if ssy > 0 else float("nan"),
+            "finite_predictions": True}
 
 
 # ------------------------------------------------------------------------------------------ distributions
@@ -419,10 +433,10 @@ def _cmd_fit(args) -> int:
     # everything is computed and checked before the first file is written: an error leaves no output
     if isinstance(net, TwoLayerNetwork):
         errs = _chunked_errors(net, X, Y)
-        if not np.isfinite(errs["mse"]):
-            raise ConvergenceError(f"learner {args.learner!r} returned a model whose training MSE is {errs['mse']} "
-                                   "(its predictions overflow on the data); no model was written. Rescale the "
-                                   "data to values of order 1, or try another learner.")
+        if not errs["finite_predictions"] or np.isinf(errs["relative_l2_error"]):
+            raise ConvergenceError(f"learner {args.learner!r} returned a model whose training error is not finite "
+                                   "(its predictions on the training data overflow float64); no model was written. "
+                                   "Rescale the data to values of order 1, or try another learner.")
         fit_info["training"] = errs
         model_doc = {**net.to_dict(), "fit": fit_info}
         summary = f"training MSE {errs['mse']:.3e} (relative L2 error {errs['relative_l2_error']:.3e})"

@@ -1,0 +1,231 @@
+"""Robustness: malformed input is one nnrecover error (never a traceback, never a silent bad result),
+and ``import nnrecover`` stays light.
+
+The property tests feed random malformed arrays and model files to ``nnrecover fit`` / ``nnrecover
+evaluate`` (in-process, through :func:`nnrecover.cli.main`) and to :meth:`TwoLayerNetwork.load`, and
+assert that each either succeeds with a valid result or fails with exactly one ``nnrecover: error:``
+line (CLI) / an :class:`nnrecover.errors.NNRecoverError` (library). Runs are bounded and reproducible
+(``derandomize=True``, at most 60 examples each).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io as _stdio
+import json
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import nnrecover as nr
+from nnrecover.cli import main
+from nnrecover.errors import NNRecoverError
+
+PROPERTY = settings(max_examples=60, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+# ------------------------------------------------------------------------------------------ import time
+def test_import_does_not_load_heavy_dependencies():
+    # scikit-learn (0.5 s), dask and scipy.optimize are imported when a learner or the moment engine is
+    # used, never by `import nnrecover`; membership in sys.modules cannot flake like a timing can
+    code = ("import sys, time; t = time.perf_counter(); import nnrecover; dt = time.perf_counter() - t; "
+            "heavy = [m for m in ('sklearn', 'dask', 'scipy.optimize', 'pandas', 'matplotlib') if m in sys.modules]; "
+            "print(repr(heavy)); print(dt)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == "[]", out
+    assert float(out[1]) < 2.0  # generous (shared 2-core machine); a sklearn import alone took 0.5-2.5 s
+
+
+def test_not_fitted_error_is_sklearns_and_built_once():
+    from sklearn.exceptions import NotFittedError as SkNotFitted
+
+    from nnrecover import errors
+
+    cls = errors.NotFittedError
+    assert issubclass(cls, SkNotFitted) and issubclass(cls, errors.NNRecoverError)
+    assert errors.NotFittedError is cls and cls.__module__ == "nnrecover.errors"
+    from nnrecover.learners import GradientDescentLearner
+
+    try:
+        GradientDescentLearner(2).predict(np.zeros((1, 2)))
+    except SkNotFitted as exc:
+        assert isinstance(exc, cls)
+    else:
+        raise AssertionError("predict before fit did not raise")
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def _cli(*argv: str) -> tuple[int, str, str]:
+    out, err = _stdio.StringIO(), _stdio.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _assert_clean(rc: int, out: str, err: str) -> None:
+    """Success, or exactly one `nnrecover: error:` line that is not an internal error."""
+    assert "Traceback" not in err and "internal error" not in err, err
+    errors = [line for line in err.splitlines() if not line.startswith("nnrecover: warning: ")]
+    if rc == 0:
+        assert errors == [], err
+    else:
+        assert rc in (1, 2), (rc, err)
+        assert len(errors) == 1 and errors[0].startswith("nnrecover: error: "), err
+
+
+_FLOATS = st.sampled_from([0.0, 1.0, -2.5, 1e-300, 1e300, 5e-324, 1.7e308, np.nan, np.inf, -np.inf, 3.0])
+
+
+@st.composite
+def _arrays(draw):
+    """Arrays of odd shapes, dtypes and values (including NaN, inf, subnormal and huge entries)."""
+    ndim = draw(st.sampled_from([0, 1, 2, 2, 2, 3]))
+    shape = tuple(draw(st.lists(st.integers(0, 6), min_size=ndim, max_size=ndim)))
+    kind = draw(st.sampled_from(["float", "int", "bool", "complex", "str", "normal", "normal"]))
+    size = int(np.prod(shape)) if shape else 1
+    if kind == "normal":
+        arr = np.random.default_rng(draw(st.integers(0, 99))).standard_normal(shape)
+        scale = draw(st.sampled_from([1.0, 1e-300, 1e300, 1e150, 1e-150]))
+        return arr * scale
+    if kind == "str":
+        return np.array(draw(st.lists(st.text(max_size=3), min_size=size, max_size=size)) or [""]).reshape(shape) \
+            if size else np.zeros(shape, dtype="<U1")
+    vals = draw(st.lists(_FLOATS, min_size=size, max_size=size))
+    arr = np.array(vals, dtype=float).reshape(shape)
+    if kind == "int":
+        return np.nan_to_num(arr, nan=0, posinf=7, neginf=-7).clip(-1e6, 1e6).astype(np.int64)
+    if kind == "bool":
+        return arr != 0
+    if kind == "complex":
+        return arr + 1j
+    return arr
+
+
+# ------------------------------------------------------------------------------------------ fit (CLI)
+@st.composite
+def _targets_for(draw, X):
+    """Targets: unrelated junk, or one value per row of X (then only values and scale are odd)."""
+    if draw(st.booleans()) or X.ndim == 0:
+        return draw(_arrays())
+    n = X.shape[0]
+    scale = draw(st.sampled_from([1.0, 1e-300, 1e300, 0.0]))
+    return np.random.default_rng(draw(st.integers(0, 99))).standard_normal(n) * scale
+
+
+@PROPERTY
+@given(data=st.data(), suffix=st.sampled_from([".npz", ".npy"]))
+def test_fit_on_malformed_arrays_is_one_line_or_a_valid_model(data, suffix):
+    X = data.draw(_arrays(), label="X")
+    Y = data.draw(_targets_for(X), label="Y")
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / f"d{suffix}"
+        if suffix == ".npz":
+            np.savez(data, X=X, Y=Y)
+        else:
+            np.save(data, X)  # a .npy holds [X | Y]: the last column is the target
+        model = Path(tmp) / "m.json"
+        rc, out, err = _cli("fit", str(data), "--learner", "gradient-descent", "-k", "2", "--seed", "0",
+                            "--option", "n_restarts=1", "--option", "max_iter=5", "--out", str(model))
+        _assert_clean(rc, out, err)
+        if rc == 0:
+            net = nr.TwoLayerNetwork.load(model)  # a written model is complete and valid
+            assert all(np.all(np.isfinite(a)) for a in net._arrays())
+        else:
+            assert not model.exists()  # an error writes nothing
+
+
+# ------------------------------------------------------------------------------------------ model files
+def _valid_doc() -> dict:
+    return nr.random_network(3, 2, 2, rng=1).to_dict()
+
+
+_JUNK = st.one_of(st.none(), st.booleans(), st.integers(-10**30, 10**30), st.text(max_size=5),
+                  st.sampled_from([[], [[]], [[1.0, 2.0], [3.0]], [[1.0, "a"]], [[1e309]], {"a": 1}, [[[1.0]]],
+                                   [1.0, 2.0, 3.0], [[0.0] * 3] * 2, "relu", "relu_power(1e308)", "leaky_relu(-1)"]))
+
+
+@st.composite
+def _model_docs(draw):
+    """A valid network description with keys removed, replaced by junk, or added."""
+    doc = _valid_doc()
+    for key in list(doc):
+        action = draw(st.sampled_from(["keep", "keep", "drop", "junk"]))
+        if action == "drop":
+            del doc[key]
+        elif action == "junk":
+            doc[key] = draw(_JUNK)
+    return doc
+
+
+@PROPERTY
+@given(doc=_model_docs())
+def test_load_and_evaluate_malformed_json_models(doc):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "m.json"
+        path.write_text(json.dumps(doc))
+        try:
+            net = nr.TwoLayerNetwork.load(path)
+        except NNRecoverError:
+            net = None
+        if net is not None:
+            assert net.hidden_weights.ndim == 2 and all(np.all(np.isfinite(a)) for a in net._arrays())
+        teacher = Path(tmp) / "t.json"
+        nr.random_network(3, 2, 2, rng=2).save(teacher)
+        rc, out, err = _cli("evaluate", str(path), "--teacher", str(teacher), "--n-eval", "200")
+        _assert_clean(rc, out, err)
+
+
+@st.composite
+def _npz_archives(draw):
+    """The bytes of a network .npz archive with members dropped, replaced, truncated or given lying headers."""
+    net = nr.random_network(3, 2, 1, rng=3)
+    buf = _stdio.BytesIO()
+    np.savez(buf, hidden_weights=net.hidden_weights, hidden_bias=net.hidden_bias,
+             output_weights=net.output_weights, output_bias=net.output_bias, activation=np.array("relu"),
+             format=np.array("nnrecover.TwoLayerNetwork/1"))
+    out = _stdio.BytesIO()
+    with zipfile.ZipFile(buf) as zin, zipfile.ZipFile(out, "w") as zout:
+        for info in zin.infolist():
+            content = zin.read(info)
+            action = draw(st.sampled_from(["keep", "keep", "drop", "truncate", "header", "array"]))
+            if action == "drop":
+                continue
+            if action == "truncate":
+                content = content[:draw(st.integers(0, len(content)))]
+            elif action == "header":  # a header that promises far more data than follows
+                h = _stdio.BytesIO()
+                np.lib.format.write_array_header_1_0(h, {"descr": "<f8", "fortran_order": False,
+                                                         "shape": (10**6, 10**6)})
+                content = h.getvalue() + content[-16:]
+            elif action == "array":
+                a = _stdio.BytesIO()
+                np.save(a, draw(_arrays()))
+                content = a.getvalue()
+            zout.writestr(info.filename, content)
+    raw = out.getvalue()
+    cut = draw(st.sampled_from([None, None, None, 0, 10, len(raw) // 2]))
+    return raw if cut is None else raw[:cut]
+
+
+@PROPERTY
+@given(raw=_npz_archives())
+def test_load_malformed_npz_models(raw):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "m.npz"
+        path.write_bytes(raw)
+        try:
+            net = nr.TwoLayerNetwork.load(path)
+        except NNRecoverError:
+            net = None
+        if net is not None:
+            assert all(np.all(np.isfinite(a)) for a in net._arrays())
+            assert net.predict(np.zeros((2, net.n_inputs))).shape[0] == 2
+        rc, out, err = _cli("evaluate", str(path), "--data", str(path))  # also a malformed data file
+        _assert_clean(rc, out, err)
