@@ -1,0 +1,131 @@
+"""The ``nnrecover extract`` subcommand: :func:`add_parser` builds it, :func:`run` executes it.
+
+``nnrecover extract MODEL --inputs d [--hidden k|auto] [--max-queries Q] --out model.json`` loads the
+black box (:func:`nnrecover.extraction.loaders.load_model`), extracts it with a progress bar on
+stderr, prints the queries used, the time and the certified error on fresh queries, and writes the
+network (``--out``, ``.json`` or ``.npz``) and its diagnostics (``--diagnostics``, default
+``<out>.diagnostics.json``). When the budget runs out the diagnostics of the partial result are
+written and the error (one line) says what was recovered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError, QueryBudgetError
+
+__all__ = ["add_parser", "run"]
+
+
+def _hidden(value: str) -> "int | str":
+    if value == "auto":
+        return value
+    try:
+        k = int(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--hidden must be a positive int or 'auto', got {value!r}") from exc
+    if k < 1:
+        raise argparse.ArgumentTypeError(f"--hidden must be a positive int or 'auto', got {value!r}")
+    return k
+
+
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from exc
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return n
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``extract`` subcommand to an ``argparse`` subparsers object; returns its parser."""
+    p = subparsers.add_parser(
+        "extract", help="extract a one-hidden-layer ReLU network from a black box by queries",
+        description="Recover f(x) = A relu(W x + b) + c from queries of MODEL: a .skops file (scikit-learn "
+                    "MLPRegressor/MLPClassifier), a .safetensors PyTorch state_dict of "
+                    "Sequential(Linear, ReLU, Linear), an .onnx file, or module:function.")
+    p.add_argument("model", help="model file (.skops, .safetensors, .onnx) or module:function")
+    p.add_argument("--inputs", type=_positive_int, default=None,
+                   help="number of inputs d (default: read from the model file when it records it)")
+    p.add_argument("--hidden", type=_hidden, default="auto", help="number of hidden units, or 'auto' (default)")
+    p.add_argument("--method", choices=("auto", "critical-points", "moments"), default="auto")
+    p.add_argument("--max-queries", type=_positive_int, default=None, help="hard budget on the rows queried")
+    p.add_argument("--input-scale", type=float, default=1.0,
+                   help="standard deviation of the Gaussian query points (the region of interest)")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the query points (default 0)")
+    p.add_argument("--out", required=True, help="output network file (.json or .npz)")
+    p.add_argument("--diagnostics", default=None, help="diagnostics JSON (default: <out>.diagnostics.json)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+    return p
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return str(obj)
+    return obj
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(_jsonable(data), indent=1))
+    tmp.replace(path)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``nnrecover extract``; returns the exit status (0 when the certificate passed, else 1).
+
+    Raises
+    ------
+    InputError, QueryBudgetError
+        User mistakes and an exhausted budget; the caller prints them as one line.
+    """
+    from . import extract
+    from .loaders import load_model
+
+    out = Path(args.out)
+    if out.suffix.lower() not in (".json", ".npz"):
+        raise InputError(f"--out must name a .json or .npz file, got {args.out!r}.")
+    diag_path = Path(args.diagnostics) if args.diagnostics else out.with_name(out.name + ".diagnostics.json")
+    model = load_model(args.model)
+    d = args.inputs if args.inputs is not None else model.n_inputs
+    if d is None:
+        raise InputError(f"the number of inputs of {args.model!r} is not recorded in it; give --inputs d.")
+    if model.n_inputs is not None and args.inputs is not None and args.inputs != model.n_inputs:
+        raise InputError(f"--inputs {args.inputs} disagrees with the model, which takes {model.n_inputs} inputs.")
+    try:
+        res = extract(model, d, n_hidden=args.hidden, method=args.method, max_queries=args.max_queries,
+                      rng=args.seed, input_scale=args.input_scale, progress=not args.no_progress)
+    except QueryBudgetError as exc:
+        if exc.partial is not None:
+            _write_json(diag_path, {"model": args.model, **exc.partial.diagnostics_})
+        raise
+    diag = {"model": args.model, "model_kind": model.kind, **res.diagnostics_}
+    res.network_.save(out)
+    _write_json(diag_path, diag)
+    cert = res.diagnostics_["certificate"]
+    print(f"extracted {res.network_.n_hidden} hidden units from {model.kind} ({d} inputs, "
+          f"{res.network_.n_outputs} output(s))")
+    print(f"queries used: {res.n_queries_}")
+    print(f"time: {res.diagnostics_['seconds']:.2f} s")
+    print(f"certified on {cert['queries']} fresh queries: max error {cert['max_abs_error']:.3g}, relative "
+          f"error {cert['relative_error']:.3g} ({'passed' if cert['passed'] else 'FAILED'})")
+    print(f"wrote {out} and {diag_path}")
+    sys.stdout.flush()
+    return 0 if cert["passed"] else 1

@@ -1,0 +1,192 @@
+"""Loaders (skops, safetensors, ONNX, module:function) and the ``extract`` subcommand's run()."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import nnrecover as nr
+from nnrecover.errors import InputError, QueryBudgetError
+from nnrecover.extraction import extract
+from nnrecover.extraction.cli import add_parser, run
+from nnrecover.extraction.loaders import load_model
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["extract", *argv])
+
+
+def _rel(f, g, X):
+    y = np.asarray(f(X)).reshape(len(X), -1)
+    z = np.asarray(g(X)).reshape(len(X), -1)
+    return float(np.linalg.norm(y - z) / np.linalg.norm(y))
+
+
+@pytest.fixture(scope="module")
+def diabetes_mlp(tmp_path_factory):
+    """An MLPRegressor trained on scikit-learn's bundled diabetes data (standardised), saved with skops."""
+    import skops.io as sio
+    from sklearn.datasets import load_diabetes
+    from sklearn.neural_network import MLPRegressor
+
+    X, y = load_diabetes(return_X_y=True)
+    X = (X - X.mean(0)) / X.std(0)
+    y = (y - y.mean()) / y.std()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # ConvergenceWarning of the short training
+        mlp = MLPRegressor(hidden_layer_sizes=(12,), max_iter=200, random_state=0).fit(X, y)
+    path = tmp_path_factory.mktemp("skops") / "diabetes.skops"
+    sio.dump(mlp, path)
+    return mlp, path, X
+
+
+def test_cli_extracts_skops_regressor_without_knowing_width(diabetes_mlp, tmp_path, capsys):
+    mlp, path, X = diabetes_mlp
+    out = tmp_path / "net.json"
+    assert run(_parse([str(path), "--out", str(out), "--no-progress"])) == 0
+    text = capsys.readouterr().out
+    assert "queries used:" in text and "time:" in text and "passed" in text
+    net = nr.TwoLayerNetwork.load(out)
+    assert net.n_hidden == 12                                      # width found, not given
+    Z = np.random.default_rng(0).standard_normal((3000, X.shape[1]))
+    assert _rel(mlp.predict, net.predict, Z) < 1e-9
+    assert _rel(mlp.predict, net.predict, X) < 1e-9                # and on the real data
+    diag = json.loads((tmp_path / "net.json.diagnostics.json").read_text())
+    assert diag["complete"] is True and diag["queries"] > 0 and diag["width"]["n_hidden"] == 12
+
+
+def test_cli_budget_error_writes_partial_diagnostics(diabetes_mlp, tmp_path):
+    _, path, _ = diabetes_mlp
+    out = tmp_path / "net.json"
+    with pytest.raises(QueryBudgetError, match="Recovered so far"):
+        run(_parse([str(path), "--out", str(out), "--max-queries", "1000", "--no-progress"]))
+    assert not out.exists()
+    diag = json.loads((tmp_path / "net.json.diagnostics.json").read_text())
+    assert diag["complete"] is False and diag["queries"] <= 1000
+
+
+def test_skops_classifier_logits(tmp_path):
+    import skops.io as sio
+    from sklearn.datasets import load_iris
+    from sklearn.neural_network import MLPClassifier
+
+    X, y = load_iris(return_X_y=True)
+    X = (X - X.mean(0)) / X.std(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = MLPClassifier(hidden_layer_sizes=(5,), max_iter=300, random_state=0).fit(X, y)
+    sio.dump(clf, tmp_path / "iris.skops")
+    model = load_model(tmp_path / "iris.skops")
+    assert model.n_inputs == 4
+    res = extract(model, 4, rng=0)
+    # centred log-probabilities = logits minus their mean: a 3-output ReLU network of the same 5 units
+    assert res.network_.n_outputs == 3 and res.network_.n_hidden == 5
+    Z = np.random.default_rng(1).standard_normal((2000, 4))
+    assert _rel(model, res.predict, Z) < 1e-9
+    assert np.array_equal(np.argmax(res.predict(X), axis=1), clf.predict(X))
+
+
+def test_skops_refuses_other_estimators(tmp_path):
+    import skops.io as sio
+    from sklearn.linear_model import LinearRegression
+
+    sio.dump(LinearRegression().fit(np.eye(3), np.arange(3.0)), tmp_path / "lin.skops")
+    with pytest.raises(InputError, match="MLPRegressor or MLPClassifier"):
+        load_model(tmp_path / "lin.skops")
+
+
+def _torch_state_dict(net, dtype):
+    """Arrays under PyTorch's nn.Sequential(Linear, ReLU, Linear) state_dict names."""
+    return {"0.weight": net.hidden_weights.astype(dtype), "0.bias": net.hidden_bias.astype(dtype),
+            "2.weight": net.output_weights.astype(dtype), "2.bias": net.output_bias.astype(dtype)}
+
+
+def test_safetensors_float64_and_float32(tmp_path):
+    from safetensors.numpy import save_file
+
+    net = nr.random_network(5, 7, 2, rng=4, bias_range=(-1, 1))
+    save_file(_torch_state_dict(net, np.float64), str(tmp_path / "m64.safetensors"))
+    save_file(_torch_state_dict(net, np.float32), str(tmp_path / "m32.safetensors"))
+    Z = np.random.default_rng(2).standard_normal((2000, 5))
+    m64 = load_model(tmp_path / "m64.safetensors")
+    assert m64.n_inputs == 5
+    res = extract(m64, 5, rng=0)
+    assert res.network_.n_hidden == 7 and _rel(net.predict, res.predict, Z) < 1e-9
+    # float32 weights: the recovered network agrees with the float32 box to its round-off (~1e-7
+    # per operation, grown by the d + k sums; 1e-5 leaves margin) and finds no false units
+    m32 = load_model(tmp_path / "m32.safetensors")
+    res32 = extract(m32, 5, rng=0)
+    assert res32.network_.n_hidden == 7
+    assert _rel(m32, res32.predict, Z) < 1e-5
+    assert res32.diagnostics_["noise"]["relative_noise"] > 1e-9
+
+
+def test_safetensors_rejects_deeper_networks(tmp_path):
+    from safetensors.numpy import save_file
+
+    arrays = {f"{i}.weight": np.ones((3, 3)) for i in (0, 2, 4)}
+    save_file(arrays, str(tmp_path / "deep.safetensors"))
+    with pytest.raises(InputError, match="3 linear layers"):
+        load_model(tmp_path / "deep.safetensors")
+
+
+def test_onnx_model(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    net = nr.random_network(4, 6, rng=8, bias_range=(-1, 1))
+    inits = [numpy_helper.from_array(net.hidden_weights.T.astype(np.float32), "W1"),
+             numpy_helper.from_array(net.hidden_bias.astype(np.float32), "b1"),
+             numpy_helper.from_array(net.output_weights.T.astype(np.float32), "W2"),
+             numpy_helper.from_array(net.output_bias.astype(np.float32), "b2")]
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h0"]), helper.make_node("Add", ["h0", "b1"], ["h1"]),
+             helper.make_node("Relu", ["h1"], ["h"]), helper.make_node("MatMul", ["h", "W2"], ["y0"]),
+             helper.make_node("Add", ["y0", "b2"], ["y"])]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1])], inits)
+    model_proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model_proto, str(tmp_path / "mlp.onnx"))
+    model = load_model(tmp_path / "mlp.onnx")
+    assert model.n_inputs == 4
+    res = extract(model, 4, rng=0)
+    assert res.network_.n_hidden == 6
+    Z = np.random.default_rng(3).standard_normal((2000, 4))
+    assert _rel(model, res.predict, Z) < 1e-5          # a float32 box: agreement to its round-off
+
+
+def test_module_function_and_errors(tmp_path, monkeypatch):
+    net = nr.random_network(3, 4, rng=9, bias_range=(-1, 1))
+    np.savez(tmp_path / "w.npz", W=net.hidden_weights, b=net.hidden_bias, A=net.output_weights, c=net.output_bias)
+    (tmp_path / "my_box.py").write_text(
+        "import numpy as np\n"
+        f"_z = np.load({str(tmp_path / 'w.npz')!r})\n"
+        "def f(X):\n"
+        "    return (np.maximum(X @ _z['W'].T + _z['b'], 0) @ _z['A'].T + _z['c'])[:, 0]\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_box", raising=False)
+    with pytest.raises(InputError, match="give --inputs d"):
+        run(_parse(["my_box:f", "--out", str(tmp_path / "o.json"), "--no-progress"]))
+    assert run(_parse(["my_box:f", "--inputs", "3", "--out", str(tmp_path / "o.npz"), "--no-progress"])) == 0
+    got = nr.TwoLayerNetwork.load(tmp_path / "o.npz")
+    Z = np.random.default_rng(4).standard_normal((1000, 3))
+    assert _rel(net.predict, got.predict, Z) < 1e-9
+    with pytest.raises(InputError, match="has no attribute"):
+        load_model("my_box:g")
+    with pytest.raises(InputError, match="cannot import"):
+        load_model("no_such_module_xyz:f")
+    with pytest.raises(InputError, match="does not exist"):
+        load_model(tmp_path / "missing.onnx")
+    with pytest.raises(InputError, match="cannot read a model"):
+        load_model(tmp_path / "w.npz")
+    with pytest.raises(InputError, match="--out must name"):
+        run(_parse(["my_box:f", "--inputs", "3", "--out", str(tmp_path / "o.txt")]))
+    with pytest.raises(SystemExit):
+        _parse(["my_box:f", "--hidden", "zero", "--out", "x.json"])
