@@ -502,3 +502,179 @@ def test_console_script_and_module(tmp_path):
         assert res.returncode == 2
         assert res.stderr.count("\n") == 1 and res.stderr.startswith("nnrecover: error: ")
         assert "Traceback" not in res.stderr
+
+
+# ------------------------------------------------------------------------------------------ no silent wrong answer,
+# nothing half-written, one line per mistake
+def _scaled_copy(src: Path, dst: Path, scale: float) -> Path:
+    with np.load(src) as d:
+        np.savez(dst, X=d["X"] * scale, Y=d["Y"])
+    return dst
+
+
+@pytest.mark.parametrize("scale", [1e300, 1e-300, 1e150])
+def test_gradient_descent_fits_data_at_any_scale_exactly(capsys, simulated, scale):
+    # the learner fits power-of-two rescaled copies and undoes the scaling exactly in W (module
+    # docstring of learners.baseline): the noiseless fit reaches round-off at every scale
+    data = _scaled_copy(simulated / "s.npz", simulated / "scaled.npz", scale)
+    rc, out, err = run(capsys, "fit", str(data), "--learner", "gradient-descent", "-k", "2", "--seed", "0",
+                       "--out", str(simulated / "m.json"))
+    assert rc == 0, err
+    net = nr.TwoLayerNetwork.load(simulated / "m.json")
+    X, Y = nr.io.load_samples(data)
+    rel = np.linalg.norm(net.predict(X) - Y) / np.linalg.norm(Y)
+    assert rel < 1e-8, rel
+    fit = json.loads((simulated / "m.json").read_text())["fit"]
+    assert abs(fit["training"]["relative_l2_error"] - rel) <= 1e-12
+
+
+@pytest.mark.parametrize("scale, shown", [(1e300, "e+300"), (1e-300, "e-300"), (1e150, "e+150")])
+def test_moment_learners_refuse_data_far_from_unit_scale(capsys, simulated, scale, shown):
+    data = _scaled_copy(simulated / "s.npz", simulated / "scaled.npz", scale)
+    line = assert_user_error(capsys, ["fit", str(data), "--learner", "pure-neuron", "-k", "2",
+                                      "--out", str(simulated / "m.json")], "largest |X| entry")
+    assert shown in line and "rescale X" in line and "NaN" not in line
+    assert not (simulated / "m.json").exists()
+
+
+def test_fit_checks_every_output_path_before_fitting(capsys, simulated):
+    blocker = simulated / "a_file"
+    blocker.write_text("")
+    model = simulated / "m.json"
+    line = assert_user_error(capsys, ["fit", str(simulated / "s.npz"), "--learner", "gradient-descent", "-k", "2",
+                                      "--out", str(model), "--diagnostics", str(blocker / "d.json")], "--diagnostics")
+    assert "is a file, not a folder" in line
+    assert not model.exists()  # nothing written when any output is unwritable
+    assert_user_error(capsys, ["fit", str(simulated / "s.npz"), "--learner", "gradient-descent", "-k", "2",
+                               "--out", str(blocker / "m.json")], "--out")
+    # the check is before the data are even read: a missing data file is reported after it
+    assert_user_error(capsys, ["fit", str(simulated / "missing.npz"), "--learner", "gradient-descent", "-k", "2",
+                               "--out", str(blocker / "m.json")], "--out")
+
+
+def test_simulate_checks_the_teacher_path_before_writing_samples(capsys, tmp_path):
+    (tmp_path / "a_file").write_text("")
+    assert_user_error(capsys, ["simulate", "--n", "100", "--out", str(tmp_path / "s.npz"),
+                               "--teacher", str(tmp_path / "a_file" / "t.json")], "--teacher")
+    assert not (tmp_path / "s.npz").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # no temporary files either
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz", ".csv"])
+def test_simulate_refuses_sizes_beyond_the_disk_before_sampling(capsys, tmp_path, suffix):
+    line = assert_user_error(capsys, ["simulate", "--n", "1e15", "--out", str(tmp_path / f"s{suffix}")], "--n")
+    assert "PiB" in line and "free" in line  # 1e15 rows x 11 columns: no disk holds that
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_gradient_descent_refuses_a_huge_width_before_allocating(capsys, simulated):
+    line = assert_user_error(capsys, ["fit", str(simulated / "s.npz"), "--learner", "gradient-descent",
+                                      "-k", "1000000", "--out", str(simulated / "m.json")], "n_hidden=1000000")
+    assert "MiB" in line and "jacobian_memory" in line
+
+
+def test_malformed_model_and_data_files_are_one_line(capsys, simulated):
+    doc = json.loads((simulated / "t.json").read_text())
+    ragged = dict(doc, hidden_weights=[[1.0, 2.0], [3.0]])
+    (simulated / "ragged.json").write_text(json.dumps(ragged))
+    assert_user_error(capsys, ["evaluate", str(simulated / "ragged.json"), "--teacher", str(simulated / "t.json")],
+                      "hidden_weights must be an array of real numbers")
+    no_a = {k: v for k, v in doc.items() if k != "output_weights"}
+    (simulated / "no_a.json").write_text(json.dumps(no_a))
+    assert_user_error(capsys, ["evaluate", str(simulated / "no_a.json"), "--teacher", str(simulated / "t.json")],
+                      "lacks output_weights")
+    hw = {"format": "nnrecover.HiddenWeights/1", "hidden_weights": [[1.0], [2.0, 3.0]]}
+    (simulated / "hw.json").write_text(json.dumps(hw))
+    assert_user_error(capsys, ["evaluate", str(simulated / "hw.json"), "--teacher", str(simulated / "t.json")],
+                      "hidden_weights in hw.json")
+    # a .npz member whose header promises 10^12 doubles: reported, not allocated (was a MemoryError)
+    import io as _stdio
+    import zipfile
+
+    header = _stdio.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (10**6, 10**6)})
+    net = nr.TwoLayerNetwork.load(simulated / "t.json")
+    net.save(simulated / "m.npz")
+    with zipfile.ZipFile(simulated / "m.npz") as zin, zipfile.ZipFile(simulated / "big.npz", "w") as zout:
+        for info in zin.infolist():
+            body = zin.read(info)
+            zout.writestr(info.filename, header.getvalue() + b"\0" * 64 if info.filename == "hidden_weights.npy" else body)
+    line = assert_user_error(capsys, ["evaluate", str(simulated / "big.npz"), "--teacher", str(simulated / "t.json")],
+                             "truncated or corrupt")
+    assert "(1000000, 1000000)" in line and "TiB" in line
+    # a truncated .npy data file is truncated, not "needs pickle"
+    X, Y = nr.io.load_samples(simulated / "s.npz")
+    nr.io.save_samples(simulated / "full.npy", X, Y)
+    raw = (simulated / "full.npy").read_bytes()
+    (simulated / "cut.npy").write_bytes(raw[: len(raw) // 2])
+    line = assert_user_error(capsys, ["fit", str(simulated / "cut.npy"), "--learner", "gradient-descent", "-k", "2",
+                                      "--out", str(simulated / "m2.json")], "truncated or corrupt")
+    assert "pickle" not in line
+
+
+def test_time_budget_stops_gradient_descent_and_says_so(capsys, simulated):
+    diag = simulated / "diag.json"
+    rc, out, err = run(capsys, "fit", str(simulated / "s.npz"), "--learner", "gradient-descent", "-k", "2",
+                       "--option", "n_restarts=4", "--option", "time_budget=0", "--seed", "0",
+                       "--out", str(simulated / "m.json"), "--diagnostics", str(diag))
+    assert rc == 0, err
+    warning = [line for line in err.splitlines() if "time_budget" in line]
+    assert len(warning) == 1 and warning[0].startswith("nnrecover: warning: ")
+    assert "after 1 of 4 restarts" in warning[0] and "TimeBudgetWarning" in warning[0]
+    budget = json.loads(diag.read_text())["time_budget"]
+    assert budget == {"seconds": 0.0, "restarts_run": 1, "restarts_requested": 4, "exhausted": True}
+
+
+def test_demo_time_budget_reaches_gradient_descent(capsys, tmp_path):
+    rc, out, err = run(capsys, "demo", "--quick", "--n-samples", "2000", "--learner", "gradient-descent", "-d", "3",
+                       "-k", "2", "-p", "1", "--time-budget", "0", "--out", str(tmp_path))
+    assert rc == 0, err
+    assert "stopped at the time budget of 0 s after 1 of" in out
+    assert "TimeBudgetWarning" in err
+
+
+def _wait_for(predicate, timeout=60.0):
+    import time
+
+    t0 = time.monotonic()
+    while not predicate():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError("timed out")
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("signal_name, suffix", [("SIGKILL", ".npy"), ("SIGTERM", ".csv")])
+def test_a_killed_simulate_leaves_the_previous_file(tmp_path, signal_name, suffix):
+    # the samples go to a hidden temporary file renamed into place only when complete, so a kill at
+    # any moment leaves the previous file byte for byte (a partly written .npy used to read as complete,
+    # its unwritten rows zeros); SIGTERM also removes the temporary file
+    import signal
+
+    out = tmp_path / f"s{suffix}"
+    old = b"previous content"
+    out.write_bytes(old)
+    proc = subprocess.Popen([sys.executable, "-m", "nnrecover", "simulate", "--n", "3000000", "-d", "20",
+                             "--seed", "0", "--out", str(out), "--teacher", str(tmp_path / "t.json")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    def writing():  # the temporary file has data in it: the kill lands in the middle of the write
+        for p in tmp_path.iterdir():
+            if p.name.startswith(f".{out.name}.part-"):
+                try:
+                    return p.stat().st_size > 0
+                except FileNotFoundError:  # renamed into place meanwhile
+                    return False
+        return False
+
+    _wait_for(lambda: writing() or proc.poll() is not None)
+    proc.send_signal(getattr(signal, signal_name))
+    _, err = proc.communicate(timeout=120)
+    if proc.returncode == 0:  # finished before the signal arrived: then the file is complete
+        X, _ = nr.io.load_samples(out)
+        assert X.shape == (3_000_000, 20)
+        return
+    assert out.read_bytes() == old
+    assert not (tmp_path / "t.json").exists()
+    if signal_name == "SIGTERM":
+        assert proc.returncode == 143 and err.decode().strip().splitlines() == [
+            "nnrecover: error: terminated; output files were left as they were"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]
