@@ -238,3 +238,91 @@ def test_empty_csv(tmp_path):
     (tmp_path / "h.csv").write_text("x0,y\n")
     with pytest.raises(InputError, match="no rows"):
         io.load_samples(tmp_path / "h.csv")
+
+
+# ------------------------------------------------------------------------------------------ atomic writes
+def _siblings(path):
+    return sorted(p.name for p in path.parent.iterdir())
+
+
+def test_atomic_output_replaces_only_when_complete(tmp_path):
+    target = tmp_path / "f.txt"
+    target.write_text("old")
+    target.chmod(0o640)
+    with io.atomic_output(target) as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(".f.txt.part-")
+        tmp.write_text("new")
+        assert target.read_text() == "old"  # nothing visible before the block ends
+    assert target.read_text() == "new" and _siblings(target) == ["f.txt"]
+    assert target.stat().st_mode & 0o777 == 0o640  # the replaced file's mode is kept
+    for exc in (RuntimeError("writer failed"), KeyboardInterrupt()):
+        with pytest.raises(type(exc)):
+            with io.atomic_output(target) as tmp:
+                tmp.write_text("half")
+                raise exc
+        assert target.read_text() == "new" and _siblings(target) == ["f.txt"]
+
+
+@pytest.mark.parametrize("ext", FORMATS)
+def test_a_stream_that_fails_midway_leaves_the_previous_file(tmp_path, data, ext):
+    X, Y, _ = data
+    target = tmp_path / f"s{ext}"
+    io.save_samples(target, X, Y)
+    before = target.read_bytes()
+
+    def broken():
+        yield X[:10], Y[:10]
+        yield X[10:20], Y[10:20]
+        raise RuntimeError("the generator died")
+
+    with pytest.raises(RuntimeError, match="died"):
+        io.save_sample_stream(target, broken(), n_samples=37)
+    assert target.read_bytes() == before and _siblings(target) == [target.name]
+    # a bad chunk part-way, and (.npy) a stream shorter than its header: errors that leave the old file
+    with pytest.raises(InputError, match="chunk 1"):
+        io.save_sample_stream(target, iter([(X[:10], Y[:10]), (np.full((1, 4), np.nan), Y[:1])]), n_samples=37)
+    assert target.read_bytes() == before and _siblings(target) == [target.name]
+    if ext == ".npy":
+        with pytest.raises(InputError, match="not n_samples=37"):
+            io.save_sample_stream(target, iter([(X[:10], Y[:10])]), n_samples=37)
+        assert target.read_bytes() == before and _siblings(target) == [target.name]
+
+
+def test_check_writable_and_free_space(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(InputError, match="is a file, not a folder"):
+        io.check_writable(tmp_path / "file" / "x.json", "--out")
+    with pytest.raises(InputError, match="is a directory"):
+        io.check_writable(tmp_path, "--out")
+    out = io.check_writable(tmp_path / "new" / "deeper" / "x.json", "--out")
+    assert out.parent.is_dir() and list(out.parent.iterdir()) == []  # the probe is removed
+    with pytest.raises(InputError, match=r"need about .* PiB .* free"):
+        io.check_free_space(tmp_path / "x.npy", io.sample_file_bytes(10**15, 11, ".npy"), "10^15 rows")
+    io.check_free_space(tmp_path / "x.npy", io.sample_file_bytes(10, 11, ".npy"), "10 rows")
+
+
+# ------------------------------------------------------------------------------------------ corrupt files
+def test_truncated_and_lying_npy_headers_are_reported_not_allocated(tmp_path, data):
+    X, Y, _ = data
+    io.save_samples(tmp_path / "s.npy", X, Y)
+    raw = (tmp_path / "s.npy").read_bytes()
+    (tmp_path / "cut.npy").write_bytes(raw[:200])
+    with pytest.raises(InputError, match="cut.npy is truncated or corrupt: its header promises shape \\(37, 5\\)"):
+        io.load_samples(tmp_path / "cut.npy")
+    import io as _stdio
+
+    header = _stdio.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (10**6, 10**6)})
+    (tmp_path / "big.npy").write_bytes(header.getvalue() + b"\0" * 80)
+    with pytest.raises(InputError, match="7.3 TiB"):
+        io.load_samples(tmp_path / "big.npy")
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "big.npz", "w") as zf:
+        zf.writestr("X.npy", header.getvalue() + b"\0" * 80)
+        zf.writestr("Y.npy", raw)
+    with pytest.raises(InputError, match="array 'X' of big.npz is truncated or corrupt"):
+        io.load_samples(tmp_path / "big.npz")
+    np.save(tmp_path / "obj.npy", np.array([None, 1], dtype=object), allow_pickle=True)
+    with pytest.raises(InputError, match="without pickle"):
+        io.load_samples(tmp_path / "obj.npy")

@@ -491,9 +491,10 @@ def test_error_hierarchy():
     for cls in (errors.InputError, errors.AssumptionError, errors.ConvergenceError):
         with pytest.raises(errors.NNRecoverError, match="message"):
             raise cls("message")
-    assert issubclass(errors.AssumptionWarning, UserWarning) and issubclass(errors.CertificateWarning, UserWarning)
+    for cls in (errors.AssumptionWarning, errors.CertificateWarning, errors.TimeBudgetWarning):
+        assert issubclass(cls, UserWarning)
     assert set(errors.__all__) == {"NNRecoverError", "InputError", "AssumptionError", "ConvergenceError",
-                                   "NotFittedError", "AssumptionWarning", "CertificateWarning"}
+                                   "NotFittedError", "AssumptionWarning", "CertificateWarning", "TimeBudgetWarning"}
 
 
 def test_lazy_subpackages_and_unknown_attributes():
@@ -505,3 +506,40 @@ def test_lazy_subpackages_and_unknown_attributes():
         assert getattr(nnrecover, name) is importlib.import_module(f"nnrecover.{name}")
     for name in ("diagnostics", "nope"):  # an attribute that does not exist is an AttributeError, nothing else
         assert not hasattr(nnrecover, name)
+
+
+def test_save_is_atomic(tmp_path, monkeypatch):
+    net = random_network(3, 2, 2, rng=0)
+    for name in ("net.json", "net.npz"):
+        path = tmp_path / name
+        net.save(path)
+        before = path.read_bytes()
+        other = random_network(3, 2, 2, rng=1)
+
+        def broken_dumps(*args, **kwargs):
+            raise KeyboardInterrupt  # as if the user pressed Ctrl-C in the middle of the write
+
+        monkeypatch.setattr(np, "savez", broken_dumps)
+        monkeypatch.setattr("nnrecover.network.json.dumps", broken_dumps)
+        with pytest.raises(KeyboardInterrupt):
+            other.save(path)
+        monkeypatch.undo()
+        assert path.read_bytes() == before and TwoLayerNetwork.load(path) == net
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp left
+
+
+def test_load_refuses_malformed_descriptions_in_one_error(tmp_path):
+    doc = random_network(3, 2, 2, rng=0).to_dict()
+    cases = {
+        "ragged.json": (dict(doc, hidden_weights=[[1.0, 2.0, 3.0], [4.0]]), "hidden_weights must be an array of real"),
+        "no_a.json": ({k: v for k, v in doc.items() if k != "output_weights"}, "lacks output_weights"),
+        "text.json": (dict(doc, hidden_bias="abc"), "hidden_bias must be an array of real"),
+        "null.json": (dict(doc, output_bias=[None, None]), "output_bias contains 2 NaN"),
+    }
+    for name, (content, match) in cases.items():
+        (tmp_path / name).write_text(json.dumps(content))
+        with pytest.raises(InputError, match=match):
+            TwoLayerNetwork.load(tmp_path / name)
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(InputError, match="not valid JSON"):
+        TwoLayerNetwork.load(tmp_path / "deep.json")
