@@ -77,8 +77,9 @@ def truncated_hermite_loss(coeffs: HermiteCoefficients, rec, order: int, *, line
                      for k in orders))
 
 
-def _lm_fit(coeffs: HermiteCoefficients, a, b, U, orders, linear: bool, max_nfev: int):
-    """Levenberg-Marquardt on the truncated Hermite loss over ``orders``; returns (a, b, U, v, c, info)."""
+def _least_squares_fit(coeffs: HermiteCoefficients, a, b, U, orders, linear: bool, max_nfev: int):
+    """Least squares (trust-region reflective) on the truncated Hermite loss over ``orders``; returns
+    (a, b, U, v, c, info)."""
     k_units, n = U.shape
     targets = {k: np.asarray(coeffs.tensor(k), float) for k in orders}
     weights = {k: 1.0 / math.sqrt(math.factorial(k)) for k in orders}
@@ -105,13 +106,19 @@ def _lm_fit(coeffs: HermiteCoefficients, a, b, U, orders, linear: bool, max_nfev
     loss0 = float(r0 @ r0)
     if not np.isfinite(loss0) or theta0.size > r0.size:
         return a, b, U, None, None, {"loss_start": loss0, "loss_end": loss0, "nfev": 0, "kept": "start"}
-    # forward differences as a callable Jacobian, so that max_nfev bounds the LM iterations (residual
+    # forward differences as a callable Jacobian, so that max_nfev bounds the iterations (residual
     # evaluations) in every SciPy version; a Jacobian costs theta.size more residuals
     def jacobian(theta):
         return optimize.approx_fprime(theta, residual, np.sqrt(np.finfo(float).eps) * np.maximum(1.0, np.abs(theta)))
 
-    sol = optimize.least_squares(residual, theta0, jac=jacobian, method="lm", max_nfev=max_nfev,
-                                 xtol=1e-12, ftol=1e-12)
+    # Trust-region reflective (numpy/LAPACK SVD steps), not MINPACK's "lm": this Jacobian is rank
+    # deficient by construction (the residual is invariant under rescaling a row of V, k null
+    # directions), which sends MINPACK's pivoted QR (qrfac) into its column-norm recomputation; SciPy's
+    # C translation of it (SciPy >= 1.15) reads one double past the end of the Jacobian there, so the
+    # iterates depended on leftover heap contents and the fit differed between processes
+    # (docs/design.md, "Reproducibility").
+    sol = optimize.least_squares(residual, theta0, jac=jacobian, method="trf", max_nfev=max_nfev,
+                                 xtol=1e-12, ftol=1e-12, gtol=1e-12)
     loss1 = float(sol.fun @ sol.fun)
     info = {"loss_start": loss0, "loss_end": loss1, "nfev": int(sol.nfev), "status": int(sol.status)}
     if not (np.isfinite(loss1) and loss1 <= loss0):
@@ -140,7 +147,7 @@ def hermite_loss_polish(coeffs: HermiteCoefficients, rec, order: int, n_hidden: 
     n_hidden : int
         ``m``; with signs fixed and fewer units than ``m``, a free linear part joins the model.
     max_nfev : int
-        Budget of each Levenberg-Marquardt solve, in residual evaluations (each iteration also takes one
+        Budget of each least-squares solve, in residual evaluations (each iteration also takes one
         forward-difference Jacobian).
 
     Returns
@@ -152,14 +159,14 @@ def hermite_loss_polish(coeffs: HermiteCoefficients, rec, order: int, n_hidden: 
     signed = bool(rec.signs_fixed)
     linear = signed and rec.n_units < int(n_hidden)
     report: dict = {"ran": True, "linear_part": linear}
-    a, b, U, _, _, info = _lm_fit(coeffs, rec.a, rec.b, rec.U, list(range(2, K + 1)), False, max_nfev)
+    a, b, U, _, _, info = _least_squares_fit(coeffs, rec.a, rec.b, rec.U, list(range(2, K + 1)), False, max_nfev)
     report["sign_invariant_fit"] = info
     cur = replace(rec, a=a, b=b, U=U, W=coeffs.lift(U))
     if signed and not linear and rec.n_units <= 14:
         cur, sign_report = _best_signs(coeffs, cur)
         report.update(sign_report)
     if signed:
-        a, b, U, v, c, info = _lm_fit(coeffs, cur.a, cur.b, cur.U, list(range(0, K + 1)), linear, max_nfev)
+        a, b, U, v, c, info = _least_squares_fit(coeffs, cur.a, cur.b, cur.U, list(range(0, K + 1)), linear, max_nfev)
         report["full_fit"] = info
         cur = replace(cur, a=a, b=b, U=U, W=coeffs.lift(U))
     report["kept"] = "polished"
