@@ -216,3 +216,50 @@ def test_input_validation():
         warnings.simplefilter("error")
         res = extract(net.predict, 3, rng=0)
     assert res.network_.n_hidden == 2
+
+
+# ------------------------------------------------------------------------------------ sample-only
+def test_moments_route_scalar_and_vector():
+    # k < d, noiseless Gaussian queries: the learners' refinement reaches round-off (measured 1e-16),
+    # so 1e-9 is a real check of the whole route (width from the spectrum, learner, rescaling)
+    d, k = 5, 3
+    net = nr.random_network(d, k, rng=0, bias_range=(-0.5, 0.5))
+    res = extract(net.predict, d, method="moments", rng=0, n_samples=60_000, input_scale=2.0)
+    assert res.network_.n_hidden == k and res.diagnostics_["width"]["n_hidden"] == k
+    assert _rel_error(res.network_, net, d) < 1e-9
+    assert res.n_queries_ == 60_000 + 2000 and res.diagnostics_["certificate"]["passed"]
+    net3 = nr.random_network(6, 3, 4, rng=0, bias_range=(-0.5, 0.5))
+    res3 = extract(net3.predict, 6, method="moments", rng=0, n_samples=60_000, n_hidden=3)
+    assert res3.network_.n_outputs == 4 and _rel_error(res3.network_, net3, 6) < 1e-9
+
+
+def test_moment_width_statistics_and_refusals():
+    from scipy.stats import norm
+
+    from nnrecover.errors import AssumptionError
+    from nnrecover.extraction.moments import _he2, _he4_unfolded, moment_width
+
+    d, k = 4, 6
+    net = nr.random_network(d, k, rng=1, bias_range=(-0.3, 0.3)).canonical()
+    X = np.random.default_rng(2).standard_normal((200_000, d))
+    y = net.predict(X)
+    W, b, a = net.hidden_weights, net.hidden_bias, net.output_weights[0]
+    # population forms: E[relu(t + b) He_2(t)] = phi(b), E[relu(t + b) He_4(t)] = phi''(b) = (b^2 - 1) phi(b)
+    P2 = np.einsum("j,ji,jk->ik", a * norm.pdf(b), W, W)
+    V = np.einsum("ji,jk->jik", W, W).reshape(k, d * d)
+    P4 = np.einsum("j,jm,jn->mn", a * (b ** 2 - 1) * norm.pdf(b), V, V)
+    width, ev = moment_width(X, y[:, None])
+    # the sample statistics agree with the population forms to a few times the sampling error the
+    # function measures itself (half-sample difference; 4 covers a 4-sigma deviation of the norm)
+    assert np.linalg.norm(_he2(X, y) - P2, 2) <= 4 * ev["order2"]["sampling_error"]
+    assert np.linalg.norm(_he4_unfolded(X, y) - P4, 2) <= 4 * ev["order4"]["sampling_error"]
+    # the width is the number of singular values above 3x that error, never more than the truth here
+    assert width == max(ev["order2"]["rank"], ev["order4"]["rank"]) and 1 <= width <= k
+    with pytest.raises(AssumptionError, match="no hidden unit"):
+        extract(lambda X: np.ones(X.shape[0]), 3, method="moments", rng=0, n_samples=5000)
+    with pytest.raises(InputError, match="at least 1000"):
+        extract(net.predict, d, method="moments", rng=0, max_queries=2500)
+    with pytest.raises(QueryBudgetError) as info, warnings.catch_warnings():
+        warnings.simplefilter("ignore", nr.errors.AssumptionWarning)   # the learner on 5000 rows
+        extract(net.predict, d, method="moments", rng=0, n_samples=5000, max_queries=6000)
+    assert info.value.partial.network_ is None and info.value.n_queries == 5000

@@ -188,8 +188,16 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
         else:
             from .moments import extract_moments
 
-            net, diag = extract_moments(oracle, d, gen, n_hidden=k, input_scale=scale, n_samples=n_samples,
-                                        n_certify=n_cert, log=log)
+            try:
+                net, diag = extract_moments(oracle, d, gen, n_hidden=k, input_scale=scale,
+                                            n_samples=n_samples, n_certify=n_cert, log=log)
+            except QueryBudgetError as exc:
+                diag = {"method": "moments", "complete": False, "queries": oracle.n_queries,
+                        "model_calls": oracle.n_calls, "seconds": time.perf_counter() - t0, "n_hidden": 0}
+                exc.partial = ExtractionResult(None, diag, oracle.n_queries)
+                exc.args = (f"{exc.args[0]} Recovered so far: nothing (the moment route needs all its "
+                            "samples).",)
+                raise
     finally:
         if bar is not None:
             bar.close()
