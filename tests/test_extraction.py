@@ -260,6 +260,6 @@ def test_moment_width_statistics_and_refusals():
     with pytest.raises(InputError, match="at least 1000"):
         extract(net.predict, d, method="moments", rng=0, max_queries=2500)
     with pytest.raises(QueryBudgetError) as info, warnings.catch_warnings():
-        warnings.simplefilter("ignore", nr.errors.AssumptionWarning)   # the learner on 5000 rows
+        warnings.simplefilter("ignore")   # the learner fitted on 5000 rows warns about its certificates
         extract(net.predict, d, method="moments", rng=0, n_samples=5000, max_queries=6000)
     assert info.value.partial.network_ is None and info.value.n_queries == 5000
