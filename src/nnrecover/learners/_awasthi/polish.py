@@ -114,7 +114,7 @@ def _least_squares_fit(coeffs: HermiteCoefficients, a, b, U, orders, linear: boo
     # Trust-region reflective (numpy/LAPACK SVD steps), not MINPACK's "lm": this Jacobian is rank
     # deficient by construction (the residual is invariant under rescaling a row of V, k null
     # directions), which sends MINPACK's pivoted QR (qrfac) into its column-norm recomputation; SciPy's
-    # C translation of it (SciPy >= 1.15) reads one double past the end of the Jacobian there, so the
+    # C translation of it (seen in SciPy 1.17.1) reads one double past the end of the Jacobian there, so the
     # iterates depended on leftover heap contents and the fit differed between processes
     # (docs/design.md, "Reproducibility").
     sol = optimize.least_squares(residual, theta0, jac=jacobian, method="trf", max_nfev=max_nfev,
