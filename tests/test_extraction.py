@@ -263,3 +263,16 @@ def test_moment_width_statistics_and_refusals():
         warnings.simplefilter("ignore")   # the learner fitted on 5000 rows warns about its certificates
         extract(net.predict, d, method="moments", rng=0, n_samples=5000, max_queries=6000)
     assert info.value.partial.network_ is None and info.value.n_queries == 5000
+
+
+def test_extract_experiment_quick(tmp_path):
+    from nnrecover.experiments.runner import run_experiment
+
+    df = run_experiment("extract", tmp_path, quick=True, rng=0)
+    assert set(df["dtype"]) == {"float64", "float32"} and (df["status"] == "ok").all()
+    f64 = df[df["dtype"] == "float64"]
+    assert (f64["k_found"] == f64["k"]).all() and (f64["function_error"] < 1e-9).all()
+    assert (f64["max_angle"] < 1e-8).all()
+    f32 = df[df["dtype"] == "float32"]
+    assert (f32["function_error"] < 1e-5).all() and (f32["noise"] > 1e-9).all()
+    assert (df["queries"] > 0).all() and (tmp_path / "figure.png").exists()

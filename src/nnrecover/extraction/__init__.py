@@ -89,7 +89,8 @@ def _check_positive(value: Any, name: str) -> float:
 def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int | str" = "auto",
             method: str = "auto", max_queries: int | None = None, rng: Any = None,
             input_scale: float = 1.0, radius: float | None = None, n_certify: int = 2000,
-            patience: int = 4, n_samples: int | None = None, progress: bool = False,
+            patience: int = 4, sign_time_limit: float = 120.0, n_samples: int | None = None,
+            progress: bool = False,
             log: Callable[[str], None] | None = None) -> ExtractionResult:
     """Recover a one-hidden-layer ReLU network from queries of a black box.
 
@@ -122,6 +123,10 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
         Fresh Gaussian queries on which the recovered network is compared with the black box.
     patience : int, default 4
         With ``n_hidden="auto"``: stop after this many consecutive lines without a new unit.
+    sign_time_limit : float, default 120
+        Seconds allowed to the 0/1 solve that orients the units when ``k > p d`` (scalar output, more
+        units than inputs); if it finds no solution in time the linear part is kept as extra unit pairs
+        and a ``CertificateWarning`` says so (``diagnostics_["linear_units"]``).
     n_samples : int, optional
         ``method="moments"`` only: Gaussian queries drawn (default: the budget, else 200,000).
     progress : bool, default False
@@ -156,6 +161,7 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
     rad = None if radius is None else _check_positive(radius, "radius")
     n_cert = check_positive_int(n_certify, "n_certify", minimum=10)
     pat = check_positive_int(patience, "patience")
+    sign_limit = _check_positive(sign_time_limit, "sign_time_limit")
     gen = check_random_state(rng)
     bar = None
     if progress:
@@ -170,7 +176,8 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
             from .critical_points import CriticalPointExtractor
 
             runner = CriticalPointExtractor(oracle, d, gen, n_hidden=k, input_scale=scale, radius=rad,
-                                            patience=pat, n_certify=n_cert, log=log)
+                                            patience=pat, n_certify=n_cert, milp_time_limit=sign_limit,
+                                            log=log)
             try:
                 net, diag = runner.run()
             except QueryBudgetError as exc:
