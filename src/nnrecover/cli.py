@@ -404,6 +404,9 @@ def _load_data(args):
     from .io import load_samples
 
     columns = [c.strip() for item in (args.target_column or ()) for c in item.split(",") if c.strip()]
+    if columns and args.targets is None and Path(args.data).suffix.lower() == ".npz":
+        raise InputError("--target-column selects columns of .npy/.csv/.parquet files; a .npz file names its "
+                         "target array: use --y-key (and --x-key).")
     return load_samples(args.data, targets=args.targets, target_columns=columns or None,
                         x_key=args.x_key, y_key=args.y_key)
 

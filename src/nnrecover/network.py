@@ -372,6 +372,18 @@ def _as_range(value, name):
     return lo, hi
 
 
+def _check_network_memory(d: int, k: int, p: int) -> None:
+    """Refuse, before drawing it, a network whose parameters (and one temporary copy) exceed the memory."""
+    from .io import _free_memory
+
+    need = 16 * (k * d + k + p * k + p)
+    avail = _free_memory()
+    if avail is not None and need > avail:
+        raise InputError(f"a network with n_inputs={d}, n_hidden={k}, n_outputs={p} needs {need / 2**30:.3g} GiB "
+                         f"(its {k} x {d} hidden weights and a temporary copy) but {avail / 2**30:.3g} GiB of memory "
+                         "is available; lower n_inputs or n_hidden.")
+
+
 def random_network(n_inputs: int, n_hidden: int, n_outputs: int = 1, *, activation="relu", rng=None,
                    **options) -> TwoLayerNetwork:
     """Draw a random teacher network.
@@ -398,7 +410,8 @@ def random_network(n_inputs: int, n_hidden: int, n_outputs: int = 1, *, activati
         renormalised, so ``rows`` cannot be combined with it.
 
     Draws happen in a fixed order (W, b, A, signs, c), so the same ``rng`` gives the same network.
-    Unknown options raise :class:`~nnrecover.errors.InputError`.
+    Unknown options raise :class:`~nnrecover.errors.InputError`, and so does a network larger than the
+    available memory (checked before anything is allocated).
 
     Returns
     -------
@@ -411,6 +424,7 @@ def random_network(n_inputs: int, n_hidden: int, n_outputs: int = 1, *, activati
     k = check_positive_int(n_hidden, "n_hidden")
     p = check_positive_int(n_outputs, "n_outputs")
     act = get_activation(activation)
+    _check_network_memory(d, k, p)
     gen = check_random_state(rng)
     rows = options.get("rows", "unit")
     kappa = options.get("condition_number")

@@ -71,9 +71,16 @@ class SampleStream:
             rows = min(BLOCK_ROWS, self.n_samples - j * BLOCK_ROWS)
             gen = np.random.default_rng(np.random.SeedSequence(self.entropy, spawn_key=(j,)))
             X = self.distribution.sample(rows, gen, antithetic=self.antithetic)
-            Y = self.network.predict(X)
-            if self.noise > 0:
-                Y = Y + self.noise * gen.standard_normal(Y.shape)
+            with np.errstate(over="ignore", invalid="ignore"):
+                Y = self.network.predict(X)
+                if self.noise > 0:
+                    Y = Y + self.noise * gen.standard_normal(Y.shape)
+            if not (np.all(np.isfinite(X)) and np.all(np.isfinite(Y))):
+                raise InputError(
+                    f"the samples overflow float64: {'X' if not np.all(np.isfinite(X)) else 'Y'} has non-finite "
+                    f"values in block {j} (teacher {self.network!r}, noise={self.noise:g}, input law "
+                    f"{self.distribution!r}); lower the teacher's weights, biases or activation exponent, the noise "
+                    "or the input scale.")
             yield X, Y
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
