@@ -42,6 +42,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .._threads import blas_threads
 from ..errors import CertificateWarning
 from .queries import NoiseModel, QueryOracle
 
@@ -394,7 +395,14 @@ def refine_hyperplanes(oracle: QueryOracle, W: np.ndarray, b: np.ndarray, err: n
     accepted = np.zeros(u, bool)
     used = np.zeros(u, int)
     resid = np.full(u, np.inf)
-    for j in range(u):
+    with blas_threads(1):  # many small SVDs: threads only add contention
+        _fit_planes(Q, W, beta, ok, pn, noise, d, W_new, b_new, alpha, accepted, used, resid)
+    return RefinedPlanes(W_new, b_new, alpha, accepted, used, resid)
+
+
+def _fit_planes(Q, W, beta, ok, pn, noise, d, W_new, b_new, alpha, accepted, used, resid) -> None:
+    """Robust total-least-squares plane through each unit's located critical points (in place)."""
+    for j in range(W.shape[0]):
         keep = ok[j].copy()
         if keep.sum() < d + 2:
             continue
@@ -430,7 +438,6 @@ def refine_hyperplanes(oracle: QueryOracle, W: np.ndarray, b: np.ndarray, err: n
             accepted[j] = True
             used[j] = int(keep.sum())
             resid[j] = float(r.max())
-    return RefinedPlanes(W_new, b_new, alpha, accepted, used, resid)
 
 
 # ----------------------------------------------------------------------------------- output layer
@@ -467,7 +474,8 @@ def fit_output_layer(oracle: QueryOracle, W: np.ndarray, b: np.ndarray, rng: np.
     D = np.concatenate(cols, axis=1)
     norms = np.linalg.norm(D, axis=0)
     norms[norms == 0] = 1.0
-    coef, *_ = np.linalg.lstsq(D / norms, Y, rcond=None)
+    with blas_threads(1):
+        coef, *_ = np.linalg.lstsq(D / norms, Y, rcond=None)
     coef = coef / norms[:, None]
     resid = float(np.linalg.norm(D @ coef - Y) / max(np.linalg.norm(Y), 1e-300))
     alpha = coef[:k].T
@@ -497,7 +505,8 @@ def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: f
     info: dict[str, Any] = {"equations": int(M.shape[0]), "unknowns": int(k)}
     if k == 0:
         return np.zeros(0, int), {**info, "method": "none"}
-    sv = np.linalg.svd(M, compute_uv=False)
+    with blas_threads(1):
+        sv = np.linalg.svd(M, compute_uv=False)
     full_rank = M.shape[0] >= k and sv[-1] > 1e-8 * sv[0]
     scale = np.abs(M).sum(axis=1) + np.abs(rhs) + 1e-300
     if full_rank:
@@ -648,8 +657,10 @@ class CriticalPointExtractor:
                 J[r], err[r], ok[r] = gradient_jumps(self.oracle, x_star[r], vv[r], lk.room_left[idx][r],
                                                      lk.room_right[idx][r], self.noise)
             cand_W, cand_b, cand_a, cand_e = [], [], [], []
+            with blas_threads(1):
+                normals = {int(q): _normal_from_jump(J[q], v) for q in np.flatnonzero(ok)}
             for q in np.flatnonzero(ok):
-                w, alpha = _normal_from_jump(J[q], v)
+                w, alpha = normals[int(q)]
                 na = float(np.linalg.norm(alpha))
                 if not na > 0:
                     continue
