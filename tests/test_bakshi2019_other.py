@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import nnrecover as nr
-from nnrecover.errors import AssumptionError, ConvergenceError, InputError
+from nnrecover.errors import AssumptionError, CertificateWarning, ConvergenceError, InputError
 
 from nnrecover.learners.bakshi2019 import (NoisyReLULearner, algorithm2, algorithm6, algorithm7, algorithm8,
                                            assignment_to_separator,
@@ -92,13 +92,20 @@ def test_noisy_pipeline_rate():
 def test_noisy_learner():
     net = nr.random_network(8, 3, 4, rng=9).canonical()
     X, Y = nr.sample(net, GAUSS(8), 60_000, noise=0.1, rng=10)
-    plain = NoisyReLULearner(3, refine=False, random_state=0).fit(X, Y)
+    # unrefined, the tensor-step estimate is off the least-squares fit; its certificate bound (twice the
+    # Gauss-Newton step plus the noise term) exceeds the default certificate_tol = 0.1 although the error
+    # is about 0.05: the conservative side of the bound (docs/certificates.md counts these false alarms)
+    with pytest.warns(CertificateWarning, match="max_unit_error"):
+        plain = NoisyReLULearner(3, refine=False, random_state=0).fit(X, Y)
     refined = NoisyReLULearner(3, refine=True, refine_options={"max_samples": 20_000}, random_state=0).fit(X, Y)
     e0 = nr.metrics.parameter_error(plain.network_, net)["max_unit_error"]
     e1 = nr.metrics.parameter_error(refined.network_, net)["max_unit_error"]
     assert e0 < 0.3 and e1 <= e0 + 1e-12
+    assert plain.diagnostics_["certificates"]["max_unit_error"]["bound"] >= e0
+    assert e1 <= refined.diagnostics_["certificates"]["max_unit_error"]["bound"] <= 0.1
     assert refined.diagnostics_["refinement"]["ran"] is not False
-    white = NoisyReLULearner(3, decomposition="whiten", refine=False, random_state=0).fit(X, Y)
+    with pytest.warns(CertificateWarning, match="max_unit_error"):
+        white = NoisyReLULearner(3, decomposition="whiten", refine=False, random_state=0).fit(X, Y)
     assert white.diagnostics_["noisy"]["approximate"]["decomposition"]["method"] == "whiten"
     assert nr.metrics.parameter_error(white.network_, net)["max_unit_error"] < 0.3
     with pytest.raises(InputError, match="decomposition"):

@@ -37,7 +37,7 @@ def test_bound_is_round_off_at_the_teacher(teacher):
     X, Y = nr.sample(teacher, GAUSS(12), 5000, rng=1)
     info = unit_error_bound(teacher, X, Y)
     assert info["bound"] < 1e-12
-    assert info["n_params"] == 5 * 11 + 5 * 5
+    assert info["n_params"] == 5 * 12 + 5 * 5 + 5  # (w_i, b_i) on the sphere, a_i, c
 
 
 @pytest.mark.parametrize("eps", [1e-6, 1e-3])
@@ -69,12 +69,12 @@ def test_lack_of_fit_separates_noise_from_a_structured_residual():
     g = np.random.default_rng(5)
     net = nr.random_network(6, 2, 2, rng=6).canonical()
     X = g.standard_normal((20000, 6))
-    zero_w, zero_a = np.zeros((2, 6)), np.zeros((2, 2))
+    zero_wb, zero_a, zero_c = np.zeros((2, 7)), np.zeros((2, 2)), np.zeros(2)
     noise = 0.1 * g.standard_normal((20000, 2))
-    assert _lack_of_fit(net, X, noise, zero_w, zero_a, 0.01, 4096) > 1e-3
+    assert _lack_of_fit(net, X, noise, zero_wb, zero_a, zero_c, 0.01, 4096) > 1e-3
     u = g.standard_normal(6)
     structured = noise + 0.05 * np.maximum(X @ (u / np.linalg.norm(u)), 0.0)[:, None]
-    assert _lack_of_fit(net, X, structured, zero_w, zero_a, 0.01, 4096) < 1e-6
+    assert _lack_of_fit(net, X, structured, zero_wb, zero_a, zero_c, 0.01, 4096) < 1e-6
 
 
 def test_pure_neuron_refined_estimate_certified_despite_a_poor_gap():

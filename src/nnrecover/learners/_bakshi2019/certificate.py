@@ -4,39 +4,43 @@ Used by :class:`~nnrecover.learners.ExactReLULearner`, :class:`~nnrecover.learne
 :class:`~nnrecover.learners.PureNeuronLearner` on their FINAL estimate (after any refinement). What it
 bounds is the error of :func:`nnrecover.metrics.parameter_error`,
 
-    max_i ( ||w_i - w*_i|| + ||a_i - a*_i|| )     (canonical form: unit rows w_i, matched units),
+    max_i ( ||w_i - w*_i|| + |b_i - b*_i| + ||a_i - a*_i|| )   (canonical form: unit rows w_i, matched units),
 
-for a teacher ``y = A* f(W* x) + xi`` (no biases, ``f`` positively homogeneous, ``xi`` i.i.d. with
-mean zero and independent of ``x``), to first order in the error, with probability at least
-``1 - failure_probability`` over the label noise.
+for a teacher ``y = A* f(W* x + b*) + c* + xi`` (``f`` positively homogeneous, ``xi`` i.i.d. with mean
+zero and independent of ``x``; the papers' teachers have ``b* = 0``, ``c* = 0``), to first order in the
+error, with probability at least ``1 - failure_probability`` over the label noise.
 
-Derivation (a Gauss-Newton confidence region). Let ``theta`` be the canonical parameters, ``J`` the
-Jacobian of the outputs on ``n`` rows with the hidden rows moving in the tangent space of the unit sphere
-(which removes the positive-scale symmetry ``(w_i, a_i) -> (c w_i, a_i / c)``), and ``R = Y - net(X)``.
-To first order ``R = J (theta* - theta^) + xi``, so with ``delta^ = (J^T J)^{-1} J^T R`` (the
-Gauss-Newton step, i.e. the distance to the least-squares fit on these rows)
+Derivation (a Gauss-Newton confidence region). Let ``theta`` be the canonical parameters (hidden rows
+``(w_i, b_i)``, output weights ``a_i``, output bias ``c``; the refinement step moves the biases too), ``J``
+the Jacobian of the outputs on ``n`` rows with each ``w_i`` moving in the tangent space of the unit
+sphere (which removes the positive-scale symmetry ``(w_i, b_i, a_i) -> (s w_i, s b_i, a_i / s)``), ``P``
+its number of columns and ``R = Y - net(X)``. To first order ``R = J (theta* - theta^) + xi``, so with
+``delta^ = (J^T J)^{-1} J^T R`` (the Gauss-Newton step: the distance to the least-squares fit on these rows)
 
     theta* - theta^ = delta^ - (J^T J)^{-1} J^T xi,     (J^T J)^{-1} J^T xi ~ N(0, sigma^2 (J^T J)^{-1}).
 
 For unit ``i`` with parameter block ``I_i`` and ``C_i = sigma^2 [(J^T J)^{-1}]_{I_i I_i}``, the
 Laurent-Massart inequality gives ``||g||^2 <= tr C + 2 sqrt(tr(C^2) x) + 2 ||C|| x`` with probability
 ``1 - e^{-x}`` for ``g ~ N(0, C)``; ``x = log(k / delta)`` makes it hold for all ``k`` units at once.
-``sigma^2`` is estimated by the residual mean square ``(||R||^2 - delta^T J^T R) / (n p - P)``, which
-also absorbs any misfit (conservative). Finally ``||dw|| + ||da|| <= sqrt(2) ||(dw, da)||``, so
+``sigma^2`` is estimated by the residual mean square ``(||R||^2 - ||J delta^||^2) / (n p - P)``, which
+also absorbs any misfit (conservative). With ``||dw|| + |db| + ||da|| <= sqrt(3) ||(dw, db, da)||``:
 
-    bound_i = 2 (||dw^_i|| + ||da^_i||) + sqrt(2) sqrt(tr C_i + 2 sqrt(tr(C_i^2) x) + 2 ||C_i|| x),
+    bound_i = 2 (||dw^_i|| + |db^_i| + ||da^_i||) + sqrt(3) sqrt(tr C_i + 2 sqrt(tr(C_i^2) x) + 2 ||C_i|| x)
+              + 64 eps (1 + |b_i| + ||a_i||),
 
-with ``(dw^_i, da^_i)`` the unit's block of ``delta^``. The factor 2 on the step covers the neglected
-second-order terms: the Gauss-Newton step estimates the error up to a relative term of the order of the
-error itself, so the factor is ample in the first-order regime ``bound <= 0.5`` (beyond it the bound is
-reported but never passes). The noise term assumes that the residual left after the step is label noise, independent of ``x``. A
-network at a spurious least-squares fit (step ~ 0, large residual) would pass it off as noise, so the
-residual is tested (:func:`_lack_of_fit`: its second-order Hermite projection, chi-square at level
-``delta``) and no bound is claimed when the test rejects and the residual energy left after the step
-exceeds the step's own first-order change ``||J delta^||^2`` (a smaller structured remainder is the
-second-order term of the step, as on noiseless data near the answer). On noiseless data at the exact answer both terms are round-off; the noise term shrinks as ``n^{-1/2}``.
-The bound is first order: it is not claimed (reported as infinite) when ``J`` is rank deficient on the
-rows (a dead unit, ``n p <= P``).
+with ``(dw^_i, db^_i, da^_i)`` the unit's block of ``delta^`` and the last term the round-off of the
+canonical form and of the metric. The factor 2 on the step covers the neglected second-order terms: the
+Gauss-Newton step estimates the error up to a relative term of the order of the error itself, so the
+factor is ample in the first-order regime ``bound <= 0.5``; beyond it no bound is claimed (``inf``).
+
+The noise term assumes that the residual left after the step is label noise, independent of ``x``. A
+network at a spurious least-squares fit (step ~ 0, large residual) would pass its misfit off as noise,
+so the residual is tested (:func:`_lack_of_fit`: its second-order Hermite projection, chi-square at
+level ``delta``), and no bound is claimed when the test rejects and the residual energy left after the
+step exceeds the step's own first-order change ``||J delta^||^2`` (a smaller structured remainder is the
+step's second-order term, as on noiseless data near the answer). No bound is claimed either when ``J``
+is rank deficient on the rows (a dead unit, ``n p <= P``). On noiseless data at the exact answer every
+term is round-off; the noise term shrinks as ``n^{-1/2}``.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ __all__ = ["unit_error_bound", "certify_max_unit_error", "certificate_rows", "ch
            "SECOND_ORDER_FACTOR", "LINEAR_REGIME"]
 
 #: what the certificate ``max_unit_error`` states (shared by the three learners that issue it)
-MEANING = ("max over matched units of ||w_i - w*_i|| + ||a_i - a*_i|| (canonical form, nr.metrics."
+MEANING = ("max over matched units of ||w_i - w*_i|| + |b_i - b*_i| + ||a_i - a*_i|| (canonical form, nr.metrics."
            "parameter_error) <= bound, to first order, with probability >= 1 - failure_probability over "
            "i.i.d. mean-zero label noise; passes when bound <= certificate_tol")
 
@@ -63,6 +67,8 @@ _EPS = np.finfo(float).eps
 SECOND_ORDER_FACTOR = 2.0
 #: above this the first-order analysis is not trusted and the certificate does not pass at any tolerance
 LINEAR_REGIME = 0.5
+#: round-off allowance of the canonical form and of the metric, in units of eps times the unit's scale
+ROUNDOFF_UNITS = 64.0
 #: a residual below this fraction of ||Y - mean Y|| is round-off: the lack-of-fit test is not run on it
 ROUNDOFF_RESIDUAL = 1e-9
 
@@ -104,96 +110,117 @@ def unit_error_bound(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *,
     """
     net = network.canonical()
     act = net.activation
-    W, A = net.hidden_weights, net.output_weights
+    W, b, A, c = net.hidden_weights, net.hidden_bias, net.output_weights, net.output_bias
     k, d = W.shape
     p = A.shape[0]
     X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64).reshape(X.shape[0], -1)
     n = X.shape[0]
-    P = k * (d - 1) + k * p
-    out: dict[str, Any] = {"bound": math.inf, "first_order": math.inf, "per_unit": np.full(k, np.inf), "step": np.full(k, np.inf),
-                           "noise": np.full(k, np.inf), "sigma": math.nan, "n_rows": int(n), "n_params": int(P),
-                           "jacobian_condition": math.inf, "relative_residual": math.nan}
+    e = d + 1                                  # a hidden unit's row (w_i, b_i) acts on (x, 1)
+    P = k * d + k * p + p                      # k (d - 1) + k hidden, k p output weights, p output biases
+    out: dict[str, Any] = {"bound": math.inf, "first_order": math.inf, "per_unit": np.full(k, np.inf),
+                           "step": np.full(k, np.inf), "noise": np.full(k, np.inf), "sigma": math.nan,
+                           "n_rows": int(n), "n_params": int(P), "jacobian_condition": math.inf,
+                           "relative_residual": math.nan}
     R = Y - net.predict(X).reshape(n, -1)
     ydev = float(np.linalg.norm(Y - Y.mean(axis=0)))
     out["relative_residual"] = float(np.linalg.norm(R) / ydev) if ydev > 0 else math.nan
     if act.degree is None or n * p <= P or not np.all(np.isfinite(R)):
         return out
-    chunk = chunk_rows or max(256, int(8_000_000 // max(k * d, 1)))
-    Gzz = np.zeros((k * d, k * d))
-    Gzh = np.zeros((k * d, k))
+    chunk = chunk_rows or max(256, int(8_000_000 // max(k * e, 1)))
+    Gzz = np.zeros((k * e, k * e))
+    Gzh = np.zeros((k * e, k))
     Ghh = np.zeros((k, k))
-    Gzr = np.zeros((k * d, k))
+    Gzr = np.zeros((k * e, k))
     Ghr = np.zeros((k, p))
+    z1 = np.zeros(k * e)                      # sum of the rows of Z (output-bias coupling)
+    h1 = np.zeros(k)
+    r1 = np.zeros(p)
     for s in range(0, n, chunk):
         Xc, Rc = X[s:s + chunk], R[s:s + chunk]
-        T = Xc @ W.T
+        T = Xc @ W.T + b
         H, D = act(T), act.derivative(T)
-        Z = (D[:, :, None] * Xc[:, None, :]).reshape(Xc.shape[0], k * d)
+        Xe = np.hstack([Xc, np.ones((Xc.shape[0], 1))])
+        Z = (D[:, :, None] * Xe[:, None, :]).reshape(Xc.shape[0], k * e)
         Gzz += Z.T @ Z
         Gzh += Z.T @ H
         Ghh += H.T @ H
         Gzr += Z.T @ (Rc @ A)
         Ghr += H.T @ Rc
+        z1 += Z.sum(axis=0)
+        h1 += H.sum(axis=0)
+        r1 += Rc.sum(axis=0)
     AtA = A.T @ A
-    # J^T J in the order (w_1..w_k, a_1..a_k), a_i = column i of A (p entries)
-    G_ww = Gzz * np.kron(AtA, np.ones((d, d)))
-    G_wa = np.einsum("iaj,oi->iajo", Gzh.reshape(k, d, k), A).reshape(k * d, k * p)
+    # J^T J in the order ((w_1, b_1)..(w_k, b_k), a_1..a_k, c), a_i = column i of A (p entries):
+    # dy_o/d(w_i, b_i) = A_oi f'(w_i x + b_i) (x, 1), dy_o/dA_oi = f(w_i x + b_i), dy_o/dc_o = 1
+    G_ww = Gzz * np.kron(AtA, np.ones((e, e)))
+    G_wa = np.einsum("iaj,oi->iajo", Gzh.reshape(k, e, k), A).reshape(k * e, k * p)
     G_aa = np.kron(Ghh, np.eye(p))
-    g_w = np.einsum("iai->ia", Gzr.reshape(k, d, k)).reshape(k * d)
+    G_wc = np.einsum("ia,oi->iao", z1.reshape(k, e), A).reshape(k * e, p)
+    G_ac = np.kron(h1[:, None], np.eye(p))
+    G_cc = n * np.eye(p)
+    g_w = np.einsum("iai->ia", Gzr.reshape(k, e, k)).reshape(k * e)
     g_a = Ghr.reshape(k * p)
-    # restrict the hidden rows to their tangent spaces (canonical form: ||w_i|| = 1)
-    Tw = np.zeros((k * d, k * (d - 1)))
+    # restrict the hidden rows to their tangent spaces (canonical form: ||w_i|| = 1, b_i free)
+    Tw = np.zeros((k * e, k * d))
     for i, B in enumerate(_tangent_bases(W)):
-        Tw[i * d:(i + 1) * d, i * (d - 1):(i + 1) * (d - 1)] = B
-    G = np.block([[Tw.T @ G_ww @ Tw, Tw.T @ G_wa], [G_wa.T @ Tw, G_aa]])
-    g = np.concatenate([Tw.T @ g_w, g_a])
+        Tw[i * e:i * e + d, i * d:i * d + d - 1] = B
+        Tw[i * e + d, i * d + d - 1] = 1.0
+    G = np.block([[Tw.T @ G_ww @ Tw, Tw.T @ G_wa, Tw.T @ G_wc],
+                  [G_wa.T @ Tw, G_aa, G_ac],
+                  [G_wc.T @ Tw, G_ac.T, G_cc]])
+    g = np.concatenate([Tw.T @ g_w, g_a, r1])
     lam, V = np.linalg.eigh(0.5 * (G + G.T))
     if lam[-1] <= 0 or lam[0] <= P * _EPS * lam[-1]:
         return out
     out["jacobian_condition"] = float(math.sqrt(lam[-1] / lam[0]))
     Ginv = (V / lam) @ V.T
     step = Ginv @ g
-    rss = max(float(np.sum(R * R)) - float(step @ g), 0.0)
+    explained = float(step @ g)                # ||J delta^||^2
+    rss = max(float(np.sum(R * R)) - explained, 0.0)
     sigma2 = rss / (n * p - P)
-    # back to (w, a) coordinates per unit
-    Tfull = np.zeros((k * d + k * p, P))
-    Tfull[:k * d, :k * (d - 1)] = Tw
-    Tfull[k * d:, k * (d - 1):] = np.eye(k * p)
+    # back to ((w, b), a, c) coordinates
+    m = k * e + k * p + p
+    Tfull = np.zeros((m, P))
+    Tfull[:k * e, :k * d] = Tw
+    Tfull[k * e:, k * d:] = np.eye(k * p + p)
     dtheta = Tfull @ step
     cov = sigma2 * (Tfull @ Ginv @ Tfull.T)
     delta = float(failure_probability)
     x = math.log(k / delta)
     step_u, noise_u = np.empty(k), np.empty(k)
     for i in range(k):
-        idx = np.r_[i * d:(i + 1) * d, k * d + i * p:k * d + (i + 1) * p]
-        # the metric's own value on the step: ||dw_i|| + ||da_i||
-        step_u[i] = float(np.linalg.norm(dtheta[i * d:(i + 1) * d])
-                          + np.linalg.norm(dtheta[k * d + i * p:k * d + (i + 1) * p]))
+        wi, ai = np.arange(i * e, (i + 1) * e), np.arange(k * e + i * p, k * e + (i + 1) * p)
+        # the metric's own value on the step: ||dw_i|| + |db_i| + ||da_i||
+        step_u[i] = float(np.linalg.norm(dtheta[wi[:d]]) + abs(dtheta[wi[d]]) + np.linalg.norm(dtheta[ai]))
+        idx = np.r_[wi, ai]
         Ci = cov[np.ix_(idx, idx)]
         ev = np.clip(np.linalg.eigvalsh(0.5 * (Ci + Ci.T)), 0.0, None)
         noise_u[i] = math.sqrt(float(ev.sum() + 2.0 * math.sqrt(float(np.sum(ev ** 2)) * x) + 2.0 * ev.max() * x))
-    per_unit = SECOND_ORDER_FACTOR * step_u + math.sqrt(2.0) * noise_u
+    # ||dw|| + |db| + ||da|| <= sqrt(3) ||(dw, db, da)||; the canonical form and the metric are computed in
+    # floating point, each with a relative error of a few eps of the unit's scale
+    scale = 1.0 + np.abs(b) + np.linalg.norm(A, axis=0)
+    per_unit = SECOND_ORDER_FACTOR * step_u + math.sqrt(3.0) * noise_u + ROUNDOFF_UNITS * _EPS * scale
     first = float(per_unit.max())
     out.update(bound=first if first <= LINEAR_REGIME else math.inf, first_order=first, per_unit=per_unit,
                step=step_u, noise=noise_u, sigma=float(math.sqrt(sigma2)))
     # the noise term is only valid if what is left of R after the step is label noise: test it
     if sigma2 > (ROUNDOFF_RESIDUAL * ydev) ** 2 / (n * p):
-        dW = dtheta[:k * d].reshape(k, d)
-        dA = dtheta[k * d:].reshape(k, p).T
-        p_value = _lack_of_fit(net, X, R, dW, dA, sigma2, chunk)
+        dWb = dtheta[:k * e].reshape(k, e)
+        dA = dtheta[k * e:k * e + k * p].reshape(k, p).T
+        p_value = _lack_of_fit(net, X, R, dWb, dA, dtheta[k * e + k * p:], sigma2, chunk)
         out["lack_of_fit_p_value"] = p_value
-        # a structured residual smaller than the step's own first-order change ||J delta^||^2 = delta^T g is
-        # the step's second-order remainder (noiseless data near the answer); a larger one is not explained
-        # by the linearisation around this estimate
-        if p_value < delta and rss > float(step @ g):
+        # a structured residual smaller than the step's own first-order change ||J delta^||^2 is the step's
+        # second-order remainder (noiseless data near the answer); a larger one is not explained by the
+        # linearisation around this estimate
+        if p_value < delta and rss > explained:
             out["bound"] = math.inf
             out["lack_of_fit"] = True
     return out
 
 
-def _lack_of_fit(net: TwoLayerNetwork, X: np.ndarray, R: np.ndarray, dW: np.ndarray, dA: np.ndarray,
-                 sigma2: float, chunk: int) -> float:
+def _lack_of_fit(net: TwoLayerNetwork, X: np.ndarray, R: np.ndarray, dWb: np.ndarray, dA: np.ndarray,
+                 dc: np.ndarray, sigma2: float, chunk: int) -> float:
     """p-value of "the residual after the Gauss-Newton step is independent of x" (label noise only).
 
     Statistic: ``M_o = mean(r_o (x x^T - I))`` per output ``o``; if ``r`` is noise independent of ``x``
@@ -206,7 +233,7 @@ def _lack_of_fit(net: TwoLayerNetwork, X: np.ndarray, R: np.ndarray, dW: np.ndar
     from scipy.stats import chi2
 
     act = net.activation
-    W, A = net.hidden_weights, net.output_weights
+    W, b, A = net.hidden_weights, net.hidden_bias, net.output_weights
     n, d = X.shape
     p = R.shape[1]
     M = np.zeros((p, d, d))
@@ -214,8 +241,9 @@ def _lack_of_fit(net: TwoLayerNetwork, X: np.ndarray, R: np.ndarray, dW: np.ndar
     tot = np.zeros(p)
     for s in range(0, n, chunk):
         Xc = X[s:s + chunk]
-        T = Xc @ W.T
-        Rc = R[s:s + chunk] - act(T) @ dA.T - (act.derivative(T) * (Xc @ dW.T)) @ A.T
+        T = Xc @ W.T + b
+        lin = Xc @ dWb[:, :d].T + dWb[:, d]
+        Rc = R[s:s + chunk] - act(T) @ dA.T - (act.derivative(T) * lin) @ A.T - dc
         for o in range(p):
             M[o] += (Xc * Rc[:, o:o + 1]).T @ Xc
         tot += Rc.sum(axis=0)
