@@ -229,3 +229,107 @@ def test_load_malformed_npz_models(raw):
             assert net.predict(np.zeros((2, net.n_inputs))).shape[0] == 2
         rc, out, err = _cli("evaluate", str(path), "--data", str(path))  # also a malformed data file
         _assert_clean(rc, out, err)
+
+
+# ------------------------------------------------------------------------------------------ scale
+def _teacher_data(n=600, d=4, k=2, seed=5):
+    truth = nr.random_network(d, k, 1, rng=seed, bias_range=(-0.2, 0.2))
+    X, Y = nr.sample(truth, nr.distributions.StandardGaussian(d), n, rng=seed)
+    return truth, X, Y
+
+
+def test_gradient_descent_rescaling_is_exactly_undone():
+    # scaling by a power of two is exact, so the fit on (X 2^s, Y 2^t) is the fit on (X, Y) with W scaled
+    # by 2^-s and (A, c) by 2^t, bit for bit, whatever the magnitude (learners.baseline docstring)
+    from nnrecover.learners import GradientDescentLearner
+
+    _, X, Y = _teacher_data()
+    base = GradientDescentLearner(2, n_restarts=2, random_state=3).fit(X, Y)
+    for s, t in ((997, 0), (-997, 0), (0, 997), (0, -990), (500, -500), (40, 12)):
+        est = GradientDescentLearner(2, n_restarts=2, random_state=3).fit(np.ldexp(X, s), np.ldexp(Y, t))
+        assert est.diagnostics_["data_scaling"] == {"x_exponent": s if abs(s) > 10 else 0,
+                                                    "y_exponent": t if abs(t) > 10 else 0}
+        ref = base.network_
+        if abs(s) <= 10 and abs(t) <= 10:  # ordinary scales are fitted as given: a different problem
+            continue
+        net = est.network_  # both canonical: unit rows, so the hidden layer is unchanged and b, A carry the scale
+        assert np.array_equal(net.hidden_weights, ref.hidden_weights)
+        assert np.array_equal(net.hidden_bias, np.ldexp(ref.hidden_bias, s))
+        assert np.array_equal(net.output_weights, np.ldexp(ref.output_weights, t - s))
+        assert np.array_equal(net.output_bias, np.ldexp(ref.output_bias, t))
+
+
+def test_moment_learners_refuse_magnitudes_that_overflow_their_moments():
+    from nnrecover.learners import PureNeuronLearner
+    from nnrecover.learners.base import MAGNITUDE_RANGE
+
+    _, X, Y = _teacher_data()
+    lo, hi = MAGNITUDE_RANGE
+    assert (lo, hi) == (2.0 ** -64, 2.0 ** 64)
+    for Xs, Ys, name in ((X * 1e300, Y, "X"), (X * 1e-300, Y, "X"), (X * 1e150, Y, "X"), (X, Y * 1e30, "Y"),
+                         (np.zeros_like(X), Y, "X")):
+        try:
+            PureNeuronLearner(2, random_state=0).fit(Xs, Ys)
+        except nr.errors.InputError as exc:
+            assert (f"largest |{name}| entry" in str(exc)) or "all zeros" in str(exc), exc
+        else:
+            raise AssertionError(f"no error for max|{name}| = {np.max(np.abs(Xs if name == 'X' else Ys)):.3g}")
+
+
+def test_gradient_descent_with_non_finite_restarts_or_huge_width_fails_clearly():
+    from nnrecover.learners import GradientDescentLearner
+
+    _, X, Y = _teacher_data(n=50)
+    try:
+        GradientDescentLearner(10**6, n_restarts=1).fit(X, Y)
+    except nr.errors.InputError as exc:
+        assert "n_hidden=1000000" in str(exc) and "jacobian_memory" in str(exc)
+    else:
+        raise AssertionError("a 50 x 1e6 feature matrix above the budget was not refused")
+
+
+def test_time_budget_stops_between_restarts():
+    import warnings
+
+    from nnrecover.errors import TimeBudgetWarning
+    from nnrecover.learners import GradientDescentLearner
+
+    _, X, Y = _teacher_data(n=200)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = GradientDescentLearner(2, n_restarts=5, time_budget=0.0, random_state=0).fit(X, Y)
+    assert [w.category for w in caught] == [TimeBudgetWarning]
+    assert est.diagnostics_["time_budget"] == {"seconds": 0.0, "restarts_run": 1, "restarts_requested": 5,
+                                               "exhausted": True}
+    assert len(est.diagnostics_["restarts"]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning without a budget
+        est = GradientDescentLearner(2, n_restarts=2, random_state=0).fit(X, Y)
+    assert est.diagnostics_["time_budget"]["exhausted"] is False and len(est.diagnostics_["restarts"]) == 2
+
+
+def test_fit_of_an_empty_list_names_the_empty_array():
+    from nnrecover.learners import GradientDescentLearner
+
+    for args in (([],), ([], [])):
+        try:
+            GradientDescentLearner(2).fit(*args)
+        except nr.errors.InputError as exc:
+            assert "X is empty" in str(exc) and "1D" not in str(exc)
+        else:
+            raise AssertionError("fit([]) did not raise")
+
+
+# ------------------------------------------------------------------------------------------ demo status
+def test_comparison_status_fails_on_certificates_and_large_errors():
+    from nnrecover.experiments.baseline import FAILED_FUNCTION_ERROR, FAILED_UNIT_ERROR, _judge
+
+    ok = {"certificates": "passed", "function_error": 1e-3, "max_unit_error": 1e-2}
+    assert _judge(ok, has_network=True) == "ok"
+    assert _judge({**ok, "certificates": "failed"}, has_network=True) == "failed: a certificate failed"
+    assert _judge({**ok, "function_error": FAILED_FUNCTION_ERROR * 1.01}, has_network=True).startswith(
+        "failed: function_error")
+    assert _judge({**ok, "max_unit_error": 20.0}, has_network=True) == f"failed: max_unit_error 20 > {FAILED_UNIT_ERROR:g}"
+    assert _judge({**ok, "function_error": float("nan")}, has_network=True) == "failed: function_error is nan"
+    # hidden-weights-only learners have no function error: judged on what they have
+    assert _judge({**ok, "function_error": float("nan"), "max_unit_error": float("nan")}, has_network=False) == "ok"

@@ -218,8 +218,9 @@ class GradientDescentLearner(BaseLearner):
     diagnostics_ : dict
         ``restarts`` (per-restart losses on the rescaled data, iterations, optimiser messages,
         times), ``best_restart``, ``train_loss`` (mean squared loss of the returned network on the
-        rows used, original scale), ``data_scaling`` (the exponents ``e_x``, ``e_y``: the fit ran on
-        ``X 2^-e_x``, ``Y 2^-e_y``; see the module docstring), ``time_budget`` (``seconds``,
+        rows used, original scale; ``inf`` only when it exceeds the float64 range, the loss on the
+        rescaled data is that of the best restart), ``data_scaling`` (the exponents ``e_x``, ``e_y``:
+        the fit ran on ``X 2^-e_x``, ``Y 2^-e_y``; see the module docstring), ``time_budget`` (``seconds``,
         ``restarts_run``, ``restarts_requested``, ``exhausted``), ``n_samples_seen``,
         ``n_samples_used``, ``refinement`` (the best restart's optimiser record), ``fit_time``.
     """
@@ -275,7 +276,8 @@ class GradientDescentLearner(BaseLearner):
         net = _undo_scaling(net, ex, ey)
         skipped = info.pop("stopped_by_deadline")
         diagnostics.update(info)
-        diagnostics["train_loss"] = float(np.ldexp(info["train_loss"], 2 * ey))
+        with np.errstate(over="ignore"):  # a loss beyond 1.8e308 (|Y| ~ 1e154 and more) is reported as inf
+            diagnostics["train_loss"] = float(np.ldexp(info["train_loss"], 2 * ey))
         diagnostics["data_scaling"] = {"x_exponent": ex, "y_exponent": ey}
         ran = len(info["restarts"])
         diagnostics["time_budget"] = {"seconds": None if self.time_budget is None else float(self.time_budget),
