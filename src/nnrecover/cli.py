@@ -7,6 +7,13 @@ traceback. A learner that fails to converge exits with status 1. An unexpected e
 prints one ``internal error`` line and exits with status 1; ``--debug`` shows its traceback.
 Warnings are shown as one ``nnrecover: warning: ...`` line each.
 
+Outputs: every output path is checked for writability (and, for ``simulate``, the folder's free
+space against the size of the samples) before the command starts its work, and every file is
+written to a temporary file in the same folder that is renamed into place only when complete
+(:func:`nnrecover.io.atomic_output`). An error, Ctrl-C (exit 130) or SIGTERM (exit 143) leaves every
+output as it was; a ``fit`` whose model predicts non-finite values on its training data writes
+nothing (exit 1).
+
 Entry point: :func:`main` (``nnrecover = nnrecover.cli:main`` in pyproject.toml; also
 ``python -m nnrecover``).
 """
