@@ -1,0 +1,202 @@
+"""Step 2 of Goel & Panigrahy (2019): EstimateTanAlpha (Lemmas 3-6) and RefineEstimate (Algorithm 1)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import special, stats
+
+from nnrecover.errors import AssumptionError, InputError
+from nnrecover.learners.goel2019.step2 import (ConditionalSlabSampler, SampleSlabs, SlabSource, angle_between,
+                                               estimate_tan_alpha, refine_estimate)
+from nnrecover.learners.goel2019.step2 import _truncated_normal
+
+
+def _tilted(w: np.ndarray, alpha: float, gen: np.random.Generator) -> np.ndarray:
+    """A unit vector at angle ``alpha`` from the unit ``w``."""
+    v = gen.standard_normal(w.size)
+    v -= (v @ w) * w
+    v /= np.linalg.norm(v)
+    return math.cos(alpha) * w + math.sin(alpha) * v
+
+
+def _orthonormal(n: int, seed: int) -> np.ndarray:
+    return np.linalg.qr(np.random.default_rng(seed).standard_normal((n, n)))[0]
+
+
+class _ProbitSource(SlabSource):
+    """Exact slab fractions of Lemma 4 in the thin-slab limit: ``p(t') = Phi((t' cos a - t) / sin a)``.
+
+    Counts are ``p`` times 10^15, so the bisection sees the population curve to ~1e-15."""
+
+    def __init__(self, n: int, alpha: float, t: float):
+        self.n_inputs, self.alpha, self.t = n, alpha, t
+
+    def along(self, z, seed, lower=-np.inf):
+        def counts(lo, hi):
+            p = special.ndtr((hi * math.cos(self.alpha) - self.t) / math.sin(self.alpha))
+            return int(round(p * 1e15)), 10**15
+        return counts
+
+
+# ------------------------------------------------------------------------------------------ EstimateTanAlpha
+@pytest.mark.parametrize("levels", [(0.4, 0.6), (0.2, 0.35, 0.5, 0.65, 0.8)])
+@pytest.mark.parametrize("alpha", [0.3, 0.01])
+def test_tan_alpha_exact_on_population_curve(alpha, levels):
+    # Lemma 4: t_k = (t + sin(a) Phi^{-1}(p_k)) / cos(a), so the slope on Phi^{-1}(p_k) is tan(a) exactly;
+    # only the bisection tolerance (1e-13) and the 1e-15 count resolution remain.
+    src = _ProbitSource(4, alpha, 2.5)
+    est = estimate_tan_alpha(np.eye(4)[0], src, threshold=2.5, slab_width=0.01, levels=levels, xtol=1e-13)
+    assert est.tan_alpha == pytest.approx(math.tan(alpha), rel=1e-9)
+    q = special.ndtri(levels[0])
+    assert est.t_low == pytest.approx((2.5 + math.sin(alpha) * q) / math.cos(alpha), abs=1e-12)
+
+
+def test_truncated_normal_transform_matches_scipy():
+    # the inverse-cdf transform of a uniform grid gives the truncated-normal quantiles (upper and lower tails)
+    u = np.linspace(0.01, 0.99, 99)
+    for lo, hi in ((3.0, 3.01), (5.5, 6.0), (-2.0, -1.5), (-0.3, 0.2)):
+        ref = stats.truncnorm.ppf(u, lo, hi)
+        np.testing.assert_allclose(_truncated_normal(u, lo, hi), ref, rtol=1e-10, atol=1e-12)
+
+
+def test_tan_alpha_conditional_sampler_accuracy():
+    # t = 3, orthonormal units, alpha = 0.1, 50_000 points per slab. Relative standard error of s is about
+    # 3.5/sqrt(5e4) = 1.6% (reported as std_error). Bias: the other 4 units fire with probability
+    # eta = 1 - (1 - Phi^c(3))^4 = 0.54% in every slab, which moves the levels to (p - eta)/(1 - eta):
+    # expected s = tan(a) (Phi^{-1}(p2') - Phi^{-1}(p1')) / (Phi^{-1}(p2) - Phi^{-1}(p1)); the slab of width
+    # 1e-3 adds eps^2/(24 tan a) = 4e-7 (negligible). Tolerance: 4 standard errors.
+    W = _orthonormal(5, 1)
+    t, alpha = 3.0, 0.1
+    z = _tilted(W[0], alpha, np.random.default_rng(2))
+    src = ConditionalSlabSampler.for_units(W, t, n_per_slab=50_000)
+    est = estimate_tan_alpha(z, src, threshold=t, slab_width=1e-3, seed=3)
+    eta = 1.0 - (1.0 - special.ndtr(-t)) ** 4
+    p1, p2 = ((p - eta) / (1 - eta) for p in (0.4, 0.6))
+    expected = math.tan(alpha) * (special.ndtri(p2) - special.ndtri(p1)) / (special.ndtri(0.6) - special.ndtri(0.4))
+    assert 0.005 < est.std_error / expected < 0.03
+    assert abs(est.tan_alpha - expected) <= 4.0 * est.std_error
+    # same seed: the same conditional draws, bit-identical result
+    assert estimate_tan_alpha(z, src, threshold=t, slab_width=1e-3, seed=3) == est
+
+
+def test_tan_alpha_from_samples_within_standard_error():
+    # one step unit at t = 2, 4e5 Gaussian samples, alpha = 0.25; slabs of width 0.05 hold
+    # ~4e5 * phi(2) * 0.05 = 1080 rows; the reported delta-method standard error covers the noise
+    # (tolerance 4 SE); the slab blur adds eps^2 / (24 tan a) = 4e-4 (0.15%).
+    gen = np.random.default_rng(5)
+    n, t, alpha = 6, 2.0, 0.25
+    w = np.eye(n)[0]
+    X = gen.standard_normal((400_000, n))
+    src = SampleSlabs(X, X @ w >= t)
+    z = _tilted(w, alpha, gen)
+    est = estimate_tan_alpha(z, src, threshold=t, slab_width=0.05, levels=(0.3, 0.4, 0.5, 0.6, 0.7))
+    assert est.n_low > 500 and est.n_high > 500
+    assert abs(est.tan_alpha - math.tan(alpha)) <= 4.0 * est.std_error
+    assert est.std_error < 0.1 * math.tan(alpha)
+
+
+def test_tan_alpha_refuses_without_monotone_linear_part():
+    # P = X_1 X_2 (no linear term): along w_1 the firing fraction is Pr[w_2.x >= t] ~ 2% at every slab,
+    # never 0.6 (Lemma 5 needs a monotone P with positive linear terms)
+    W = _orthonormal(4, 0)
+    src = ConditionalSlabSampler.for_units(W, 2.0, n_per_slab=5_000, which="all")
+    with pytest.raises(AssumptionError, match="Lemma 5"):
+        estimate_tan_alpha(W[0], src, threshold=2.0, slab_width=0.01)
+    # a direction far from every unit of a monotone P fails the same way
+    src_any = ConditionalSlabSampler.for_units(W[:2], 2.0, n_per_slab=5_000)
+    with pytest.raises(AssumptionError):
+        estimate_tan_alpha(-W[0] - W[1], src_any, threshold=2.0, slab_width=0.01)
+    # a threshold so low that the first slab already fires (Lemma 6: p(0) must be small)
+    with pytest.raises(AssumptionError, match="Lemma 6"):
+        estimate_tan_alpha(W[0], ConditionalSlabSampler.for_units(W, 0.0 + 1e-9, n_per_slab=2_000),
+                           threshold=1.0, slab_width=0.01, search_interval=(0.5, 4.0))
+
+
+def test_tan_alpha_input_validation():
+    W = _orthonormal(3, 0)
+    src = ConditionalSlabSampler.for_units(W, 2.0, n_per_slab=100)
+    with pytest.raises(InputError, match="levels"):
+        estimate_tan_alpha(W[0], src, threshold=2.0, slab_width=0.01, levels=(0.6, 0.4))
+    with pytest.raises(InputError, match="nonzero"):
+        estimate_tan_alpha(np.zeros(3), src, threshold=2.0, slab_width=0.01)
+    with pytest.raises(InputError, match="entries"):
+        estimate_tan_alpha(np.ones(4), src, threshold=2.0, slab_width=0.01)
+    with pytest.raises(InputError, match="slab_width"):
+        estimate_tan_alpha(W[0], src, threshold=2.0, slab_width=0.0)
+    with pytest.raises(InputError, match="source"):
+        estimate_tan_alpha(W[0], object(), threshold=2.0, slab_width=0.01)
+    with pytest.raises(InputError, match="fired"):
+        SampleSlabs(np.zeros((5, 3)), np.arange(5))
+
+
+def test_angle_between_small_angles():
+    w = np.array([1.0, 0.0, 0.0])
+    for a in (1e-12, 1e-6, 0.5, 3.0):
+        assert angle_between(w, [math.cos(a), math.sin(a), 0.0]) == pytest.approx(a, rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------------ RefineEstimate
+def test_refine_oracle_beats_start():
+    # t = 3, d = n = 5, start at 0.06 rad; practical rule with 10_000 conditional points per slab. Each
+    # estimate has ~3.5% relative error, and the paired draws make the comparisons far sharper, so the
+    # random search (expected decrease ~alpha/(4 d) per accepted step) must at least halve the angle in
+    # 50 iterations (Theorem 5: geometric decay (1 - c/d)^T).
+    W = _orthonormal(5, 7)
+    z0 = _tilted(W[0], 0.06, np.random.default_rng(8))
+    src = ConditionalSlabSampler.for_units(W, 3.0, n_per_slab=10_000)
+    opts = dict(threshold=3.0, slab_width=5e-4, mode="practical", search_interval=(2.0, 4.0))
+    res = refine_estimate(z0, src, max_iter=50, rng=9, **opts)
+    true = res.true_angles(W[0])
+    assert true[0] == pytest.approx(0.06, rel=1e-12)
+    assert true[-1] < 0.03
+    assert res.accepted.sum() >= 3
+    df = res.trace()
+    assert list(df.columns[:3]) == ["iteration", "angle_estimate", "candidate_estimate"]
+    assert len(df) == res.n_iter == 50 and res.stop_reason == "max_iter"
+    # reproducible bit for bit
+    res2 = refine_estimate(z0, src, max_iter=5, rng=9, **opts)
+    np.testing.assert_array_equal(res.directions[:6], res2.directions)
+
+
+def test_refine_faithful_rule_uses_paper_constants():
+    # Algorithm 1: sigma = 0.1 sin(alpha) / d, accept iff alpha' <= (1 - 0.01/d) alpha (errata read as a factor)
+    W = _orthonormal(4, 3)
+    z0 = _tilted(W[1], 0.1, np.random.default_rng(4))
+    src = ConditionalSlabSampler.for_units(W, 2.5, n_per_slab=4_000)
+    res = refine_estimate(z0, src, threshold=2.5, slab_width=1e-3, max_iter=12, rng=0)
+    assert res.settings["step_scale"] == 0.1 and res.settings["acceptance"] == "paper"
+    np.testing.assert_allclose(res.step_sizes, 0.1 * np.sin(res.angle_estimates) / 4, rtol=1e-14)
+    ok = res.candidate_estimates <= (1 - 0.01 / 4) * res.angle_estimates
+    np.testing.assert_array_equal(res.accepted, ok)
+
+
+def test_refine_on_fixed_sample_is_monotone_and_improves():
+    # common rows: with a fixed slab width the current estimate never increases under the greedy rule;
+    # the true angle must drop well below the start (0.15 rad, d = 4, t = 2, N = 3e5)
+    gen = np.random.default_rng(11)
+    W = _orthonormal(4, 12)
+    X = gen.standard_normal((300_000, 4))
+    src = SampleSlabs(X, np.any(X @ W.T >= 2.0, axis=1))
+    z0 = _tilted(W[2], 0.15, gen)
+    res = refine_estimate(z0, src, threshold=2.0, slab_width=0.03, max_iter=60, mode="practical",
+                          levels=(0.4, 0.5, 0.6, 0.7, 0.8), search_interval=(0.5, 5.0), rng=1)
+    assert np.all(np.diff(res.angle_estimates) <= 0.0)
+    assert res.true_angles(W[2])[-1] < 0.075
+
+
+def test_refine_stops_at_target_and_validates():
+    W = _orthonormal(3, 5)
+    src = ConditionalSlabSampler.for_units(W, 2.5, n_per_slab=3_000)
+    z0 = _tilted(W[0], 0.2, np.random.default_rng(0))
+    res = refine_estimate(z0, src, threshold=2.5, slab_width=0.01, target_angle=0.5, rng=0)
+    assert res.converged and res.stop_reason == "target" and res.n_iter == 0
+    np.testing.assert_array_equal(res.direction, z0 / np.linalg.norm(z0))
+    with pytest.raises(InputError, match="mode"):
+        refine_estimate(z0, src, threshold=2.5, slab_width=0.01, mode="fast")
+    with pytest.raises(InputError, match="acceptance"):
+        refine_estimate(z0, src, threshold=2.5, slab_width=0.01, acceptance="always")
+    with pytest.raises(InputError, match="max_iter"):
+        refine_estimate(z0, src, threshold=2.5, slab_width=0.01, max_iter=-1)
