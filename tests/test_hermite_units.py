@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import nnrecover as nr
-from nnrecover.errors import AssumptionWarning, InputError
+from nnrecover.errors import AssumptionWarning, CertificateWarning, InputError
 from nnrecover.learners.awasthi2021 import HermiteTensorLearner, nonlinear_part, reduce_network
 from nnrecover.metrics import parameter_error, relu_l2_distance, relu_second_moment
 
@@ -124,17 +124,43 @@ def test_population_genuine_flip_ambiguity_is_reported():
     assert parameter_error(learner.network_, teacher)["max_unit_error"] < 1e-9
 
 
-def test_population_parallel_units_warns():
-    # two parallel w_i violate Theorem 3.4's assumption: the decomposition finds 2 directions, the linear
-    # part is not a flip set's, and the learner says it returns more than n_hidden units
+def test_population_parallel_units_fail_the_hermite_certificate():
+    # two parallel w_i violate Theorem 3.4's assumption: the decomposition finds 2 directions and the
+    # returned network misses the teacher's T_4 (a residual of order 1 against a round-off threshold)
     base = nr.random_network(6, 3, rng=2, bias_range=(-1, 1))
     W = base.hidden_weights.copy()
     W[1] = W[0]
     teacher = nr.TwoLayerNetwork(W, np.array([0.8, -0.6, 0.2]), base.output_weights)
-    with pytest.warns(AssumptionWarning, match="hidden units for n_hidden = 3"):
+    with pytest.warns(CertificateWarning, match="hermite_fit"):
         learner = HermiteTensorLearner(3, random_state=0).fit_population(teacher)
-    assert learner.network_.n_hidden > 3
-    assert "no sign-flip set explains" in learner.diagnostics_["unit_reduction"]["reason"]
+    cert = learner.diagnostics_["certificates"]["hermite_fit"]
+    assert not cert["passed"] and "Lemma 3.5" in cert["meaning"]
+    assert relu_l2_distance(learner.network_, teacher) > 0.1
+
+
+def test_population_certificates_pass_on_identifiable_teachers():
+    # exact coefficients: the returned network's Hermite coefficients equal the teacher's to round-off,
+    # far below the 1e-8 ||T_k|| threshold; every certificate states what it bounds
+    teacher = nr.random_network(8, 4, rng=1, bias_range=(-1, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        learner = HermiteTensorLearner(4, random_state=0).fit_population(teacher)
+    certs = learner.diagnostics_["certificates"]
+    assert set(certs) == {"unit_count", "hermite_fit"}
+    assert all(c["passed"] and c["meaning"] for c in certs.values())
+    assert all(certs["hermite_fit"]["detail"][f"T{k}"]["ratio"] < 1e-3 for k in (1, 3, 4))
+
+
+def test_unit_count_certificate_fails_when_a_linear_part_remains():
+    # refine=False on noiseless samples of a teacher whose unreliable signs leave a linear part larger than
+    # the T_1 error budget: 7 units for n_hidden = 5, said by the unit_count certificate
+    teacher = nr.random_network(10, 5, rng=1, bias_range=(-1, 1))
+    X = np.random.default_rng(0).standard_normal((50_000, 10))
+    with pytest.warns(CertificateWarning, match="unit_count"):
+        learner = HermiteTensorLearner(5, random_state=0, refine=False).fit(X, teacher.predict(X))
+    cert = learner.diagnostics_["certificates"]["unit_count"]
+    assert learner.network_.n_hidden == 7 and not cert["passed"]
+    assert "no sign-flip set explains" in cert["detail"]["reason"]
 
 
 @pytest.mark.parametrize("d, k, seed", [(10, 5, 0), (20, 10, 0)])

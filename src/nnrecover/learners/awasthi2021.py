@@ -63,7 +63,8 @@ __all__ = ["HermiteTensorLearner", "hermite_coefficients", "HermiteCoefficients"
            "population_regression", "consolidate", "linear_correction", "relu_features",
            "RegressionResult", "sign_flip_sets", "flip_units", "claim48_instance", "smoothed_instance",
            "khatri_rao_smin", "adversarial_weights", "hermite_separation", "order_limit", "min_samples",
-           "hermite_loss_polish", "reduce_network", "UnitReduction", "nonlinear_part"]
+           "hermite_loss_polish", "reduce_network", "UnitReduction", "nonlinear_part", "hermite_fit",
+           "HERMITE_FIT_MEANING"]
 
 
 def order_limit(d: int, order: int) -> int:
@@ -465,7 +466,30 @@ class HermiteTensorLearner(BaseLearner):
             diagnostics["hermite_polish"] = {"ran": False, "reason": "refine=False" if not self.refine else
                                              "exact coefficients" if coeffs.exact else "no unit"}
         fitted = self._maybe_refine(start, source, rng, diagnostics)
-        return self._reduce(fitted, coeffs, source, rng, diagnostics)
+        out = self._reduce(fitted, coeffs, source, rng, diagnostics)
+        self._certify_output(out, coeffs, order, diagnostics)
+        return out
+
+    def _certify_output(self, net: TwoLayerNetwork, coeffs: HermiteCoefficients, order: int,
+                        diagnostics: dict) -> None:
+        """Certificates of the returned network (``diagnostics_["certificates"]``, each with a ``meaning``).
+
+        * ``unit_count``: at most ``n_hidden`` hidden units.
+        * ``hermite_fit``: the exact Hermite coefficients ``g^_k`` of the returned network (Lemma 3.5)
+          agree with the data's ``T_1``, ``T_{2l+1}``, ``T_{2l+2}`` within three times their noise.
+        """
+        m = int(self.n_hidden)
+        red = diagnostics.get("unit_reduction", {})
+        self._certify("unit_count", net.n_hidden <= m,
+                      {"n_units": net.n_hidden, "n_hidden": m, "reason": red.get("reason", "")}, diagnostics)
+        diagnostics["certificates"]["unit_count"]["meaning"] = (
+            "the returned network has at most n_hidden hidden units. It fails when the fitted function needs "
+            "more: a linear part that no sign-flip set explains (Theorem 3.4) and that two extra units carry "
+            "(Claim D.14), e.g. units of the teacher that were not found; diagnostics_['unit_reduction'] "
+            "gives the reason")
+        detail = hermite_fit(net, coeffs, order)
+        self._certify("hermite_fit", detail["passed"], detail, diagnostics)
+        diagnostics["certificates"]["hermite_fit"]["meaning"] = HERMITE_FIT_MEANING
 
     def _reduce(self, fitted: TwoLayerNetwork, coeffs: HermiteCoefficients, source, rng,
                 diagnostics: dict) -> TwoLayerNetwork:
@@ -487,13 +511,28 @@ class HermiteTensorLearner(BaseLearner):
         out = red.network
         from ..metrics import relu_second_moment
 
-        if (refinement.get("ran") and red.l2_change > 1e-8 * math.sqrt(relu_second_moment(fitted))
-                and source is not None and source.info.reiterable):
+        can_refit = bool(refinement.get("ran") and source is not None and source.info.reiterable)
+        if can_refit and red.within_limit and red.l2_change > 1e-8 * math.sqrt(relu_second_moment(fitted)):
             from ..refine import refine_network
 
             again = refine_network(out, source, rng=rng, **self._refine_kwargs())
             info["refit"] = again.as_dict()
             out = again.network
+        elif can_refit and not red.within_limit:
+            forced = reduce_network(fitted, m, atol=atol, force=True)
+            test = self._refit_paired(forced.network, fitted, source, rng)
+            test["forced"] = forced.forced
+            test["flipped"] = forced.flip.get("flipped")
+            info["forced_refit"] = test
+            if test["accepted"]:
+                red = forced
+                info.update(forced.as_dict())
+                out = test.pop("network")
+            else:
+                test.pop("network")
+                red.reason += (f"; an {m}-unit network refitted from it is worse on held-out rows (mean squared "
+                               f"error {test['holdout_mse_candidate']:.3g} vs {test['holdout_mse_fitted']:.3g}, "
+                               f"paired z = {test['z']:.1f})")
         flip = red.flip
         if red.within_limit and flip.get("unique") is False:
             sets = [flip["flipped"]] + flip["alternatives"]
@@ -509,10 +548,30 @@ class HermiteTensorLearner(BaseLearner):
                 f"HermiteTensorLearner: the sign flips were resolved by rounding the minimum-norm solution; the "
                 f"null space of [a_i w_i] has dimension {flip['null_dimension']}, too large to check that no other "
                 f"flip set explains the linear part (Theorem 3.4).", AssumptionWarning, stacklevel=4)
-        if not red.within_limit:
-            warnings.warn(f"HermiteTensorLearner: returned {red.n_units} hidden units for n_hidden = {m}: "
-                          f"{red.reason}.", AssumptionWarning, stacklevel=4)
+        info["reason"] = red.reason if not red.within_limit else ""
         return out
+
+    def _refit_paired(self, candidate: TwoLayerNetwork, fitted: TwoLayerNetwork, source, rng) -> dict:
+        """Refine ``candidate`` and ``fitted`` on the training share of the samples and compare them on the
+        held-out share (:func:`_paired_holdout`)."""
+        from ..refine import gather_samples, refine_network
+
+        kwargs = self._refine_kwargs()
+        frac = float(kwargs.pop("holdout_fraction", 0.2)) or 0.2
+        X, Y, _ = gather_samples(source, int(kwargs.pop("max_samples", 200_000)), rng=rng)
+        n_hold = max(int(round(frac * X.shape[0])), 1)
+        perm = rng.permutation(X.shape[0])
+        hold, train = perm[:n_hold], perm[n_hold:]
+        # both networks are refined on the same training rows and compared as refined (the start of
+        # ``fitted`` was trained on rows that are held out here)
+        res = refine_network(candidate, (X[train], Y[train]), validation_data=(X[hold], Y[hold]), rng=rng,
+                             **kwargs)
+        ref = refine_network(fitted, (X[train], Y[train]), validation_data=(X[hold], Y[hold]), rng=rng, **kwargs)
+        test = _paired_holdout(res.refined, ref.refined, X[hold], Y[hold])
+        test["refinement"] = res.as_dict()
+        test["refinement_fitted"] = ref.as_dict()
+        test["network"] = res.refined
+        return test
 
     def _output_network(self, rec: HermiteRecovery, coeffs: HermiteCoefficients, order: int, source, truth):
         """The paper's output network for the recovered units (see the class docstring)."""
@@ -581,6 +640,77 @@ class HermiteTensorLearner(BaseLearner):
         })
         if "input_deviation" in coeffs.info:
             diagnostics["input_deviation"] = coeffs.info["input_deviation"]
+
+
+HERMITE_FIT_MEANING = (
+    "bounds the Hermite orders of the error that the data measures: for each checked order k the "
+    "spectral norm of flatten(g^_k - T_k) (g^_k: exact Hermite coefficients of the returned network by "
+    "Lemma 3.5, T_k: the estimate of eq. (6), in the learner's working coordinates) is at most "
+    "3 sigma^_k + 1e-8 ||T_k||, sigma^_k the sampling noise of T_k (split halves for k >= 2, "
+    "sqrt((d + 2) E[y^2] / N) for k = 1; 0 with exact coefficients). k = 1 checks the signs and the linear "
+    "part (a wrong flip moves T_1 by a_i w_i), k = 2l+1, 2l+2 the units (a missing or wrong unit with "
+    "|a_i c_k(b_i)| above the noise fails). It does not see orders above 2l+2, nor units whose "
+    "coefficients are below the noise (|b_i| large: nearly linear or never active, Lemma D.13), and the "
+    "margin 3 sigma^_k is about three standard deviations of the estimate's error, so a correct network "
+    "fails it rarely")
+
+
+def hermite_fit(network: TwoLayerNetwork, coeffs: HermiteCoefficients, order: int) -> dict:
+    """Compare the exact Hermite coefficients of ``network`` (Lemma 3.5) with the estimated ``T_1``,
+    ``T_{2l+1}``, ``T_{2l+2}`` in the coordinates of ``coeffs`` (see ``HERMITE_FIT_MEANING``).
+
+    Returns
+    -------
+    dict
+        ``passed``; per order ``"T<k>"``: ``residual`` (spectral norm of the flattened difference; the
+        Euclidean norm for ``k = 1``), ``noise`` (``sigma^_k``), ``threshold`` and ``ratio``
+        (``residual / threshold``).
+    """
+    from ..hermite import network_hermite_expansion
+    from ..tensor import flatten
+    from ._awasthi.coefficients import _flat_shape
+
+    K = 2 * order + 2
+    expansion = network_hermite_expansion(network, K)
+    out: dict = {}
+    passed = True
+    d = coeffs.n_inputs
+    for k in (1, 2 * order + 1, 2 * order + 2):
+        if k == 1:
+            diff = np.asarray(expansion.tensor(1)[0]) - coeffs.t1
+            residual = float(np.linalg.norm(diff))
+            size = float(np.linalg.norm(coeffs.t1))
+            noise = 0.0 if coeffs.exact else math.sqrt((d + 2) * max(coeffs.y_second_moment, 0.0)
+                                                       / max(int(coeffs.n_samples or 1), 1))
+        else:
+            t1, t2 = _flat_shape(k, order)
+            est = coeffs.tensor(k)
+            diff = flatten(expansion.tensor(k, coeffs.basis)[0] - est, t1, t2)
+            residual = float(np.linalg.norm(diff, 2))
+            size = float(np.linalg.norm(flatten(est, t1, t2), 2))
+            noise = 0.0 if coeffs.exact else float(coeffs.noise.get(k, 0.0))
+        threshold = 3.0 * noise + 1e-8 * max(size, 1e-300)
+        ok = residual <= threshold
+        passed &= ok
+        out[f"T{k}"] = {"residual": residual, "noise": noise, "threshold": threshold,
+                        "ratio": residual / threshold, "passed": bool(ok)}
+    out["passed"] = bool(passed)
+    return out
+
+
+def _paired_holdout(candidate: TwoLayerNetwork, fitted: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray) -> dict:
+    """Paired comparison of the squared errors of two networks on the same held-out rows: the candidate
+    is accepted unless its mean squared error is larger by more than three standard errors of the
+    mean of the per-row differences (a one-sided paired z-test at about 0.1%)."""
+    y = Y.reshape(-1)
+    diff = (candidate.predict(X).reshape(-1) - y) ** 2 - (fitted.predict(X).reshape(-1) - y) ** 2
+    n = diff.shape[0]
+    mean = float(diff.mean())
+    se = float(diff.std(ddof=1) / math.sqrt(n)) if n > 1 else float("inf")
+    z = mean / se if se > 0 else (0.0 if mean <= 0 else float("inf"))
+    return {"holdout_mse_candidate": float(np.mean((candidate.predict(X).reshape(-1) - y) ** 2)),
+            "holdout_mse_fitted": float(np.mean((fitted.predict(X).reshape(-1) - y) ** 2)),
+            "n_holdout": int(n), "z": float(z), "accepted": bool(z <= 3.0)}
 
 
 def _reduction_budget(net: TwoLayerNetwork, coeffs: HermiteCoefficients, refinement: dict) -> tuple[float, str]:

@@ -24,8 +24,10 @@ network, changing the function by at most a stated L2 amount, in four steps:
    with ``sum_F a_i w_i = 0``, i.e. by a constant. Among them the one with the smallest output bias is
    returned (the paper's model has none, so its second equation ``sum_F a_i b_i = 0`` picks the teacher
    when it can), and all are reported.
-4. A linear part left over (``||r|| > budget``) is written as two units (Claim D.14) when they fit in ``m``;
-   otherwise the network keeps more than ``m`` units and the result says why.
+4. A linear part left over (``||r|| > budget``) is written as two units (Claim D.14) when they fit in ``m``,
+   as one unit with a large bias ``B`` when only one is free and its nonlinear part ``||r|| nl(B) / Phi(B)``
+   fits in the budget (Lemma D.13: such a unit is linear on all but ``Phi(-B)`` of the inputs); otherwise
+   the network keeps more than ``m`` units and the result says why.
 
 The budget ``atol`` bounds the total L2 change: each step adds its exact cost (step 1, the dropped
 residual ``||r||`` of step 3) or an upper bound (step 2), and a step runs only while the sum stays
@@ -48,6 +50,7 @@ from ...network import TwoLayerNetwork
 __all__ = ["UnitReduction", "reduce_network", "nonlinear_part"]
 
 _SQRT_HALF_PI = math.sqrt(math.pi / 2.0)
+_LINEAR_BIAS = 3.0  # canonical bias of a unit standing for a linear part: nl(3) = 0.014, Phi(-3) = 1.3e-3
 
 
 def nonlinear_part(beta) -> np.ndarray:
@@ -93,9 +96,12 @@ class UnitReduction:
         null space was too large to enumerate), ``null_dimension``, ``margin`` (full rank: smallest
         ``|s*_i - 1/2|`` of the real solution, 1/2 = undecided).
     linear_units : int
-        Units added for a leftover linear part (0 or 2).
+        Units added for a leftover linear part: 0, 1 (a unit with a large bias, when only one is free and
+        its nonlinear part fits in the budget, Lemma D.13) or 2 (Claim D.14).
     reason : str
         Why the network has more than ``n_hidden`` units (empty when it does not).
+    forced : list of dict
+        What ``force=True`` did beyond the budget, with the L2 cost of each action.
     """
 
     network: TwoLayerNetwork
@@ -108,12 +114,13 @@ class UnitReduction:
     flip: dict = field(default_factory=dict)
     linear_units: int = 0
     reason: str = ""
+    forced: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
         """JSON-friendly summary (everything but the network)."""
         return {"n_units": self.n_units, "within_limit": self.within_limit, "l2_change": self.l2_change,
                 "budget": self.budget, "folded": self.folded, "merged": self.merged, "flip": self.flip,
-                "linear_units": self.linear_units, "reason": self.reason}
+                "linear_units": self.linear_units, "reason": self.reason, "forced": self.forced}
 
 
 def _fold_reason(alpha: float, alpha_max: float, r: float, beta: float, r_max: float) -> str:
@@ -130,7 +137,7 @@ def _fold_reason(alpha: float, alpha_max: float, r: float, beta: float, r_max: f
 
 
 def reduce_network(network: TwoLayerNetwork, n_hidden: int, *, atol: float, line_tol: float = 1e-6,
-                   max_free: int = 16) -> UnitReduction:
+                   max_free: int = 16, force: bool = False) -> UnitReduction:
     """Rewrite a one-output ReLU network with at most ``n_hidden`` units, changing its function by at
     most ``atol`` in ``L2(N(0, I_d))`` (see the module docstring for the four steps and citations).
 
@@ -147,6 +154,11 @@ def reduce_network(network: TwoLayerNetwork, n_hidden: int, *, atol: float, line
         distance (the merge still has to fit in the budget).
     max_free : int, default 16
         Largest null-space dimension ``q`` whose ``2^q`` flip candidates are enumerated.
+    force : bool, default False
+        Reach at most ``n_hidden`` units whatever the cost: fold the units with the smallest nonlinear part,
+        take the flip set with the smallest residual, and give a leftover linear part to one unit with a
+        large bias (Lemma D.13) when a unit is free, else drop it. ``l2_change`` then states the cost,
+        which may exceed ``atol`` (a start for a refit, not a rewrite of the same function).
 
     Returns
     -------
@@ -226,13 +238,46 @@ def reduce_network(network: TwoLayerNetwork, n_hidden: int, *, atol: float, line
             idx.remove(i)
             folded.append({"index": int(i), "reason": "zero output weight after a merge", "l2_cost": float(ci)})
 
+    forced = []
+    if force:
+        # more units than m: take the cheapest of folding a unit (cost |alpha| nl(beta), its affine
+        # approximation stays in the linear part) and merging two units onto one line (cost bound
+        # |alpha_q| delta), until m units remain
+        while len(idx) > m:
+            options = [(abs(a[i]) * r[i] * float(nonlinear_part(beta[i])), i, -1) for i in idx]
+            for p_, q_ in itertools.permutations(idx, 2):
+                up, uq = W[p_] / r[p_], W[q_] / r[q_]
+                sg = 1.0 if up @ uq >= 0 else -1.0
+                delta = float(np.linalg.norm(uq - sg * up) + abs(beta[q_] - sg * beta[p_]))
+                options.append((abs(a[q_]) * r[q_] * delta, p_, q_))
+            cost, i, j = min(options)
+            spent += float(cost)
+            if j < 0:
+                p = float(norm_cdf(beta[i]))
+                v += a[i] * p * W[i]
+                c += float(a[i] * (b[i] * p + r[i] * norm_pdf(beta[i])))
+                idx.remove(i)
+                forced.append({"index": int(i), "action": "folded into the linear part", "l2_cost": float(cost)})
+            else:
+                up = W[i] / r[i]
+                sg = 1.0 if up @ (W[j] / r[j]) >= 0 else -1.0
+                alpha_q = a[j] * r[j]
+                if sg < 0:
+                    v -= alpha_q * up
+                    c -= float(alpha_q * beta[i])
+                a[i] += alpha_q / r[i]
+                idx.remove(j)
+                forced.append({"indices": [int(i), int(j)], "action": "merged onto one line",
+                               "l2_cost": float(cost)})
+
     # step 3: sign flips explaining the linear part (Theorem 3.4, corrected eq. (2))
     idx = np.array(idx, dtype=int)
     flip = _resolve_flips(a[idx], b[idx], W[idx], v, c, atol - spent, max_free)
     s = np.zeros(idx.size)
-    if flip["flipped_local"] is not None:
-        s[flip["flipped_local"]] = 1.0
-    flip_info = {k: val for k, val in flip.items() if k != "flipped_local"}
+    chosen = flip["flipped_local"] if flip["flipped_local"] is not None else (flip["best_local"] if force else None)
+    if chosen is not None:
+        s[chosen] = 1.0
+    flip_info = {k: val for k, val in flip.items() if k not in ("flipped_local", "best_local")}
     flip_info["flipped"] = [int(idx[j]) for j in np.flatnonzero(s)]
     flip_info["alternatives"] = [[int(idx[j]) for j in alt] for alt in flip["alternatives"]]
     sign = 1.0 - 2.0 * s
@@ -241,8 +286,26 @@ def reduce_network(network: TwoLayerNetwork, n_hidden: int, *, atol: float, line
     W_out, b_out, a_out = W[idx] * sign[:, None], b[idx] * sign, a[idx].copy()
     res = float(np.linalg.norm(v_res))
     linear_units = 0
+    one_unit = _linear_unit_bias(res, atol - spent) if idx.size + 2 > m and idx.size < m else None
     if res <= atol - spent:
         spent += res
+    elif one_unit is not None or (force and idx.size < m):
+        # step 4, one unit free: a unit with a large bias B is linear up to lambda nl(B) (Lemma D.13), with
+        # slope lambda Phi(B) = ||r|| and the constant lambda c_0(B) taken off the output bias
+        B = one_unit if one_unit is not None else _LINEAR_BIAS
+        lam = res / float(norm_cdf(B))
+        W_out = np.vstack([W_out, v_res / res])
+        b_out = np.concatenate([b_out, [B]])
+        a_out = np.concatenate([a_out, [lam]])
+        c_res -= lam * float(B * norm_cdf(B) + norm_pdf(B))
+        cost = lam * float(nonlinear_part(B))
+        spent += cost
+        linear_units = 1
+        if one_unit is None:
+            forced.append({"action": f"linear part as one unit with bias {B:g}", "l2_cost": cost})
+    elif force and idx.size + 2 > m:
+        spent += res
+        forced.append({"action": "linear part dropped", "l2_cost": res})
     else:  # step 4: Claim D.14, lambda_0 relu(w_0 x) - lambda_0 relu(-w_0 x) = v_res^T x
         w0 = v_res / res
         W_out = np.vstack([W_out, w0, -w0])
@@ -263,14 +326,23 @@ def reduce_network(network: TwoLayerNetwork, n_hidden: int, *, atol: float, line
             reason = (f"{idx.size} units remain, none of them linearisable or on a common line within the "
                       f"L2 budget {atol:.3g}")
     return UnitReduction(net, n_units, n_units <= m, float(spent), float(atol), folded, merged, flip_info,
-                         linear_units, reason)
+                         linear_units, reason, forced)
+
+
+def _linear_unit_bias(res: float, budget: float) -> float | None:
+    """Smallest bias ``B`` in ``[3, 12]`` for which one unit ``(res / Phi(B)) relu(u^T x + B)`` is within
+    ``budget`` of the linear function ``res u^T x`` (plus a constant): cost ``res nl(B) / Phi(B)``."""
+    grid = np.linspace(_LINEAR_BIAS, 12.0, 91)
+    ok = np.flatnonzero(res * nonlinear_part(grid) / norm_cdf(grid) <= budget)
+    return float(grid[ok[0]]) if ok.size else None
 
 
 def _resolve_flips(a: np.ndarray, b: np.ndarray, W: np.ndarray, v: np.ndarray, c: float, budget: float,
                    max_free: int) -> dict:
     """Flip sets ``s in {0, 1}^k`` with ``||M s + v|| <= budget``, ``M = [a_i w_i]`` (columns)."""
     k = a.shape[0]
-    out = {"linear_norm": float(np.linalg.norm(v)), "flipped_local": None, "residual": float(np.linalg.norm(v)),
+    out = {"linear_norm": float(np.linalg.norm(v)), "flipped_local": None, "best_local": [],
+           "residual": float(np.linalg.norm(v)),
            "alternatives": [], "unique": True, "null_dimension": 0, "margin": None}
     if k == 0:
         return out
@@ -315,6 +387,7 @@ def _resolve_flips(a: np.ndarray, b: np.ndarray, W: np.ndarray, v: np.ndarray, c
     if ok.size == 0:
         best = int(np.argmin(res))
         out["residual"] = float(res[best])
+        out["best_local"] = np.flatnonzero(C[best]).tolist()
         return out
     # unique flip sets within the budget; the smallest output bias first (no output bias in the paper's
     # model: the second equation of Theorem 3.4)
@@ -322,7 +395,7 @@ def _resolve_flips(a: np.ndarray, b: np.ndarray, W: np.ndarray, v: np.ndarray, c
     bias = {key: abs(c + float(a[list(key)] @ b[list(key)])) if key else abs(c) for key in sets}
     order = sorted(sets, key=lambda key: (bias[key], res[sets[key]]))
     best = order[0]
-    out["flipped_local"] = list(best)
+    out["flipped_local"] = out["best_local"] = list(best)
     out["residual"] = float(res[sets[best]])
     out["alternatives"] = [list(key) for key in order[1:]]
     if out["unique"] is not None:
