@@ -85,6 +85,7 @@ CASES: dict[str, tuple[str, int, dict, str]] = {
     "gradient-descent/auto": ("gradient-descent", 3, {"n_restarts": 2}, "baseline"),
     "gradient-descent/lbfgs": ("gradient-descent", 3, {"n_restarts": 2, "method": "lbfgs", "max_iter": 300},
                                "baseline"),
+    "gradient-descent/lm": ("gradient-descent", 3, {"n_restarts": 2, "method": "lm", "max_iter": 100}, "baseline"),
     "pure-neuron/refine": ("pure-neuron", 4, {"refine": True}, "ge"),
     "pure-neuron/plain": ("pure-neuron", 4, {"refine": False}, "ge"),
     "goel2019/refine": ("goel2019", 2, {"threshold": 1.5, "refine": True}, "goel"),

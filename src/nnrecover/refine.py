@@ -319,16 +319,17 @@ class _Model:
         """``(f(x_n) - y_n) / sqrt(N)`` flattened; ``N = n_total`` (default: the rows given)."""
         return self.forward(theta, X, Y)[-1].ravel() / np.sqrt(X.shape[0] if n_total is None else n_total)
 
-    def jacobian(self, theta, X, Y, n_total: int | None = None) -> np.ndarray:
+    def jacobian(self, theta, X, Y, n_total: int | None = None, *, zero_columns: int = 0) -> np.ndarray:
         """``d residuals / d theta``, shape (n p, P): row ``n p + r`` is output ``r`` of sample ``n``.
 
         ``n_total`` is the ``N`` of the normalisation ``1/sqrt(N)`` (default: the rows given); a chunk of
         the rows passes the total so that the chunks stack into the Jacobian of all rows.
+        ``zero_columns`` appends that many all-zero columns (inert parameters, see :func:`_minpack_lm`).
         """
         W, b, A, c = self.unpack(theta)
         n = X.shape[0]
         Z = X @ W.T + b
-        J = np.zeros((n, self.p, self.n_params))
+        J = np.zeros((n, self.p, self.n_params + zero_columns))
         if "hidden_weights" in self.slices or "hidden_bias" in self.slices:
             AG = A[None, :, :] * self.act.derivative(Z)[:, None, :]  # (n, p, k): A_ri act'(z_ni)
             if "hidden_weights" in self.slices:
@@ -346,7 +347,7 @@ class _Model:
             s = self.slices["output_bias"].start
             J[:, np.arange(self.p), s + np.arange(self.p)] = 1.0
         J /= np.sqrt(n if n_total is None else n_total)
-        return J.reshape(n * self.p, self.n_params)
+        return J.reshape(n * self.p, self.n_params + zero_columns)
 
     def loss_and_grad(self, theta, X, Y):
         """``(1/2N) sum ||R||^2`` and its gradient ``J^T r`` without forming ``J``."""
@@ -531,6 +532,31 @@ def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarra
             "message": message}
 
 
+def _minpack_lm(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarray, *, tol: float,
+                max_iter: int) -> tuple[np.ndarray, int, int, str, bool]:
+    """MINPACK ``lmder`` (``least_squares(method="lm")``) on the parameters plus one inert parameter.
+
+    SciPy's C translation of MINPACK's column-pivoted QR (``qrfac``) recomputes the norm of a column
+    whose norm has collapsed (nearly dependent columns: duplicate or dead units) from one element too
+    many; for the LAST column that element lies past the end of the Jacobian, so the iterates could
+    depend on leftover heap contents, i.e. differ between processes (docs/design.md,
+    "Reproducibility"). The appended parameter has an all-zero Jacobian column: pivoting never moves a
+    zero-norm column forward, so it stays last, and a zero norm is never recomputed. It has no
+    gradient, so its step is 0 and it stays 0. Returns ``(theta, nfev, status, message, success)``.
+    """
+    P = theta0.size
+
+    def fun(th):
+        return model.residuals(th[:P], X, Y)
+
+    def jac(th):
+        return model.jacobian(th[:P], X, Y, zero_columns=1)
+
+    res = optimize.least_squares(fun, np.append(theta0, 0.0), jac=jac, method="lm", ftol=tol, xtol=tol,
+                                 gtol=tol, max_nfev=max_iter, x_scale="jac")
+    return res.x[:P].copy(), int(res.nfev), int(res.status), str(res.message), bool(res.success)
+
+
 def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", max_iter: int | None = None,
                       tol: float = 1e-15, train: Sequence[str] = BLOCKS,
                       jacobian_memory: int = _JACOBIAN_MEMORY) -> tuple[TwoLayerNetwork, dict]:
@@ -615,7 +641,9 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
     loss0 = mean_squared_loss(network, X, Y)
     n_jac = None
     t0 = time.perf_counter()
-    if method in ("lm", "trf"):
+    if method == "lm":
+        theta, n_iter, status, message, success = _minpack_lm(model, theta0, X, Y, tol=tol, max_iter=max_iter)
+    elif method == "trf":
         res = optimize.least_squares(model.residuals, theta0, jac=model.jacobian, args=(X, Y), method=method,
                                      ftol=tol, xtol=tol, gtol=tol, max_nfev=max_iter, x_scale="jac")
         theta, n_iter, status, message, success = res.x, int(res.nfev), int(res.status), str(res.message), \
