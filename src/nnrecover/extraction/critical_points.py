@@ -324,6 +324,7 @@ class RefinedPlanes:
     accepted: np.ndarray     # (u,) bool
     n_points: np.ndarray     # (u,) critical points used in each fit
     residual: np.ndarray     # (u,) max distance of those points to the fitted hyperplane
+    tilt: np.ndarray | None = None   # (u,) first-order error of the normal: residual / in-plane singular values
 
 
 def _locate_along(oracle: QueryOracle, P: np.ndarray, N: np.ndarray, delta: np.ndarray,
@@ -362,9 +363,61 @@ def _locate_along(oracle: QueryOracle, P: np.ndarray, N: np.ndarray, delta: np.n
     return s, beta, ok
 
 
+def _anchors_and_kinks(oracle, W, b, err, noise, rng, scale, m, centers, rho):
+    """``m`` anchors per unit on its estimated hyperplane and the kink located along the normal at each."""
+    u, d = W.shape
+    if centers is None:
+        G = scale * rng.standard_normal((u, m, d))
+    else:
+        G = centers[:, None, :] + (rho / math.sqrt(d)) * rng.standard_normal((u, m, d))
+    z = np.einsum("umd,ud->um", G, W) + b[:, None]
+    P = G - z[:, :, None] * W[:, None, :]
+    pn = np.linalg.norm(P, axis=2)
+    # a row error e tilts the plane by e: at distance r from a point located on it (x*, or the origin's
+    # projection up to the bias error) the kink moves by about e r / sqrt(d) for a random direction of
+    # the error (e r at worst); 4x the typical offset keeps most kinks inside the stencil, an anchor
+    # whose kink falls outside is simply not used
+    dist = pn if centers is None else np.linalg.norm(P - centers[:, None, :], axis=2)
+    delta = np.clip(4 * err[:, None] * (1 + dist / math.sqrt(d)), 1e-4 * scale, 0.05 * scale)
+    N = np.broadcast_to(W[:, None, :], P.shape)
+    s, beta, ok = _locate_along(oracle, P.reshape(-1, d), N.reshape(-1, d), delta.ravel(), noise)
+    s, beta, ok = s.reshape(u, m), beta.reshape(u, m, -1), ok.reshape(u, m)
+    return P + s[:, :, None] * W[:, None, :], beta, ok, pn
+
+
+def _refine_once(oracle: QueryOracle, W: np.ndarray, b: np.ndarray, err: np.ndarray, noise: NoiseModel,
+                 rng: np.random.Generator, scale: float, m: int, centers: np.ndarray | None = None,
+                 rho: float | None = None) -> RefinedPlanes:
+    """One round of :func:`refine_hyperplanes`: anchors around ``centers`` (radius ``rho``) or global.
+
+    Units with fewer than ``d + 8`` located points get up to two more batches of ``m`` anchors.
+    """
+    u, d = W.shape
+    Q, beta, ok, pn = _anchors_and_kinks(oracle, W, b, err, noise, rng, scale, m, centers, rho)
+    for _ in range(2):
+        short = np.flatnonzero(ok.sum(axis=1) < d + 8)
+        if short.size == 0:
+            break
+        c = None if centers is None else centers[short]
+        Q2, beta2, ok2, pn2 = _anchors_and_kinks(oracle, W[short], b[short], err[short], noise, rng, scale,
+                                                 m, c, rho)
+        pad = lambda a, fill: np.concatenate([a, np.full((u, m) + a.shape[2:], fill, a.dtype)], axis=1)  # noqa: E731
+        Q, beta, ok, pn = pad(Q, 0.0), pad(beta, 0.0), pad(ok, False), pad(pn, 0.0)
+        Q[short, -m:], beta[short, -m:], ok[short, -m:], pn[short, -m:] = Q2, beta2, ok2, pn2
+    W_new, b_new = W.copy(), b.copy()
+    alpha = np.zeros((u, beta.shape[2]))
+    accepted = np.zeros(u, bool)
+    used = np.zeros(u, int)
+    resid = np.full(u, np.inf)
+    tilt = np.full(u, np.inf)
+    with blas_threads(1):  # many small SVDs: threads only add contention
+        _fit_planes(Q, W, beta, ok, pn, noise, d, W_new, b_new, alpha, accepted, used, resid, tilt)
+    return RefinedPlanes(W_new, b_new, alpha, accepted, used, resid, tilt)
+
+
 def refine_hyperplanes(oracle: QueryOracle, W: np.ndarray, b: np.ndarray, err: np.ndarray,
                        noise: NoiseModel, rng: np.random.Generator, *, scale: float,
-                       n_points: int | None = None) -> RefinedPlanes:
+                       centers: np.ndarray | None = None, n_points: int | None = None) -> RefinedPlanes:
     """Refit each candidate hyperplane through ``n_points`` of its own critical points.
 
     For candidate ``(w, b)``: anchors ``p = g - (w . g + b) w`` (``g`` Gaussian with std ``scale``) lie
@@ -374,6 +427,11 @@ def refine_hyperplanes(oracle: QueryOracle, W: np.ndarray, b: np.ndarray, err: n
     hyperplane is the total-least-squares fit through the rest (smallest right singular vector of the
     centred points). A candidate is accepted when at least ``d + 2`` points survive and they are
     coplanar to the located precision; otherwise it was not a hyperplane of the model.
+
+    When the candidate is coarse (``err`` large, e.g. read from a noisy float32 model) the global
+    anchors would need wide stencils that other hyperplanes cross; a first round then uses anchors
+    within about ``scale`` of ``centers`` (critical points located on the hyperplane), where the
+    prediction error is small, and the global round starts from its fit when that is better.
     """
     u, d = W.shape
     p = oracle.n_outputs
@@ -381,26 +439,29 @@ def refine_hyperplanes(oracle: QueryOracle, W: np.ndarray, b: np.ndarray, err: n
     if u == 0:
         return RefinedPlanes(np.empty((0, d)), np.empty(0), np.empty((0, p)), np.empty(0, bool),
                              np.empty(0, int), np.empty(0))
-    G = scale * rng.standard_normal((u, m, d))
-    z = np.einsum("umd,ud->um", G, W) + b[:, None]
-    P = G - z[:, :, None] * W[:, None, :]
-    pn = np.linalg.norm(P, axis=2)
-    delta = np.clip(8 * err[:, None] * (1 + pn), 1e-4 * scale, 0.05 * scale)
-    N = np.broadcast_to(W[:, None, :], P.shape)
-    s, beta, ok = _locate_along(oracle, P.reshape(-1, d), N.reshape(-1, d), delta.ravel(), noise)
-    s, beta, ok = s.reshape(u, m), beta.reshape(u, m, -1), ok.reshape(u, m)
-    Q = P + s[:, :, None] * W[:, None, :]
-    W_new, b_new = W.copy(), b.copy()
-    alpha = np.zeros((u, beta.shape[2]))
-    accepted = np.zeros(u, bool)
-    used = np.zeros(u, int)
-    resid = np.full(u, np.inf)
-    with blas_threads(1):  # many small SVDs: threads only add contention
-        _fit_planes(Q, W, beta, ok, pn, noise, d, W_new, b_new, alpha, accepted, used, resid)
-    return RefinedPlanes(W_new, b_new, alpha, accepted, used, resid)
+    err = np.asarray(err, float).copy()
+    W, b = W.copy(), b.copy()
+    alive = np.ones(u, bool)
+    if centers is not None:
+        local = 4 * err * (1 + scale) > 1e-3 * scale
+        if np.any(local):
+            rho = scale
+            idx = np.flatnonzero(local)
+            first = _refine_once(oracle, W[idx], b[idx], err[idx], noise, rng, scale, m, centers[idx], rho)
+            better = first.accepted & (first.tilt < err[idx])
+            W[idx[better]], b[idx[better]] = first.W[better], first.b[better]
+            # the fitted normal is off by about (residual singular value) / (smallest in-plane one)
+            err[idx[better]] = 3 * first.tilt[better] + 1e3 * noise.rel
+    out = RefinedPlanes(W.copy(), b.copy(), np.zeros((u, p)), np.zeros(u, bool), np.zeros(u, int), np.full(u, np.inf))
+    idx = np.flatnonzero(alive)
+    if idx.size:
+        second = _refine_once(oracle, W[idx], b[idx], err[idx], noise, rng, scale, m)
+        out.W[idx], out.b[idx], out.alpha[idx] = second.W, second.b, second.alpha
+        out.accepted[idx], out.n_points[idx], out.residual[idx] = second.accepted, second.n_points, second.residual
+    return out
 
 
-def _fit_planes(Q, W, beta, ok, pn, noise, d, W_new, b_new, alpha, accepted, used, resid) -> None:
+def _fit_planes(Q, W, beta, ok, pn, noise, d, W_new, b_new, alpha, accepted, used, resid, tilt) -> None:
     """Robust total-least-squares plane through each unit's located critical points (in place)."""
     for j in range(W.shape[0]):
         keep = ok[j].copy()
@@ -430,14 +491,17 @@ def _fit_planes(Q, W, beta, ok, pn, noise, d, W_new, b_new, alpha, accepted, use
         wj = Vt[-1] if Vt[-1] @ W[j] >= 0 else -Vt[-1]
         bj = -float(wj @ mu)
         r = np.abs(pts @ wj + bj)
-        # coplanar: the smallest singular value is the residual, the (d-1)-th spans the plane
-        if sv.size >= d and sv[d - 2] > 0 and sv[d - 1] <= 1e-3 * sv[d - 2] \
+        # coplanar: the smallest singular value (the residual) is at the located precision and the
+        # points span d - 1 directions well above it
+        if sv.size >= d and sv[d - 2] > 10 * sv[d - 1] \
+                and sv[d - 1] <= 10 * math.sqrt(keep.sum()) * float(np.median(loc[keep])) \
                 and np.all(r <= 1e3 * loc[keep]):
             W_new[j], b_new[j] = wj, bj
             alpha[j] = np.median(beta[j][keep], axis=0)
             accepted[j] = True
             used[j] = int(keep.sum())
             resid[j] = float(r.max())
+            tilt[j] = float(sv[d - 1] / sv[d - 2])
 
 
 # ----------------------------------------------------------------------------------- output layer
@@ -500,11 +564,11 @@ def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: f
     t : (k,) int array or None when no solution was found; evidence dict
     """
     k, d = W.shape
-    M = -(alpha[:, :, None] * W[:, None, :]).reshape(k, -1).T        # (p d, k), alpha is (k, p)
     rhs = U.ravel()
-    info: dict[str, Any] = {"equations": int(M.shape[0]), "unknowns": int(k)}
+    info: dict[str, Any] = {"equations": int(rhs.size), "unknowns": int(k)}
     if k == 0:
         return np.zeros(0, int), {**info, "method": "none"}
+    M = -(alpha[:, :, None] * W[:, None, :]).reshape(k, -1).T        # (p d, k), alpha is (k, p)
     with blas_threads(1):
         sv = np.linalg.svd(M, compute_uv=False)
     full_rank = M.shape[0] >= k and sv[-1] > 1e-8 * sv[0]
@@ -656,7 +720,7 @@ class CriticalPointExtractor:
                 r = np.flatnonzero(~ok)
                 J[r], err[r], ok[r] = gradient_jumps(self.oracle, x_star[r], vv[r], lk.room_left[idx][r],
                                                      lk.room_right[idx][r], self.noise)
-            cand_W, cand_b, cand_a, cand_e = [], [], [], []
+            cand_W, cand_b, cand_a, cand_e, cand_x = [], [], [], [], []
             with blas_threads(1):
                 normals = {int(q): _normal_from_jump(J[q], v) for q in np.flatnonzero(ok)}
             for q in np.flatnonzero(ok):
@@ -678,11 +742,13 @@ class CriticalPointExtractor:
                         break
                 if not dup:
                     cand_W.append(w), cand_b.append(bq), cand_a.append(alpha), cand_e.append(e)
+                    cand_x.append(x_star[q])
             rec["jumps"] = int(idx.size)
             rec["jump_ok"] = int(ok.sum())
             if cand_W:
                 ref = refine_hyperplanes(self.oracle, np.array(cand_W), np.array(cand_b),
-                                         np.array(cand_e), self.noise, self.rng, scale=self.scale)
+                                         np.array(cand_e), self.noise, self.rng, scale=self.scale,
+                                         centers=np.array(cand_x))
                 acc = ref.accepted.copy()
                 # a refined candidate may coincide with a known unit (a kink missed by the matching)
                 if n_known:
