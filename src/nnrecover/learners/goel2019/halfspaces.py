@@ -66,9 +66,10 @@ STEP2_DEFAULTS = dict(mode="practical", slab_width=0.1, relative_slab_width=0.5,
                       levels=(0.4, 0.5, 0.6, 0.7, 0.8), max_iter=400, max_rejections=60, target_angle=0.0)
 
 #: Step 2 searches slab positions in ``[t - SEARCH_BELOW, t + 3]``: Lemma 6 allows ``[0, t/cos alpha]``;
-#: for the angles Step 1 leaves (``sin alpha <= 0.5``) every crossing lies above ``t - 1`` even at
-#: level 0.2, and skipping the rows below keeps each estimate to one sort of ``N Phi^c(t - 1.5)`` rows.
-SEARCH_BELOW = 1.5
+#: for the angles Step 1 leaves (``sin alpha <= 0.5``) the firing fraction at ``t - 0.75`` is at most
+#: ``eta + Phi(-1.5) = eta + 0.07`` (``eta``: the other units, Lemma 5), below the lowest level 0.4, and
+#: skipping the rows below keeps each estimate to sorting ``N Phi^c(t - 0.75)`` projections.
+SEARCH_BELOW = 0.75
 
 #: the adaptive slab width of Step 2 never drops below the width at which a slab at ``t`` holds this many
 #: sample points (relative error of one crossing ~ ``sqrt(p(1-p)/n)``: 3.5% at 200 points)
