@@ -90,6 +90,34 @@ def test_reduce_network_keeps_extra_units_and_says_why():
         reduce_network(teacher, 4, atol=-1.0)
 
 
+def test_reduce_network_one_free_unit_carries_the_linear_part():
+    # 3 units + a linear part 0.5 e_1 that no flip explains, n_hidden = 4: one unit with a large bias B
+    # (Lemma D.13) is within the budget, ||r|| nl(B) / Phi(B) <= atol; the exact L2 distance confirms it
+    # (its own round-off ~1e-8 sqrt(E g^2), relu_l2_distance)
+    teacher = nr.random_network(6, 3, rng=6, bias_range=(-1, 1))
+    e1 = np.eye(6)[0]
+    net = nr.TwoLayerNetwork(np.vstack([teacher.hidden_weights, e1, -e1]),
+                             np.concatenate([teacher.hidden_bias, [0.0, 0.0]]),
+                             np.concatenate([teacher.output_weights[0], [0.5, -0.5]])[None, :])
+    red = reduce_network(net, 4, atol=1e-6)
+    assert red.n_units == 4 and red.linear_units == 1 and red.within_limit
+    assert red.network.hidden_bias[-1] >= 3.0
+    assert red.l2_change <= 1e-6
+    assert relu_l2_distance(red.network, net) <= 1e-6 + 1e-7 * np.sqrt(relu_second_moment(net))
+
+
+def test_reduce_network_force_states_its_cost():
+    # five genuine units for n_hidden = 4: force=True folds or merges the cheapest and reports an upper
+    # bound of the L2 change (exact for a fold, Lipschitz bound for a merge), checked with the exact distance
+    teacher = nr.random_network(6, 5, rng=7, bias_range=(-1, 1))
+    assert not reduce_network(teacher, 4, atol=1e-6).within_limit
+    red = reduce_network(teacher, 4, atol=1e-6, force=True)
+    assert red.n_units == 4 and red.forced
+    dist = relu_l2_distance(red.network, teacher)
+    assert dist > 1e-3
+    assert dist <= red.l2_change * (1 + 1e-9) + 1e-7 * np.sqrt(relu_second_moment(teacher))
+
+
 def test_population_overcomplete_returns_n_hidden_units():
     # d = 5, m = 8 (order 2): the regression output has 10 units; M = [a_i w_i] has a 3-dimensional null
     # space, and exactly one of the 2^3 candidate flip sets explains the linear part, so the 8-unit

@@ -21,6 +21,8 @@ Algorithm 6 (robust full rank)      :func:`algorithm6`                     Thm 3
 Thm 4.2, SQ regression              :func:`population_regression`
 closed-form linear part             :func:`linear_correction`              signs known
 Theorem 3.4 (sign-flip sets)        :func:`sign_flip_sets`                 corrected eq. (2) (E3)
+Theorem 3.4 + Lemma D.13 + D.14     :func:`reduce_network`                 ``<= m`` units when identifiable
+Lemma 3.5 (certificate)             :func:`hermite_fit`                    ``g^_k`` vs ``T_k``, 3 sigma
 Claim 4.8                           :func:`claim48_instance`
 Appendix E (smoothed instances)     :func:`smoothed_instance`,             ``s_m(W^{(.)l})``
                                     :func:`khatri_rao_smin`
@@ -206,6 +208,18 @@ class HermiteTensorLearner(BaseLearner):
       units (Claim D.14; the constant goes to the output bias). The linear part absorbs a wrong sign
       exactly, since ``relu(t) - relu(-t) = t``.
 
+    The returned network (``network_``) has at most ``n_hidden`` units whenever the fitted function
+    allows it (:func:`reduce_network`): units that are constant, never or always active or carry no
+    output weight are folded into the linear part (Lemma D.13), units on one line are merged, and the
+    linear part is explained by sign flips, ``relu(z) = z + relu(-z)``: the flip set ``F`` solves
+    ``sum_{i in F} a_i w_i = -v`` (Theorem 3.4, corrected eq. (2)), a unique 0/1 solution when the
+    ``a_i w_i`` are independent (full-rank ``W``), else every solution is found and reported
+    (``diagnostics_["sign_flip_sets"]``, :class:`~nnrecover.errors.AssumptionWarning`). The rewrite may
+    change the function by at most its accuracy (round-off with exact coefficients; the estimation error
+    of the refinement on samples), and a rewrite that changed it is refined again. When more units
+    remain, an ``n_hidden``-unit version is refitted and kept unless worse on held-out rows (refinement
+    only); otherwise the ``unit_count`` certificate fails and says why.
+
     Parameters
     ----------
     n_hidden : int
@@ -299,7 +313,12 @@ class HermiteTensorLearner(BaseLearner):
         ``per_unit_snr``, ``unit_source`` (tensor that supplied each unit), ``also_in``, ``ranks``,
         ``jennrich`` (gaps, conditioning per tensor), ``noise``, ``thresholds``, ``units_recovered``,
         ``units_left_to_linear_part``, ``dropped_units``, ``fixsigns``, ``output`` (which network),
-        ``regression``, ``input_deviation``, ``timings``, ``refinement``.
+        ``regression``, ``input_deviation``, ``timings``, ``refinement``, ``unit_reduction`` (what
+        :func:`reduce_network` folded, merged and flipped, its L2 change and budget, ``reason`` when more
+        than ``n_hidden`` units remain, ``refit``/``forced_refit``), ``sign_flip_sets`` (when several flip
+        sets give the same function), ``certificates``: ``unit_count`` and ``hermite_fit``
+        (:func:`hermite_fit`), each ``{"passed", "detail", "meaning"}``, the meaning saying in words what
+        it bounds; a failed one warns with :class:`~nnrecover.errors.CertificateWarning`.
 
     Examples
     --------

@@ -186,57 +186,79 @@ def reduce_network(network: TwoLayerNetwork, n_hidden: int, *, atol: float, line
     with np.errstate(divide="ignore", invalid="ignore"):
         beta = np.where(r > 0, b / np.where(r > 0, r, 1.0), np.sign(b) * np.inf)
     beta = np.where(np.isnan(beta), 0.0, beta)
-    cost = np.abs(a) * r * np.where(np.isfinite(beta), nonlinear_part(np.where(np.isfinite(beta), beta, 0.0)), 0.0)
+    finite = np.isfinite(beta)
+
+    def fold_cost(i: int) -> float:
+        """``|alpha_i| nl(beta_i)``; 0 for a constant unit (``w = 0``)."""
+        return float(abs(a[i]) * r[i] * nonlinear_part(beta[i])) if finite[i] else 0.0
+
+    def fold(i: int) -> None:
+        """Move unit ``i``'s best affine approximation ``a Phi(beta) w^T x + a ||w|| c_0(beta)`` into
+        ``(v, c)``."""
+        nonlocal c
+        if finite[i]:
+            p = float(norm_cdf(beta[i]))
+            v[:] += a[i] * p * W[i]
+            c += float(a[i] * (b[i] * p + r[i] * norm_pdf(beta[i])))
+        else:  # w = 0: the constant a relu(b)
+            c += float(a[i] * max(b[i], 0.0))
+
+    def line_delta(p_: int, q_: int) -> tuple[float, float]:
+        """Distance of unit ``q``'s canonical line from unit ``p``'s, and the orientation ``+-1``."""
+        up, uq = W[p_] / r[p_], W[q_] / r[q_]
+        sg = 1.0 if up @ uq >= 0 else -1.0
+        return float(np.linalg.norm(uq - sg * up) + abs(beta[q_] - sg * beta[p_])), sg
+
+    def merge(p_: int, q_: int, sg: float) -> None:
+        """``alpha_q relu(+-z_p) -> alpha_q relu(z_p)`` (minus ``alpha_q z_p`` for ``-``) onto unit ``p``."""
+        nonlocal c
+        alpha_q = a[q_] * r[q_]
+        if sg < 0:  # alpha_q relu(-z) = alpha_q relu(z) - alpha_q z, z = u_p x + beta_p
+            v[:] -= alpha_q * W[p_] / r[p_]
+            c -= float(alpha_q * beta[p_])
+        a[p_] += alpha_q / r[p_]
+
     folded = []
     alpha_max = float(np.max(np.abs(a * r))) if a.size else 0.0
-    for i in np.argsort(cost, kind="stable"):
-        if spent + cost[i] > atol:
+    costs = np.array([fold_cost(i) for i in range(a.shape[0])])
+    for i in np.argsort(costs, kind="stable"):
+        if spent + costs[i] > atol:
             break
-        spent += float(cost[i])
-        p = float(norm_cdf(beta[i])) if np.isfinite(beta[i]) else float(beta[i] > 0)
-        v += a[i] * p * W[i]
-        c += float(a[i] * (b[i] * p + (r[i] * norm_pdf(beta[i]) if np.isfinite(beta[i]) else 0.0)))
+        spent += float(costs[i])
+        fold(i)
         keep[i] = False
         folded.append({"index": int(i), "reason": _fold_reason(float(a[i] * r[i]), alpha_max, float(r[i]),
                                                                float(beta[i]), r_max),
-                       "l2_cost": float(cost[i])})
+                       "l2_cost": float(costs[i])})
 
     # step 2: units on one line
     merged = []
     idx = list(np.flatnonzero(keep))
+    targets = set()
     changed = True
     while changed:
         changed = False
         for p_, q_ in itertools.combinations(idx, 2):
-            up, uq = W[p_] / r[p_], W[q_] / r[q_]
-            s = 1.0 if up @ uq >= 0 else -1.0
-            delta = float(np.linalg.norm(uq - s * up) + abs(beta[q_] - s * beta[p_]))
+            delta, sg = line_delta(p_, q_)
             bound = abs(a[q_]) * r[q_] * delta
             if delta > line_tol or spent + bound > atol:
                 continue
             spent += bound
-            alpha_q = a[q_] * r[q_]
-            if s < 0:  # alpha_q relu(-z) = alpha_q relu(z) - alpha_q z, z = u_p x + beta_p
-                v -= alpha_q * up
-                c -= float(alpha_q * beta[p_])
-            a[p_] += alpha_q / r[p_]
-            keep[q_] = False
-            merged.append({"indices": [int(p_), int(q_)], "kind": "parallel" if s > 0 else "antiparallel",
+            merge(p_, q_, sg)
+            targets.add(p_)
+            merged.append({"indices": [int(p_), int(q_)], "kind": "parallel" if sg > 0 else "antiparallel",
                            "l2_bound": float(bound)})
             idx.remove(q_)
             changed = True
             break
     # a merge can leave a unit with (nearly) zero output weight: fold it as in step 1
-    for i in list(idx):
-        ci = abs(a[i]) * r[i] * float(nonlinear_part(beta[i]))
+    for i in sorted(targets):
+        ci = fold_cost(i)
         if spent + ci <= atol:
             spent += ci
-            p = float(norm_cdf(beta[i]))
-            v += a[i] * p * W[i]
-            c += float(a[i] * (b[i] * p + r[i] * norm_pdf(beta[i])))
-            keep[i] = False
+            fold(i)
             idx.remove(i)
-            folded.append({"index": int(i), "reason": "zero output weight after a merge", "l2_cost": float(ci)})
+            folded.append({"index": int(i), "reason": "zero output weight after a merge", "l2_cost": ci})
 
     forced = []
     if force:
@@ -244,28 +266,17 @@ def reduce_network(network: TwoLayerNetwork, n_hidden: int, *, atol: float, line
         # approximation stays in the linear part) and merging two units onto one line (cost bound
         # |alpha_q| delta), until m units remain
         while len(idx) > m:
-            options = [(abs(a[i]) * r[i] * float(nonlinear_part(beta[i])), i, -1) for i in idx]
+            options = [(fold_cost(i), i, -1) for i in idx]
             for p_, q_ in itertools.permutations(idx, 2):
-                up, uq = W[p_] / r[p_], W[q_] / r[q_]
-                sg = 1.0 if up @ uq >= 0 else -1.0
-                delta = float(np.linalg.norm(uq - sg * up) + abs(beta[q_] - sg * beta[p_]))
-                options.append((abs(a[q_]) * r[q_] * delta, p_, q_))
+                options.append((abs(a[q_]) * r[q_] * line_delta(p_, q_)[0], p_, q_))
             cost, i, j = min(options)
             spent += float(cost)
             if j < 0:
-                p = float(norm_cdf(beta[i]))
-                v += a[i] * p * W[i]
-                c += float(a[i] * (b[i] * p + r[i] * norm_pdf(beta[i])))
+                fold(i)
                 idx.remove(i)
                 forced.append({"index": int(i), "action": "folded into the linear part", "l2_cost": float(cost)})
             else:
-                up = W[i] / r[i]
-                sg = 1.0 if up @ (W[j] / r[j]) >= 0 else -1.0
-                alpha_q = a[j] * r[j]
-                if sg < 0:
-                    v -= alpha_q * up
-                    c -= float(alpha_q * beta[i])
-                a[i] += alpha_q / r[i]
+                merge(i, j, line_delta(i, j)[1])
                 idx.remove(j)
                 forced.append({"indices": [int(i), int(j)], "action": "merged onto one line",
                                "l2_cost": float(cost)})
