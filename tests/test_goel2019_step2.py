@@ -193,6 +193,7 @@ def test_refine_stops_at_target_and_validates():
     z0 = _tilted(W[0], 0.2, np.random.default_rng(0))
     res = refine_estimate(z0, src, threshold=2.5, slab_width=0.01, target_angle=0.5, rng=0)
     assert res.converged and res.stop_reason == "target" and res.n_iter == 0
+    assert res.start_estimate is res.estimate and res.estimate.angle <= 0.5
     np.testing.assert_array_equal(res.direction, z0 / np.linalg.norm(z0))
     with pytest.raises(InputError, match="mode"):
         refine_estimate(z0, src, threshold=2.5, slab_width=0.01, mode="fast")

@@ -73,7 +73,7 @@ import numpy as np
 from scipy import special
 
 from ..._validation import as_2d_float, as_real_array, check_positive_int, check_random_state
-from ...errors import AssumptionError, ConvergenceError, InputError
+from ...errors import AssumptionError, InputError
 from .._registry import register
 
 __all__ = ["SlabSource", "SampleSlabs", "ConditionalSlabSampler", "TanAlphaEstimate", "RefineResult",
@@ -356,7 +356,7 @@ def _crossing(counts, level: float, lo: float, hi: float, width: float, xtol: fl
         return (k / m if m else math.nan), m
 
     p_lo, _ = frac(lo)
-    if not (p_lo < level):
+    if p_lo >= level:           # an empty slab (nan) counts as below the level
         raise AssumptionError(
             f"the firing fraction is {p_lo:.3f} >= {level} already in the slab at t' = {lo:g}; Lemma 6 of "
             "Goel & Panigrahy (2019) needs it small there (a high threshold t and other units far from z). "
@@ -472,6 +472,7 @@ class RefineResult:
     ----------
     direction : ndarray (n,)      the refined unit direction
     estimate : TanAlphaEstimate   the last estimate at ``direction``
+    start_estimate : TanAlphaEstimate  the first estimate, at the start ``z0``
     converged : bool              the estimated angle reached ``target_angle``
     n_iter : int                  iterations run
     angle_estimates : ndarray     estimated angle of the current direction at the start of each iteration
@@ -487,6 +488,7 @@ class RefineResult:
 
     direction: np.ndarray
     estimate: TanAlphaEstimate
+    start_estimate: TanAlphaEstimate
     converged: bool
     n_iter: int
     angle_estimates: np.ndarray
@@ -613,7 +615,7 @@ def refine_estimate(z0: Any, source: SlabSource, *, threshold: float, slab_width
     n = source.n_inputs
     est_trace, cand_trace, se_trace, acc_trace, step_trace, width_trace = [], [], [], [], [], []
     dirs = [z.copy()]
-    cached, width = None, width0
+    cached, width, first = None, width0, None
     stop = "max_iter"
     for _ in range(max_iter):
         seed = int(gen.integers(0, 2**63 - 1))
@@ -634,6 +636,7 @@ def refine_estimate(z0: Any, source: SlabSource, *, threshold: float, slab_width
             current = cached if reuse else estimate_tan_alpha(z, source, seed=seed, slab_width=width, **opts)
         alpha = current.angle
         cached = current
+        first = current if first is None else first
         if alpha <= target:
             stop = "target"
             break
@@ -668,12 +671,13 @@ def refine_estimate(z0: Any, source: SlabSource, *, threshold: float, slab_width
             stop = "max_rejections"
             break
     if cached is None:
-        cached = estimate_tan_alpha(z, source, seed=int(gen.integers(0, 2**63 - 1)), slab_width=width, **opts)
+        cached = first = estimate_tan_alpha(z, source, seed=int(gen.integers(0, 2**63 - 1)), slab_width=width, **opts)
     settings = dict(mode=mode, step_scale=step_scale, step_dim=step_dim, acceptance=acceptance,
                     acceptance_decrease=decrease, confidence=confidence, slab_width=width0,
                     relative_slab_width=relative_slab_width, min_slab_width=min_width,
                     target_angle=target, source=type(source).__name__)
-    return RefineResult(direction=z, estimate=cached, converged=stop == "target" or cached.angle <= target,
+    return RefineResult(direction=z, estimate=cached, start_estimate=first,
+                        converged=stop == "target" or cached.angle <= target,
                         n_iter=len(acc_trace), angle_estimates=np.asarray(est_trace, dtype=np.float64),
                         candidate_estimates=np.asarray(cand_trace, dtype=np.float64),
                         std_errors=np.asarray(se_trace, dtype=np.float64), accepted=np.asarray(acc_trace, dtype=bool),
