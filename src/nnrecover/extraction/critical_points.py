@@ -458,6 +458,8 @@ def refine_hyperplanes(oracle: QueryOracle, W: np.ndarray, b: np.ndarray, err: n
         second = _refine_once(oracle, W[idx], b[idx], err[idx], noise, rng, scale, m)
         out.W[idx], out.b[idx], out.alpha[idx] = second.W, second.b, second.alpha
         out.accepted[idx], out.n_points[idx], out.residual[idx] = second.accepted, second.n_points, second.residual
+        out.tilt = np.full(u, np.inf)
+        out.tilt[idx] = second.tilt
     return out
 
 
@@ -750,29 +752,30 @@ class CriticalPointExtractor:
                                          np.array(cand_e), self.noise, self.rng, scale=self.scale,
                                          centers=np.array(cand_x))
                 acc = ref.accepted.copy()
-                # a refined candidate may coincide with a known unit (a kink missed by the matching)
+                # error of each refitted row (first order) and of the known ones: two rows within 10x
+                # their combined errors are one unit seen twice (a kink the position matching missed)
+                errs_all = 3 * np.where(np.isfinite(ref.tilt), ref.tilt, 0.0) + 1e3 * self.noise.rel + 1e-12
                 if n_known:
                     for j in np.flatnonzero(acc):
                         dd = np.minimum(np.linalg.norm(self.units.W - ref.W[j], axis=1)
                                         + np.abs(self.units.b - ref.b[j]),
                                         np.linalg.norm(self.units.W + ref.W[j], axis=1)
                                         + np.abs(self.units.b + ref.b[j]))
-                        if dd.min() <= 1e-6 + 1e3 * self.noise.rel:
+                        if np.any(dd <= 10 * (self.units.err + errs_all[j])):
                             acc[j] = False
                 # and two accepted candidates may coincide with each other
                 keep = []
                 for j in np.flatnonzero(acc):
                     same = [i for i in keep if min(np.linalg.norm(ref.W[i] - ref.W[j]) + abs(ref.b[i] - ref.b[j]),
                                                    np.linalg.norm(ref.W[i] + ref.W[j]) + abs(ref.b[i] + ref.b[j]))
-                            <= 1e-6 + 1e3 * self.noise.rel]
+                            <= 10 * (errs_all[i] + errs_all[j])]
                     if not same:
                         keep.append(j)
                 keep = np.asarray(keep, int)
                 rec["candidates"] = len(cand_W)
                 rec["rejected"] = int((~ref.accepted).sum())
                 if keep.size:
-                    errs = np.full(keep.size, max(1e3 * self.noise.rel, 1e-12))
-                    self._add_units(ref.W[keep], ref.b[keep], ref.alpha[keep], errs, ref.n_points[keep],
+                    self._add_units(ref.W[keep], ref.b[keep], ref.alpha[keep], errs_all[keep], ref.n_points[keep],
                                     ref.residual[keep])
                     new = int(keep.size)
         rec["new_units"] = new
