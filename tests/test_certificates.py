@@ -111,14 +111,25 @@ def test_exact_relu_complex_initialisation_is_not_a_warning():
 
 
 def test_noisy_learner_warns_on_student_t_inputs():
-    """Student-t(1.5) inputs have no variance: the tensor step measures the covariance deviation and
-    warns (AssumptionWarning naming the statistic), as the other Gaussian learners do."""
+    """Student-t(1.5) inputs have no variance: the tensor step measures the covariance deviation. The
+    unrefined estimate is then off: the certificate fails and the input-law warning (AssumptionWarning
+    naming the statistic, as the other Gaussian learners do) explains why. Refined, the estimate is
+    exact on these data and certified so: the deviation is recorded, not warned about."""
     truth = nr.random_network(10, 3, 4, rng=0).canonical()
     X = np.random.default_rng(1).standard_t(1.5, size=(20000, 10))
+    Y = truth.predict(X)
     with pytest.warns(AssumptionWarning, match=r"covariance deviation [0-9.e+]+ \(tolerance"):
-        learner = NoisyReLULearner(3, random_state=0).fit(X, truth.predict(X))
-    dev = learner.diagnostics_["noisy"]["approximate"]["input_deviation"]
+        with pytest.warns(CertificateWarning, match="max_unit_error"):
+            raw = NoisyReLULearner(3, refine=False, random_state=0).fit(X, Y)
+    assert _err(raw.network_, truth) > raw.certificate_tol
+    dev = raw.diagnostics_["noisy"]["approximate"]["input_deviation"]
     assert not dev["plausible"] and dev["covariance"] > 10 * dev["covariance_tolerance"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        refined = NoisyReLULearner(3, random_state=0).fit(X, Y)
+    assert refined.diagnostics_["certificates"]["max_unit_error"]["passed"]
+    assert "covariance deviation" in refined.diagnostics_["input_law_notes"][0]
+    assert _err(refined.network_, truth) < 1e-10
 
 
 def test_certificate_options_are_validated(teacher):

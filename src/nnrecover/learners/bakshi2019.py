@@ -31,6 +31,8 @@ Definition 13, Lemma 24 (incoherence)              :func:`incoherence`
 Remark 3 (N(0, Σ))                                 ``whiten=True``
 Appendix 9.1 (rectified f = φ on t > 0)            ``activation="relu_power(p)"`` / ``"exp_minus_one"``
 estimator (Gaussian pipeline)                      :class:`ExactReLULearner`
+certificate of a returned network (not in paper)   :func:`unit_error_bound` (Gauss-Newton confidence
+                                                   region; ``max_unit_error`` of both learners)
 =================================================  =====================================================
 
 Errata of the paper, implemented in corrected form (spec 004 §5.3), each with a test in
@@ -60,7 +62,7 @@ from ..errors import InputError
 from ..network import TwoLayerNetwork
 from ._bakshi2019._common import ExactResult
 from ._bakshi2019.arbitrary_noise import algorithm8, gaussian_sketch, grid_candidates, pv_halfspace
-from ._bakshi2019.certificate import (MEANING, certificate_rows, certify_max_unit_error, check_certificate_params,
+from ._bakshi2019.certificate import (MEANING, certificate_rows, check_certificate_params, held_assumption_warnings,
                                      unit_error_bound)
 from ._bakshi2019.diagnostics import sign_pattern_statistics
 from ._bakshi2019.exact import (MARGIN_QUANTILES, algorithm5, refine_from_output_weights, refine_from_unmixing,
@@ -257,27 +259,28 @@ class ExactReLULearner(BaseLearner):
 
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
         k = self.n_hidden
-        if self.approximate == "tensor":
-            res = gaussian_pipeline(source, None, k, activation=self.activation, order=self.order, span=self.span,
-                                    form=self.form, n_refine=self.n_refine, whiten=self.whiten,
-                                    control_variates=self.control_variates, n_draws=self.n_draws,
-                                    decomposition=self.decomposition, chunk_size=self.chunk_size, rng=rng)
-        else:
-            res = algorithm3(source, None, k, activation=self.activation, sketch=self.sketch, form=self.form,
-                             n_refine=self.n_refine, chunk_size=self.chunk_size, rng=rng)
-        diagnostics["exact"] = res.diagnostics
-        diagnostics["route"] = res.diagnostics.get("route")
-        diagnostics["certified"] = bool(res.certified)
-        diagnostics["failure_reasons"] = list(res.diagnostics.get("failure_reasons", []))
-        if res.certified:
-            diagnostics["refinement"] = {"ran": False, "reason": "exact-recovery checks held: the estimate "
-                                         "is exact to round-off"}
-            net = res.network
-        else:
-            net = self._maybe_refine(self._fallback(res, source), source, rng, diagnostics)
-        certify_max_unit_error(self, net, certificate_rows(source, rng, self.certificate_rows), diagnostics,
-                               tol=float(self.certificate_tol))
-        return net
+        out: list = []
+        with held_assumption_warnings(self, lambda: out[0], lambda: certificate_rows(source, rng, self.certificate_rows),
+                                      diagnostics, tol=float(self.certificate_tol)):
+            if self.approximate == "tensor":
+                res = gaussian_pipeline(source, None, k, activation=self.activation, order=self.order,
+                                        span=self.span, form=self.form, n_refine=self.n_refine, whiten=self.whiten,
+                                        control_variates=self.control_variates, n_draws=self.n_draws,
+                                        decomposition=self.decomposition, chunk_size=self.chunk_size, rng=rng)
+            else:
+                res = algorithm3(source, None, k, activation=self.activation, sketch=self.sketch, form=self.form,
+                                 n_refine=self.n_refine, chunk_size=self.chunk_size, rng=rng)
+            diagnostics["exact"] = res.diagnostics
+            diagnostics["route"] = res.diagnostics.get("route")
+            diagnostics["certified"] = bool(res.certified)
+            diagnostics["failure_reasons"] = list(res.diagnostics.get("failure_reasons", []))
+            if res.certified:
+                diagnostics["refinement"] = {"ran": False, "reason": "exact-recovery checks held: the estimate "
+                                             "is exact to round-off"}
+                out.append(res.network)
+            else:
+                out.append(self._maybe_refine(self._fallback(res, source), source, rng, diagnostics))
+        return out[0]
 
     def _fallback(self, res: ExactResult, source) -> TwoLayerNetwork:
         """Uncertified estimate: recovered units where they passed, else the approximate direction with its
@@ -377,17 +380,18 @@ class NoisyReLULearner(BaseLearner):
                 raise InputError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
 
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
-        res = noisy_pipeline(source, None, self.n_hidden, activation=self.activation, order=self.order,
-                             span=self.span, n_sign=self.n_sign, whiten=self.whiten,
-                             control_variates=self.control_variates, n_draws=self.n_draws,
-                             decomposition=self.decomposition, regression=self.regression,
-                             chunk_size=self.chunk_size, rng=rng)
-        diagnostics["noisy"] = res.diagnostics
-        diagnostics["route"] = res.diagnostics["route"]
-        net = self._maybe_refine(res.network, source, rng, diagnostics)
-        certify_max_unit_error(self, net, certificate_rows(source, rng, self.certificate_rows), diagnostics,
-                               tol=float(self.certificate_tol))
-        return net
+        out: list = []
+        with held_assumption_warnings(self, lambda: out[0], lambda: certificate_rows(source, rng, self.certificate_rows),
+                                      diagnostics, tol=float(self.certificate_tol)):
+            res = noisy_pipeline(source, None, self.n_hidden, activation=self.activation, order=self.order,
+                                 span=self.span, n_sign=self.n_sign, whiten=self.whiten,
+                                 control_variates=self.control_variates, n_draws=self.n_draws,
+                                 decomposition=self.decomposition, regression=self.regression,
+                                 chunk_size=self.chunk_size, rng=rng)
+            diagnostics["noisy"] = res.diagnostics
+            diagnostics["route"] = res.diagnostics["route"]
+            out.append(self._maybe_refine(res.network, source, rng, diagnostics))
+        return out[0]
 
     @classmethod
     def applies_to(cls, network: TwoLayerNetwork, distribution: Any) -> tuple[bool, str]:

@@ -20,7 +20,9 @@ Appendix B.1.1 ``T = M B C F``            :func:`population_detector_matrix`
 Eq. 18 smoothed ``W + rho E``             :func:`perturb_weights` (``D_{Q,lambda}``:
                                           :class:`nnrecover.distributions.PerturbedSymmetric`)
 Section 4.1 error metric                  :func:`paper_error`
-estimator                                 :class:`PureNeuronLearner`
+estimator                                 :class:`PureNeuronLearner` (certificate ``max_unit_error`` of
+                                          the returned network: :func:`nnrecover.learners.bakshi2019.
+                                          unit_error_bound`; Lemma 14's gap is a stage check)
 ========================================  ================================================================
 
 Errata of the paper text (spec 003 section 7), implemented in their corrected form:

@@ -46,14 +46,16 @@ term is round-off; the noise term shrinks as ``n^{-1/2}``.
 from __future__ import annotations
 
 import math
-from typing import Any
+import warnings
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import numpy as np
 
 from ...network import TwoLayerNetwork
 
 __all__ = ["unit_error_bound", "certify_max_unit_error", "certificate_rows", "check_certificate_params", "MEANING",
-           "SECOND_ORDER_FACTOR", "LINEAR_REGIME"]
+           "SECOND_ORDER_FACTOR", "LINEAR_REGIME", "held_assumption_warnings"]
 
 #: what the certificate ``max_unit_error`` states (shared by the three learners that issue it)
 MEANING = ("max over matched units of ||w_i - w*_i|| + |b_i - b*_i| + ||a_i - a*_i|| (canonical form, nr.metrics."
@@ -327,3 +329,42 @@ def certify_max_unit_error(learner: Any, network: TwoLayerNetwork, rows, diagnos
         first_order=info["first_order"], lack_of_fit_p_value=info.get("lack_of_fit_p_value", math.nan),
         sigma=info["sigma"], per_unit_first_order=info["per_unit"].tolist())
     return passed
+
+
+@contextmanager
+def held_assumption_warnings(learner: Any, network_fn, rows_fn, diagnostics: dict, *, tol: float
+                             ) -> Iterator[list]:
+    """Run a fit with its :class:`~nnrecover.errors.AssumptionWarning` (input law) held back, then certify.
+
+    Inside the ``with`` block every other warning passes through at once; the assumption warnings are
+    collected. On exit the final network ``network_fn()`` is certified on ``rows_fn()``
+    (:func:`certify_max_unit_error`). If the certificate passes, the data themselves show that the
+    estimate is within ``tol`` whatever their law, so the held warnings are only recorded
+    (``diagnostics["input_law_notes"]``); otherwise (or if the fit or the certificate raised) they are
+    issued, since they explain the failure.
+    """
+    from ...errors import AssumptionWarning
+
+    held: list = []
+    caught: list = []
+    passed = None
+    try:
+        try:
+            with warnings.catch_warnings(record=True) as recorder:
+                warnings.simplefilter("always")
+                try:
+                    yield held
+                finally:
+                    caught = list(recorder)
+        finally:  # outside the recorder: pass the other warnings on now
+            for w in caught:
+                if issubclass(w.category, AssumptionWarning):
+                    held.append(w)
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        passed = certify_max_unit_error(learner, network_fn(), rows_fn(), diagnostics, tol=tol)
+    finally:
+        diagnostics["input_law_notes"] = [str(w.message) for w in held]
+        if passed is not True:
+            for w in held:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
