@@ -688,7 +688,8 @@ def feed_statistics(statistics: Sequence[Statistic], source: DataSource, *, chun
     * a statistic with ``parallel_chunks = False`` (the default) is updated by one worker, chunk after
       chunk in order, exactly as in a sequential pass: the same arithmetic, the same bits. Several
       statistics of one pass run on different workers, and reading the next chunk (validation, the
-      generation of a stream) overlaps with the updates;
+      generation of a stream) overlaps with the updates. A single such statistic over an array
+      source (nothing to overlap: its chunks are views) is updated in the calling thread;
     * a statistic with ``parallel_chunks = True`` gets one fresh partial statistic per chunk, computed
       on any worker, and the partials are merged into it in chunk order on the main thread. This
       happens for every ``n_jobs`` (also 1), so the result does not depend on the number of workers.
@@ -723,7 +724,11 @@ def feed_statistics(statistics: Sequence[Statistic], source: DataSource, *, chun
     with blas_threads(1):
         templates = {id(s): s.empty_like() for s in stats if s.parallel_chunks}
         serial = [s for s in stats if not s.parallel_chunks]
-        if workers == 1:
+        # workers pay only when there is something to overlap: several statistics, chunk-parallel ones,
+        # or chunks that cost something to produce (a stream's generation, a generator's work); the
+        # chunks of an array source are views, so one statistic over arrays runs in the calling thread
+        overlap = bool(templates) or len(serial) > 1 or not isinstance(source, _ArraySource)
+        if workers == 1 or not overlap:
             for X, Y in chunks:
                 for s in stats:
                     if s.parallel_chunks:
@@ -732,7 +737,8 @@ def feed_statistics(statistics: Sequence[Statistic], source: DataSource, *, chun
                         s._add(X, Y)
             return stats
         try:
-            _feed_in_workers(stats, serial, templates, chunks, workers, copy=not _fresh_chunks(source))
+            lanes = workers if templates else min(workers, len(serial))  # serial ones: a lane each at most
+            _feed_in_workers(stats, serial, templates, chunks, lanes, copy=not _fresh_chunks(source))
         finally:
             chunks.close()  # closes the progress bar now, also after an error
     return stats
