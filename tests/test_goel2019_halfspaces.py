@@ -111,3 +111,13 @@ def test_validation_and_sklearn_api():
         HalfspaceIntersectionClassifier(2, -1.0).fit(X, np.arange(1_000) % 2)
     with pytest.raises(InputError, match="union"):
         HalfspaceIntersectionClassifier(2, 2.0, union="yes").fit(X, np.arange(1_000) % 2)
+
+
+def test_gp19_halfspaces_experiment_quick(tmp_path):
+    from nnrecover.experiments.runner import RESULT_FILES, run_experiment
+
+    df = run_experiment("gp19-halfspaces", tmp_path, quick=True, rng=0)
+    assert all((tmp_path / f).exists() for f in RESULT_FILES)
+    assert set(df["stage"]) == {"step1", "step2"}
+    step2 = df[df["stage"] == "step2"].iloc[0]
+    assert step2["max_angle"] < 0.05 and step2["disagreement"] < 0.01
