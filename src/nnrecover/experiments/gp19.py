@@ -159,14 +159,7 @@ def refine_experiment(*, rng: Any = None, quick: bool = False, n_hidden: int | N
 def _matched(estimated: np.ndarray, truth: np.ndarray, weight_error) -> tuple[np.ndarray, np.ndarray]:
     """Per true unit: the angle of its matched estimate and that estimate (rows reordered like ``truth``)."""
     e = weight_error(estimated, truth)
-    rows = np.empty_like(truth)
-    angles = np.empty(truth.shape[0])
-    matching = np.asarray(e["matching"])
-    for i in range(truth.shape[0]):
-        j = int(matching[i])
-        rows[i] = estimated[j]
-        angles[i] = float(np.asarray(e["angles"])[i])
-    return angles, rows
+    return np.asarray(e["angles"], dtype=np.float64), estimated[np.asarray(e["matching"])]
 
 
 # ------------------------------------------------------------------------------------------ gp19-halfspaces
