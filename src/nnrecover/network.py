@@ -406,16 +406,22 @@ def random_network(n_inputs: int, n_hidden: int, n_outputs: int = 1, *, activati
     condition_number : float, optional
         Prescribe the singular values of ``W``: geometrically spaced from 1 to ``1/condition_number``,
         between Haar-random orthonormal factors, ``W = U diag(s) V^T`` (Ge et al.'s conditioned
-        teachers, specs/003); needs ``k <= d`` (and ``k >= 2`` unless it is 1). Rows are then not
+        teachers); needs ``k <= d`` (and ``k >= 2`` unless it is 1). Rows are then not
         renormalised, so ``rows`` cannot be combined with it.
-
-    Draws happen in a fixed order (W, b, A, signs, c), so the same ``rng`` gives the same network.
-    Unknown options raise :class:`~nnrecover.errors.InputError`, and so does a network larger than the
-    available memory (checked before anything is allocated).
 
     Returns
     -------
     TwoLayerNetwork
+
+    Raises
+    ------
+    InputError
+        Unknown or invalid options, or a network larger than the available memory (checked before
+        anything is allocated).
+
+    Notes
+    -----
+    Draws happen in a fixed order (W, b, A, signs, c), so the same ``rng`` gives the same network.
     """
     unknown = set(options) - _RANDOM_OPTIONS
     if unknown:
