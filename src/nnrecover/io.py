@@ -99,6 +99,14 @@ def check_writable(path: "str | os.PathLike[str]", what: str = "output") -> Path
     return out
 
 
+def _target_name(path: Path) -> str:
+    """The name of the file a temporary path of :func:`atomic_output` stands for (else ``path.name``)."""
+    name = path.name
+    if name.startswith(".") and ".part-" in name:
+        return name[1:name.rindex(".part-")]
+    return name
+
+
 def _fsync_path(path: "str | os.PathLike[str]", *, directory: bool = False) -> None:
     flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0)
     try:
@@ -696,7 +704,7 @@ def _write_table(path: Path, suffix: str, X, Y, *, header: bool, mode: str) -> N
     try:
         df.to_parquet(path, index=False)
     except ImportError as exc:
-        raise InputError(f"writing {path.name} needs pyarrow: pip install 'nnrecover[parquet]' ({exc}).") from None
+        raise InputError(f"writing {_target_name(path)} needs pyarrow: pip install 'nnrecover[parquet]' ({exc}).") from None
 
 
 def save_sample_stream(path: "str | os.PathLike[str]", chunks: Iterable[tuple[Any, Any]], *,
@@ -781,7 +789,7 @@ def _stream_parquet(path: Path, chunks) -> int:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as exc:
-        raise InputError(f"writing {path.name} needs pyarrow: pip install 'nnrecover[parquet]' ({exc}).") from None
+        raise InputError(f"writing {_target_name(path)} needs pyarrow: pip install 'nnrecover[parquet]' ({exc}).") from None
     writer = None
     rows = 0
     try:
