@@ -333,3 +333,23 @@ def test_comparison_status_fails_on_certificates_and_large_errors():
     assert _judge({**ok, "function_error": float("nan")}, has_network=True) == "failed: function_error is nan"
     # hidden-weights-only learners have no function error: judged on what they have
     assert _judge({**ok, "function_error": float("nan"), "max_unit_error": float("nan")}, has_network=False) == "ok"
+
+
+@settings(max_examples=50, deadline=None, derandomize=True)
+@given(raw=st.binary(max_size=300), suffix=st.sampled_from([".json", ".npz", ".npy"]),
+       prefix=st.sampled_from([b"", b"PK\x03\x04", b"\x93NUMPY\x01\x00", b'{"hidden_weights": [[']))
+def test_random_bytes_as_model_or_data_file(raw, suffix, prefix):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"f{suffix}"
+        path.write_bytes(prefix + raw)
+        if suffix != ".npy":
+            try:
+                net = nr.TwoLayerNetwork.load(path)
+            except NNRecoverError as exc:
+                assert "\n" not in str(exc).strip() and str(exc)
+            else:
+                assert all(np.all(np.isfinite(a)) for a in net._arrays())
+        nr.random_network(3, 2, 1, rng=0).save(Path(tmp) / "m.json")
+        _assert_clean(*_cli("evaluate", str(Path(tmp) / "m.json"), "--data", str(path)))
+        _assert_clean(*_cli("fit", str(path), "--learner", "gradient-descent", "-k", "1", "--out",
+                            str(Path(tmp) / "out.json"), "--option", "n_restarts=1"))
