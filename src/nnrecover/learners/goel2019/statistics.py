@@ -74,7 +74,7 @@ def _t4_batch_samples(X, y, Z):
     """Columns ``He_4-sums(I, z_j, z_j, z_j)`` for every column of ``Z`` (unnormalised)."""
     A = X @ Z
     r = np.einsum("ij,ij->j", Z, Z)
-    return X.T @ (y[:, None] * (A ** 3 - 3.0 * A * r)) + Z * (3.0 * r * y.sum() - 3.0 * (y @ (A * A)))
+    return X.T @ (y[:, None] * (A * (A * A - 3.0 * r))) + Z * (3.0 * r * y.sum() - 3.0 * (y @ (A * A)))
 
 
 def _t4_sum_samples(X, y, Z):
@@ -265,20 +265,31 @@ class PopulationMoments(_Moments):
     def second(self) -> np.ndarray:
         return self.T2
 
+    # contractions by reshaped matrix products (BLAS) rather than einsum: T4 is symmetric, so the order
+    # in which the free axes are contracted does not matter
     def t4(self, a, b, c) -> np.ndarray:
-        return np.einsum("ijkl,j,k,l->i", self.T4, a, b, c, optimize=True)
+        n = self.n_inputs
+        return self.T4.reshape(n, -1) @ np.kron(a, np.kron(b, c))
 
     def t4_matrix(self, z) -> np.ndarray:
-        return np.einsum("ijkl,k,l->ij", self.T4, z, z, optimize=True)
+        n = self.n_inputs
+        return (self.T4.reshape(n * n, n * n) @ np.kron(z, z)).reshape(n, n)
 
     def t4_batch(self, Z) -> np.ndarray:
-        return np.einsum("ijkl,ja,ka,la->ia", self.T4, Z, Z, Z, optimize=True)
+        n = self.n_inputs
+        K = np.einsum("ia,ja,ka->ijka", Z, Z, Z).reshape(n ** 3, -1)
+        return self.T4.reshape(n, -1) @ K
 
     def t4_sum(self, Z) -> np.ndarray:
-        return np.einsum("ijkl,ja,kl->ia", self.T4, Z, Z @ Z.T, optimize=True)
+        n = self.n_inputs
+        S = (Z @ Z.T).reshape(-1)                               # sum_k z_k z_k^T
+        A = (self.T4.reshape(n * n, n * n) @ S).reshape(n, n)   # T4(I, I, S)
+        return A @ Z
 
     def t4_pairs(self, Z) -> np.ndarray:
-        return np.einsum("ijkl,ia,ja,kb,lb->ab", self.T4, Z, Z, Z, Z, optimize=True)
+        n = self.n_inputs
+        K = np.einsum("ia,ja->ija", Z, Z).reshape(n * n, -1)
+        return K.T @ self.T4.reshape(n * n, n * n) @ K
 
     def project(self, U: np.ndarray) -> "PopulationMoments":
         T4 = np.einsum("ijkl,ia,jb,kc,ld->abcd", self.T4, U, U, U, U, optimize=True)

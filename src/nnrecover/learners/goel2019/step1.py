@@ -144,7 +144,7 @@ def _finish(moments_q, U, Zq, evals, bias: float, certificates, info) -> Step1Re
 
 # ============================================================================ route 1: whitening + power iteration
 
-def tensor_power_route(moments, n_hidden: int, *, n_restarts: int = 10, max_iter: int = 1000, tol: float = 1e-14,
+def tensor_power_route(moments, n_hidden: int, *, n_restarts: int = 10, max_iter: int = 500, tol: float = 1e-13,
                        rng=None) -> Step1Result:
     """Whitening + tensor power iteration with deflation (proof of Claim 1, Appendix B.3).
 
@@ -156,8 +156,8 @@ def tensor_power_route(moments, n_hidden: int, *, n_restarts: int = 10, max_iter
     n_restarts : int, default 10
         Random starts per component; the one with the largest whitened quartic value is iterated to
         convergence.
-    max_iter : int, default 1000
-    tol : float, default 1e-14
+    max_iter : int, default 500
+    tol : float, default 1e-13
         Stop when successive unit iterates differ by less than ``tol``.
     rng : None, int or Generator
 
@@ -260,6 +260,9 @@ def _local_min(fun, v0, *, eps: float, tau: float, max_iter: int, gen, newton_to
                     dv = np.linalg.solve(H, -g)
                 except np.linalg.LinAlgError:
                     break
+                f_new, g_new = fun(v + dv)[:2]
+                if np.linalg.norm(g_new) >= np.linalg.norm(g) and f_new > f:
+                    break                                       # left the quadratic basin: keep v
                 v = v + dv
             f, g, H = fun(v)
             lam_min = float(linalg.eigh(H, eigvals_only=True, subset_by_index=[0, 0])[0])
@@ -276,6 +279,7 @@ def _local_min(fun, v0, *, eps: float, tau: float, max_iter: int, gen, newton_to
             f_new = fun(v_new)[0]
             if f_new <= f - 1e-4 * step * gn * gn:
                 v = v_new
+                stalled = f - f_new <= 1e-14 * max(1.0, abs(f))   # no progress above round-off
                 break
             step *= 0.5
             if step < 1e-12:
@@ -417,6 +421,11 @@ def simultaneous_route(moments, n_hidden: int, *, gamma: float = 0.01, lam: floa
         res = optimize.minimize(fg, x, jac=True, method="L-BFGS-B",
                                 options={"maxiter": 20000, "gtol": 1e-12, "ftol": 1e-16, "maxcor": 30})
         x = res.x
+        if np.max(np.abs(x)) > 1e3 / math.sqrt(D.min()):
+            raise ConvergenceError(
+                "the simultaneous landscape ran off to infinity (its sample version is not coercive here): the "
+                "product terms of P dominate the H_4 cross term at this threshold (Theorem 12 needs t large), or "
+                "lambda' is too small for the smallest c_i (Lemma 15); raise t or lam, or use method='power'.")
         H = _fd_hessian(grad, x, 1e-6)
         evals, evecs = np.linalg.eigh(H)
         if evals[0] >= -tau:
@@ -443,8 +452,16 @@ def simultaneous_route(moments, n_hidden: int, *, gamma: float = 0.01, lam: floa
 # ============================================================================ dispatcher
 
 def step1(moments, n_hidden: int, *, method: str = "power", rng=None, **options) -> Step1Result:
-    """Run the Step 1 route ``method`` (``"power"``, ``"landscape"`` or ``"simultaneous"``)."""
+    """Run the Step 1 route ``method`` (``"power"``, ``"landscape"`` or ``"simultaneous"``).
+
+    The route runs with one BLAS thread: its products are (rows x d) by (d x few columns), for which
+    one thread is fastest and several threads only spin (measured 10-50x slower on a loaded 2-core
+    machine).
+    """
+    from threadpoolctl import threadpool_limits
+
     routes = {"power": tensor_power_route, "landscape": landscape_route, "simultaneous": simultaneous_route}
     if method not in routes:
         raise InputError(f"method must be one of {', '.join(STEP1_METHODS)}, got {method!r}.")
-    return routes[method](moments, n_hidden, rng=rng, **options)
+    with threadpool_limits(limits=1, user_api="blas"):
+        return routes[method](moments, n_hidden, rng=rng, **options)

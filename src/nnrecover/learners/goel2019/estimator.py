@@ -1,0 +1,302 @@
+"""``HighThresholdLearner``: the Goel-Panigrahy (2019) main line as a scikit-learn style estimator.
+
+It validates, calls :mod:`.step1` (and :mod:`.step2` when asked) and stores; the algorithms are the
+plain functions of those modules. Diagnostics (``diagnostics_``):
+
+``lemma1``        Lemma 1 on the learned units: ``E[X_i X_j]`` (measured on the samples) against the bound
+                  ``rho(t, 1) mu`` with ``mu = kappa(W) rho(t, ||W||)``; the worst ratio (<= 1 expected).
+``lemma2``        the Lemma 2 bound ``d^3 rho(t, 1) rho(t, ||W||)`` and ``mean_abs_residual``, the mean of
+                  ``|y - f_lin_hat(x)|`` over the rows where some unit fires, divided by all rows (the true
+                  ``Delta = f - f_lin`` is exactly 0 where no unit fires): an estimate of the bias floor
+                  ``E|Delta|`` of Step 1 that also carries the effect of the error of the learned units,
+                  so it over-estimates ``E|Delta|`` at small ``N``.
+``appendix_e``    ``max E[X_i X_j] / E[X_j]``, the divide-and-conquer ratio of Appendix E.
+``certificates``  the (eps, tau)-local-minimum certificate of each landscape minimum (Definition 1).
+
+The shared least-squares refinement of the other learners (:func:`nnrecover.refine.refine_network`) does
+not apply here: it fits a known two-layer form, and ``P`` is unknown. ``refine=True`` instead runs the
+paper's own Step 2 (Algorithm 1, :func:`.step2.refine_estimate`) on every unit, which needs step or relu
+units and a monotone ``P`` (Section 2.2); when the data cannot support it the Step 1 estimate is kept
+and the reason is recorded in ``diagnostics_["refinement"]``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ..._validation import check_positive_int, check_random_state
+from ...errors import AssumptionError, AssumptionWarning, InputError
+from ...moments.base import accumulate
+from ...moments.statistics import CovarianceStatistic, input_deviation_from_standard
+from ...network import TwoLayerNetwork
+from ..base import BaseLearner
+from .model import ACTIVATIONS, HighThresholdNetwork, tail_bound, threshold_activation, threshold_hermite_coefficients
+from .statistics import ActiveRows, PopulationMoments, SampleMoments
+from .step1 import STEP1_METHODS, Step1Result, step1
+
+__all__ = ["HighThresholdLearner", "lemma_diagnostics"]
+
+
+def lemma_diagnostics(weights: np.ndarray, threshold: float, activation: str, hidden: np.ndarray, n_total: int,
+                      residual: np.ndarray | None = None) -> dict:
+    """Lemma 1 / Lemma 2 / Appendix E quantities for units ``weights`` from their outputs on samples.
+
+    Parameters
+    ----------
+    weights : (d, n) unit rows.
+    threshold, activation : the known ``t`` and ``u``.
+    hidden : (m, d) unit outputs ``X_i`` on the rows where some unit may fire (the rows left out must
+        have ``X = 0``; for step/relu that is every row where no unit fires).
+    n_total : int, the number of samples the rows come from.
+    residual : (m,), optional, ``Delta = y - f_lin`` on the same rows (0 elsewhere).
+    """
+    d = weights.shape[0]
+    sv = np.linalg.svd(weights, compute_uv=False)
+    kappa = float(sv[0] / sv[-1])
+    rho1 = tail_bound(activation, threshold, 1.0)
+    rhoW = tail_bound(activation, threshold, float(sv[0]))
+    mu = kappa * rhoW
+    pair = (hidden.T @ hidden) / n_total
+    single = hidden.sum(axis=0) / n_total
+    off = ~np.eye(d, dtype=bool)
+    out = {"kappa": kappa, "rho_t_1": rho1, "rho_t_W": rhoW, "mu": mu}
+    if d > 1:
+        out["lemma1"] = {"max_pair_moment": float(pair[off].max()), "bound": rho1 * mu,
+                         "max_ratio": float(pair[off].max() / (rho1 * mu))}
+        ratio = pair / np.where(single > 0, single, np.inf)[None, :]
+        out["appendix_e"] = {"max_ratio": float(ratio[off].max())}
+    out["lemma2"] = {"bound": d ** 3 * rho1 * rhoW,
+                     "applies": bool(d * rhoW <= 0.1)}
+    if residual is not None:
+        out["lemma2"]["mean_abs_residual"] = float(np.abs(residual).sum() / n_total)
+    return out
+
+
+class HighThresholdLearner(BaseLearner):
+    """Recover the lowest layer of ``f(x) = P(u_t(W x))`` (Goel & Panigrahy 2019, Theorems 1, 2, 5, 12).
+
+    Parameters
+    ----------
+    n_hidden : int
+        ``d``, the number of lowest-layer units.
+    activation : {"step", "relu", "sigmoid"}, default "step"
+    threshold : float
+        The known shared threshold ``t`` (required).
+    method : {"power", "landscape", "simultaneous"}, default "power"
+        The Step 1 route (:mod:`nnrecover.learners.goel2019.step1`).
+    refine : bool, default True
+        Run Step 2 (Algorithm 1, RefineEstimate) on every unit after Step 1 (step/relu units,
+        monotone ``P``). ``False`` returns Step 1 alone.
+    refine_options : dict, optional
+        Keyword arguments of :func:`nnrecover.learners.goel2019.step2.refine_estimate` (default:
+        ``mode="practical"``, ``slab_width=0.02``, ``max_iter=100``, ``max_rejections=30``).
+    baseline : float, optional
+        ``c_0``; default the median of the labels of the first chunk (footnote 5).
+    min_coefficient_ratio : float, default 0.05
+        Refuse (Assumption 1, ``c_i = Theta(1) > 0``) when an estimated linear coefficient, or the
+        ``d``-th eigenvalue of ``M`` (``sum_i c_i w_i w_i^T``), is below this fraction of the median.
+    step1_options : dict, optional
+        Extra keyword arguments of the Step 1 route (``n_restarts``, ``lam``, ``gamma``, ...).
+    max_rows : int, default 10_000_000
+        Memory guard on the stored active rows.
+    strict : bool, default False
+    random_state : None, int or Generator
+
+    Attributes
+    ----------
+    hidden_weights_ : (d, n) unit rows (signs resolved)
+    coefficients_ : (d,) estimated linear coefficients ``c_i`` of ``P``
+    baseline_ : float, ``c_0``
+    step1_ : Step1Result
+    network_ : TwoLayerNetwork
+        The learned linear part ``f_lin(x) = c_0 + sum_i c_i u_t(w_i . x)`` (hidden bias ``-t``); it
+        predicts ``f`` only in expectation (Lemma 2), since ``P`` is not learned.
+    diagnostics_ : dict
+    """
+
+    _supports_population = True
+
+    def __init__(self, n_hidden, *, activation: str = "step", threshold: float | None = None, method: str = "power",
+                 refine: bool = True, refine_options: dict | None = None, baseline: float | None = None,
+                 min_coefficient_ratio: float = 0.05, step1_options: dict | None = None, max_rows: int = 10_000_000,
+                 strict: bool = False, random_state=None):
+        self.n_hidden = n_hidden
+        self.activation = activation
+        self.threshold = threshold
+        self.method = method
+        self.refine = refine
+        self.refine_options = refine_options
+        self.baseline = baseline
+        self.min_coefficient_ratio = min_coefficient_ratio
+        self.step1_options = step1_options
+        self.max_rows = max_rows
+        self.strict = strict
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ validation
+    def _check_params(self) -> None:
+        check_positive_int(self.n_hidden, "n_hidden")
+        for flag in ("refine", "strict"):
+            if not isinstance(getattr(self, flag), (bool, np.bool_)):
+                raise InputError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
+        check_random_state(self.random_state)
+        if self.activation not in ACTIVATIONS:
+            raise InputError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}.")
+        if self.threshold is None or isinstance(self.threshold, (bool, np.bool_)) or \
+                not isinstance(self.threshold, (int, float, np.floating, np.integer)) or not np.isfinite(self.threshold):
+            raise InputError(f"threshold must be the known finite threshold t of the units (Goel-Panigrahy "
+                             f"Section 1 assumes t known), got {self.threshold!r}.")
+        if self.method not in STEP1_METHODS:
+            raise InputError(f"method must be one of {', '.join(STEP1_METHODS)}, got {self.method!r}.")
+        for name in ("refine_options", "step1_options"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
+                raise InputError(f"{name} must be a dict or None, got {type(getattr(self, name)).__name__}.")
+        if not (isinstance(self.min_coefficient_ratio, (int, float)) and 0 <= self.min_coefficient_ratio < 1):
+            raise InputError(f"min_coefficient_ratio must be in [0, 1), got {self.min_coefficient_ratio!r}.")
+        check_positive_int(self.max_rows, "max_rows")
+        u = threshold_hermite_coefficients(self.activation, float(self.threshold), 4)
+        if abs(u[4]) < 1e-3 * abs(u[2]):
+            raise AssumptionError(
+                f"u_hat_4 of {self.activation} at t = {self.threshold} is {u[4]:.3g}, nearly 0 (it changes sign at "
+                f"t = {'sqrt(3)' if self.activation == 'step' else '1'}); the H_4 landscape of Goel-Panigrahy "
+                "Section 2.1 (Assumption 2: |u_hat_4| = t^Theta(1) rho(t, 1)) degenerates there. Use another t.")
+
+    # ------------------------------------------------------------------ fitting
+    def _run_step1(self, moments, rng) -> Step1Result:
+        result = step1(moments, int(self.n_hidden), method=self.method, rng=rng, **(self.step1_options or {}))
+        c, ev = result.coefficients, result.eigenvalues
+        ratio = float(self.min_coefficient_ratio)
+        if ratio > 0 and (np.min(c) < ratio * np.median(c) or ev[-1] < ratio * np.median(ev)):
+            raise AssumptionError(
+                f"P has a vanishing linear coefficient: the smallest estimated c_i is {np.min(c):.3g} (median "
+                f"{np.median(c):.3g}) and the d-th eigenvalue of M-hat = sum c_i w_i w_i^T is {ev[-1]:.3g} (median "
+                f"{np.median(ev):.3g}), below the ratio {ratio:g}. Goel-Panigrahy Assumption 1 (c_i = Theta(1) > 0) "
+                "excludes this: such a unit is visible only through products of P. Lower min_coefficient_ratio "
+                "to accept the estimate anyway.")
+        return result
+
+    def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
+        t_start = time.perf_counter()
+        if source.info.n_outputs != 1:
+            raise InputError(f"HighThresholdLearner learns a scalar output; Y has {source.info.n_outputs} columns.")
+        X0, Y0 = source.peek()
+        c0 = float(np.median(Y0[:, 0])) if self.baseline is None else float(self.baseline)
+        self._check_gaussian(X0, diagnostics)
+        keep_all = self.activation == "sigmoid"
+        stat = accumulate(ActiveRows(c0, keep_all=keep_all, max_rows=self.max_rows), source)
+        Xa, ya, n_total, c0 = stat.finalize()
+        d = int(self.n_hidden)
+        if Xa.shape[1] < d:
+            raise InputError(f"n_hidden ({d}) exceeds the input dimension ({Xa.shape[1]}).")
+        frac = Xa.shape[0] / n_total
+        diagnostics.update(n_samples=n_total, n_active=int(Xa.shape[0]), active_fraction=frac, baseline=c0)
+        if not keep_all and frac > 0.5:
+            raise AssumptionError(
+                f"{100 * frac:.0f}% of the labels differ from their median c_0 = {c0:.6g}: the units fire too often "
+                "for a high-threshold network (Goel-Panigrahy Lemma 1 needs Pr[unit fires] = rho(t, 1) small), so "
+                "t is too low for the Step 1 statistics, or the labels are noisy. Raise t or pass baseline=c_0.")
+        moments = SampleMoments(Xa, ya, n_total, self.activation, float(self.threshold))
+        diagnostics["statistics_time"] = time.perf_counter() - t_start
+        result = self._run_step1(moments, rng)
+        W, c = result.weights, result.coefficients
+        if self.refine:
+            W = self._step2(W, source, rng, diagnostics)
+        self._store(result, W, c, c0, diagnostics)
+        u_t = threshold_activation(self.activation, float(self.threshold))
+        H = u_t(Xa @ W.T)
+        diagnostics["lemmas"] = lemma_diagnostics(W, float(self.threshold), self.activation, H, n_total,
+                                                  residual=ya - H @ c)
+        return self._network(W, c, c0)
+
+    def _check_gaussian(self, X0: np.ndarray, diagnostics: dict) -> None:
+        """Warn when the first chunk is implausible for N(0, I) (the only input law of the paper, Section 1)."""
+        stat = CovarianceStatistic()
+        stat.update(X0)
+        dev = input_deviation_from_standard(stat)
+        diagnostics["input_check"] = {"plausible": dev.plausible, "message": dev.message, "rows": X0.shape[0]}
+        if not dev.plausible:
+            warnings.warn(f"HighThresholdLearner: {dev.message} Goel-Panigrahy assume x ~ N(0, I) (Section 1): "
+                          "every Step 1 statistic is a Hermite correlation under that law, so the estimate is "
+                          "biased. Whiten the inputs first if they are Gaussian with another mean/covariance.",
+                          AssumptionWarning, stacklevel=4)
+
+    def _step2(self, W: np.ndarray, source, rng, diagnostics: dict) -> np.ndarray:
+        """Step 2 (Algorithm 1) on every unit; keep each refined unit only if its estimated angle dropped."""
+        if self.activation == "sigmoid":
+            diagnostics["refinement"] = {"ran": False, "reason": "Step 2 needs step or relu units (a sigmoid unit "
+                                         "never has u_t = 0, so the firing event of Lemma 5 does not exist)"}
+            return W
+        if not source.info.reiterable:
+            diagnostics["refinement"] = {"ran": False, "reason": "one-pass iterator: Step 2 needs the samples again"}
+            warnings.warn("HighThresholdLearner: the data came as a one-pass iterator, so Step 2 was skipped.",
+                          UserWarning, stacklevel=4)
+            return W
+        from .step2 import SampleSlabs, refine_estimate
+
+        X, Y = source.to_arrays()
+        slabs = SampleSlabs.from_labels(X, Y[:, 0], baseline=self.baseline)
+        opts = dict(mode="practical", slab_width=0.02, max_iter=100, max_rejections=30)
+        opts.update(self.refine_options or {})
+        W_new = W.copy()
+        report = []
+        for i in range(W.shape[0]):
+            try:
+                res = refine_estimate(W[i], slabs, threshold=float(self.threshold), rng=rng, **opts)
+            except AssumptionError as exc:
+                report.append({"unit": i, "kept": "step1", "reason": str(exc)})
+                continue
+            start, end = float(res.angle_estimates[0]), float(res.estimate.angle)
+            if end < start:
+                W_new[i] = res.direction
+            report.append({"unit": i, "kept": "step2" if end < start else "step1", "angle_estimate_start": start,
+                           "angle_estimate_end": end, "iterations": res.n_iter})
+        diagnostics["refinement"] = {"ran": True, "method": "Goel-Panigrahy Step 2 (Algorithm 1)", "options": opts,
+                                     "units": report}
+        return W_new
+
+    def _store(self, result: Step1Result, W, c, c0, diagnostics) -> None:
+        self.step1_ = result
+        self.coefficients_ = c
+        self.baseline_ = c0
+        diagnostics["method"] = self.method
+        diagnostics["certificates"] = {f"local_minimum_{i}": {"passed": cert["tau"] <= 1e-6, "detail": cert}
+                                       for i, cert in enumerate(result.certificates)}
+        diagnostics["M_eigenvalues"] = result.eigenvalues
+        diagnostics["step1_info"] = result.info
+
+    def _network(self, W, c, c0) -> TwoLayerNetwork:
+        d = W.shape[0]
+        return TwoLayerNetwork(W, -float(self.threshold) * np.ones(d), c[None, :], np.array([c0]), self.activation)
+
+    # ------------------------------------------------------------------ population
+    def fit_population(self, truth: HighThresholdNetwork, **kwargs) -> "HighThresholdLearner":
+        """Run Step 1 on the exact population moments of ``truth`` (a :class:`HighThresholdNetwork`).
+
+        Exact when ``P`` is linear (any ``W*``), and available for polynomial ``P`` with orthonormal
+        ``W*`` (product-Hermite formula; then the result carries the bias of the product terms).
+        Step 2 needs samples and does not run here.
+        """
+        t0 = time.perf_counter()
+        self._check_params()
+        if not isinstance(truth, HighThresholdNetwork):
+            raise InputError(f"truth must be a HighThresholdNetwork, got {type(truth).__name__}.")
+        if truth.activation != self.activation or truth.threshold != float(self.threshold):
+            raise InputError(f"truth has activation {truth.activation!r}, t = {truth.threshold}; the learner was "
+                             f"built for {self.activation!r}, t = {self.threshold}.")
+        if truth.n_hidden != int(self.n_hidden):
+            raise InputError(f"truth has {truth.n_hidden} units but n_hidden = {self.n_hidden}.")
+        rng = check_random_state(self.random_state)
+        self._clear_fitted()
+        diagnostics: dict = {"population": True}
+        moments = PopulationMoments(truth)
+        result = self._run_step1(moments, rng)
+        c0 = float(truth.upper.constant)
+        self._store(result, result.weights, result.coefficients, c0, diagnostics)
+        diagnostics["refinement"] = {"ran": False, "reason": "no samples (population mode)"}
+        self._set_fitted(self._network(result.weights, result.coefficients, c0), diagnostics, t0)
+        return self

@@ -1,0 +1,314 @@
+"""Goel & Panigrahy (2019) main line: model, statistics, the three Step 1 routes, the learner."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import integrate
+
+import nnrecover as nr
+from nnrecover.errors import AssumptionError, AssumptionWarning, InputError
+from nnrecover.hermite import hermite_tensor
+from nnrecover.learners.goel2019 import (STEP1_METHODS, HighThresholdLearner, HighThresholdNetwork,
+                                         PopulationMoments, SampleMoments, UpperPolynomial, landscape_objective,
+                                         population_hermite_moment, random_unit_weights, random_upper_polynomial,
+                                         simultaneous_objective, step1, threshold_activation,
+                                         threshold_hermite_coefficients, violating_upper_polynomial,
+                                         whitening_basis)
+from nnrecover.metrics import weight_error
+
+
+def _network(d, n, cond, act, t, *, upper=None, seed=0):
+    W = random_unit_weights(d, n, condition_number=cond, rng=seed)
+    if upper is None:
+        c = np.random.default_rng(seed + 1).uniform(0.5, 1.5, d)
+        upper = UpperPolynomial.linear(c, 0.3)
+    return HighThresholdNetwork(W, t, act, upper)
+
+
+# ---------------------------------------------------------------------------------------------- model
+
+@pytest.mark.parametrize("act", ["step", "relu", "sigmoid"])
+@pytest.mark.parametrize("t", [1.0, 2.5])
+def test_hermite_coefficients_match_quadrature(act, t):
+    u = threshold_activation(act, t)
+    got = threshold_hermite_coefficients(act, t, 5)
+    for k in range(6):
+        he = np.polynomial.hermite_e.HermiteE.basis(k)
+
+        def f(g):
+            return u(g) * he(g) * math.exp(-g * g / 2) / math.sqrt(2 * math.pi * math.factorial(k))
+        ref = integrate.quad(f, -15, t, limit=200)[0] + integrate.quad(f, t, 15, limit=200)[0]
+        assert abs(got[k] - ref) < 1e-12
+
+
+def test_relu_power_coefficients_match_quadrature():
+    got = threshold_hermite_coefficients("relu", 1.5, 4, power=2)
+    for k in range(5):
+        he = np.polynomial.hermite_e.HermiteE.basis(k)
+        ref = integrate.quad(lambda g: (g - 1.5) ** 2 * he(g) * math.exp(-g * g / 2), 1.5, 15)[0] \
+            / math.sqrt(2 * math.pi * math.factorial(k))
+        assert abs(got[k] - ref) < 1e-12
+
+
+def test_network_predict_save_load(tmp_path):
+    W = random_unit_weights(3, 4, rng=0)
+    P = UpperPolynomial({(0, 0, 0): 0.5, (1, 0, 0): 1.0, (0, 1, 0): 2.0, (0, 0, 1): 1.5, (1, 1, 0): -0.3,
+                         (2, 0, 1): 0.7})
+    net = HighThresholdNetwork(W, 1.2, "relu", P)
+    X = np.random.default_rng(1).standard_normal((7, 4))
+    H = np.maximum(X @ W.T - 1.2, 0)
+    manual = 0.5 + H[:, 0] + 2 * H[:, 1] + 1.5 * H[:, 2] - 0.3 * H[:, 0] * H[:, 1] + 0.7 * H[:, 0] ** 2 * H[:, 2]
+    np.testing.assert_allclose(net.predict(X), manual, rtol=1e-14)
+    path = tmp_path / "net.json"
+    net.save(path)
+    back = HighThresholdNetwork.load(path)
+    assert back.upper == net.upper and back.threshold == net.threshold and back.activation == "relu"
+    np.testing.assert_array_equal(back.hidden_weights, W)
+    with pytest.raises(InputError, match=".json"):
+        net.save(tmp_path / "net.pkl")
+
+
+def test_network_validation():
+    with pytest.raises(InputError, match="unit norm"):
+        HighThresholdNetwork(2 * np.eye(2), 1.0)
+    with pytest.raises(InputError, match="activation"):
+        HighThresholdNetwork(np.eye(2), 1.0, "tanh")
+    with pytest.raises(InputError, match="exponent"):
+        UpperPolynomial({(1, -1): 1.0})
+    with pytest.raises(InputError, match="variables"):
+        HighThresholdNetwork(np.eye(2), 1.0, upper={(1, 0, 0): 1.0})
+
+
+def test_monotonicity_and_generators():
+    assert UpperPolynomial.or_polynomial(4).is_monotone("binary")
+    assert not UpperPolynomial.or_polynomial(4).is_monotone("nonnegative")   # negative c_S on [0, inf)^d
+    assert random_upper_polynomial(5, monotone=True, rng=0).is_monotone("nonnegative")
+    assert not violating_upper_polynomial(5, "monotone", rng=0).is_monotone("binary")
+    assert violating_upper_polynomial(5, "linear", rng=0).linear_coefficients[0] == 0
+    assert violating_upper_polynomial(5, "bounded", rng=0).max_product_coefficient() == 50
+    W = random_unit_weights(6, 8, condition_number=2.0, rng=3)
+    np.testing.assert_allclose(np.linalg.norm(W, axis=1), 1, atol=1e-14)
+    assert abs(np.linalg.cond(W) - 2.0) < 1e-6
+
+
+def test_population_moments_match_monte_carlo():
+    """Product-Hermite formula (orthonormal W, P with a square and products) against a sample mean.
+
+    Tolerance: 5 standard errors of the sample mean of f(x) He_k(z.x)-contractions (estimated on the
+    same samples), so a correct formula fails with probability < 1e-6.
+    """
+    W = random_unit_weights(3, 4, rng=1)
+    P = UpperPolynomial({(0, 0, 0): 0.3, (1, 0, 0): 1.0, (0, 1, 0): 0.8, (0, 0, 1): 1.2, (1, 1, 0): 0.6,
+                         (1, 1, 1): -0.9, (2, 0, 1): 0.7})
+    net = HighThresholdNetwork(W, 1.0, "relu", P)
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((400_000, 4))
+    y = net.predict(X)
+    z = rng.standard_normal(4)
+    z /= np.linalg.norm(z)
+    a = X @ z
+    for k, he in ((2, a * a - 1), (3, a ** 3 - 3 * a), (4, a ** 4 - 6 * a * a + 3)):
+        exact = population_hermite_moment(net, k)
+        for _ in range(k):
+            exact = exact @ z
+        vals = y * he
+        assert abs(exact - vals.mean()) < 5 * vals.std() / math.sqrt(vals.size)
+
+
+def test_population_moment_refuses_products_with_correlated_rows():
+    net = _network(3, 3, 2.0, "step", 2.0, upper=random_upper_polynomial(3, rng=0))
+    with pytest.raises(AssumptionError, match="orthonormal"):
+        population_hermite_moment(net, 2)
+
+
+# ---------------------------------------------------------------------------------------------- statistics
+
+def test_sample_contractions_equal_dense_hermite_tensor():
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((40, 4)), rng.standard_normal(40)
+    sm = SampleMoments(X, y, 40, "relu", 2.0)
+    u = threshold_hermite_coefficients("relu", 2.0, 4)
+    T4 = np.einsum("s,sijkl->ijkl", y, hermite_tensor(4, X)) / (40 * math.sqrt(24) * u[4])
+    T2 = np.einsum("s,sij->ij", y, hermite_tensor(2, X)) / (40 * math.sqrt(2) * u[2])
+    pm = PopulationMoments(tensors=(X.T @ y / (40 * u[1]), T2, T4), activation="relu", threshold=2.0)
+    Z = rng.standard_normal((4, 3))
+    a, b, c = Z.T
+    for got, ref in ((sm.second(), pm.second()), (sm.t4(a, b, c), pm.t4(a, b, c)),
+                     (sm.t4_matrix(a), pm.t4_matrix(a)), (sm.t4_batch(Z), pm.t4_batch(Z)),
+                     (sm.t4_sum(Z), pm.t4_sum(Z)), (sm.t4_pairs(Z), pm.t4_pairs(Z))):
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+
+
+def test_objective_gradients_match_finite_differences():
+    net = _network(4, 4, 2.0, "step", 2.0)
+    pm = PopulationMoments(net)
+    z = np.random.default_rng(0).standard_normal(4)
+    f, g, H = landscape_objective(pm, z, 4.0)
+    h = 1e-6
+    E = np.eye(4) * h
+    g_fd = np.array([(landscape_objective(pm, z + e, 4.0)[0] - landscape_objective(pm, z - e, 4.0)[0]) / (2 * h)
+                     for e in E])
+    H_fd = np.array([(landscape_objective(pm, z + e, 4.0)[1] - landscape_objective(pm, z - e, 4.0)[1]) / (2 * h)
+                     for e in E])
+    np.testing.assert_allclose(g, g_fd, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(H, H_fd, rtol=1e-6, atol=1e-7)
+    W = np.random.default_rng(1).standard_normal((4, 4))
+    _, G = simultaneous_objective(pm, W, 0.01, 4.0)
+    G_fd = np.zeros_like(W)
+    for i in range(4):
+        for j in range(4):
+            D = np.zeros_like(W)
+            D[i, j] = h
+            G_fd[i, j] = (simultaneous_objective(pm, W + D, 0.01, 4.0)[0]
+                          - simultaneous_objective(pm, W - D, 0.01, 4.0)[0]) / (2 * h)
+    np.testing.assert_allclose(G, G_fd, rtol=1e-6, atol=1e-7)
+
+
+# ---------------------------------------------------------------------------------------------- Step 1 exactness
+
+@pytest.mark.parametrize("method", STEP1_METHODS)
+@pytest.mark.parametrize("d,cond", [(5, 1.0), (5, 2.0), (10, 1.0), (10, 2.0)])
+@pytest.mark.parametrize("act", ["step", "relu"])
+def test_step1_exact_in_population(method, d, cond, act):
+    """Linear P: M = sum c_i w_i w_i^T and T4 = sum c_i w_i^(x)4 exactly, so every route is exact (Claim 1)."""
+    for t in (1.5, 2.0, 3.0):
+        net = _network(d, d, cond, act, t, seed=d)
+        res = step1(PopulationMoments(net), d, method=method, rng=0)
+        err = weight_error(res.weights, net.hidden_weights)
+        assert err["max_angle"] < 1e-8                                      # signs count
+        c_true = net.upper.linear_coefficients
+        assert np.max(np.abs(np.sort(res.coefficients) - np.sort(c_true))) < 1e-8
+        for cert in res.certificates:                                       # (eps, tau)-local minima
+            assert cert["eps"] < 1e-9 and cert["tau"] == 0.0
+
+
+def test_step1_exact_when_n_exceeds_d():
+    net = _network(4, 7, 1.5, "relu", 2.0, seed=3)
+    for method in STEP1_METHODS:
+        res = step1(PopulationMoments(net), 4, method=method, rng=1)
+        assert weight_error(res.weights, net.hidden_weights)["max_angle"] < 1e-8
+
+
+def test_fit_population_learner():
+    net = _network(5, 5, 2.0, "step", 2.0, seed=4)
+    est = HighThresholdLearner(5, activation="step", threshold=2.0, random_state=0).fit_population(net)
+    assert weight_error(est.hidden_weights_, net.hidden_weights)["max_angle"] < 1e-8
+    assert est.diagnostics_["population"] and not est.diagnostics_["refinement"]["ran"]
+    assert abs(est.baseline_ - 0.3) < 1e-15
+
+
+def test_population_bias_floor_shrinks_with_threshold():
+    """Orthonormal W*, P with products (|c_S| <= 1): the Step 1 error in population is the bias of
+    Lemma 2, which must shrink as t grows."""
+    d = 6
+    P = random_upper_polynomial(d, rng=5)
+    W = random_unit_weights(d, rng=6)
+    errors = []
+    for t in (1.5, 2.0, 2.5, 3.0):
+        net = HighThresholdNetwork(W, t, "step", P)
+        res = step1(PopulationMoments(net), d, method="power", rng=0)
+        errors.append(weight_error(res.weights, W)["max_angle"])
+    assert all(b < a for a, b in zip(errors, errors[1:])), errors
+    assert errors[-1] < 0.2 * errors[0]
+
+
+# ---------------------------------------------------------------------------------------------- samples
+
+def test_sample_error_falls_with_n():
+    """Linear P, d = 5, t = 2: no bias, so the error is sampling error ~ N^{-1/2}; 16x the samples must
+    shrink it by at least 2x (the expected factor is 4; a factor 2 leaves room for the fluctuation of
+    one run)."""
+    net = _network(5, 5, 1.5, "step", 2.0, seed=7)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((800_000, 5))
+    y = net.predict(X)
+    errs = []
+    for N in (50_000, 800_000):
+        est = HighThresholdLearner(5, threshold=2.0, refine=False, random_state=0).fit(X[:N], y[:N])
+        errs.append(weight_error(est.hidden_weights_, net.hidden_weights)["max_angle"])
+    assert errs[1] < errs[0] / 2, errs
+
+
+def test_streaming_sources_give_identical_results():
+    net = _network(4, 4, 1.5, "relu", 2.0, seed=8)
+    X = np.random.default_rng(1).standard_normal((60_000, 4))
+    y = net.predict(X)
+    a = HighThresholdLearner(4, activation="relu", threshold=2.0, refine=False, random_state=0).fit(X, y)
+    chunks = [(X[i:i + 7000], y[i:i + 7000]) for i in range(0, 60_000, 7000)]
+    b = HighThresholdLearner(4, activation="relu", threshold=2.0, refine=False, random_state=0).fit(chunks)
+    np.testing.assert_array_equal(a.hidden_weights_, b.hidden_weights_)
+    assert a.diagnostics_["n_active"] == b.diagnostics_["n_active"]
+
+
+def test_lemma_diagnostics_and_network():
+    """The estimated E|Delta| (learned units) against the true E|Delta| of the teacher on the same
+    samples: equal up to the effect of the unit error, so within a factor 2 here."""
+    P = random_upper_polynomial(4, monotone=True, rng=3, constant=0.3)
+    net = _network(4, 4, 1.0, "step", 2.5, seed=9, upper=P)
+    X = np.random.default_rng(2).standard_normal((200_000, 4))
+    y = net.predict(X)
+    est = HighThresholdLearner(4, threshold=2.5, method="landscape", refine=False, random_state=0).fit(X, y)
+    lem = est.diagnostics_["lemmas"]
+    assert lem["lemma1"]["max_ratio"] <= 1.0                 # Lemma 1 bound holds on the samples
+    # the residual of the learned f_lin on the rows where some unit fires (Delta = 0 elsewhere): Delta plus
+    # the effect of the unit error, hence at least the true E|Delta| up to that error
+    fired = y != est.baseline_
+    resid = y[fired] - est.network_.predict(X[fired])
+    assert abs(lem["lemma2"]["mean_abs_residual"] - np.abs(resid).sum() / y.size) < 1e-15
+    true_delta = np.mean(np.abs(y - net.linear_part().predict(X)))
+    assert lem["lemma2"]["mean_abs_residual"] > true_delta
+    assert all(c["passed"] for c in est.diagnostics_["certificates"].values())
+    assert isinstance(est.network_, nr.TwoLayerNetwork)
+    np.testing.assert_allclose(est.network_.hidden_bias, -2.5)
+
+
+# ---------------------------------------------------------------------------------------------- refusals
+
+def test_refuses_threshold_too_low():
+    net = _network(5, 5, 1.0, "step", 0.3, seed=1)
+    X = np.random.default_rng(0).standard_normal((5000, 5))
+    with pytest.raises(AssumptionError, match="too low"):
+        HighThresholdLearner(5, threshold=0.3, refine=False).fit(X, net.predict(X))
+
+
+def test_refuses_m_not_positive_definite():
+    c = np.array([1.0, 1.0, -0.5, 1.0])
+    net = HighThresholdNetwork(random_unit_weights(4, rng=0), 2.0, "relu", UpperPolynomial.linear(c))
+    with pytest.raises(AssumptionError, match="not positive definite"):
+        whitening_basis(PopulationMoments(net), 4)
+
+
+def test_refuses_vanishing_linear_coefficient():
+    P = violating_upper_polynomial(5, "linear", rng=0)
+    net = HighThresholdNetwork(random_unit_weights(5, rng=1), 2.0, "step", P)
+    with pytest.raises(AssumptionError, match="vanishing linear coefficient"):
+        HighThresholdLearner(5, threshold=2.0).fit_population(net)
+
+
+def test_warns_on_non_gaussian_inputs():
+    net = _network(3, 3, 1.0, "step", 2.0, seed=2)
+    X = 2.0 * np.random.default_rng(0).standard_normal((20_000, 3))
+    with pytest.warns(AssumptionWarning, match="N\\(0, I\\)"):
+        HighThresholdLearner(3, threshold=2.0, refine=False, min_coefficient_ratio=0.0).fit(X, net.predict(X))
+
+
+def test_refuses_degenerate_u4_and_bad_parameters():
+    X, y = np.zeros((3, 2)), np.zeros(3)
+    with pytest.raises(AssumptionError, match="u_hat_4"):
+        HighThresholdLearner(2, threshold=math.sqrt(3)).fit(X, y)
+    with pytest.raises(InputError, match="threshold"):
+        HighThresholdLearner(2).fit(X, y)
+    with pytest.raises(InputError, match="method"):
+        HighThresholdLearner(2, threshold=2.0, method="sgd").fit(X, y)
+    with pytest.raises(InputError, match="activation"):
+        HighThresholdLearner(2, activation="tanh", threshold=2.0).fit(X, y)
+
+
+def test_registry():
+    assert nr.learners.HighThresholdLearner is HighThresholdLearner
+    names = {r.name for r in nr.learners.available("goel2019")}
+    assert {"goel2019", "goel2019-step1-power", "goel2019-step1-landscape",
+            "goel2019-step1-simultaneous"} <= names
