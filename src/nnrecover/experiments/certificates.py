@@ -23,7 +23,9 @@ out-of-assumption ones, five teachers each: far too few samples (``n = 600`` at 
 Student-t(1.5) inputs (heavy tails, no variance; symmetric, so inside PureNeuronLearner's assumption):
 50 fits per learner. Teachers: :func:`nnrecover.random_network` in canonical form (no biases,
 ``l = k`` outputs, or one output for HermiteTensorLearner, which learns one). A fit that refuses (AssumptionError/InputError)
-is counted as ``refused`` (a refusal never returns a wrong answer). GradientDescentLearner issues no
+is counted as ``refused`` (a refusal never returns a wrong answer). The learners run with their
+defaults, and PureNeuronLearner, ExactReLULearner and NoisyReLULearner also with ``refine=False`` (the
+certificate then judges the paper's algorithm's own output). GradientDescentLearner issues no
 certificate and is left out.
 """
 
@@ -45,12 +47,16 @@ __all__ = ["certificates_experiment", "certificate_grid", "certificate_table", "
 #: the accuracy a learner without a stated tolerance is taken to claim when it issues no warning
 IMPLIED_TOLERANCE = 0.1
 
-#: registry name -> constructor options used on the grid
+#: label -> (registry name, constructor options): each learner with its defaults, and the provable
+#: learners also without refinement (their certificate then judges the paper's algorithm's own output)
 LEARNERS = {
-    "hermite-tensor": {},
-    "pure-neuron": {},
-    "exact-relu": {},
-    "bjw19-noisy": {},
+    "hermite-tensor": ("hermite-tensor", {}),
+    "pure-neuron": ("pure-neuron", {}),
+    "exact-relu": ("exact-relu", {}),
+    "bjw19-noisy": ("bjw19-noisy", {}),
+    "pure-neuron refine=False": ("pure-neuron", {"refine": False}),
+    "exact-relu refine=False": ("exact-relu", {"refine": False}),
+    "bjw19-noisy refine=False": ("bjw19-noisy", {"refine": False}),
 }
 #: outputs of the teachers: HermiteTensorLearner learns one output, the others need at least k
 _OUTPUTS = {"hermite-tensor": lambda k: 1}
@@ -93,10 +99,11 @@ def _verdict(learner, caught) -> dict:
             "bound": max(bounds) if bounds else float("nan")}
 
 
-def _fit_one(name: str, cfg: dict, seed: int) -> dict:
+def _fit_one(label: str, cfg: dict, seed: int) -> dict:
     from ..learners import get_learner
     from ..metrics import parameter_error
 
+    name, options = LEARNERS[label]
     gen = np.random.default_rng(seed)
     d, k, n = cfg["d"], cfg["k"], cfg["n"]
     p = _OUTPUTS.get(name, lambda k: k)(k)
@@ -104,13 +111,13 @@ def _fit_one(name: str, cfg: dict, seed: int) -> dict:
     X = _inputs(cfg["inputs"], n, d, gen)
     Y = teacher.predict(X).reshape(n, p) + cfg["noise"] * gen.standard_normal((n, p))
     Y = Y[:, 0] if p == 1 else Y
-    row = dict(learner=name, **cfg, n_outputs=p, seed=seed)
+    row = dict(learner=label, **cfg, n_outputs=p, seed=seed)
     cls = get_learner(name)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            learner = cls(k, random_state=seed, **LEARNERS[name]).fit(X, Y)
+            learner = cls(k, random_state=seed, **options).fit(X, Y)
         except NNRecoverError as exc:  # a refusal: no estimate, hence no wrong answer
             row.update(status="refused", reason=f"{type(exc).__name__}: {str(exc)[:120]}",
                        fit_time=time.perf_counter() - t0, passed=False, error=float("nan"),
@@ -134,7 +141,7 @@ def _fit_one(name: str, cfg: dict, seed: int) -> dict:
 def certificates_experiment(*, rng: Any = None, quick: bool = False, learners: Sequence[str] | None = None):
     """Fit every learner on the grid of :func:`certificate_grid` and score its certificate (module docstring).
 
-    Options: ``learners``, a subset of :data:`LEARNERS` (default all). Returns the per-fit table and a
+    Options: ``learners``, a subset of the labels of :data:`LEARNERS` (default all). Returns the per-fit table and a
     figure (true error against the claimed tolerance / reported bound, passes and fails marked).
     """
     import pandas as pd
@@ -181,8 +188,12 @@ def _figure(df):
     import matplotlib.pyplot as plt
 
     names = list(dict.fromkeys(df["learner"]))
-    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.8), squeeze=False)
-    for ax, name in zip(axes[0], names):
+    ncols = min(4, max(len(names), 1))
+    nrows = -(-len(names) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.8 * nrows), squeeze=False)
+    for ax in axes.flat[len(names):]:
+        ax.set_visible(False)
+    for ax, name in zip(axes.flat, names):
         g = df[(df["learner"] == name) & (df["status"] == "fitted")]
         ref = np.where(np.isfinite(g["bound"]), g["bound"], g["tolerance"]).astype(float)
         ref = np.clip(np.nan_to_num(ref, posinf=10.0), 1e-17, 10.0)
