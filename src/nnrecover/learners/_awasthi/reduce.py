@@ -278,8 +278,19 @@ def reduce_network(network: TwoLayerNetwork, n_hidden: int, *, atol: float, line
             else:
                 merge(i, j, line_delta(i, j)[1])
                 idx.remove(j)
+                targets.add(i)
                 forced.append({"indices": [int(i), int(j)], "action": "merged onto one line",
                                "l2_cost": float(cost)})
+        # a merged unit whose nonlinear part is smaller than the linear part frees its slot for the linear
+        # part (e.g. the two units of Claim D.14 merge into a unit with output weight ~ 0)
+        for i in sorted(targets & set(idx)):
+            ci = fold_cost(i)
+            if ci < np.linalg.norm(v):
+                spent += ci
+                fold(i)
+                idx.remove(i)
+                forced.append({"index": int(i), "action": "merged unit folded into the linear part",
+                               "l2_cost": ci})
 
     # step 3: sign flips explaining the linear part (Theorem 3.4, corrected eq. (2))
     idx = np.array(idx, dtype=int)
