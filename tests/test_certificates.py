@@ -146,6 +146,8 @@ def test_certificates_experiment_quick():
     every row records verdict, tolerance, bound and error; the table has one line per learner."""
     from nnrecover.experiments.certificates import certificate_table, certificates_experiment
 
+    assert nr.experiments.get_experiment("certificates").func is certificates_experiment
+
     df, fig = certificates_experiment(rng=0, quick=True, learners=["pure-neuron", "exact-relu", "bjw19-noisy"])
     fitted = df[df["status"] == "fitted"]
     assert len(df) == 12 and len(fitted) >= 9
