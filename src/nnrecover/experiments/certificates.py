@@ -22,11 +22,11 @@ The grid (per learner, :func:`certificate_grid`): in-assumption teachers at two 
 out-of-assumption ones, five teachers each: far too few samples (``n = 600`` at ``d = 16``, ``k = 6``) and
 Student-t(1.5) inputs (heavy tails, no variance; symmetric, so inside PureNeuronLearner's assumption):
 50 fits per learner. Teachers: :func:`nnrecover.random_network` in canonical form (no biases,
-``l = k`` outputs, or one output for HermiteTensorLearner, which learns one). A fit that refuses (AssumptionError/InputError)
-is counted as ``refused`` (a refusal never returns a wrong answer). The learners run with their
-defaults, and PureNeuronLearner, ExactReLULearner and NoisyReLULearner also with ``refine=False`` (the
-certificate then judges the paper's algorithm's own output). GradientDescentLearner issues no
-certificate and is left out.
+``l = k`` outputs, or one output for HermiteTensorLearner, which learns one). A fit that refuses
+(AssumptionError/InputError) is counted as ``refused`` (a refusal never returns a wrong answer). The
+learners run with their defaults, and PureNeuronLearner, ExactReLULearner and NoisyReLULearner also
+with ``refine=False`` (the certificate then judges the paper's algorithm's own output).
+GradientDescentLearner issues no certificate and is left out.
 """
 
 from __future__ import annotations

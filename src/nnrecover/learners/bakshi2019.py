@@ -54,6 +54,7 @@ Errata of the paper, implemented in corrected form (spec 004 §5.3), each with a
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -260,8 +261,8 @@ class ExactReLULearner(BaseLearner):
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
         k = self.n_hidden
         out: list = []
-        with held_assumption_warnings(self, lambda: out[0], lambda: certificate_rows(source, rng, self.certificate_rows),
-                                      diagnostics, tol=float(self.certificate_tol)):
+        rows = partial(certificate_rows, source, rng, self.certificate_rows)
+        with held_assumption_warnings(self, lambda: out[0], rows, diagnostics, tol=float(self.certificate_tol)):
             if self.approximate == "tensor":
                 res = gaussian_pipeline(source, None, k, activation=self.activation, order=self.order,
                                         span=self.span, form=self.form, n_refine=self.n_refine, whiten=self.whiten,
@@ -381,8 +382,8 @@ class NoisyReLULearner(BaseLearner):
 
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
         out: list = []
-        with held_assumption_warnings(self, lambda: out[0], lambda: certificate_rows(source, rng, self.certificate_rows),
-                                      diagnostics, tol=float(self.certificate_tol)):
+        rows = partial(certificate_rows, source, rng, self.certificate_rows)
+        with held_assumption_warnings(self, lambda: out[0], rows, diagnostics, tol=float(self.certificate_tol)):
             res = noisy_pipeline(source, None, self.n_hidden, activation=self.activation, order=self.order,
                                  span=self.span, n_sign=self.n_sign, whiten=self.whiten,
                                  control_variates=self.control_variates, n_draws=self.n_draws,

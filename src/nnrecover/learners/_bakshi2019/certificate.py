@@ -105,7 +105,8 @@ def unit_error_bound(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *,
     dict
         ``bound`` (max over units; ``inf`` when not available, when the first-order value
         ``first_order`` exceeds ``LINEAR_REGIME``, or when the lack-of-fit test rejects at level
-        ``failure_probability``: ``lack_of_fit``, ``lack_of_fit_p_value``), ``per_unit`` (k,, first order), ``step`` (the
+        ``failure_probability``: ``lack_of_fit``, ``lack_of_fit_p_value``), ``per_unit`` (k,, first
+        order), ``step`` (the
         Gauss-Newton part per unit), ``noise`` (the noise part per unit), ``sigma`` (estimated label
         noise RMS), ``relative_residual`` (``||R||_F / ||Y - mean Y||_F``), ``n_rows``, ``n_params``,
         ``jacobian_condition``.
@@ -309,8 +310,9 @@ def certify_max_unit_error(learner: Any, network: TwoLayerNetwork, rows, diagnos
                   f"estimated label noise RMS {info['sigma']:.3g}, {info['n_rows']} rows) vs certificate_tol "
                   f"= {tol:g}")
         if not passed:
+            noise_dominates = info["noise"].max() * math.sqrt(3.0) > 0.5 * bound
             detail += ("; the label-noise part dominates and shrinks as 1/sqrt(n): pass more samples, or raise "
-                       "certificate_tol if this accuracy is enough" if info["noise"].max() * math.sqrt(2.0) > 0.5 * bound
+                       "certificate_tol if this accuracy is enough" if noise_dominates
                        else "; the estimate is off the least-squares fit of the data: more samples or refine=True")
     elif info.get("lack_of_fit"):
         detail = (f"no bound: the residual depends on x (lack-of-fit p-value {info['lack_of_fit_p_value']:.3g}), so "
