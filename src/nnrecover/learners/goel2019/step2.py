@@ -472,7 +472,9 @@ class RefineResult:
     ----------
     direction : ndarray (n,)      the refined unit direction
     estimate : TanAlphaEstimate   the last estimate at ``direction``
-    start_estimate : TanAlphaEstimate  the first estimate, at the start ``z0``
+    start_estimate : TanAlphaEstimate  the estimate at the start ``z0`` with the final slab width (and, for a
+                                  conditional sampler, the same draws as ``estimate``): compare the two to
+                                  see what the refinement gained
     converged : bool              the estimated angle reached ``target_angle``
     n_iter : int                  iterations run
     angle_estimates : ndarray     estimated angle of the current direction at the start of each iteration
@@ -615,7 +617,11 @@ def refine_estimate(z0: Any, source: SlabSource, *, threshold: float, slab_width
     n = source.n_inputs
     est_trace, cand_trace, se_trace, acc_trace, step_trace, width_trace = [], [], [], [], [], []
     dirs = [z.copy()]
-    cached, width, first = None, width0, None
+    z_start = z.copy()
+    cached, width = None, width0
+    if relative_slab_width is not None and max_iter > 0:
+        # a first estimate at slab_width sets the width of the first comparison
+        cached = estimate_tan_alpha(z, source, seed=int(gen.integers(0, 2**63 - 1)), slab_width=width0, **opts)
     stop = "max_iter"
     for _ in range(max_iter):
         seed = int(gen.integers(0, 2**63 - 1))
@@ -636,7 +642,6 @@ def refine_estimate(z0: Any, source: SlabSource, *, threshold: float, slab_width
             current = cached if reuse else estimate_tan_alpha(z, source, seed=seed, slab_width=width, **opts)
         alpha = current.angle
         cached = current
-        first = current if first is None else first
         if alpha <= target:
             stop = "target"
             break
@@ -670,8 +675,12 @@ def refine_estimate(z0: Any, source: SlabSource, *, threshold: float, slab_width
         if max_rejections is not None and len(acc_trace) >= max_rejections and not any(acc_trace[-max_rejections:]):
             stop = "max_rejections"
             break
-    if cached is None:
-        cached = first = estimate_tan_alpha(z, source, seed=int(gen.integers(0, 2**63 - 1)), slab_width=width, **opts)
+    final_seed = int(gen.integers(0, 2**63 - 1))
+    if cached is None or cached.slab_width != width or not source.deterministic:
+        cached = estimate_tan_alpha(z, source, seed=final_seed, slab_width=width, **opts)
+    # the start scored with the final width and random numbers, so that the two are comparable
+    first = cached if np.array_equal(z, z_start) else \
+        estimate_tan_alpha(z_start, source, seed=final_seed, slab_width=width, **opts)
     settings = dict(mode=mode, step_scale=step_scale, step_dim=step_dim, acceptance=acceptance,
                     acceptance_decrease=decrease, confidence=confidence, slab_width=width0,
                     relative_slab_width=relative_slab_width, min_slab_width=min_width,
