@@ -18,6 +18,11 @@ for a monotone ``P`` with positive linear terms is the union of the events ``{w_
   ``z``, projects back to the sphere (Lemma 7), and keeps the move when the estimated angle drops by
   the factor ``1 - 0.01/d``. Theorem 5: ``O(T)`` iterations reach angle ``(1 - c/d)^T gamma``.
 
+Two [IMPL] extensions, off by default, make a fixed sample go much further: more than two probability
+``levels`` (the slope of the crossings ``t_k`` on ``Phi^{-1}(p_k)`` by least squares, which uses more slabs
+of the same rows), and a slab width that shrinks with the estimated angle (``relative_slab_width``), so
+that the ``O(eps)`` error of Lemma 3 stays below the angle while each slab keeps as many rows as possible.
+
 Both work from two kinds of slab data (``SlabSource``):
 
 :class:`SampleSlabs`             i.i.d. samples ``x ~ N(0, I)`` with their firing labels (the paper's
