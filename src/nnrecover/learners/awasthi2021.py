@@ -549,7 +549,7 @@ class HermiteTensorLearner(BaseLearner):
                 out = test.pop("network")
             else:
                 test.pop("network")
-                red.reason += (f"; an {m}-unit network refitted from it is worse on held-out rows (mean squared "
+                red.reason += (f"; refitted with {m} units it is worse on held-out rows (mean squared "
                                f"error {test['holdout_mse_candidate']:.3g} vs {test['holdout_mse_fitted']:.3g}, "
                                f"paired z = {test['z']:.1f})")
         flip = red.flip
