@@ -94,7 +94,8 @@ def run_demo(config: str, exe: str, workdir: Path) -> dict:
     fits = {}
     with open(out / "results.csv", newline="") as fh:
         for row in csv.DictReader(fh):
-            fits[f"{row['learner']} refine={row['refine']}"] = float(row["fit_time_s"])
+            status = "" if row["status"] == "ok" else f" ({row['status'].split(':')[0][:40]})"
+            fits[f"{row['learner']} refine={row['refine']}{status}"] = float(row["fit_time_s"])
     return {"command_wall_s": wall, "demo_wall_s": float(meta["wall_time_s"]), "fit_time_s": fits, "load": load}
 
 
@@ -109,7 +110,7 @@ def run_gemm(config: str, n: int, d: int, repeat: int) -> dict:
 
 def _best(runs: list[dict]) -> dict:
     best = min(runs, key=lambda r: r["command_wall_s"])
-    fits = {name: min(r["fit_time_s"][name] for r in runs) for name in runs[0]["fit_time_s"]}
+    fits = {name: min(r["fit_time_s"].get(name, float("inf")) for r in runs) for name in runs[0]["fit_time_s"]}
     return {"command_wall_s": best["command_wall_s"], "demo_wall_s": min(r["demo_wall_s"] for r in runs),
             "fit_time_s": fits, "load_before_runs": [r["load"] for r in runs]}
 
@@ -143,7 +144,8 @@ def table(res: dict) -> str:
     threads = {c: max(lib["num_threads"] for lib in res["machine"]["threadpool"][c]) for c in CONFIGS}
     rows = [("`nnrecover demo`, whole command (s)", dd["command_wall_s"], ds["command_wall_s"]),
             ("demo total without start-up (s)", dd["demo_wall_s"], ds["demo_wall_s"])]
-    rows += [(f"fit: {name} (s)", dd["fit_time_s"][name], ds["fit_time_s"][name]) for name in dd["fit_time_s"]]
+    rows += [(f"fit: {name} (s)", dd["fit_time_s"][name], ds["fit_time_s"].get(name, float("nan")))
+             for name in dd["fit_time_s"]]
     rows += [(f"`X.T @ X`, N = {g['n']:.0e}, d = {g['d']} (s)", g["default"]["gemm_s"], g["single"]["gemm_s"]),
              ("`accumulate(SecondMoment(), X)`, same X (s)", g["default"]["accumulate_s"],
               g["single"]["accumulate_s"])]

@@ -278,3 +278,15 @@ def test_one_pass_iterator_with_workers():
     np.testing.assert_allclose(stats[0].finalize().xx, ref.finalize().xx, rtol=1e-13, atol=1e-13)
     with pytest.raises(InputError, match="already consumed"):
         feed_statistics([SecondMoment()], source, n_jobs=2)
+
+
+def test_stream_single_statistic_read_ahead_same_bits():
+    """A SampleStream is generated on the calling thread while one worker adds the previous chunk."""
+    net = nr.random_network(7, 3, 2, rng=3)
+    stream = nr.sample_stream(net, nr.distributions.StandardGaussian(7), 9000, rng=4, chunk_size=1000)
+    one, two = (accumulate(HermiteTensorStatistic(3), stream, n_jobs=j) for j in (1, 2))
+    reference = HermiteTensorStatistic(3)
+    for Xc, Yc in stream:
+        reference.update(Xc, Yc)
+    _assert_same_bits(reference, one)
+    _assert_same_bits(reference, two)
