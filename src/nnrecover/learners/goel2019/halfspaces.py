@@ -91,7 +91,9 @@ class HalfspaceResult:
 
     Attributes
     ----------
-    normals : ndarray (d, n)          learned unit normals ``w_i`` (after Step 2 when it ran)
+    normals : ndarray (d, n)          learned unit normals ``w_i``: after Step 2 when it ran, except where
+                                      Step 2's final slab estimate scores the Step 1 normal lower
+    kept_step2 : ndarray of bool      which normals come from Step 2
     step1_normals : ndarray (d, n)    Step 1's normals (same orientation convention)
     threshold : float
     union : bool
@@ -108,6 +110,7 @@ class HalfspaceResult:
     threshold: float
     union: bool
     refinements: list = field(default_factory=list)
+    kept_step2: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     fire_rate: float = math.nan
     timings: dict = field(default_factory=dict)
     step1_info: dict = field(default_factory=dict)
@@ -199,12 +202,17 @@ def learn_halfspaces(X: Any, inside: Any, n_halfspaces: int, threshold: float, *
         for i in range(d):
             res = refine_estimate(V[i], source, threshold=t, rng=gen, **opts)
             refinements.append(res)
-        V = np.array([r.direction for r in refinements])
+            # keep the refined normal unless the start scores better on the same slabs (a Step 1 normal
+            # already below the statistical resolution of the sample)
+            if res.estimate.angle <= res.start_estimate.angle:
+                V[i] = res.direction
     t2 = time.perf_counter()
     sign = 1.0 if union else -1.0
     info = dict(s1.info, eigenvalues=s1.eigenvalues, coefficients=s1.coefficients, route=step1_method)
     return HalfspaceResult(normals=sign * V, step1_normals=sign * np.array(s1.weights), threshold=t, union=bool(union),
                            refinements=refinements, fire_rate=rate,
+                           kept_step2=np.array([r.estimate.angle <= r.start_estimate.angle for r in refinements],
+                                               dtype=bool),
                            timings=dict(step1=t1 - t0, step2=t2 - t1), step1_info=info)
 
 
@@ -277,7 +285,7 @@ class HalfspaceIntersectionClassifier(ClassifierMixin, BaseEstimator):
         self.step1_normals_ = res.step1_normals
         self.threshold_ = res.threshold
         self.diagnostics_ = dict(fire_rate=res.fire_rate, timings=res.timings, step1=res.step1_info,
-                                 step2_ran=bool(res.refinements),
+                                 step2_ran=bool(res.refinements), step2_kept=res.kept_step2,
                                  step2_traces=[r.trace() for r in res.refinements],
                                  step2_angle_estimates=np.array([r.estimate.angle for r in res.refinements]),
                                  step2_stop_reasons=[r.stop_reason for r in res.refinements])
