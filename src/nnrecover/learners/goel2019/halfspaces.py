@@ -13,7 +13,8 @@ the step activation (Lemma 11) and Step 2 applies (Lemma 5). Algorithm of Theore
 1. flip the labels, ``f = 1 - g`` (the *firing* event: the point lies outside some halfspace);
 2. Step 1 on ``f`` (:func:`nnrecover.learners.goel2019.step1.step1`, the Step 1 routes of Section 2.1 /
    Appendix B.4): approximate ``-w_i``;
-3. Step 2 on each (:func:`nnrecover.learners.goel2019.step2.refine_estimate`, Algorithm 1): any precision;
+3. Step 2 on each (:func:`nnrecover.learners.goel2019.step2.refine_estimate`, Algorithm 1): any precision
+   (the refined normal replaces Step 1's when it scores better on the same slabs);
 4. return ``w_i`` and the classifier ``AND_i 1[w_i^T x + t >= 0]``.
 
 A union of halfspaces that do not contain the origin, ``g(x) = OR_i 1[w_i^T x >= t]``, is already such an
