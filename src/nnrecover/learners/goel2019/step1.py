@@ -144,18 +144,22 @@ def _finish(moments_q, U, Zq, evals, bias: float, certificates, info) -> Step1Re
 
 # ============================================================================ route 1: whitening + power iteration
 
-def tensor_power_route(moments, n_hidden: int, *, n_restarts: int = 10, max_iter: int = 500, tol: float = 1e-13,
+def tensor_power_route(moments, n_hidden: int, *, max_iter: int = 500, tol: float = 1e-13,
                        rng=None) -> Step1Result:
     """Whitening + tensor power iteration with deflation (proof of Claim 1, Appendix B.3).
+
+    The starting vectors are the eigenvectors of one random contraction ``T_w(I, I, g, g)`` of the
+    whitened tensor (``g ~ N(0, I)``): for ``T_w = sum_i (1/c_i) y_i^{(x)4}`` that matrix is
+    ``sum_i (1/c_i) (y_i . g)^2 y_i y_i^T``, whose eigenvectors are the ``y_i`` themselves. All ``d``
+    vectors are then iterated together, ``Y <- polar([T_w(I, y_j, y_j, y_j)]_j)``: the symmetric
+    orthonormalisation keeps them orthonormal (the deflation of the one-at-a-time version), and each
+    iteration is one pass over the stored rows with a ``d``-column product.
 
     Parameters
     ----------
     moments : SampleMoments or PopulationMoments
     n_hidden : int
         ``d``.
-    n_restarts : int, default 10
-        Random starts per component; the one with the largest whitened quartic value is iterated to
-        convergence.
     max_iter : int, default 500
     tol : float, default 1e-13
         Stop when successive unit iterates differ by less than ``tol``.
@@ -167,43 +171,35 @@ def tensor_power_route(moments, n_hidden: int, *, n_restarts: int = 10, max_iter
     """
     t0 = time.perf_counter()
     d = check_positive_int(n_hidden, "n_hidden")
-    n_restarts = check_positive_int(n_restarts, "n_restarts")
     max_iter = check_positive_int(max_iter, "max_iter")
     gen = check_random_state(rng)
     U, D = whitening_basis(moments, d)
     mq = moments.project(U)
     scale = 1.0 / np.sqrt(D)                                   # W_ = diag(D^{-1/2}) in q-coordinates
 
-    def action(Y):                                             # whitened T4(I, y, y, y) for columns y
+    def action(Y):                                             # whitened T4(I, y_j, y_j, y_j), every column
         return scale[:, None] * mq.t4_batch(scale[:, None] * Y)
 
-    found = np.zeros((d, 0))
-    iterations = []
-    for _ in range(d):
-        P = np.eye(d) - found @ found.T                        # deflation: y orthogonal to found y's
-        Y = P @ gen.standard_normal((d, n_restarts))
-        Y /= np.linalg.norm(Y, axis=0)
-        for _ in range(20):                                    # short runs, keep the best start
-            Y = P @ action(Y)
-            Y /= np.linalg.norm(Y, axis=0)
-        vals = np.einsum("ij,ij->j", Y, action(Y))
-        y = Y[:, int(np.argmax(vals))]
-        converged = False
-        for it in range(max_iter):
-            y_new = P @ action(y[:, None])[:, 0]
-            y_new /= np.linalg.norm(y_new)
-            if y_new @ y < 0:
-                y_new = -y_new
-            if np.linalg.norm(y_new - y) < tol:
-                y = y_new
-                converged = True
-                break
-            y = y_new
-        iterations.append(it + 1)
-        if not converged and np.linalg.norm(y_new - y) > 1e-6:
-            raise ConvergenceError(f"tensor power iteration did not converge in max_iter={max_iter} iterations "
-                                   "(component {found.shape[1] + 1}); raise max_iter.")
-        found = np.column_stack([found, y])
+    g = gen.standard_normal(d)
+    C = scale[:, None] * mq.t4_matrix(scale * g) * scale[None, :]
+    Y = np.linalg.eigh(0.5 * (C + C.T))[1]
+    # all d components at once: Y <- polar(T_w(I, y_j, y_j, y_j)_j), the symmetric (Loewdin)
+    # orthonormalisation playing the role of deflation; one pass over the stored rows per iteration
+    step = np.inf
+    for it in range(max_iter):
+        V = action(Y)
+        Uv, _, Vt = np.linalg.svd(V, full_matrices=False)
+        Y_new = Uv @ Vt
+        Y_new *= np.where(np.einsum("ij,ij->j", Y_new, Y) < 0, -1.0, 1.0)
+        step = float(np.max(np.linalg.norm(Y_new - Y, axis=0)))
+        Y = Y_new
+        if step < tol:
+            break
+    if step > 1e-6:
+        raise ConvergenceError(f"tensor power iteration did not converge in max_iter={max_iter} iterations "
+                               f"(last step {step:.2g}); raise max_iter.")
+    found = Y
+    iterations = it + 1
     Zq = scale[:, None] * found
     return _finish(mq, U, Zq, D, 0.0, [], {"method": "power", "iterations": iterations,
                                            "time": time.perf_counter() - t0})
