@@ -90,6 +90,20 @@ def test_reduce_network_keeps_extra_units_and_says_why():
         reduce_network(teacher, 4, atol=-1.0)
 
 
+def test_reduce_network_large_null_space_is_not_enumerated():
+    # d = 3, k = 6: [a_i w_i] has a 3-dimensional null space; with max_free = 2 the 2^3 candidates are not
+    # enumerated, uniqueness is reported as unknown (None), and the function is kept (flips or the linear
+    # part, within the budget or as Claim D.14 units)
+    teacher = nr.random_network(3, 6, rng=8, bias_range=(-1, 1))
+    big = _flipped_with_linear_part(teacher, [1, 4])
+    red = reduce_network(big, 6, atol=1e-10, max_free=2)
+    assert red.flip["unique"] is None and red.flip["null_dimension"] == 3
+    X = np.random.default_rng(1).standard_normal((2000, 3))
+    assert np.max(np.abs(red.network.predict(X) - big.predict(X))) < 1e-9
+    full = reduce_network(big, 6, atol=1e-10)
+    assert full.n_units == 6 and full.flip["unique"] and sorted(full.flip["flipped"]) == [1, 4]
+
+
 def test_reduce_network_one_free_unit_carries_the_linear_part():
     # 3 units + a linear part 0.5 e_1 that no flip explains, n_hidden = 4: one unit with a large bias B
     # (Lemma D.13) is within the budget, ||r|| nl(B) / Phi(B) <= atol; the exact L2 distance confirms it

@@ -561,7 +561,9 @@ class HermiteTensorLearner(BaseLearner):
                 f"same function up to a constant (Theorem 3.4: the flips differ on sets F with sum_F a_i w_i = 0, "
                 f"possible when the w_i are linearly dependent); returned the one with the smallest output bias.",
                 AssumptionWarning, stacklevel=4)
-        elif red.within_limit and flip.get("unique") is None:
+        elif red.within_limit and flip.get("unique") is None and flip.get("flipped"):
+            # flips were needed and found by rounding; with no linear part to explain, the empty flip set is
+            # kept without a word (a generic network has no subset F with sum_F a_i w_i = 0)
             diagnostics["sign_flip_sets"] = [flip["flipped"]]
             warnings.warn(
                 f"HermiteTensorLearner: the sign flips were resolved by rounding the minimum-norm solution; the "

@@ -231,26 +231,32 @@ def reduce_network(network: TwoLayerNetwork, n_hidden: int, *, atol: float, line
                                                                float(beta[i]), r_max),
                        "l2_cost": float(costs[i])})
 
-    # step 2: units on one line
+    # step 2: units on one line; candidates screened with |u_p . u_q| >= 1 - line_tol (implied by
+    # ||u_q -+ u_p|| <= line_tol), then merged cheapest first
     merged = []
     idx = list(np.flatnonzero(keep))
-    targets = set()
-    changed = True
-    while changed:
-        changed = False
-        for p_, q_ in itertools.combinations(idx, 2):
+    targets: set = set()
+    U = W / np.where(r > 0, r, 1.0)[:, None]
+    if len(idx) > 1:
+        close = np.argwhere(np.triu(np.abs(U[idx] @ U[idx].T) >= 1.0 - line_tol, 1))
+        pairs = []
+        for pi, qi in close:
+            p_, q_ = idx[pi], idx[qi]
             delta, sg = line_delta(p_, q_)
-            bound = abs(a[q_]) * r[q_] * delta
-            if delta > line_tol or spent + bound > atol:
+            if delta <= line_tol:
+                pairs.append((abs(a[q_]) * r[q_] * delta, p_, q_, delta, sg))
+        removed: set = set()
+        for _, p_, q_, delta, sg in sorted(pairs):
+            bound = abs(a[q_]) * r[q_] * delta  # a[q_] may have taken merges itself
+            if p_ in removed or q_ in removed or spent + bound > atol:
                 continue
             spent += bound
             merge(p_, q_, sg)
+            removed.add(q_)
             targets.add(p_)
             merged.append({"indices": [int(p_), int(q_)], "kind": "parallel" if sg > 0 else "antiparallel",
                            "l2_bound": float(bound)})
-            idx.remove(q_)
-            changed = True
-            break
+        idx = [i for i in idx if i not in removed]
     # a merge can leave a unit with (nearly) zero output weight: fold it as in step 1
     for i in sorted(targets):
         ci = fold_cost(i)
@@ -267,9 +273,18 @@ def reduce_network(network: TwoLayerNetwork, n_hidden: int, *, atol: float, line
         # |alpha_q| delta), until m units remain
         while len(idx) > m:
             options = [(fold_cost(i), i, -1) for i in idx]
-            for p_, q_ in itertools.permutations(idx, 2):
-                options.append((abs(a[q_]) * r[q_] * line_delta(p_, q_)[0], p_, q_))
-            cost, i, j = min(options)
+            # merge costs |alpha_q| (||u_q -+ u_p|| + |beta_q -+ beta_p|) for all ordered pairs at once; the
+            # chosen one is recomputed exactly below
+            Ui, bi = U[idx], beta[idx]
+            G = Ui @ Ui.T
+            sg = np.where(G >= 0, 1.0, -1.0)
+            delta = np.sqrt(np.maximum(2.0 - 2.0 * np.abs(G), 0.0)) + np.abs(bi[None, :] - sg * bi[:, None])
+            M = np.abs(a[idx] * r[idx])[None, :] * delta  # M[p, q]: merging q onto p
+            np.fill_diagonal(M, np.inf)
+            pq = np.unravel_index(int(np.argmin(M)), M.shape)
+            options.append((float(M[pq]), idx[pq[0]], idx[pq[1]]))
+            _, i, j = min(options)
+            cost = fold_cost(i) if j < 0 else abs(a[j]) * r[j] * line_delta(i, j)[0]
             spent += float(cost)
             if j < 0:
                 fold(i)
