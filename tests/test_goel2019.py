@@ -312,3 +312,13 @@ def test_registry():
     names = {r.name for r in nr.learners.available("goel2019")}
     assert {"goel2019", "goel2019-step1-power", "goel2019-step1-landscape",
             "goel2019-step1-simultaneous"} <= names
+
+
+@pytest.mark.parametrize("name", ["goel2019-threshold", "goel2019-routes"])
+def test_experiments_quick(name):
+    from nnrecover.experiments import get_experiment
+
+    df, fig = get_experiment(name).func(rng=0, quick=True)
+    assert len(df) and fig is not None
+    done = df[df["refused"] == ""]
+    assert len(done) and np.all(np.isfinite(done["max_angle"])) and np.all(done["max_angle"] < np.pi / 2)

@@ -167,7 +167,7 @@ class HighThresholdLearner(BaseLearner):
                 "Section 2.1 (Assumption 2: |u_hat_4| = t^Theta(1) rho(t, 1)) degenerates there. Use another t.")
 
     # ------------------------------------------------------------------ fitting
-    def _run_step1(self, moments, rng) -> Step1Result:
+    def _run_step1(self, moments, rng, n_active: int | str = "population: no") -> Step1Result:
         result = step1(moments, int(self.n_hidden), method=self.method, rng=rng, **(self.step1_options or {}))
         c, ev = result.coefficients, result.eigenvalues
         ratio = float(self.min_coefficient_ratio)
@@ -176,8 +176,9 @@ class HighThresholdLearner(BaseLearner):
                 f"P has a vanishing linear coefficient: the smallest estimated c_i is {np.min(c):.3g} (median "
                 f"{np.median(c):.3g}) and the d-th eigenvalue of M-hat = sum c_i w_i w_i^T is {ev[-1]:.3g} (median "
                 f"{np.median(ev):.3g}), below the ratio {ratio:g}. Goel-Panigrahy Assumption 1 (c_i = Theta(1) > 0) "
-                "excludes this: such a unit is visible only through products of P. Lower min_coefficient_ratio "
-                "to accept the estimate anyway.")
+                "excludes this: such a unit is visible only through products of P. With few firing samples "
+                f"({n_active} rows) sampling noise can also cause this: pass more samples. "
+                "Lower min_coefficient_ratio to accept the estimate anyway.")
         return result
 
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
@@ -202,7 +203,7 @@ class HighThresholdLearner(BaseLearner):
                 "t is too low for the Step 1 statistics, or the labels are noisy. Raise t or pass baseline=c_0.")
         moments = SampleMoments(Xa, ya, n_total, self.activation, float(self.threshold))
         diagnostics["statistics_time"] = time.perf_counter() - t_start
-        result = self._run_step1(moments, rng)
+        result = self._run_step1(moments, rng, int(Xa.shape[0]))
         W, c = result.weights, result.coefficients
         if self.refine:
             W = self._step2(W, source, rng, diagnostics)
