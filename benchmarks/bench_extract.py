@@ -60,7 +60,7 @@ def main(argv=None) -> int:
                     kf = diag["n_hidden"]
                     angle = _max_angle(res.network_, net) if diag["linear_units"] == 0 else float("nan")
                     err = np.linalg.norm(res.predict(X) - y) / np.linalg.norm(y)
-                    sign_s = diag["signs"].get("milp_seconds", 0.0)
+                    sign_s = diag["signs"].get("sign_seconds", 0.0)
                     print(f"| {d} | {k} | {dt} | {kf} | {res.n_queries_} | {diag['model_calls']} | {sec:.2f} | "
                           f"{res.n_queries_ / max(kf, 1):.0f} | {1e3 * sec / max(kf, 1):.1f} | {sign_s:.2f} | "
                           f"{angle:.1e} | {err:.1e} |", flush=True)

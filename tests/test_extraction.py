@@ -64,6 +64,26 @@ def test_exact_wide_scalar_network_with_biases():
     assert np.allclose(np.linalg.norm(res.network_.hidden_weights, axis=1), 1.0, atol=1e-14)
 
 
+def test_d10_k50_float64_and_float32_boxes():
+    # the sizes: k = 5 d, scalar output, so the orientations need the 0/1 solve (lattice).
+    # float64: rows and function to round-off (measured 1.5e-14 rad, 4e-15). float32: the box rounds
+    # to 2^-24 ~ 6e-8 per operation; through the d + k sums the function agrees to ~1e-6 (measured
+    # 9e-7), which is what the certificate must report, with exactly k units (no false ones)
+    d, k = 10, 50
+    net = nr.random_network(d, k, rng=1, bias_range=(-1, 1))
+    res = extract(net.predict, d, rng=0)
+    assert res.network_.n_hidden == k
+    assert _angles(res.network_, net).max() < 1e-8
+    assert _rel_error(res.network_, net, d) < 1e-9
+    assert res.n_queries_ == res.diagnostics_["queries"] > 0
+    box = CountingModel(net, np.float32)
+    res32 = extract(box, d, rng=0)
+    assert res32.network_.n_hidden == k
+    cert = res32.diagnostics_["certificate"]
+    assert cert["passed"] and 1e-8 < cert["relative_error"] < 1e-5
+    assert _rel_error(res32.network_, net, d) < 1e-5
+
+
 def test_exact_vector_outputs_and_given_width():
     d, k, p = 4, 6, 3
     net = nr.random_network(d, k, p, rng=5, bias_range=(-1, 1), output_bias_range=(-1, 1))
@@ -190,9 +210,35 @@ def test_resolve_signs_recovers_orientations_when_k_exceeds_d():
     U = -(t[:, None] * alpha * W).sum(axis=0)[None, :]
     found, info = resolve_signs(W, alpha, U, rel_tol=1e-11)
     assert np.array_equal(found, t) and info["max_relative_residual"] < 1e-11
+    assert info["method"].startswith("0/1")
     # k <= d: a plain least-squares solve
     found, info = resolve_signs(W[:3], alpha[:3], -(t[:3, None] * alpha[:3] * W[:3]).sum(0)[None], rel_tol=1e-11)
     assert np.array_equal(found, t[:3]) and info["method"] == "least squares"
+
+
+def test_lattice_reduction_and_wide_binary_solve():
+    from nnrecover.extraction._lattice import _gram_schmidt, binary_solution, lll_reduce
+
+    rng = np.random.default_rng(3)
+    B = rng.integers(-50, 50, (8, 8)).astype(float)
+    R, finished = lll_reduce(B)
+    assert finished
+    # same lattice: R = U B with U integral and unimodular
+    U = R @ np.linalg.inv(B)
+    assert np.allclose(U, np.rint(U), atol=1e-8) and abs(abs(np.linalg.det(np.rint(U))) - 1) < 1e-8
+    # LLL-reduced (delta = 0.99): size-reduced and the Lovasz condition on consecutive vectors
+    mu, Bn = _gram_schmidt(R)
+    assert np.all(np.abs(np.tril(mu, -1)) <= 0.5 + 1e-9)
+    assert np.all(Bn[1:] >= (0.99 - np.diag(mu, -1) ** 2) * Bn[:-1] * (1 - 1e-9))
+    # k = 40 binary unknowns, m = 5 equations known to 1e-13: a low-density subset sum; the solution
+    # is unique with overwhelming probability (2^40 sums spread over a 5-dimensional box of side ~10
+    # resolved to 1e-11), so the lattice must return exactly t
+    m, k = 5, 40
+    M = rng.standard_normal((m, k))
+    t = rng.integers(0, 2, k)
+    rhs = M @ t + 1e-13 * rng.standard_normal(m)
+    tol = 1e-11 * (np.abs(M).sum(axis=1) + np.abs(rhs))
+    assert np.array_equal(binary_solution(M, rhs, tol), t)
 
 
 # ------------------------------------------------------------------------------------- validation

@@ -18,8 +18,9 @@ Symbols (paper -> code):
   wrong orientation is the right one plus a linear function. Fitting ``f = sum_j alpha_j relu(z_j) +
   U x + c`` and imposing that the true network has no linear part gives ``U = -sum_j t_j alpha_j
   w_j^T`` with binary ``t`` (1 = flip) -> :func:`resolve_signs`. Generic networks have exactly one
-  solution; with ``k <= p d`` it is a least-squares solve, otherwise a 0/1 feasibility problem (HiGHS
-  MILP through ``scipy.optimize.milp``).
+  solution; with ``k <= p d`` it is a least-squares solve, otherwise a low-density multidimensional
+  subset sum, solved by LLL lattice reduction (:mod:`._lattice`) or a HiGHS MILP
+  (``scipy.optimize.milp``).
 
 Precision. The gradient jump gives each hyperplane to about ``noise / h`` (finite differences);
 :func:`refine_hyperplanes` then finds ``m > d`` further critical points of each hyperplane by short
@@ -556,10 +557,11 @@ def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: f
 
     Solves ``U = -sum_j t_j alpha_j w_j^T`` (``p d`` equations) for ``t`` in ``{0, 1}^k``. When the
     ``k`` columns are linearly independent the least-squares solution is rounded (and must be within
-    0.25 of 0/1); otherwise the 0/1 feasibility problem with equations met to ``rel_tol`` (relative
-    to each equation's coefficient scale) is handed to HiGHS (``scipy.optimize.milp``); a solution
-    whose residual exceeds ``rel_tol`` is excluded by a no-good cut and the problem solved again, at
-    most ``max_solves`` times within ``time_limit`` seconds.
+    0.25 of 0/1); otherwise the 0/1 problem with equations met to ``rel_tol`` (relative to each
+    equation's coefficient scale) is solved by lattice reduction (:mod:`._lattice`, low-density
+    subset sum) and by HiGHS (``scipy.optimize.milp``; a solution whose residual exceeds ``rel_tol``
+    is excluded by a no-good cut and the problem solved again, at most ``max_solves`` times), the
+    lattice first when ``k > 2 p d``, all within ``time_limit`` seconds.
 
     Returns
     -------
@@ -581,11 +583,43 @@ def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: f
         ok = bool(np.all((t == 0) | (t == 1)) and np.max(np.abs(t_real - t)) < 0.25)
         info.update(method="least squares", max_rounding=float(np.max(np.abs(t_real - t))))
         return (t if ok else None), info
-    from scipy.optimize import Bounds, LinearConstraint, milp
+    from ._lattice import binary_solution
 
     t0 = time.perf_counter()
+    info.update(rel_tol=rel_tol, method="none found")
+    # few unknowns per equation: HiGHS is fast; many (k > 2 m): the lattice is, and HiGHS may never end
+    lattice_first = k > 2 * M.shape[0]
+    order = ("lattice", "milp") if lattice_first else ("milp", "lattice")
+    t = None
+    for how in order:
+        left = time_limit - (time.perf_counter() - t0)
+        if left <= 0:
+            break
+        if how == "lattice":
+            t1 = time.perf_counter()
+            t = binary_solution(M, rhs, rel_tol * scale, time_limit=left)
+            info["lattice_seconds"] = time.perf_counter() - t1
+            if t is not None:
+                info["method"] = "0/1 solve by lattice reduction (LLL)"
+        else:
+            t = _milp_binary(M, rhs, scale, rel_tol, left, max_solves, info)
+            if t is not None:
+                info["method"] = "0/1 feasibility (HiGHS MILP)"
+        if t is not None:
+            info["max_relative_residual"] = float(np.max(np.abs(M @ t - rhs) / scale))
+            break
+    info["sign_seconds"] = time.perf_counter() - t0
+    return t, info
+
+
+def _milp_binary(M, rhs, scale, rel_tol, time_limit, max_solves, info) -> np.ndarray | None:
+    """0/1 feasibility by HiGHS; a solution off by more than ``rel_tol`` gets a no-good cut and another solve."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    k = M.shape[1]
+    t0 = time.perf_counter()
     A_rows, lo, hi = [M], [rhs - max(rel_tol, 1e-8) * scale], [rhs + max(rel_tol, 1e-8) * scale]
-    info.update(method="0/1 feasibility (HiGHS MILP)", rel_tol=rel_tol, milp_solves=0)
+    info["milp_solves"] = 0
     t = None
     for _ in range(max_solves):
         left = time_limit - (time.perf_counter() - t0)
@@ -599,9 +633,7 @@ def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: f
         if res.x is None:
             break
         cand = np.rint(res.x).astype(int)
-        resid = float(np.max(np.abs(M @ cand - rhs) / scale))
-        info["max_relative_residual"] = resid
-        if resid <= rel_tol:
+        if float(np.max(np.abs(M @ cand - rhs) / scale)) <= rel_tol:
             t = cand
             break
         # HiGHS accepts constraint violations up to its own feasibility tolerance (1e-7); exclude this
@@ -610,7 +642,7 @@ def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: f
         lo.append(np.array([-np.inf]))
         hi.append(np.array([cand.sum() - 1.0]))
     info["milp_seconds"] = time.perf_counter() - t0
-    return t, info
+    return t
 
 
 # ------------------------------------------------------------------------------------------ driver
