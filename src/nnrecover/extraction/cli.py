@@ -23,18 +23,6 @@ from ..errors import InputError, QueryBudgetError
 __all__ = ["add_parser", "run"]
 
 
-def _hidden(value: str) -> "int | str":
-    if value == "auto":
-        return value
-    try:
-        k = int(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"--hidden must be a positive int or 'auto', got {value!r}") from exc
-    if k < 1:
-        raise argparse.ArgumentTypeError(f"--hidden must be a positive int or 'auto', got {value!r}")
-    return k
-
-
 def _positive_int(value: str) -> int:
     try:
         n = int(value)
@@ -43,6 +31,15 @@ def _positive_int(value: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
     return n
+
+
+def _hidden(value: str) -> "int | str":
+    if value == "auto":
+        return value
+    try:
+        return _positive_int(value)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"--hidden must be a positive int or 'auto', got {value!r}") from exc
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
