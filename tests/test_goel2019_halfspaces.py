@@ -45,7 +45,7 @@ def test_fitted_classifier_predicts_its_own_normals():
 
 
 def test_intersection_recovered_below_005_rad_and_1_percent():
-    # representative case of gp19-halfspaces: d = 3 orthonormal normals at t = 2.5, N = 1e5 samples.
+    # representative case of goel2019-halfspaces: d = 3 orthonormal normals at t = 2.5, N = 1e5 samples.
     # Statistical scale: a slab of the adaptive minimum width holds ~200 rows, so each tan estimate has
     # ~7% relative error (3.5/sqrt(200) for two levels, less with five), and the search stops near the
     # empirical minimum: a few hundredths of a radian at most. A normal off by theta moves a boundary
@@ -113,10 +113,10 @@ def test_validation_and_sklearn_api():
         HalfspaceIntersectionClassifier(2, 2.0, union="yes").fit(X, np.arange(1_000) % 2)
 
 
-def test_gp19_halfspaces_experiment_quick(tmp_path):
+def test_goel2019_halfspaces_experiment_quick(tmp_path):
     from nnrecover.experiments.runner import RESULT_FILES, run_experiment
 
-    df = run_experiment("gp19-halfspaces", tmp_path, quick=True, rng=0)
+    df = run_experiment("goel2019-halfspaces", tmp_path, quick=True, rng=0)
     assert all((tmp_path / f).exists() for f in RESULT_FILES)
     assert set(df["stage"]) == {"step1", "step2"}
     step2 = df[df["stage"] == "step2"].iloc[0]

@@ -203,12 +203,12 @@ def test_refine_stops_at_target_and_validates():
         refine_estimate(z0, src, threshold=2.5, slab_width=0.01, max_iter=-1)
 
 
-def test_gp19_refine_experiment_quick(tmp_path):
+def test_goel2019_refine_experiment_quick(tmp_path):
     # smoke run of the registered experiment: files written, both data sources traced, and the
     # conditional-sampler run ends below its start (the population Step 1 floor of that unit)
     from nnrecover.experiments.runner import RESULT_FILES, run_experiment
 
-    df = run_experiment("gp19-refine", tmp_path, quick=True, rng=0)
+    df = run_experiment("goel2019-refine", tmp_path, quick=True, rng=0)
     assert all((tmp_path / f).exists() for f in RESULT_FILES)
     assert set(df["source"]) == {"oracle", "samples"}
     oracle = df[df["source"] == "oracle"].sort_values("iteration")
