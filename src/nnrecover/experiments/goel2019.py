@@ -1,11 +1,14 @@
 """Experiments for the Goel & Panigrahy (2019) main line (Step 1). The paper reports no experiments.
 
-``goel2019-threshold``  Lemma 2 in action: ``d = 10`` step units, ``W*`` with unit rows and condition number 1.5,
+``goel2019-threshold``  Lemma 2 in action: ``d = 10`` step units, ``W*`` with orthonormal rows (option
+                        ``condition_number``),
                         ``P`` = positive linear part (``c_i ~ U[0.5, 1.5]``) + ``d`` random pairwise and ``d``
                         random triple products with ``|c_S| <= 1``; Step 1 (default route, ``refine=False``) from
                         ``N`` Gaussian samples for ``t in {2, 2.5, 3, 3.5}``. The largest unit angle falls with
                         ``N`` and levels off at a bias floor that shrinks as ``t`` grows. Points where Step 1
                         refuses (too few units fired for ``M`` to be positive definite) are reported as refused.
+                        The exact floor (Step 1 on the population moments, product-Hermite formula) is
+                        reported with each point and drawn dashed.
 ``goel2019-routes``     The three Step 1 routes (whitening + tensor power iteration, the one-by-one landscape
                         of Section 2.1, the simultaneous landscape of Appendix B.4) on the same samples: error,
                         time, samples used (all and active).
@@ -80,12 +83,14 @@ def _fit(net, n: int, seed: int, method: str) -> dict:
                         "bias floor that shrinks with t; Lemma 2)")
 def threshold_experiment(*, rng: Any = None, quick: bool = False, n_hidden: int | None = None,
                          thresholds: Sequence[float] | None = None, n_values: Sequence[int] | None = None,
-                         trials: int | None = None, method: str = "power"):
+                         trials: int | None = None, method: str = "power", condition_number: float = 1.0):
     """Error against ``N`` per threshold (see the module docstring).
 
     Options: ``n_hidden`` (default 10; quick 4), ``thresholds`` (default (2, 2.5, 3, 3.5); quick (2, 3)),
     ``n_values`` (default 10^4 .. 10^7; quick (2*10^4, 8*10^4)), ``trials`` (teachers per point, default 2;
-    quick 1), ``method`` (the Step 1 route).
+    quick 1), ``method`` (the Step 1 route), ``condition_number`` of ``W*`` (default 1: orthonormal rows, for
+    which the exact population error, the bias floor of Lemma 2, is computed by the product-Hermite formula
+    and reported as ``population_floor``; NaN otherwise).
     """
     import pandas as pd
 
@@ -99,12 +104,25 @@ def threshold_experiment(*, rng: Any = None, quick: bool = False, n_hidden: int 
     rows = []
     for t in thresholds:
         for trial, seed in enumerate(teachers):
-            net = gp19_teacher(d, float(t), seed=seed)
+            net = gp19_teacher(d, float(t), seed=seed, condition_number=condition_number)
+            floor = _population_floor(net, method) if condition_number == 1.0 else np.nan
             for n in n_values:
-                rows.append(dict(t=float(t), n=int(n), trial=trial, d=d,
+                rows.append(dict(t=float(t), n=int(n), trial=trial, d=d, population_floor=floor,
                                  **_fit(net, int(n), int(gen.integers(2**31)), method)))
     df = pd.DataFrame(rows)
     return df, _threshold_figure(df)
+
+
+def _population_floor(net, method: str) -> float:
+    """Max unit angle of Step 1 on the exact population moments (orthonormal ``W*``): the bias floor."""
+    from ..learners.goel2019 import PopulationMoments, step1
+    from ..metrics import weight_error
+
+    try:
+        res = step1(PopulationMoments(net), net.n_hidden, method=method, rng=0)
+    except NNRecoverError:
+        return np.nan
+    return float(weight_error(res.weights, net.hidden_weights)["max_angle"])
 
 
 def _threshold_figure(df):
@@ -114,10 +132,13 @@ def _threshold_figure(df):
     ax = fig.subplots()
     for t, grp in df.groupby("t"):
         med = grp.groupby("n")["max_angle"].median()
-        ax.loglog(med.index, med.values, "o-", label=f"t = {t:g}")
+        line, = ax.loglog(med.index, med.values, "o-", label=f"t = {t:g}")
+        floor = grp["population_floor"].median()
+        if np.isfinite(floor):
+            ax.axhline(floor, color=line.get_color(), ls="--", lw=1)
     ax.set_xlabel("samples N")
     ax.set_ylabel("max unit angle (rad), median over teachers")
-    ax.set_title("Goel-Panigrahy Step 1: error floor shrinks with t")
+    ax.set_title("Goel-Panigrahy Step 1: error vs N (dashed: exact population floor)")
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     return fig
