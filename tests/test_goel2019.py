@@ -322,3 +322,15 @@ def test_experiments_quick(name):
     assert len(df) and fig is not None
     done = df[df["refused"] == ""]
     assert len(done) and np.all(np.isfinite(done["max_angle"])) and np.all(done["max_angle"] < np.pi / 2)
+
+
+def test_dask_arrays_match_numpy():
+    import dask.array as da
+
+    net = _network(4, 4, 1.5, "relu", 2.0, seed=8)
+    X = np.random.default_rng(1).standard_normal((40_000, 4))
+    y = net.predict(X)
+    a = HighThresholdLearner(4, activation="relu", threshold=2.0, refine=False, random_state=0).fit(X, y)
+    b = HighThresholdLearner(4, activation="relu", threshold=2.0, refine=False, random_state=0).fit(
+        da.from_array(X, chunks=(9000, 4)), da.from_array(y, chunks=9000))
+    np.testing.assert_allclose(a.hidden_weights_, b.hidden_weights_, rtol=0, atol=1e-12)
