@@ -30,7 +30,7 @@ def test_gaussian_teacher_data(teacher):
     assert r.width["estimate"] == 4 and r.width["sure"]
     for name in ("hermite-tensor", "exact-relu", "bjw19-noisy", "pure-neuron"):
         assert r.verdict(name).applies == "yes", str(r)
-    assert r.recommended is not None and "-k 4" in r.recommended
+    assert r.recommended == "nnrecover fit DATA --learner exact-relu -k 4"
     text = str(r)
     assert "standard Gaussian" in text and "recommended: nnrecover fit" in text
 

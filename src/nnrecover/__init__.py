@@ -16,9 +16,12 @@ __version__ = "0.1.0"
 
 __all__ = ["TwoLayerNetwork", "random_network", "sample", "sample_stream", "SampleStream",
            "activations", "distributions", "errors", "Activation", "get_activation",
-           "learners", "metrics", "moments", "hermite", "tensor", "refine", "experiments", "__version__"]
+           "learners", "metrics", "moments", "hermite", "tensor", "refine", "experiments", "check",
+           "__version__"]
 
 _LAZY = {"learners", "metrics", "moments", "hermite", "tensor", "refine", "experiments", "io"}
+#: functions imported on first use: name -> module
+_LAZY_FUNCTIONS = {"check": "check"}
 
 
 def __getattr__(name):  # lazy subpackages keep `import nnrecover` fast (no dask/tensorly at import)
@@ -26,4 +29,8 @@ def __getattr__(name):  # lazy subpackages keep `import nnrecover` fast (no dask
         module = _import_module(f".{name}", __name__)
         globals()[name] = module
         return module
+    if name in _LAZY_FUNCTIONS:
+        value = getattr(_import_module(f".{_LAZY_FUNCTIONS[name]}", __name__), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'nnrecover' has no attribute {name!r}")

@@ -17,13 +17,17 @@ What is measured (on at most ``max_rows`` rows, the first ones of the data):
   coordinate; an index below 4.5 means fourth moments may not exist, and every moment method here uses
   fourth moments (Ge et al.'s detector, the Hermite tensors of order 4, Bakshi et al.'s tensor step).
 * **symmetry** (Ge et al., Section 2.1): the test of :func:`nnrecover.learners.ge2019.symmetry_test`.
-* **width**: (a) when the inputs look Gaussian, the rank of the stacked Hermite matrices
-  ``T_2^(j) = E[(y_j - E y_j)(x x^T - I)]`` (Lemma 3.5 of Awasthi et al.: ``sum_i a_ij c_2(b_i) w_i w_i^T``
-  with ``c_2 = phi(b) > 0`` for ReLU, so its rank is ``k`` when ``k <= d``); (b) with ``p`` outputs,
-  the rank of ``Cov(y)``, which is ``min(p, k)`` for a generic network. Ranks count singular values
-  above twice the noise level ``tau`` measured from the spread over 10 row groups (by Weyl's inequality
-  a zero singular value of the exact matrix shows as at most ``||error||_2 ~ tau``); values between
-  ``tau`` and ``2 tau`` make the estimate "unsure" and give a range.
+* **width**: (a) with ``p`` outputs, the rank of ``Cov(y)``, which is ``min(p, k)`` for a generic
+  network whatever the input law. Sampling moves ``Cov(y)`` only inside the span of the units'
+  outputs, so outside it the eigenvalues are the label-noise variance: an eigenvalue counts when it
+  exceeds the smallest one by the spread of white-noise eigenvalues (``10 sqrt(p/n)`` relative, a wide
+  margin over the Marchenko-Pastur edge) plus 4 of its standard errors over 10 row groups (5 and 2 for
+  the "unsure" bound). (b) When that does not decide (``k >= p``) and the inputs look Gaussian, the
+  rank of the stacked Hermite matrices ``T_2^(j) = E[(y_j - E y_j)(x x^T - I)]`` (Lemma 3.5 of
+  Awasthi et al.: ``sum_i a_ij c_2(b_i) w_i w_i^T`` with ``c_2 = phi(b) > 0`` for ReLU, so its rank is
+  ``k`` when ``k <= d``): singular values count above twice the noise level ``tau``, the spread of 10
+  row-group estimates (by Weyl's inequality a zero singular value of the exact matrix shows as at most
+  ``||error||_2 ~ tau``); values between ``tau`` and ``2 tau`` make the estimate "unsure".
 * **label noise**: with ``p`` larger than the rank of ``Cov(y)``, the mean of its trailing
   eigenvalues (isotropic noise); with Gaussian inputs, an upper bound from Parseval's identity:
   ``Var(y) - ||T_1||^2 - ||T_2||_F^2 / 2`` (the energy of ``f`` above order 2 is counted as noise).
@@ -39,7 +43,7 @@ import numpy as np
 from ._validation import check_random_state
 from .errors import InputError
 
-__all__ = ["check", "CheckReport", "Verdict"]
+__all__ = ["check", "estimate_width", "CheckReport", "Verdict"]
 
 #: rows and elements read at most (the first rows of the data)
 MAX_ROWS = 200_000
@@ -258,17 +262,25 @@ def _width_and_noise(X: np.ndarray, Y: np.ndarray, gaussian: bool, standard: boo
     noise: dict[str, Any] = {"std": None, "kind": None}
     idx = np.array_split(np.arange(n), G) if n >= 10 * G else None
     yc = Y - Y.mean(axis=0)
-    # (b) the rank of Cov(y): min(p, k) for a generic network; the trailing eigenvalues are the noise
+    # (b) the rank of Cov(y): min(p, k) for a generic network. Sampling moves Cov(y) only inside the span
+    # of the k units' outputs, so outside it the eigenvalues are the label-noise variance alone: an
+    # eigenvalue is signal when it stands clearly above the smallest one (the noise floor), by the
+    # spread of p - k white-noise eigenvalues (Marchenko-Pastur edge ~ (1 + sqrt(p/n))^2, taken with a
+    # wide margin) plus 4 standard errors of its own (from the row groups)
     if p > 1 and idx is not None:
         cy = yc.T @ yc / n
-        groups = [yc[i].T @ yc[i] / len(i) for i in idx]
-        rk = _rank_from_groups(cy, groups)
-        if rk["low"] < p:
-            ev = np.linalg.eigvalsh(cy)[::-1]
-            noise = {"std": float(np.sqrt(max(np.mean(ev[rk["low"]:]), 0.0))), "kind": "estimate"}
-            width = {"estimate": rk["low"], "range": (rk["low"], rk["high"]), "sure": rk["low"] == rk["high"],
-                     "method": "rank of Cov(y) (p > k)", "spectrum": rk["singular_values"],
-                     "noise_level": rk["noise_level"]}
+        lam, vec = np.linalg.eigh(cy)
+        groups = np.array([[v @ (yc[i].T @ yc[i] / len(i)) @ v for v in vec.T] for i in idx])
+        se = groups.std(axis=0, ddof=1) / np.sqrt(G)
+        floor, edge = lam[0], np.sqrt(p / n)
+        tiny = 1e-12 * max(lam[-1], 1e-300)
+        high = int(np.sum(lam > floor * (1 + 5 * edge) + 2 * se + tiny))
+        low = int(np.sum(lam > floor * (1 + 10 * edge) + 4 * se + tiny))
+        if low < p:
+            noise = {"std": float(np.sqrt(max(np.mean(lam[:p - low]), 0.0))), "kind": "estimate"}
+            width = {"estimate": low, "range": (low, high), "sure": low == high,
+                     "method": "rank of Cov(y) (p > k)", "spectrum": lam[::-1].tolist(),
+                     "noise_level": float(floor)}
     # (a) the rank of the stacked T_2 (Gaussian inputs, whitened if needed)
     if gaussian and idx is not None and d >= 2:
         if standard:
@@ -396,6 +408,41 @@ def _verdicts(report: CheckReport) -> list[Verdict]:
     return out
 
 
+def _law(ev: dict, d: int) -> tuple[bool, bool, bool]:
+    """(looks Gaussian, looks standard, heavy-tailed) from the measured evidence."""
+    standard = ev["max_abs_mean"] <= ev["mean_tolerance"] and ev["cov_deviation"] <= ev["cov_tolerance"]
+    heavy = bool(ev["tail_index_min"] < TAIL_INDEX_MIN)  # False when not measured (NaN)
+    normal = (not heavy) and ev["normality_p"] >= ALPHA and ev["covariance_rank"] == d
+    return normal, standard, heavy
+
+
+def estimate_width(X, Y=None, *, max_rows: int = MAX_ROWS, random_state=None) -> dict:
+    """The number of hidden units, from the rank of ``Cov(y)`` or of the Hermite matrices ``T_2``.
+
+    The rule of :func:`check` (module docstring): singular values above ``2 tau`` count, those in
+    ``(tau, 2 tau]`` make the estimate unsure. Reads at most ``max_rows`` rows (the first ones).
+
+    Returns
+    -------
+    dict
+        ``estimate`` (int, or None when no rule applies: one output and non-Gaussian inputs),
+        ``range`` ``(low, high)``, ``sure`` (bool), ``method``, ``spectrum`` and ``noise_level``, and
+        ``input_law`` (the law the rule assumed).
+    """
+    from ._validation import check_positive_int
+
+    check_positive_int(max_rows, "max_rows")
+    rng = check_random_state(random_state)
+    Xa, Ya = _read(X, Y, int(max_rows))
+    if Xa.shape[0] < 50:
+        raise InputError(f"estimating the width needs at least 50 rows, got {Xa.shape[0]}.")
+    normal, standard, _ = _law(_measure(Xa, Ya, rng), Xa.shape[1])
+    width, _ = _width_and_noise(Xa, Ya, normal, standard)
+    width["input_law"] = "standard Gaussian" if normal and standard else (
+        "Gaussian, not standard" if normal else "not Gaussian")
+    return width
+
+
 def check(X, Y=None, *, max_rows: int = MAX_ROWS, random_state=None) -> CheckReport:
     """Measure which learners' assumptions the data ``(X, Y)`` meets.
 
@@ -434,15 +481,17 @@ def check(X, Y=None, *, max_rows: int = MAX_ROWS, random_state=None) -> CheckRep
     if n < 50:
         raise InputError(f"check needs at least 50 rows to measure anything, got {n}.")
     ev = _measure(Xa, Ya, rng)
-    standard = ev["max_abs_mean"] <= ev["mean_tolerance"] and ev["cov_deviation"] <= ev["cov_tolerance"]
-    heavy = bool(ev["tail_index_min"] < TAIL_INDEX_MIN)  # False when not measured (NaN)
-    normal = (not heavy) and ev["normality_p"] >= ALPHA and ev["covariance_rank"] == d
+    normal, standard, heavy = _law(ev, d)
     law = ("standard Gaussian" if normal and standard else "Gaussian, not standard" if normal else "not Gaussian")
     symmetric = ev["symmetry_p"] >= ALPHA
     width, noise = _width_and_noise(Xa, Ya, normal, standard)
     report = CheckReport(n_samples=n, n_inputs=d, n_outputs=Ya.shape[1], input_law=law, symmetric=symmetric,
                          heavy_tailed=heavy, width=width, label_noise=noise, evidence=ev)
     report.verdicts = _verdicts(report)
-    first = next((v for v in report.verdicts if v.applies == "yes" and v.paper != "baseline" and v.command), None)
+    # the exact learner when it applies, learners that use every output before the scalar one
+    order = (["hermite-tensor", "exact-relu", "bjw19-noisy", "pure-neuron"] if report.n_outputs == 1 else
+             ["exact-relu", "bjw19-noisy", "pure-neuron", "hermite-tensor"])
+    ranked = sorted(report.verdicts, key=lambda v: order.index(v.learner) if v.learner in order else len(order))
+    first = next((v for v in ranked if v.applies == "yes" and v.paper != "baseline" and v.command), None)
     report.recommended = first.command if first else None
     return report

@@ -1,4 +1,4 @@
-"""The ``nnrecover`` command line: ``demo | methods | simulate | fit | evaluate | experiment``.
+"""The ``nnrecover`` command line: ``demo | methods | simulate | fit | evaluate | experiment | check``.
 
 Every subcommand has ``--help``. A user mistake (bad flag, missing or malformed file, unknown
 learner, unknown learner option, violated assumption) prints exactly one line
@@ -98,6 +98,16 @@ def _pos_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def _width(text: str) -> int | str:
+    """``--hidden``: a positive integer or ``auto`` (the width read from the data)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return _pos_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', got {text!r}") from None
 
 
 def _int_like(text: str) -> int:
@@ -436,7 +446,8 @@ def _cmd_fit(args) -> int:
     t0 = time.perf_counter()
     est.fit(X, Y)
     fit_time = time.perf_counter() - t0
-    fit_info = {"learner": args.learner, "n_hidden": args.hidden, "options": options, "seed": args.seed,
+    width = getattr(est, "n_hidden_", args.hidden)
+    fit_info = {"learner": args.learner, "n_hidden": width, "options": options, "seed": args.seed,
                 "data": str(args.data), "n_samples": int(X.shape[0]), "fit_time_s": round(fit_time, 4),
                 "diagnostics": getattr(est, "diagnostics_", {})}
     net = getattr(est, "network_", None)
@@ -467,7 +478,7 @@ def _cmd_fit(args) -> int:
         _write_json(out, model_doc)
     else:
         net.save(out)
-    _say(f"fitted {args.learner} (k={args.hidden}) on {X.shape[0]} samples (d={X.shape[1]}) in {fit_time:.2f} s; "
+    _say(f"fitted {args.learner} (k={width}{' chosen from the data' if args.hidden == 'auto' else ''}) on {X.shape[0]} samples (d={X.shape[1]}) in {fit_time:.2f} s; "
          f"{summary}; wrote {out}.")
     return 0
 
@@ -491,6 +502,23 @@ def _read_model(path: str):
             check_finite(W, f"hidden_weights in {p.name}")
             return W
     return TwoLayerNetwork.load(path)
+
+
+def _cmd_check(args) -> int:
+    from .check import check
+    from .experiments.runner import to_jsonable
+
+    X, Y = _load_data(args)
+    report = check(X, Y, max_rows=args.max_rows, random_state=args.seed)
+    if args.json:
+        doc = {"n_samples": report.n_samples, "n_inputs": report.n_inputs, "n_outputs": report.n_outputs,
+               "input_law": report.input_law, "symmetric": report.symmetric, "heavy_tailed": report.heavy_tailed,
+               "width": report.width, "label_noise": report.label_noise, "evidence": report.evidence,
+               "verdicts": [vars(v) for v in report.verdicts], "recommended": report.recommended}
+        _say(json.dumps(to_jsonable(doc), indent=1))
+    else:
+        _say(str(report).replace("nnrecover fit DATA", f"nnrecover fit {args.data}"))
+    return 0
 
 
 def _cmd_evaluate(args) -> int:
@@ -653,7 +681,8 @@ def build_parser() -> argparse.ArgumentParser:
                        ".parquet file and write the recovered network (.json with the fit's diagnostics, or .npz).")
     p.add_argument("data", metavar="DATA", help="samples file")
     p.add_argument("--learner", required=True, metavar="NAME", help="learner name from 'nnrecover methods'")
-    p.add_argument("--hidden", "-k", type=_pos_int, required=True, help="number of hidden units k")
+    p.add_argument("--hidden", "-k", type=_width, required=True,
+                   help="number of hidden units k, or 'auto' (read from the data; evidence in the diagnostics)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="learner option (repeatable); VALUE is read as JSON when possible (3, 1e-6, true, "
                         "[1,2]) else as text. Unknown options are errors")
@@ -662,6 +691,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--diagnostics", metavar="FILE", help="also write the learner's diagnostics_ as JSON")
     _data_arguments(p)
     p.set_defaults(func=_cmd_fit)
+
+    p = sub.add_parser("check", help="which learners' assumptions the data meet, with the evidence",
+                       description="Measure the input law (Gaussian? standard? symmetric? heavy-tailed?), the "
+                       "width and the label noise of a samples file, and say for every learner whether its "
+                       "assumptions hold, with the measured evidence and a recommended command.")
+    p.add_argument("data", metavar="DATA", help="samples file (.npz/.npy/.csv/.parquet)")
+    p.add_argument("--max-rows", type=_pos_int, default=200_000, metavar="N",
+                   help="rows read at most, the first ones (default 200000)")
+    p.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the random projections (default 0)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    _data_arguments(p)
+    p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("evaluate", help="compare a model with its teacher and/or held-out samples",
                        description="With --teacher: parameter_error (max_unit_error...), weight_error "

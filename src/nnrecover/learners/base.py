@@ -45,6 +45,7 @@ from .._threads import blas_threads
 from .._validation import as_2d_float, check_positive_int, check_random_state
 from ..errors import CertificateWarning, ConvergenceError, InputError, NotFittedError
 from ..network import TwoLayerNetwork
+from ._width import choose_width, is_auto
 
 __all__ = ["BaseLearner", "REFINE_OPTIONS"]
 
@@ -76,7 +77,10 @@ class BaseLearner(RegressorMixin, BaseEstimator):
     def _check_params(self) -> None:
         """Validate the shared hyper-parameters (subclasses extend this)."""
         if hasattr(self, "n_hidden"):
-            check_positive_int(self.n_hidden, "n_hidden")
+            if isinstance(self.n_hidden, str) and not is_auto(self.n_hidden):
+                raise InputError(f"n_hidden must be a positive integer or 'auto', got {self.n_hidden!r}.")
+            if not is_auto(self.n_hidden):
+                check_positive_int(self.n_hidden, "n_hidden")
         for flag in ("refine", "strict"):
             if hasattr(self, flag) and not isinstance(getattr(self, flag), (bool, np.bool_)):
                 raise InputError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
@@ -119,14 +123,32 @@ class BaseLearner(RegressorMixin, BaseEstimator):
         # one BLAS thread for the per-chunk products and small dense solves, the caller's setting back
         # afterwards; the chunk passes use the cores through worker threads (nnrecover._threads)
         with blas_threads(1):
-            self._check_params()
+            auto = is_auto(getattr(self, "n_hidden", None))
+            # with n_hidden="auto" the other parameters are validated on a copy with a placeholder width
+            (self._with_width(1) if auto else self)._check_params()
             rng = check_random_state(self.random_state)
             source = self._validate_fit_data(X, Y)
             self._clear_fitted()
             diagnostics: dict = {}
-            network = self._fit(source, rng, diagnostics)
+            runner = self
+            if auto:
+                source.require_reiterable("n_hidden='auto'")
+                k, diagnostics["width"] = choose_width(self, source)
+                runner = self._with_width(k)
+            network = runner._fit(source, rng, diagnostics)
+            if auto:  # attributes the algorithm set on the copy (e.g. provable_network_)
+                for name, value in vars(runner).items():
+                    if name.endswith("_") and not name.startswith("_"):
+                        setattr(self, name, value)
+                self.n_hidden_ = k
             self._set_fitted(network, diagnostics, t0)
         return self
+
+    def _with_width(self, k: int) -> "BaseLearner":
+        """A copy of this learner with ``n_hidden = k`` (the estimator itself keeps "auto")."""
+        from sklearn.base import clone
+
+        return clone(self).set_params(n_hidden=int(k))
 
     def fit_population(self, truth: TwoLayerNetwork, **kwargs) -> "BaseLearner":
         """Run the same algorithm on exact population moments of ``truth``; returns self.
@@ -137,6 +159,9 @@ class BaseLearner(RegressorMixin, BaseEstimator):
         t0 = time.perf_counter()
         if not self._supports_population:
             raise InputError(f"{type(self).__name__} has no population mode; fit it on samples.")
+        if is_auto(getattr(self, "n_hidden", None)):
+            raise InputError("n_hidden='auto' reads the width from samples; population mode needs n_hidden given "
+                             "(the teacher's width).")
         with blas_threads(1):  # as in fit: small dense algebra, one BLAS thread, caller's setting restored
             self._check_params()
             if not isinstance(truth, TwoLayerNetwork):

@@ -1,0 +1,136 @@
+"""``n_hidden="auto"``: the width read from the data, then checked on held-out rows.
+
+The rule (the same as :func:`nnrecover.check`, which reports it with its evidence):
+
+1. **Spectrum.** With ``p`` outputs the rank of ``Cov(y)``, which is ``min(p, k)`` for a generic
+   network whatever the input law; with Gaussian inputs the rank of the stacked Hermite matrices
+   ``T_2^(j) = E[(y_j - E y_j)(x x^T - I)] = sum_i a_ij c_2(b_i) w_i w_i^T`` (Lemma 3.5 of Awasthi et
+   al.; the statistic Awasthi et al.'s range finder and Bakshi et al.'s order-2 tensor step compute),
+   whose rank is ``k`` when ``k <= d`` because ``c_2(b) = phi(b) > 0`` for ReLU. A singular value counts
+   when it exceeds twice the noise level ``tau`` (the spread of 10 row-group estimates); values in
+   ``(tau, 2 tau]`` make the estimate unsure. The spectrum is read from at most 200,000 rows (the
+   first ones, at most 2e7 values of ``X``).
+2. **Held-out check.** The learner is fitted with ``k - 1``, ``k`` and ``k + 1`` units on the first
+   90% of those rows and scored on the last 10% (mean squared error with its standard error from the
+   paired per-row differences). If ``k + 1`` units fit significantly better, or ``k - 1`` units fit as
+   well, the width is reported as unsure and an :class:`~nnrecover.errors.AssumptionWarning` says so.
+3. The learner is then fitted on all the data with ``k`` units; ``diagnostics_["width"]`` holds the
+   spectrum, the noise level, the rule's range and the held-out scores, and ``n_hidden_`` the width.
+
+The random choices of the rule use fixed seeds and the candidate fits their own ``random_state``, so
+the final fit is bit-identical to a fit with ``n_hidden = k`` given explicitly.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ..errors import AssumptionError, AssumptionWarning, InputError, NNRecoverError
+
+__all__ = ["AUTO", "is_auto", "choose_width"]
+
+AUTO = "auto"
+#: fraction of the rows read for the spectrum that scores the k - 1, k, k + 1 fits
+HOLDOUT_FRACTION = 0.1
+
+
+def is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value == AUTO
+
+
+def _holdout_scores(learner, X: np.ndarray, Y: np.ndarray, candidates: list[int]) -> dict:
+    from sklearn.base import clone
+
+    cut = int(round((1 - HOLDOUT_FRACTION) * X.shape[0]))
+    Xf, Yf, Xh, Yh = X[:cut], Y[:cut], X[cut:], Y[cut:]
+    out: dict[int, Any] = {}
+    for k in candidates:
+        est = clone(learner).set_params(n_hidden=k)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                est.fit(Xf, Yf if Yf.shape[1] > 1 else Yf[:, 0])
+        except NNRecoverError as exc:
+            out[k] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"}
+            continue
+        pred = np.asarray(est.predict(Xh), dtype=np.float64).reshape(len(Xh), -1)
+        r2 = np.sum((Yh - pred) ** 2, axis=1)
+        out[k] = {"mse": float(np.mean(r2)), "sq_residuals": r2}
+    return out
+
+
+def _compare(a: dict, b: dict, scale: float) -> tuple[float, float, float]:
+    """Mean of ``r_a^2 - r_b^2`` over the held-out rows, its standard error, and the margin below
+    which a difference is not counted (2 standard errors, 1% of the better MSE, or round-off)."""
+    diff = a["sq_residuals"] - b["sq_residuals"]
+    se = float(np.std(diff, ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
+    margin = max(2 * se, 0.01 * min(a["mse"], b["mse"]), 1e-12 * scale)
+    return float(np.mean(diff)), se, margin
+
+
+def choose_width(learner, source, *, max_rows: int | None = None) -> tuple[int, dict]:
+    """The width for ``learner`` (with ``n_hidden="auto"``) from the data ``source`` (module docstring).
+
+    Returns
+    -------
+    (int, dict)
+        The width and the evidence recorded in ``diagnostics_["width"]``.
+
+    Raises
+    ------
+    InputError
+        No rule applies (one output and non-Gaussian inputs), or the Hermite matrices have full rank
+        (``k >= d``: their rank cannot tell ``k``): pass ``n_hidden`` explicitly.
+    """
+    from ..check import MAX_ROWS, _read, estimate_width
+
+    X, Y = _read(source, None, int(max_rows or MAX_ROWS))
+    width = estimate_width(X, Y, random_state=0)
+    d = X.shape[1]
+    evidence: dict[str, Any] = {"rule": "rank above 2 tau (module nnrecover.learners._width)",
+                                **{key: width[key] for key in ("method", "range", "sure", "noise_level",
+                                                               "input_law") if key in width},
+                                "spectrum": width.get("spectrum")}
+    k = width["estimate"]
+    if k is None:
+        raise InputError("n_hidden='auto' found no rule for these data: with one output the width is read "
+                         "from the Hermite matrices T_2, which needs Gaussian inputs, and the inputs are "
+                         f"{width['input_law']}; pass n_hidden explicitly.")
+    if k == 0:
+        raise AssumptionError("n_hidden='auto': no singular value of the width statistic is above twice its "
+                              "noise level, so the data show no hidden unit (a constant or noise-only target); "
+                              "pass n_hidden explicitly if you know better.")
+    if "T_2" in width["method"] and k >= d:
+        raise InputError(f"n_hidden='auto': the Hermite matrices T_2 have full rank {d}, so k >= d = {d} and "
+                         "their rank cannot tell k; pass n_hidden explicitly.")
+    candidates = [c for c in (k - 1, k, k + 1) if c >= 1]
+    scores = _holdout_scores(learner, X, Y, candidates)
+    scale = float(np.mean(np.var(Y, axis=0))) or 1.0
+    notes = []
+    if "mse" in scores.get(k, {}):
+        if "mse" in scores.get(k + 1, {}):
+            mean, se, margin = _compare(scores[k], scores[k + 1], scale)
+            if mean > margin:
+                notes.append(f"{k + 1} units fit the held-out rows better than {k} (MSE {scores[k + 1]['mse']:.3g} "
+                             f"against {scores[k]['mse']:.3g}, difference {mean:.2g} +- {se:.2g})")
+        if "mse" in scores.get(k - 1, {}):
+            mean, se, margin = _compare(scores[k - 1], scores[k], scale)
+            if mean <= margin:
+                notes.append(f"{k - 1} units fit the held-out rows as well as {k} (MSE {scores[k - 1]['mse']:.3g} "
+                             f"against {scores[k]['mse']:.3g})")
+    else:
+        notes.append(f"the held-out fit with {k} units failed: {scores.get(k, {}).get('error')}")
+    evidence["holdout"] = {c: ({"mse": s["mse"]} if "mse" in s else s) for c, s in scores.items()}
+    evidence["n_hidden"] = int(k)
+    evidence["sure"] = bool(width["sure"] and not notes)
+    evidence["notes"] = notes
+    if not evidence["sure"]:
+        why = "; ".join(notes) if notes else (f"the spectrum leaves the width between {width['range'][0]} and "
+                                              f"{width['range'][1]}")
+        warnings.warn(f"{type(learner).__name__}(n_hidden='auto') chose {k} units but is unsure: {why}. "
+                      "See diagnostics_['width']; pass n_hidden explicitly if you know the width.",
+                      AssumptionWarning, stacklevel=4)
+    return int(k), evidence

@@ -1,0 +1,76 @@
+"""n_hidden="auto": the width from the spectrum, checked on held-out rows (nnrecover.learners._width)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import nnrecover as nr
+from nnrecover.errors import AssumptionWarning, InputError
+
+
+def _data(d, k, p, n, *, bias=0.0, noise=0.0, seed=0):
+    t = nr.random_network(d, k, n_outputs=p, rng=seed, bias_range=(-bias, bias) if bias else 0.0)
+    X, Y = nr.sample(t, nr.distributions.StandardGaussian(d), n, noise=noise, rng=seed + 100)
+    return t, X, Y
+
+
+@pytest.mark.parametrize("k", [3, 5])
+def test_scalar_output_width_from_the_hermite_matrix(k):
+    # p = 1: the rank of T_2 = sum_i a_i phi(b_i) w_i w_i^T is k (k < d); noiseless, 1e5 rows
+    t, X, y = _data(20, k, 1, 100_000, bias=1.0, seed=k)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AssumptionWarning)  # a sure estimate: no warning
+        est = nr.learners.HermiteTensorLearner("auto", random_state=0).fit(X, y)
+    assert est.n_hidden_ == k and est.network_.n_hidden == k
+    w = est.diagnostics_["width"]
+    assert w["sure"] and "T_2" in w["method"] and w["range"] == (k, k)
+    assert set(w["holdout"]) == {k - 1, k, k + 1}
+    assert w["holdout"][k - 1]["mse"] > 10 * w["holdout"][k]["mse"]
+    assert est.get_params()["n_hidden"] == "auto"  # the estimator keeps its parameter
+
+
+def test_vector_output_width_from_the_output_covariance_and_same_bits_as_explicit_k():
+    t, X, Y = _data(12, 4, 6, 30_000, seed=1)
+    auto = nr.learners.ExactReLULearner("auto", random_state=0).fit(X, Y)
+    explicit = nr.learners.ExactReLULearner(4, random_state=0).fit(X, Y)
+    assert auto.n_hidden_ == 4 and "Cov(y)" in auto.diagnostics_["width"]["method"]
+    for name in ("hidden_weights", "hidden_bias", "output_weights", "output_bias"):
+        assert np.array_equal(getattr(auto.network_, name), getattr(explicit.network_, name))
+
+
+def test_label_noise_right_or_unsure():
+    # noise 0.1 on a scalar output: the spectrum's noise level grows; the rule either finds k or warns
+    t, X, y = _data(20, 4, 1, 100_000, bias=1.0, noise=0.1, seed=4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = nr.learners.HermiteTensorLearner("auto", random_state=0).fit(X, y)
+    unsure = any(issubclass(w.category, AssumptionWarning) and "auto" in str(w.message) for w in caught)
+    assert est.n_hidden_ == 4 or unsure
+    assert est.diagnostics_["width"]["sure"] == (not unsure)
+
+
+def test_no_rule_and_other_refusals():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (5_000, 6))
+    y = np.maximum(X @ rng.standard_normal(6), 0)
+    with pytest.raises(InputError, match="no rule"):
+        nr.learners.HermiteTensorLearner("auto").fit(X, y)
+    with pytest.raises(InputError, match="positive integer or 'auto'"):
+        nr.learners.HermiteTensorLearner("many").fit(X, y)
+    with pytest.raises(InputError, match="population"):
+        nr.learners.HermiteTensorLearner("auto").fit_population(nr.random_network(5, 2, rng=0))
+
+
+def test_cli_fit_auto(tmp_path):
+    from nnrecover.cli import main
+
+    t, X, Y = _data(8, 3, 5, 20_000, seed=2)
+    np.savez(tmp_path / "s.npz", X=X, Y=Y)
+    out = tmp_path / "m.json"
+    assert main(["fit", str(tmp_path / "s.npz"), "--learner", "exact-relu", "-k", "auto", "--seed", "0",
+                 "--out", str(out)]) == 0
+    assert nr.TwoLayerNetwork.load(out).n_hidden == 3
+    assert main(["fit", str(tmp_path / "s.npz"), "--learner", "exact-relu", "-k", "some"]) == 2
