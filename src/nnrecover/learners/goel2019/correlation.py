@@ -188,8 +188,23 @@ def delta_correlation(X, y, directions, s: float, *, band: float, baseline=None)
     return band_stencil(X, y, directions, [_real(s, "s")], [1.0], band=band, baseline=baseline)
 
 
-def _default_band(eps: float, band) -> float:
-    return eps / 4.0 if band is None else _pos(band, "band")
+def _stencil(statistic: str, t: float, eps: float, eps2, band) -> tuple[list, np.ndarray, float]:
+    """Band positions, weights and width of ``C_2`` (``"c2"``) or ``C_3`` (``"c3"``) at ``t``.
+
+    Defaults: ``C_2`` band ``eps' = eps / 4``; ``C_3`` ``eps'' = eps / 4`` and ``eps' = eps'' / 2``.
+    """
+    if statistic == "c2":
+        b = eps / 4.0 if band is None else _pos(band, "band")
+        return [t + eps, t - eps], np.array([1.0, -1.0]), b
+    if statistic == "c3":
+        e2 = eps / 4.0 if eps2 is None else _pos(eps2, "eps2")
+        if e2 >= eps:
+            raise InputError(f"eps2 (the paper's eps'') must be smaller than eps, got eps2={e2}, eps={eps}.")
+        b = e2 / 2.0 if band is None else _pos(band, "band")
+        return ([t + eps + e2, t + eps - e2, t - eps + e2, t - eps - e2],
+                np.array([1.0, -1.0, -1.0, 1.0]) / (2.0 * e2), b)
+    raise InputError(f"statistic must be 'c2' (step units, Theorem 7) or 'c3' (relu, Appendix C.1), "
+                     f"got {statistic!r}.")
 
 
 def delta_prime_correlation(X, y, directions, threshold: float, *, eps: float, band: float | None = None,
@@ -206,10 +221,8 @@ def delta_prime_correlation(X, y, directions, threshold: float, *, eps: float, b
     band : float, optional
         ``eps'`` (default ``eps / 4``; the paper wants ``eps' << eps``).
     """
-    t = _real(threshold, "threshold")
-    eps = _pos(eps, "eps")
-    return band_stencil(X, y, directions, [t + eps, t - eps], [1.0, -1.0], band=_default_band(eps, band),
-                        baseline=baseline)
+    pos, wts, b = _stencil("c2", _real(threshold, "threshold"), _pos(eps, "eps"), None, band)
+    return band_stencil(X, y, directions, pos, wts, band=b, baseline=baseline)
 
 
 def delta_double_prime_correlation(X, y, directions, threshold: float, *, eps: float, eps2: float | None = None,
@@ -219,14 +232,7 @@ def delta_double_prime_correlation(X, y, directions, threshold: float, *, eps: f
     Appendix C.1 (ReLU units; Lemmas 19-20 with the corrected slope-jump reading). Defaults
     ``eps'' = eps / 4`` and ``eps' = eps'' / 2``.
     """
-    t = _real(threshold, "threshold")
-    eps = _pos(eps, "eps")
-    e2 = eps / 4.0 if eps2 is None else _pos(eps2, "eps2")
-    if e2 >= eps:
-        raise InputError(f"eps2 (the paper's eps'') must be smaller than eps, got eps2={e2}, eps={eps}.")
-    b = e2 / 2.0 if band is None else _pos(band, "band")
-    pos = [t + eps + e2, t + eps - e2, t - eps + e2, t - eps - e2]
-    wts = np.array([1.0, -1.0, -1.0, 1.0]) / (2.0 * e2)
+    pos, wts, b = _stencil("c3", _real(threshold, "threshold"), _pos(eps, "eps"), eps2, band)
     return band_stencil(X, y, directions, pos, wts, band=b, baseline=baseline)
 
 
@@ -304,13 +310,9 @@ class NetSearchResult:
     info: dict = field(default_factory=dict)
 
 
-def _statistic(X, y, Z, t, statistic, eps, band, eps2, baseline):
-    if statistic == "c2":
-        return delta_prime_correlation(X, y, Z, t, eps=eps, band=band, baseline=baseline)
-    if statistic == "c3":
-        return delta_double_prime_correlation(X, y, Z, t, eps=eps, eps2=eps2, band=band, baseline=baseline)
-    raise InputError(f"statistic must be 'c2' (step units, Theorem 7) or 'c3' (relu, Appendix C.1), "
-                     f"got {statistic!r}.")
+def _statistic(X, y, Z, t, statistic, eps, band, eps2, baseline, n_total=None):
+    pos, wts, b = _stencil(statistic, t, eps, eps2, band)
+    return band_stencil(X, y, Z, pos, wts, band=b, baseline=baseline, n_total=n_total)
 
 
 def delta_prime_search(X, y, threshold: float, *, resolution: float, eps3: float, eps: float | None = None,
@@ -409,11 +411,13 @@ def delta_prime_local_search(X, y, start, threshold: float, *, eps: float, band:
     sgn = float(sign)
     Z0 = _directions(start, X.shape[1])
     c0 = float(np.median(y)) if baseline is None else _real(baseline, "baseline")
-    keep = y != c0
+    keep = y != c0                                          # rows with y~ = 0 add nothing to any band sum
     Xa, ya, N = X[keep], y[keep], X.shape[0]
 
+    _stencil(statistic, t, eps, eps2, band)                  # validate before the search
+
     def stat(Z, e):
-        return _statistic_n(Xa, ya, N, Z, t, statistic, e, band, eps2, c0)
+        return _statistic(Xa, ya, Z, t, statistic, e, band, eps2, c0, n_total=N).values
 
     out, vals = [], []
     for z in Z0:
@@ -440,20 +444,6 @@ def delta_prime_local_search(X, y, start, threshold: float, *, eps: float, band:
         out.append(z)
         vals.append(sgn * cur)
     return np.asarray(out), np.asarray(vals)
-
-
-def _statistic_n(Xa, ya, N, Z, t, statistic, eps, band, eps2, c0):
-    if statistic == "c2":
-        b = _default_band(eps, band)
-        return band_stencil(Xa, ya + c0, Z, [t + eps, t - eps], [1.0, -1.0], band=b, baseline=c0,
-                            n_total=N).values
-    if statistic == "c3":
-        e2 = eps / 4.0 if eps2 is None else eps2
-        b = e2 / 2.0 if band is None else band
-        pos = [t + eps + e2, t + eps - e2, t - eps + e2, t - eps - e2]
-        return band_stencil(Xa, ya + c0, Z, pos, np.array([1.0, -1.0, -1.0, 1.0]) / (2 * e2), band=b,
-                            baseline=c0, n_total=N).values
-    raise InputError(f"statistic must be 'c2' or 'c3', got {statistic!r}.")
 
 
 # ============================================================================ population forms
@@ -539,6 +529,10 @@ register("goel2019-corollary1", paper=_PAPER, algorithm="Corollary 1", target=de
          assumptions=(_GAUSS, "u = step (relu: statistic='c3')", "W* orthogonal for the prediction",
                       "linear coefficients of P(mu(X + 1)) >= eps_3 mu", "n <= 3 (net search)"),
          description="brute-force eps_2-net search with the delta' test, single-linkage clusters")
+register("goel2019-theorem3", paper=_PAPER, algorithm="Theorem 3 (introduction form of Corollary 1)",
+         target=delta_prime_search,
+         assumptions=(_GAUSS, "u = step", "W* orthogonal", "linear coefficients of P(mu(X + 1)) >= 1/poly(d)"),
+         description="poly sample complexity, exponential time: the delta' net search of Corollary 1")
 register("goel2019-theorem7-local", paper=_PAPER, algorithm="Theorem 7 (local search beyond n = 3)",
          target=delta_prime_local_search, assumptions=(_GAUSS, "u = step or relu", "starts near the w_i"),
          description="random local search on the sphere maximising |C_2| (or |C_3|) on common samples")
