@@ -334,3 +334,32 @@ def test_dask_arrays_match_numpy():
     b = HighThresholdLearner(4, activation="relu", threshold=2.0, refine=False, random_state=0).fit(
         da.from_array(X, chunks=(9000, 4)), da.from_array(y, chunks=9000))
     np.testing.assert_allclose(a.hidden_weights_, b.hidden_weights_, rtol=0, atol=1e-12)
+
+
+def test_refine_runs_step2_and_skips_sigmoid():
+    P = random_upper_polynomial(3, monotone=True, rng=0)
+    net = _network(3, 3, 1.0, "step", 2.5, seed=3, upper=P)
+    X = np.random.default_rng(4).standard_normal((100_000, 3))
+    y = net.predict(X)
+    est = HighThresholdLearner(3, threshold=2.5, random_state=0, refine_options={"max_iter": 10}).fit(X, y)
+    ref = est.diagnostics_["refinement"]
+    assert ref["ran"] and len(ref["units"]) == 3
+    step1_only = HighThresholdLearner(3, threshold=2.5, refine=False, random_state=0).fit(X, y)
+    for unit in ref["units"]:                 # a unit is replaced only when its estimated angle dropped
+        i = unit["unit"]
+        if unit["kept"] == "step1":
+            np.testing.assert_array_equal(est.hidden_weights_[i], step1_only.hidden_weights_[i])
+        else:
+            assert unit["angle_estimate_end"] < unit["angle_estimate_start"]
+    sig = HighThresholdNetwork(random_unit_weights(2, rng=1), 2.0, "sigmoid")
+    Xs = np.random.default_rng(5).standard_normal((200_000, 2))
+    est = HighThresholdLearner(2, activation="sigmoid", threshold=2.0, random_state=0).fit(Xs, sig.predict(Xs))
+    assert not est.diagnostics_["refinement"]["ran"] and "sigmoid" in est.diagnostics_["refinement"]["reason"]
+
+
+def test_sigmoid_step1_exact_in_population():
+    net = HighThresholdNetwork(random_unit_weights(5, rng=1), 3.0, "sigmoid",
+                               UpperPolynomial.linear(np.linspace(0.5, 1.5, 5)))
+    for method in STEP1_METHODS:
+        res = step1(PopulationMoments(net), 5, method=method, rng=0)
+        assert weight_error(res.weights, net.hidden_weights)["max_angle"] < 1e-8
