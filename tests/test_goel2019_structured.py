@@ -8,7 +8,7 @@ import pytest
 
 from nnrecover.errors import AssumptionError, InputError
 from nnrecover.learners.goel2019.structured import (ExponentialBinaryNetwork, SampleShiftedMean,
-                                                    correlation_graph, correlation_matrix,
+                                                    correlation_graph,
                                                     group_sum_maximization, learn_sparse_binary_weights,
                                                     theorem8_condition)
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-from scipy import integrate, linalg, special
+from scipy import integrate, linalg
 
 from ..._validation import as_2d_float, as_targets, check_positive_int, check_random_state
 from ...errors import AssumptionError, ConvergenceError, InputError
@@ -366,14 +366,13 @@ def _sphere_maximization(source, n_components, *, maximize, n_restarts, max_iter
         v, f, it, converged = _ascend(source, B, v, sign, scale, max_iter, tol)
         v = _newton_polish(source, B, v, sign, scale, tol)
         f = sign * float(source.value((B @ v)[:, None])[0])
-        if not converged:
+        gn = float(np.linalg.norm(_riemannian_grad(source, B, v, sign)))
+        if not (converged or gn <= 1e-6 * scale):
             raise ConvergenceError(f"sphere maximisation did not reach a stationary point in max_iter={max_iter} "
                                    f"steps (component {found.shape[1] + 1}); raise max_iter.")
-        best = (v, f, it)
-        v, f, it = best
         z = B @ v
         vals.append(sign * f)
-        gnorms.append(float(np.linalg.norm(_riemannian_grad(source, B, v, sign))))
+        gnorms.append(gn)
         hmax.append(_riemannian_hessian_max(source, B, v, sign))
         iters.append(it)
         found = np.column_stack([found, z])
