@@ -12,7 +12,8 @@ import pytest
 
 import nnrecover as nr
 from nnrecover.errors import AssumptionWarning, CertificateWarning, InputError
-from nnrecover.learners.awasthi2021 import HermiteTensorLearner, nonlinear_part, reduce_network
+from nnrecover.learners.awasthi2021 import (HermiteTensorLearner, nonlinear_part, reduce_network,
+                                           residual_lack_of_fit)
 from nnrecover.metrics import parameter_error, relu_l2_distance, relu_second_moment
 
 
@@ -222,3 +223,39 @@ def test_samples_noiseless_exact_units(d, k, seed):
     # size sigma^_k the split halves estimate within ~25%: far below the 3 sigma^_k threshold
     certs = learner.diagnostics_["certificates"]
     assert certs["unit_count"]["passed"] and certs["hermite_fit"]["passed"]
+
+
+def test_residual_lack_of_fit_sees_a_missing_unit_not_the_noise():
+    # the true network on noisy labels: Q ~ chi-square(J) (the truth has no estimation error, so the 2P
+    # allowance is slack), z far below 4; the network without one unit (|a| >= 0.5, b = 0: half of its
+    # energy in orders 1 and 2) leaves a residual whose order <= 2 projection is ~n times the noise's
+    from nnrecover.moments.engine import as_data_source
+
+    teacher = nr.random_network(8, 3, rng=9)
+    rng = np.random.default_rng(9)
+    X = rng.standard_normal((20_000, 8))
+    Y = teacher.predict(X) + 0.1 * rng.standard_normal(20_000)
+    good = residual_lack_of_fit(teacher, as_data_source(X, Y))
+    assert good["passed"] and good["z"] < 0 and not good["exact"]
+    short = nr.TwoLayerNetwork(teacher.hidden_weights[:2], teacher.hidden_bias[:2], teacher.output_weights[:, :2])
+    bad = residual_lack_of_fit(short, as_data_source(X, Y))
+    assert not bad["passed"] and bad["z"] > 50
+    exact = residual_lack_of_fit(teacher, as_data_source(X, teacher.predict(X)))
+    assert exact["passed"] and exact["exact"]
+
+
+def test_residual_fit_flags_a_refinement_local_minimum():
+    # d = 16, k = 6, n = 1e4, no biases: T_4's noise is as large as the units' coefficients, the tensor
+    # stage finds one unit and the refinement ends in a local minimum (unit error 2.4); hermite_fit cannot
+    # see it (the network's tensors are within the noise), the residual test does
+    from nnrecover.network import random_network
+
+    gen = np.random.default_rng(1937629660)
+    teacher = random_network(16, 6, 1, rng=gen).canonical()
+    X = gen.standard_normal((10_000, 16))
+    with pytest.warns(CertificateWarning, match="residual_fit"):
+        learner = HermiteTensorLearner(6, random_state=1937629660).fit(X, teacher.predict(X))
+    assert parameter_error(learner.network_, teacher)["max_unit_error"] > 1.0
+    certs = learner.diagnostics_["certificates"]
+    assert certs["hermite_fit"]["passed"] and not certs["residual_fit"]["passed"]
+    assert "label noise" in certs["residual_fit"]["meaning"]

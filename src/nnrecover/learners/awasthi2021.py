@@ -66,7 +66,7 @@ __all__ = ["HermiteTensorLearner", "hermite_coefficients", "HermiteCoefficients"
            "RegressionResult", "sign_flip_sets", "flip_units", "claim48_instance", "smoothed_instance",
            "khatri_rao_smin", "adversarial_weights", "hermite_separation", "order_limit", "min_samples",
            "hermite_loss_polish", "reduce_network", "UnitReduction", "nonlinear_part", "hermite_fit",
-           "HERMITE_FIT_MEANING"]
+           "HERMITE_FIT_MEANING", "residual_lack_of_fit", "RESIDUAL_FIT_MEANING"]
 
 
 def order_limit(d: int, order: int) -> int:
@@ -486,16 +486,17 @@ class HermiteTensorLearner(BaseLearner):
                                              "exact coefficients" if coeffs.exact else "no unit"}
         fitted = self._maybe_refine(start, source, rng, diagnostics)
         out = self._reduce(fitted, coeffs, source, rng, diagnostics)
-        self._certify_output(out, coeffs, order, diagnostics)
+        self._certify_output(out, coeffs, order, source, diagnostics)
         return out
 
-    def _certify_output(self, net: TwoLayerNetwork, coeffs: HermiteCoefficients, order: int,
+    def _certify_output(self, net: TwoLayerNetwork, coeffs: HermiteCoefficients, order: int, source,
                         diagnostics: dict) -> None:
         """Certificates of the returned network (``diagnostics_["certificates"]``, each with a ``meaning``).
 
         * ``unit_count``: at most ``n_hidden`` hidden units.
         * ``hermite_fit``: the exact Hermite coefficients ``g^_k`` of the returned network (Lemma 3.5)
           agree with the data's ``T_1``, ``T_3 .. T_{2l+2}`` within three times their noise.
+        * ``residual_fit`` (samples, re-iterable sources): :func:`residual_lack_of_fit`.
         """
         m = int(self.n_hidden)
         red = diagnostics.get("unit_reduction", {})
@@ -509,6 +510,10 @@ class HermiteTensorLearner(BaseLearner):
         detail = hermite_fit(net, coeffs, order)
         self._certify("hermite_fit", detail["passed"], detail, diagnostics)
         diagnostics["certificates"]["hermite_fit"]["meaning"] = HERMITE_FIT_MEANING
+        if source is not None and source.info.reiterable:
+            detail = residual_lack_of_fit(net, source, chunk_size=self.chunk_size)
+            self._certify("residual_fit", detail["passed"], detail, diagnostics)
+            diagnostics["certificates"]["residual_fit"]["meaning"] = RESIDUAL_FIT_MEANING
 
     def _reduce(self, fitted: TwoLayerNetwork, coeffs: HermiteCoefficients, source, rng,
                 diagnostics: dict) -> TwoLayerNetwork:
@@ -676,6 +681,64 @@ HERMITE_FIT_MEANING = (
     "refine=False the paper's output carries its own estimation error, which can exceed T_1's noise, "
     "and the check then says the data disagree with it. T_2 is not checked: for l = 1 its top eigenvectors "
     "are the working coordinates, which bias it towards its own noise")
+
+
+RESIDUAL_FIT_MEANING = (
+    "tests that the residual r = y - g(x) of the returned network on the samples is label noise "
+    "independent of x, as far as the Hermite polynomials of orders 0, 1, 2 see: with the orthonormal "
+    "features 1, x_i, x_i x_j (i < j), (x_i^2 - 1)/sqrt(2) (J of them) and s^2 = mean(r^2), "
+    "Q = n sum_j mean(r phi_j)^2 / s^2 is chi-square with J degrees of freedom when it is, plus at most "
+    "about 2 P from the network's own least-squares error (P parameters, trained on 80% of the rows); it "
+    "fails when z = (Q - J - 2 P)/sqrt(2 J) > 4, i.e. when the "
+    "network misses a part of the target whose order <= 2 Hermite component exceeds about "
+    "s (2 J)^{1/4} / sqrt(n) in L2 (a local minimum, a missing or wrong unit; a ReLU unit keeps "
+    "a large share of its energy in orders 1 and 2). A residual below 1e-10 times the RMS of y passes "
+    "(exact to round-off). Misfits orthogonal to all polynomials of degree <= 2 are not seen")
+
+
+def residual_lack_of_fit(network: TwoLayerNetwork, source, *, chunk_size: int | None = None,
+                         z_max: float = 4.0) -> dict:
+    """Lack-of-fit test of ``network`` on the samples of ``source`` (see ``RESIDUAL_FIT_MEANING``).
+
+    One pass: per chunk, the residuals and their products with the orthonormal Hermite features of
+    orders 0-2 (``J = 1 + d + d (d + 1) / 2``), accumulated.
+
+    Returns
+    -------
+    dict
+        ``passed``, ``z``, ``Q``, ``J``, ``P``, ``n``, ``residual_rms``, ``y_rms``, ``exact``.
+    """
+    d = network.n_inputs
+    iu = np.triu_indices(d, 1)
+    J = 1 + d + d + iu[0].size
+    proj = np.zeros(J)
+    n, rr, yy = 0, 0.0, 0.0
+    for X, Y in source.chunks(chunk_size):
+        y = np.asarray(Y, dtype=np.float64).reshape(X.shape[0], -1)[:, 0]
+        X = np.asarray(X, dtype=np.float64)
+        r = y - network.predict(X).reshape(-1)
+        F = np.empty((X.shape[0], J))
+        F[:, 0] = 1.0
+        F[:, 1:1 + d] = X
+        F[:, 1 + d:1 + 2 * d] = (X * X - 1.0) / math.sqrt(2.0)
+        F[:, 1 + 2 * d:] = X[:, iu[0]] * X[:, iu[1]]
+        proj += r @ F
+        n += X.shape[0]
+        rr += float(r @ r)
+        yy += float(y @ y)
+    s2 = rr / max(n, 1)
+    y_rms = math.sqrt(yy / max(n, 1))
+    out = {"n": int(n), "J": int(J), "residual_rms": math.sqrt(s2), "y_rms": y_rms}
+    if math.sqrt(s2) <= 1e-10 * max(y_rms, 1e-300):
+        out.update(Q=0.0, z=-math.sqrt(J / 2.0), passed=True, exact=True)
+        return out
+    Q = float(np.sum((proj / n) ** 2) * n / s2)
+    # the network's own estimation error delta (least squares, P parameters) adds n ||proj delta||^2 / s^2,
+    # about P n / n_train <= 2 P (the refinement trains on 80% of the rows), to the chi-square's mean
+    P = network.hidden_weights.size + 2 * network.n_hidden + 1
+    z = (Q - J - 2 * P) / math.sqrt(2.0 * J)
+    out.update(Q=Q, P=int(P), z=float(z), passed=bool(z <= z_max), exact=False)
+    return out
 
 
 def hermite_fit(network: TwoLayerNetwork, coeffs: HermiteCoefficients, order: int) -> dict:
