@@ -190,3 +190,20 @@ def test_module_function_and_errors(tmp_path, monkeypatch):
         run(_parse(["my_box:f", "--inputs", "3", "--out", str(tmp_path / "o.txt")]))
     with pytest.raises(SystemExit):
         _parse(["my_box:f", "--hidden", "zero", "--out", "x.json"])
+
+
+def test_main_extract_end_to_end(diabetes_mlp, tmp_path, capsys):
+    # through the real entry point: the subcommand is wired into `nnrecover`, and a budget that is too
+    # small is one error line with exit status 2 (partial diagnostics written, no model)
+    from nnrecover.cli import main
+
+    mlp, path, X = diabetes_mlp
+    out = tmp_path / "net.json"
+    assert main(["extract", str(path), "--out", str(out), "--no-progress"]) == 0
+    Z = np.random.default_rng(1).standard_normal((2000, X.shape[1]))
+    assert _rel(mlp.predict, nr.TwoLayerNetwork.load(out).predict, Z) < 1e-9
+    out2 = tmp_path / "small.json"
+    capsys.readouterr()
+    assert main(["extract", str(path), "--out", str(out2), "--max-queries", "500", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("nnrecover: error:") and not out2.exists()

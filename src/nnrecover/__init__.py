@@ -17,11 +17,11 @@ __version__ = "0.1.0"
 __all__ = ["TwoLayerNetwork", "random_network", "sample", "sample_stream", "SampleStream",
            "activations", "distributions", "errors", "Activation", "get_activation",
            "learners", "metrics", "moments", "hermite", "tensor", "refine", "experiments", "check",
-           "__version__"]
+           "extract", "extraction", "__version__"]
 
-_LAZY = {"learners", "metrics", "moments", "hermite", "tensor", "refine", "experiments", "io"}
+_LAZY = {"learners", "metrics", "moments", "hermite", "tensor", "refine", "experiments", "io", "extraction"}
 #: functions imported on first use: name -> module
-_LAZY_FUNCTIONS = {"check": "check"}
+_LAZY_FUNCTIONS = {"check": "check", "extract": "extraction"}
 
 
 def __getattr__(name):  # lazy subpackages keep `import nnrecover` fast (no dask/tensorly at import)

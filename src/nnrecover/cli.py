@@ -1,4 +1,4 @@
-"""The ``nnrecover`` command line: ``demo | methods | simulate | fit | evaluate | experiment | check``.
+"""The ``nnrecover`` command line: ``demo | methods | simulate | fit | evaluate | experiment | check | extract``.
 
 Every subcommand has ``--help``. A user mistake (bad flag, missing or malformed file, unknown
 learner, unknown learner option, violated assumption) prints exactly one line
@@ -703,6 +703,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     _data_arguments(p)
     p.set_defaults(func=_cmd_check)
+
+    from .extraction.cli import add_parser as _add_extract_parser
+
+    _add_extract_parser(sub)
 
     p = sub.add_parser("evaluate", help="compare a model with its teacher and/or held-out samples",
                        description="With --teacher: parameter_error (max_unit_error...), weight_error "

@@ -11,6 +11,7 @@ __all__ = [
     "InputError",
     "AssumptionError",
     "ConvergenceError",
+    "QueryBudgetError",
     "NotFittedError",
     "AssumptionWarning",
     "CertificateWarning",
