@@ -363,3 +363,12 @@ def test_sigmoid_step1_exact_in_population():
     for method in STEP1_METHODS:
         res = step1(PopulationMoments(net), 5, method=method, rng=0)
         assert weight_error(res.weights, net.hidden_weights)["max_angle"] < 1e-8
+
+
+def test_auto_width():
+    net = HighThresholdNetwork(random_unit_weights(4, 6, rng=1), 2.0, "step", UpperPolynomial.linear([1, 0.8, 1.2, 0.9]))
+    X = np.random.default_rng(0).standard_normal((200_000, 6))
+    est = HighThresholdLearner("auto", threshold=2.0, refine=False, random_state=0).fit(X, net.predict(X))
+    assert est.hidden_weights_.shape == (4, 6) and est.diagnostics_["width"]["n_hidden"] == 4
+    with pytest.raises(InputError, match="n_hidden"):
+        HighThresholdLearner("auto", threshold=2.0).fit_population(net)
