@@ -700,8 +700,8 @@ def residual_lack_of_fit(network: TwoLayerNetwork, source, *, chunk_size: int | 
                          z_max: float = 4.0) -> dict:
     """Lack-of-fit test of ``network`` on the samples of ``source`` (see ``RESIDUAL_FIT_MEANING``).
 
-    One pass: per chunk, the residuals and their products with the orthonormal Hermite features of
-    orders 0-2 (``J = 1 + d + d (d + 1) / 2``), accumulated.
+    One pass accumulating ``sum r``, ``sum r x`` and ``sum r x x^T``, from which the projections on the
+    orthonormal Hermite features of orders 0-2 (``J = 1 + d + d (d + 1) / 2``) follow; memory ``O(d^2)``.
 
     Returns
     -------
@@ -711,21 +711,20 @@ def residual_lack_of_fit(network: TwoLayerNetwork, source, *, chunk_size: int | 
     d = network.n_inputs
     iu = np.triu_indices(d, 1)
     J = 1 + d + d + iu[0].size
-    proj = np.zeros(J)
+    # sums of r, r x and r x x^T (a d x d matrix, never the n x J feature matrix)
+    s0, s1, S2 = 0.0, np.zeros(d), np.zeros((d, d))
     n, rr, yy = 0, 0.0, 0.0
     for X, Y in source.chunks(chunk_size):
         y = np.asarray(Y, dtype=np.float64).reshape(X.shape[0], -1)[:, 0]
         X = np.asarray(X, dtype=np.float64)
         r = y - network.predict(X).reshape(-1)
-        F = np.empty((X.shape[0], J))
-        F[:, 0] = 1.0
-        F[:, 1:1 + d] = X
-        F[:, 1 + d:1 + 2 * d] = (X * X - 1.0) / math.sqrt(2.0)
-        F[:, 1 + 2 * d:] = X[:, iu[0]] * X[:, iu[1]]
-        proj += r @ F
+        s0 += float(r.sum())
+        s1 += X.T @ r
+        S2 += (X * r[:, None]).T @ X
         n += X.shape[0]
         rr += float(r @ r)
         yy += float(y @ y)
+    proj = np.concatenate([[s0], s1, (np.diag(S2) - s0) / math.sqrt(2.0), S2[iu]])
     s2 = rr / max(n, 1)
     y_rms = math.sqrt(yy / max(n, 1))
     out = {"n": int(n), "J": int(J), "residual_rms": math.sqrt(s2), "y_rms": y_rms}
