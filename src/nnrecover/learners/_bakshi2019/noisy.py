@@ -173,6 +173,9 @@ def noisy_pipeline(X: Any, Y: Any = None, n_hidden: int | None = None, *, activa
     n = source.info.n_samples
     ell = (min(n // 4, 100_000) if n is not None else 100_000) if n_sign is None else \
         check_positive_int(n_sign, "n_sign")
+    if ell < 1:
+        raise InputError(f"the noisy pipeline needs rows for Algorithm 6's sign step and for the tensor step; "
+                         f"got n_samples = {n} (at least max(4 d, 100) + 1 are needed); pass more samples.")
     Xb, Yb = split_refinement(source, ell, name="n_sign", purpose="Algorithm 6")
     scale = float(np.max(np.linalg.norm(Yb, axis=1)))   # Remark 5: 1 / max column norm of A
     scale = 1.0 / scale if scale > 0 else 1.0

@@ -348,8 +348,8 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
     mean, second, fourth = accumulate([MeanStatistic(), SecondMoment(), _FourthMoment()], base)
     n_mom = int(mean.n or 0)
     if n_mom == 0:
-        raise InputError(f"the tensor step has no moment samples left after the {skip} rows reserved for the "
-                         "exact / sign step; pass more samples or reserve fewer rows.")
+        raise InputError(f"the tensor step has no moment samples left (n_samples = {skip}, all reserved for the "
+                         "exact / sign step); pass more samples or reserve fewer rows.")
     d, m = mean.n_inputs, mean.n_outputs
     if k > d:
         raise AssumptionError(f"V* must have full row rank k <= d (Bakshi et al. Section 1); got k={k} > d={d}.")
