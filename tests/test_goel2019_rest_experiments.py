@@ -14,7 +14,9 @@ def test_gp19_delta_quick():
     assert np.all(far.value < 0.5 * units.prediction.min())
     search = df[df.kind == "search"]
     assert np.all(search.angle <= search.resolution) and np.all(search.found == search.n)
-    assert len(fig.axes) == 3
+    relu = df[df.kind == "relu"]
+    assert np.all(np.abs(relu.value - relu.exact) < 4 * relu.se)
+    assert len(fig.axes) == 4
 
 
 def test_gp19_structures_quick():

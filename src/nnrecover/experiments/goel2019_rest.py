@@ -68,13 +68,14 @@ def delta_experiment(*, rng: Any = None, quick: bool = False, thresholds=None, n
     Returns
     -------
     (pandas.DataFrame, matplotlib.figure.Figure)
-        Rows ``kind`` in {"unit", "far", "circle", "search"} with the measured value, its standard error
-        and (units) the Corollary 1 prediction and the exact finite-eps expectation.
+        Rows ``kind`` in {"unit", "far", "circle", "search", "relu"} with the measured value, its standard
+        error and (units, relu) the Corollary 1 / slope-jump prediction and the exact finite-eps expectation.
     """
     import pandas as pd
 
-    from ..learners.goel2019.correlation import (corollary1_prediction, delta_prime_correlation,
-                                                 delta_prime_search, expected_band_statistic)
+    from ..learners.goel2019.correlation import (corollary1_prediction, delta_double_prime_correlation,
+                                                 delta_prime_correlation, delta_prime_search,
+                                                 expected_band_statistic)
 
     gen = check_random_state(rng)
     ts = tuple(thresholds) if thresholds is not None else ((1.0,) if quick else (0.5, 1.0, 1.5))
@@ -114,9 +115,32 @@ def delta_experiment(*, rng: Any = None, quick: bool = False, thresholds=None, n
             np.full(n, np.nan)
         for i, a in enumerate(ang):
             rows.append(dict(kind="search", n=n, unit=i, angle=a, resolution=res, found=out.directions.shape[0]))
+    # Appendix C.1 (relu): C_3 at the units against the corrected slope-jump prediction, as eps shrinks
+    from ..learners.goel2019.model import HighThresholdNetwork
+
+    net, W = _pairs_network(3, 3, t, gen)
+    net = HighThresholdNetwork(W, t, "relu", net.upper)
+    X = gen.standard_normal((N, 3))
+    y = net.predict(X)
+    jump = corollary1_prediction(net)
+    for eps_r in ((0.2,) if quick else (0.1, 0.2, 0.3)):
+        e2, b = eps_r / 4, eps_r / 8
+        st = delta_double_prime_correlation(X, y, W, t, eps=eps_r, eps2=e2, band=b)
+        pos = [t + eps_r + e2, t + eps_r - e2, t - eps_r + e2, t - eps_r - e2]
+        wts = np.array([1.0, -1.0, -1.0, 1.0]) / (2 * e2)
+        for i in range(3):
+            exact = expected_band_statistic(net, i, pos, wts, band=b)
+            rows.append(dict(kind="relu", eps=eps_r, unit=i, value=st.values[i], se=st.standard_errors[i],
+                             prediction=jump[i], exact=exact))
+    for eps_r in np.linspace(0.01, 0.3, 30):                  # the exact expectation alone, down to eps -> 0
+        e2, b = eps_r / 4, eps_r / 8
+        pos = [t + eps_r + e2, t + eps_r - e2, t - eps_r + e2, t - eps_r - e2]
+        rows.append(dict(kind="relu_exact", eps=eps_r, prediction=jump[0],
+                         exact=expected_band_statistic(net, 0, pos, np.array([1.0, -1.0, -1.0, 1.0]) / (2 * e2),
+                                                       band=b)))
     df = pd.DataFrame(rows)
 
-    fig, ax = _figure(3)
+    fig, ax = _figure(4)
     u = df[df.kind == "unit"]
     f = df[df.kind == "far"]
     x = np.arange(len(u))
@@ -147,6 +171,16 @@ def delta_experiment(*, rng: Any = None, quick: bool = False, thresholds=None, n
     ax[2].set_ylabel("angle to the recovered direction (rad)")
     ax[2].set_title("net search (Theorem 7)")
     ax[2].legend(fontsize=7)
+    r = df[df.kind == "relu"]
+    g = r.groupby("eps")
+    ax[3].errorbar(g.value.mean().index, g.value.mean(), yerr=2 * g.se.mean() / math.sqrt(3), fmt="o",
+                   label="measured C_3 (mean of units, 2 se)")
+    ex = df[df.kind == "relu_exact"]
+    ax[3].plot(ex.eps, ex.exact, "r-", label="exact expectation of C_3^")
+    ax[3].axhline(r.prediction.iloc[0], color="k", ls=":", label="slope jump phi(t) E[dP/dX_i] (eps -> 0)")
+    ax[3].set_xlabel("eps")
+    ax[3].set_title("relu delta'' (Appendix C.1, corrected Lemma 19)", fontsize=9)
+    ax[3].legend(fontsize=7)
     return df, fig
 
 
