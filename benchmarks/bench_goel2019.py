@@ -96,8 +96,8 @@ those rows), timed against `X.T @ X` over the same array in the same process, BL
 | `X.T @ X` (reference: one second-moment pass) | {x:.3f} | 1 |
 | `X.sum(axis=0)` | {r['t_sum']:.3f} | {r['t_sum'] / x:.2f} |
 | Step 1, whole fit | {r['t_fit']:.3f} | **{r['t_fit'] / x:.2f}** |
-| &nbsp;&nbsp; statistics pass (active rows) | {r['t_stats']:.3f} | {r['t_stats'] / x:.2f} |
-| &nbsp;&nbsp; whitening + power iteration | {r['t_step1']:.3f} | {r['t_step1'] / x:.2f} |
+| &nbsp;&nbsp; statistics pass (active rows; last run) | {r['t_stats']:.3f} | {r['t_stats'] / x:.2f} |
+| &nbsp;&nbsp; whitening + power iteration (last run) | {r['t_step1']:.3f} | {r['t_step1'] / x:.2f} |
 
 Largest unit angle of the estimate: {r['max_angle']:.3f} rad (the Step 1 bias floor of this `P` at t = {r['t']:g}
 plus sampling error; see the experiment `goel2019-threshold`).
