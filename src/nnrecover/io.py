@@ -2,19 +2,19 @@
 
 Formats (chosen by the file suffix):
 
-===========  ===========================================================================================
-``.npz``     arrays under the keys ``X`` (shape (n, d)) and ``Y`` (shape (n,) or (n, p)); other key
-             names with ``x_key`` / ``y_key``.
-``.npy``     one 2-D array; the target column(s) are chosen by ``target_columns`` (positions, default
-             the last column), or the whole array is ``X`` when the targets come from a separate
-             ``targets`` file. Opened memory-mapped (``numpy.load(mmap_mode="r")``): nothing is read
-             until a row is used, so files larger than memory stream chunk by chunk.
-``.csv``     a table read with pandas; with a header row, targets are the columns named by
-             ``target_columns``, else the column ``y``, else ``y0, y1, ...``, else the last column. A
-             file without a header (every field of the first row is a number) is read header-less;
-             its columns are then addressed by position.
-``.parquet`` as ``.csv`` (needs ``pyarrow``: ``pip install 'nnrecover[parquet]'``).
-===========  ===========================================================================================
+============  ===========================================================================================
+``.npz``      arrays under the keys ``X`` (shape (n, d)) and ``Y`` (shape (n,) or (n, p)); other key
+              names with ``x_key`` / ``y_key``.
+``.npy``      one 2-D array; the target column(s) are chosen by ``target_columns`` (positions, default
+              the last column), or the whole array is ``X`` when the targets come from a separate
+              ``targets`` file. Opened memory-mapped (``numpy.load(mmap_mode="r")``): nothing is read
+              until a row is used, so files larger than memory stream chunk by chunk.
+``.csv``      a table read with pandas; with a header row, targets are the columns named by
+              ``target_columns``, else the column ``y``, else ``y0, y1, ...``, else the last column. A
+              file without a header (every field of the first row is a number) is read header-less;
+              its columns are then addressed by position.
+``.parquet` ` as ``.csv`` (needs ``pyarrow``: ``pip install 'nnrecover[parquet]'``).
+============  ===========================================================================================
 
 :func:`save_samples` writes all four formats so that :func:`load_samples` reads them back exactly
 (``.csv`` uses 17 significant digits, which round-trips every float64). :func:`save_sample_stream`

@@ -231,6 +231,8 @@ class TwoLayerNetwork:
             ``*.json``: text; floats are written by ``repr`` and read back bit-exactly.
             ``*.npz``: binary numpy archive, written to exactly this name (any case of the suffix).
 
+        Notes
+        -----
         The file is written to a temporary name in the same folder and renamed into place when
         complete (:func:`nnrecover.io.atomic_output`): an interrupted save leaves the old file.
         """

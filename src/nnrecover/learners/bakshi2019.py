@@ -9,7 +9,7 @@ paper                                              here
 =================================================  =====================================================
 Lemma 1 (candidate sign patterns)                  :func:`enumerate_sign_patterns`
 Algorithm 1 (IterativeLP), Remark 1                :func:`iterative_lp`
-Algorithm 2 / Theorem 1 (worst-case X, rank A = k) :func:`algorithm2` (HiGHS LPs; refuses rank(A) < k)
+Algorithm 2 / Theorem 1 (worst-case X, rank k)     :func:`algorithm2` (HiGHS LPs; refuses rank(A) < k)
 Theorem 2, Props 1-2 (NP-hardness)                 :func:`sat_to_relu_separability`,
                                                    :func:`separability_to_network` (+ checkers)
 Algorithm 3 / Theorem 4 (ICA, orthonormal V*)      :func:`algorithm3`, :func:`ica_unmixing`

@@ -34,6 +34,7 @@ Errata of the paper text (spec 003 section 7), implemented in their corrected fo
 - Lemma 3's display is truncated; the identity is ``sum_{i<j} c_i c_j N_ij`` with ``c = A^T u``.
 - Section 2.2's Kronecker index formula is garbled; the standard Kronecker product is used
   (``x (x) x = vec(x x^T)``), and Lemma 12's ``X = S zeta`` means ``X = mat*(S zeta)``.
+
 Each has a test in ``tests/test_ge2019.py`` showing why the corrected form is the right one.
 """
 

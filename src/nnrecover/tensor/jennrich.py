@@ -67,7 +67,7 @@ class JennrichResult:
     Attributes
     ----------
     factors : ndarray, shape ``(n, rank)``
-        Mode-1 factors ``a_i``: unit columns, each flipped so that its largest-|entry| is positive.
+        Mode-1 factors ``a_i``: unit columns, each flipped so that its largest-magnitude entry is positive.
     factors_mode2 : ndarray, shape ``(n2, rank)``
         Mode-2 factors ``b_i``, same convention (equal to ``factors`` in the symmetric case).
     factors_mode3 : ndarray, shape ``(p, rank)`` or None

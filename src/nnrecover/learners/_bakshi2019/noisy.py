@@ -157,7 +157,8 @@ def noisy_pipeline(X: Any, Y: Any = None, n_hidden: int | None = None, *, activa
         uses the rest (sample splitting).
     regression : {"all", "sign"}, default "all"
         Solve Lemma 20 on all n samples [S] or only on the Algorithm 6 rows (the paper's ``X̄``).
-    Other parameters as :func:`.pipeline.gaussian_pipeline`.
+    order, span, whiten, control_variates, n_draws, decomposition, chunk_size, rng
+        As in :func:`.pipeline.gaussian_pipeline`.
 
     Returns
     -------

@@ -98,7 +98,7 @@ def principal_component_pursuit(A: Any, *, lam: float | None = None, tol: float 
 
 def polish_low_rank(A: Any, M0: Any, rank: int, *, clean_tol: float = 1e-7, tol: float = 1e-13,
                     max_iter: int = 500) -> tuple[np.ndarray, np.ndarray, dict]:
-    """Re-fit a rank-``rank`` ``M`` on the entries where ``A`` is clean (|A - M| small), by masked ALS.
+    """Re-fit a rank-``rank`` ``M`` on the entries where ``A`` is clean (``|A - M|`` small), by masked ALS.
 
     Starts from the factors of ``M0``'s truncated SVD; each sweep solves, for every row and every column,
     the least-squares problem on its clean entries (batched k x k normal equations); every 10 sweeps the
