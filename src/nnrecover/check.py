@@ -280,7 +280,7 @@ def _width_and_noise(X: np.ndarray, Y: np.ndarray, gaussian: bool, standard: boo
             noise = {"std": float(np.sqrt(max(np.mean(lam[:p - low]), 0.0))), "kind": "estimate"}
             width = {"estimate": low, "range": (low, high), "sure": low == high,
                      "method": "rank of Cov(y) (p > k)", "spectrum": lam[::-1].tolist(),
-                     "noise_level": float(floor)}
+                     "noise_level": float(max(floor, 0.0))}
     # (a) the rank of the stacked T_2 (Gaussian inputs, whitened if needed)
     if gaussian and idx is not None and d >= 2:
         if standard:

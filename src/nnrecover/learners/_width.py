@@ -3,13 +3,17 @@
 The rule (the same as :func:`nnrecover.check`, which reports it with its evidence):
 
 1. **Spectrum.** With ``p`` outputs the rank of ``Cov(y)``, which is ``min(p, k)`` for a generic
-   network whatever the input law; with Gaussian inputs the rank of the stacked Hermite matrices
+   network whatever the input law: sampling moves ``Cov(y)`` only inside the span of the units'
+   outputs, so an eigenvalue counts when it stands above the smallest one (the label-noise floor) by
+   the spread of white-noise eigenvalues plus 4 of its standard errors. When that cannot decide
+   (``k >= p``) and the inputs are Gaussian, the rank of the stacked Hermite matrices
    ``T_2^(j) = E[(y_j - E y_j)(x x^T - I)] = sum_i a_ij c_2(b_i) w_i w_i^T`` (Lemma 3.5 of Awasthi et
    al.; the statistic Awasthi et al.'s range finder and Bakshi et al.'s order-2 tensor step compute),
-   whose rank is ``k`` when ``k <= d`` because ``c_2(b) = phi(b) > 0`` for ReLU. A singular value counts
-   when it exceeds twice the noise level ``tau`` (the spread of 10 row-group estimates); values in
-   ``(tau, 2 tau]`` make the estimate unsure. The spectrum is read from at most 200,000 rows (the
-   first ones, at most 2e7 values of ``X``).
+   whose rank is ``k`` when ``k <= d`` because ``c_2(b) = phi(b) > 0`` for ReLU: a singular value counts
+   when it exceeds twice the noise level ``tau`` (the spread of 10 row-group estimates; by Weyl's
+   inequality a zero singular value shows as at most the error's norm). Values between the two bounds
+   make the estimate unsure. The spectrum is read from at most 200,000 rows (the first ones, at most
+   2e7 values of ``X``); :func:`nnrecover.check` documents both rules in full.
 2. **Held-out check.** The learner is fitted with ``k - 1``, ``k`` and ``k + 1`` units on the first
    90% of those rows and scored on the last 10% (mean squared error with its standard error from the
    paired per-row differences). If ``k + 1`` units fit significantly better, or ``k - 1`` units fit as
@@ -53,7 +57,9 @@ def _holdout_scores(learner, X: np.ndarray, Y: np.ndarray, candidates: list[int]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 est.fit(Xf, Yf if Yf.shape[1] > 1 else Yf[:, 0])
-        except NNRecoverError as exc:
+        except (NNRecoverError, np.linalg.LinAlgError) as exc:
+            # a candidate width the algorithm cannot fit (e.g. k + 1 units on a k-unit teacher make its
+            # output-weight system singular) is evidence too: it is recorded, not fatal
             out[k] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"}
             continue
         pred = np.asarray(est.predict(Xh), dtype=np.float64).reshape(len(Xh), -1)
@@ -90,7 +96,7 @@ def choose_width(learner, source, *, max_rows: int | None = None) -> tuple[int, 
     X, Y = _read(source, None, int(max_rows or MAX_ROWS))
     width = estimate_width(X, Y, random_state=0)
     d = X.shape[1]
-    evidence: dict[str, Any] = {"rule": "rank above 2 tau (module nnrecover.learners._width)",
+    evidence: dict[str, Any] = {"rule": "Cov(y) rank above its noise floor, else T_2 rank above 2 tau (nnrecover.learners._width)",
                                 **{key: width[key] for key in ("method", "range", "sure", "noise_level",
                                                                "input_law") if key in width},
                                 "spectrum": width.get("spectrum")}
