@@ -7,20 +7,20 @@ over directions (exponential time), while the number of samples stays polynomial
 Statistics (operational definitions; the paper's sign convention for ``delta'`` is avoided by working
 with ``C_1`` and its finite differences):
 
-* ``C_1(z, s) = E[f(x) delta(z . x - s)] = phi(s) E[f | z . x = s]`` (Claim 3), estimated with the band
-  ``(1/eps') 1[s - eps' <= z . x < s]`` (the paper's ``(1/eps')(sgn(z.x - s + eps') - sgn(z.x - s))``):
-  ``C_1^(z, s) = (1/(N eps')) sum_k y~_k 1[z . x_k in [s - eps', s)]``, ``y~ = y - c_0``.
+* ``C_1(z, s) = E[f(x) delta(z.x - s)] = phi(s) E[f | z.x = s]`` (Claim 3), estimated with the band
+  ``(1/eps') 1[s - eps' <= z.x < s]`` (the paper's ``(1/eps')(sgn(z.x - s + eps') - sgn(z.x - s))``):
+  ``C_1^(z, s) = (1/(N eps')) sum_k y~_k 1[z.x_k in [s - eps', s)]``, ``y~ = y - c_0``.
 * ``C_2(z, s) = C_1(z, s + eps) - C_1(z, s - eps)`` (Section 3; a difference, not divided by ``2 eps``).
-  Lemma 8: at ``z = w_i``, ``C_2(w_i, t) = phi(t) E[Q_i | w_i . x = t] + eps d^{O(1)}`` with
-  ``Q_i = dP/dX_i`` (the jump of ``X_i = 1[w_i . x >= t]``); if every angle to the ``w_j`` is at least
+  Lemma 8: at ``z = w_i``, ``C_2(w_i, t) = phi(t) E[Q_i | w_i.x = t] + eps d^{O(1)}`` with
+  ``Q_i = dP/dX_i`` (the jump of ``X_i = 1[w_i.x >= t]``); if every angle to the ``w_j`` is at least
   ``eps_2``, ``|C_2| <= eps d^{O(1)} / eps_2`` (Claim 5).
 * Corollary 1 (orthogonal ``W*``, step units): the ``X_j`` are independent Bernoulli(``mu``),
-  ``mu = Phi^c(t)``, so ``E[Q_i | w_i . x = t] = Q_i(mu, ..., mu)`` (the coefficient of ``X_i`` in
+  ``mu = Phi^c(t)``, so ``E[Q_i | w_i.x = t] = Q_i(mu, ..., mu)`` (the coefficient of ``X_i`` in
   ``P(mu (X + 1))`` divided by ``mu``). :func:`corollary1_prediction`.
 * Appendix C.1 (ReLU): ``D(s) = dC_1/ds`` and ``C_3(z, s) = D(s + eps) - D(s - eps)``, estimated with
-  ``D^(s) = (C_1^(s + eps'') - C_1^(s - eps''))/(2 eps'')``. The kink of ``X_i = (w_i . x - t)_+`` makes
+  ``D^(s) = (C_1^(s + eps'') - C_1^(s - eps''))/(2 eps'')``. The kink of ``X_i = (w_i.x - t)_+`` makes
   ``C_1`` jump in slope at ``s = t``: **[corrected Lemma 19]** ``C_3(w_i, t) = phi(t) E[dP/dX_i |_{X_i = 0}
-  | w_i . x = t] + O(eps d^{O(1)})`` (the printed right-hand side is the one-sided derivative
+  | w_i.x = t] + O(eps d^{O(1)})`` (the printed right-hand side is the one-sided derivative
   ``D(t + eps)``; every other term is continuous in ``s`` and cancels in the difference).
 
 Algorithms:
@@ -45,7 +45,7 @@ Paper symbols -> names
 ``eps``                 ``eps``
 ``eps''``               ``eps2`` (C.1 slope difference)
 ``eps_2``               ``resolution`` (net spacing, in radians)
-``eps_3``               ``eps3`` (lower bound on ``|E[Q_i | w_i . x = t]|``)
+``eps_3``               ``eps3`` (lower bound on ``|E[Q_i | w_i.x = t]|``)
 ``mu = E[X_j]``         ``Phi^c(t)`` (step), ``u_hat_0`` (relu)
 ======================  ================================================
 """
@@ -184,7 +184,7 @@ def band_stencil(X, y, directions, positions, weights, *, band: float, baseline=
 
 
 def delta_correlation(X, y, directions, s: float, *, band: float, baseline=None) -> BandStatistic:
-    """``C_1^(z, s) = E^[y~ delta(z . x - s)]`` by the band ``[s - eps', s)`` (Claim 3)."""
+    """``C_1^(z, s) = E^[y~ delta(z.x - s)]`` by the band ``[s - eps', s)`` (Claim 3)."""
     return band_stencil(X, y, directions, [_real(s, "s")], [1.0], band=band, baseline=baseline)
 
 
@@ -328,7 +328,7 @@ def delta_prime_search(X, y, threshold: float, *, resolution: float, eps3: float
     resolution : float
         Net spacing ``eps_2`` (radians).
     eps3 : float
-        Lower bound on ``|E[Q_i | w_i . x = t]|`` (Theorem 7); the test level is ``phi(t) eps_3 / 2``.
+        Lower bound on ``|E[Q_i | w_i.x = t]|`` (Theorem 7); the test level is ``phi(t) eps_3 / 2``.
     eps : float, optional
         Difference half-width (default ``resolution``: a net point within the net spacing of ``w_i``
         still sees most of the jump, whose position along ``z`` spreads by about ``angle * |x_perp|``).
@@ -386,8 +386,8 @@ def delta_prime_local_search(X, y, start, threshold: float, *, eps: float, band:
     (default ``eps / 4``: below the difference width the statistic is flat to within its noise). The
     difference width follows the step (``max(eps, 2 step)``): far from ``w_i`` the jump is smeared over
     ``angle * |x_perp|`` along ``z``, so a width ``eps`` much below the angle sees only noise.
-    The signed statistic is maximised (``sign = +1``: ``E[Q_i | w_i . x = t] > 0`` as in Theorem 7): away
-    from every ``w_i``, ``C_2 ~ 2 eps phi'(t) E[f | z . x = t] / phi(t)`` is negative for ``t > 0``, so
+    The signed statistic is maximised (``sign = +1``: ``E[Q_i | w_i.x = t] > 0`` as in Theorem 7): away
+    from every ``w_i``, ``C_2 ~ 2 eps phi'(t) E[f | z.x = t] / phi(t)`` is negative for ``t > 0``, so
     ``|C_2|`` would grow away from the units.
 
     Returns
@@ -472,7 +472,7 @@ def _unit_mean(network: HighThresholdNetwork) -> float:
 
 
 def corollary1_prediction(network: HighThresholdNetwork) -> np.ndarray:
-    """``phi(t) E[dP/dX_i | w_i . x = t]`` per unit for orthogonal ``W*`` (Corollary 1; Lemma 19 corrected).
+    """``phi(t) E[dP/dX_i | w_i.x = t]`` per unit for orthogonal ``W*`` (Corollary 1; Lemma 19 corrected).
 
     Step units: ``phi(t) Q_i(mu, ..., mu)``, ``mu = Phi^c(t)``: the limit ``eps, eps' -> 0`` of
     ``C_2(w_i, t)``. Relu units: ``phi(t) (dP/dX_i)(m, .., 0, .., m)``, ``m = E[(g - t)_+]``: the slope
@@ -493,7 +493,7 @@ def expected_band_statistic(network: HighThresholdNetwork, unit: int, positions,
     """Exact expectation of :func:`band_stencil` at ``z = w_unit`` for orthonormal ``W*`` (population form).
 
     ``E[C_1^(w_i, s)] = (1/eps') int_{s-eps'}^{s} phi(a) (P(m, .., u_t(a), .., m) - c_0) da`` with
-    ``m = E[u_t(g)]`` (the other units are independent of ``w_i . x``; ``P`` multilinear).
+    ``m = E[u_t(g)]`` (the other units are independent of ``w_i.x``; ``P`` multilinear).
     """
     P = _orthonormal_multilinear(network)
     d = network.n_hidden
@@ -523,7 +523,7 @@ def expected_band_statistic(network: HighThresholdNetwork, unit: int, positions,
 _PAPER = "goel2019"
 _GAUSS = "x ~ N(0, I)"
 register("goel2019-theorem7", paper=_PAPER, algorithm="Theorem 7 (Lemma 8, Claims 3-5)", target=delta_prime_test,
-         assumptions=(_GAUSS, "u = step", "|P(X)| <= |X|^c1", "|E[Q_i | w_i.x = t]| >= eps_3", "known t"),
+         assumptions=(_GAUSS, "u = step", "abs(P(X)) <= norm(X)^c1", "abs(E[Q_i given w_i.x = t]) >= eps_3", "known t"),
          description="delta' correlation C_2(z, t) = C_1(t + eps) - C_1(t - eps) and the direction test")
 register("goel2019-corollary1", paper=_PAPER, algorithm="Corollary 1", target=delta_prime_search,
          assumptions=(_GAUSS, "u = step (relu: statistic='c3')", "W* orthogonal for the prediction",
@@ -535,11 +535,11 @@ register("goel2019-theorem3", paper=_PAPER, algorithm="Theorem 3 (introduction f
          description="poly sample complexity, exponential time: the delta' net search of Corollary 1")
 register("goel2019-theorem7-local", paper=_PAPER, algorithm="Theorem 7 (local search beyond n = 3)",
          target=delta_prime_local_search, assumptions=(_GAUSS, "u = step or relu", "starts near the w_i"),
-         description="random local search on the sphere maximising |C_2| (or |C_3|) on common samples")
+         description="random local search on the sphere maximising C_2 (or C_3) on common samples")
 register("goel2019-lemma19", paper=_PAPER, algorithm="Appendix C.1, Lemmas 19-20",
          target=delta_double_prime_correlation,
-         assumptions=(_GAUSS, "u = relu", "P of constant degree, sum |c| <= poly(d)",
-                      "E[dP/dX_i | w_i.x = t] >= eps_3 (corrected slope jump)"),
+         assumptions=(_GAUSS, "u = relu", "P of constant degree, sum of abs(c_S) <= poly(d)",
+                      "E[dP/dX_i given w_i.x = t] >= eps_3 (corrected slope jump)"),
          description="delta'' correlation C_3 = D(t + eps) - D(t - eps): jump of the slope of C_1 at t")
 register("goel2019-corollary1-prediction", paper=_PAPER, algorithm="Corollary 1 (prediction)",
          target=corollary1_prediction, assumptions=("W* orthogonal", "P multilinear", "u = step or relu"),

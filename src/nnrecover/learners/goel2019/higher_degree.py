@@ -3,12 +3,12 @@
 Goel & Panigrahy (2019), Appendix B.7. With ``P(X) = sum_r c_r prod_i X_i^{r_i}`` (any degree per
 variable) the role of ``f_lin`` is played by the univariate part
 
-    ``f_uni(x) = sum_i q_i(u_t(w_i . x))``, ``q_i(x) = P(0, .., x (slot i), .., 0) - c_0``,
+    ``f_uni(x) = sum_i q_i(u_t(w_i.x))``, ``q_i(x) = P(0, .., x (slot i), .., 0) - c_0``,
 
 and the per-unit Hermite coefficients ``a_i^(k) = E[q_i(u_t(g)) h_k(g)] = sum_r c_{r e_i} E[u_t(g)^r h_k(g)]``
-replace ``c_i u_hat_k``: ``E[f_uni H_k(z . x)] = sum_i a_i^(k) (z . w_i)^k`` (Lemma 9 applied to the
+replace ``c_i u_hat_k``: ``E[f_uni H_k(z.x)] = sum_i a_i^(k) (z.w_i)^k`` (Lemma 9 applied to the
 activation ``q_i o u_t``). Lemma 17: products of distinct units are small,
-``E[prod_i u_t(w_i . x)^{r_i}] <= rho(t, 1) O(rho(t, |W*|))^{|r|_0 - 1}`` (the exponent counts distinct
+``E[prod_i u_t(w_i.x)^{r_i}] <= rho(t, 1) O(rho(t, |W*|))^{|r|_0 - 1}`` (the exponent counts distinct
 units, not the degree); Lemma 18: ``E|f - f_uni| <= d^{O(1)} rho(t, 1) rho(t, |W*|)``.
 
 Assumption 4 makes ``a_i^(2)`` and ``a_i^(4)`` of size ``t^{Theta(1)} rho(t, 1)`` with one sign per ``k``.
@@ -119,5 +119,5 @@ def higher_degree_step1(moments, n_hidden: int, *, method: str = "power", rng=No
 register("goel2019-appendixB7", paper="goel2019", algorithm="Appendix B.7, Assumption 4, Lemmas 17-18",
          target=higher_degree_step1,
          assumptions=("x ~ N(0, I)", "P of any degree per variable", "Assumption 4: a_i^(2), a_i^(4) of one sign",
-                      "rho(t, |W*|) <= d^-C (Lemma 18)"),
+                      "rho(t, norm(W*)) <= d^-C (Lemma 18)"),
          description="Step 1 with T = diag(sqrt(a_i^(2)/u_hat_2)) from the univariate parts q_i; sign check")

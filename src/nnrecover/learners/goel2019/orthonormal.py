@@ -3,12 +3,12 @@
 Goel & Panigrahy (2019) use two sphere-maximisation results with orthonormal lowest-layer weights
 ``W*`` (rows ``w_i``):
 
-Appendix B.1 (warm-up; ``f = f_lin = c_0 + sum_i c_i u_t(w_i . x)``, ``c_i > 0``, even ``l >= 4``)
-    ``sgn(u_hat_l) E[f(x) h_l(z . x)] = |u_hat_l| sum_i c_i (w_i . z)^l`` on the unit sphere, whose only
+Appendix B.1 (warm-up; ``f = f_lin = c_0 + sum_i c_i u_t(w_i.x)``, ``c_i > 0``, even ``l >= 4``)
+    ``sgn(u_hat_l) E[f(x) h_l(z.x)] = |u_hat_l| sum_i c_i (w_i.z)^l`` on the unit sphere, whose only
     local maxima are ``z = +-w_i`` (first- and second-order KKT conditions).
 Theorem 10 (even activation ``u``, no threshold, multilinear ``P``; Appendix D.3)
-    ``F(z) = E[f(x) h_4(z . x)] = sum_i alpha_i z_i^4 + sum_{i<j} gamma_ij z_i^2 z_j^2`` on the sphere
-    (``z_i = w_i . z``) with the corrected constants
+    ``F(z) = E[f(x) h_4(z.x)] = sum_i alpha_i z_i^4 + sum_{i<j} gamma_ij z_i^2 z_j^2`` on the sphere
+    (``z_i = w_i.z``) with the corrected constants
     ``alpha_i = u_hat_4 sum_{S ni i} c_S u_hat_0^{|S|-1}`` and
     ``gamma_ij = sqrt(6) u_hat_2^2 sum_{S >= {i,j}} c_S u_hat_0^{|S|-2}`` (the paper prints ``6 u_hat_2^2``
     and an extra ``beta_i z_i^2`` term that vanishes on the sphere). If ``alpha_i + alpha_j > gamma_ij`` for
@@ -24,11 +24,11 @@ the Riemannian Hessian, by central differences of the tangential gradient) and d
 
 Correlation sources (the objective ``F`` and its action ``v(z) = grad F(z) / l`` at unit ``z``):
 
-:class:`SampleHermiteCorrelation`  ``F(z) = E^[y~ h_l(z . x)]``, ``v(z) = E^[y~ (He_{l-1}(a) x -
-                                   (l - 1) He_{l-2}(a) z)] / sqrt(l!)``, ``a = z . x`` (the gradient of the
-                                   homogeneous ``H_l(z . x) = |z|^l h_l(z . x / |z|)``, from
+:class:`SampleHermiteCorrelation`  ``F(z) = E^[y~ h_l(z.x)]``, ``v(z) = E^[y~ (He_{l-1}(a) x -
+                                   (l - 1) He_{l-2}(a) z)] / sqrt(l!)``, ``a = z.x`` (the gradient of the
+                                   homogeneous ``H_l(z.x) = |z|^l h_l(z.x / |z|)``, from
                                    ``d He_l/da = l He_{l-1}`` and the heat equation in ``|z|^2``).
-:class:`PowerSumForm`              exact ``sum_i a_i (w_i . z)^l`` (Appendix B.1 in population).
+:class:`PowerSumForm`              exact ``sum_i a_i (w_i.z)^l`` (Appendix B.1 in population).
 :class:`QuarticForm`               exact Theorem 10 quartic ``sum alpha_i z_i^4 + sum gamma_ij z_i^2 z_j^2``.
 
 Paper symbols -> names
@@ -85,7 +85,7 @@ def _check_order(order: Any) -> int:
 # ============================================================================ correlation sources
 
 class SampleHermiteCorrelation:
-    """``F(z) = E^[y~ h_l(z . x)]`` and its action from samples (any unit ``z``).
+    """``F(z) = E^[y~ h_l(z.x)]`` and its action from samples (any unit ``z``).
 
     Parameters
     ----------
@@ -123,7 +123,7 @@ class SampleHermiteCorrelation:
 
 
 class PowerSumForm:
-    """Exact ``F(z) = sum_i a_i (w_i . z)^l`` (Appendix B.1 in population: ``a_i = u_hat_l c_i``).
+    """Exact ``F(z) = sum_i a_i (w_i.z)^l`` (Appendix B.1 in population: ``a_i = u_hat_l c_i``).
 
     Parameters
     ----------
@@ -160,7 +160,7 @@ class PowerSumForm:
 
 
 class QuarticForm:
-    """Exact Theorem 10 objective ``sum_i alpha_i z_i^4 + sum_{i<j} gamma_ij z_i^2 z_j^2``, ``z_i = w_i . z``.
+    """Exact Theorem 10 objective ``sum_i alpha_i z_i^4 + sum_{i<j} gamma_ij z_i^2 z_j^2``, ``z_i = w_i.z``.
 
     Parameters
     ----------
@@ -395,11 +395,11 @@ def _centre(y: np.ndarray, baseline) -> tuple[np.ndarray, float]:
 
 def orthonormal_sphere_route(X, y, n_hidden: int, *, activation: str, threshold: float, order: int = 4,
                              baseline=None, n_restarts: int = 8, max_iter: int = 2000, rng=None) -> SphereResult:
-    """Appendix B.1: recover orthonormal ``w_i`` from ``max sgn(u_hat_l) E^[y~ h_l(z . x)]`` on the sphere.
+    """Appendix B.1: recover orthonormal ``w_i`` from ``max sgn(u_hat_l) E^[y~ h_l(z.x)]`` on the sphere.
 
     Only the rows with ``y~ = y - c_0 != 0`` are used (for step/relu units and noiseless labels they are
     the rows where some unit fires); ``c_0`` is the median label (footnote 5). The objective is even, so
-    each direction's sign is then fixed by the first-order test ``sign(E^[y~ x] . z)`` (``u_hat_1 > 0``).
+    each direction's sign is then fixed by the first-order test ``sign(E^[y~ x].z)`` (``u_hat_1 > 0``).
 
     Parameters
     ----------
@@ -535,7 +535,7 @@ def theorem10_condition(alpha, gamma) -> dict:
 
 
 class EvenActivationNetwork:
-    """``f(x) = P(u(w_1 . x), ..., u(w_d . x))``: even ``u``, orthonormal rows, no threshold (Theorem 10).
+    """``f(x) = P(u(w_1.x), ..., u(w_d.x))``: even ``u``, orthonormal rows, no threshold (Theorem 10).
 
     Parameters
     ----------
@@ -567,7 +567,7 @@ class EvenActivationNetwork:
 
 def even_activation_recovery(X, y, n_hidden: int, *, activation: Callable | None = None, maximize=None,
                              n_restarts: int = 8, max_iter: int = 2000, rng=None) -> SphereResult:
-    """Theorem 10: orthonormal ``w_i`` (up to sign) from the sphere extrema of ``E^[y~ h_4(z . x)]``.
+    """Theorem 10: orthonormal ``w_i`` (up to sign) from the sphere extrema of ``E^[y~ h_4(z.x)]``.
 
     Parameters
     ----------

@@ -2,7 +2,7 @@
 
 Goel & Panigrahy (2019), Section 4. The weights ``w_i`` are 0/1 vectors with pairwise disjoint supports
 ``T_i`` (they "select coordinates of x"), ``k_i = |T_i|``, and ``P`` is multilinear:
-``f(x) = sum_S c_S prod_{p in S} exp(rho (w_p . x - t))`` (:class:`ExponentialBinaryNetwork`).
+``f(x) = sum_S c_S prod_{p in S} exp(rho (w_p.x - t))`` (:class:`ExponentialBinaryNetwork`).
 
 Theorem 8 (``u_t(a) = e^{rho (a - t)}``; Algorithm 3, ConstructCorrelationGraph)
     ``alpha_ij = E[f(x) x_i x_j]`` equals, with ``U_S = union of T_p (p in S)`` and
@@ -16,7 +16,7 @@ Theorem 8 (``u_t(a) = e^{rho (a - t)}``; Algorithm 3, ConstructCorrelationGraph)
     disjoint union of cliques, one per unit (:func:`correlation_graph`; the threshold the paper calls
     ``rho`` is ``tau_edge`` here).
 Theorem 9 (``u(a) = e^a``, no threshold; **experimental**)
-    ``g(z) = e^{-|z|^2/2} E[f(x) e^{z . x}] = E_{x ~ N(z, I)}[f(x)] = sum_S c_S exp(|U_S|/2 + sum_{p in U_S} z_p)``
+    ``g(z) = e^{-|z|^2/2} E[f(x) e^{z.x}] = E_{x ~ N(z, I)}[f(x)] = sum_S c_S exp(|U_S|/2 + sum_{p in U_S} z_p)``
     depends on ``z`` only through the group sums. The paper maximises
     ``h(z) = g(z) - lambda |z|_1 - gamma |z|_2^2`` and shows (Lemmas 21-23) that at a local maximum one
     group is large and the rest small. As printed, ``h`` is unbounded above (``g`` grows like
@@ -72,7 +72,7 @@ def _finite(value: Any, name: str, *, positive: bool = False) -> float:
 
 
 class ExponentialBinaryNetwork:
-    """``f(x) = P(exp(rho (w_1 . x - t)), ..., exp(rho (w_d . x - t)))`` with disjoint 0/1 rows ``w_i``.
+    """``f(x) = P(exp(rho (w_1.x - t)), ..., exp(rho (w_d.x - t)))`` with disjoint 0/1 rows ``w_i``.
 
     Parameters
     ----------
@@ -111,7 +111,7 @@ class ExponentialBinaryNetwork:
 
     @property
     def mu(self) -> np.ndarray:
-        """``mu_i = E[u_t(w_i . x)] = exp(-rho (t - rho k_i / 2))`` (corrected Theorem 8 constant)."""
+        """``mu_i = E[u_t(w_i.x)] = exp(-rho (t - rho k_i / 2))`` (corrected Theorem 8 constant)."""
         return np.exp(-self.rate * (self.threshold - self.rate * self.sizes / 2.0))
 
     def hidden_outputs(self, X) -> np.ndarray:
@@ -300,7 +300,7 @@ def theorem8_condition(network: ExponentialBinaryNetwork) -> dict:
 # ============================================================================ Theorem 9 (experimental)
 
 class SampleShiftedMean:
-    """``g^(z) = e^{-|z|^2/2} E^[f(x) e^{z . x}]`` and its gradient from samples ``x ~ N(0, I)``.
+    """``g^(z) = e^{-|z|^2/2} E^[f(x) e^{z.x}]`` and its gradient from samples ``x ~ N(0, I)``.
 
     The estimator reweights the samples to ``N(z, I)``; its relative variance grows like
     ``e^{|z|^2}``, so keep the box small.
@@ -433,4 +433,4 @@ register("goel2019-theorem9", paper=_PAPER, algorithm="Theorem 9 (Lemmas 21-23; 
          target=group_sum_maximization,
          assumptions=("x ~ N(0, I)", "u(a) = e^a, no threshold", "w_i in {0,1}^n disjoint", "all c_S >= 0",
                       "P multilinear", "bounded box (the printed objective is unbounded)"),
-         description="maximise g(z) - lambda |z|_1 - gamma |z|^2 on [0, B]^n, g = E_{N(z, I)}[f]; groups one by one")
+         description="maximise g(z) - lambda norm1(z) - gamma norm(z)^2 on the box [0, B]^n, g = E_{N(z, I)}[f]; groups one by one")
