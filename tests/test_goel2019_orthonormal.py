@@ -200,3 +200,7 @@ def test_even_network_refuses_non_orthonormal_weights():
         EvenActivationNetwork(np.array([[1.0, 0.0], [0.6, 0.8]]), np.cosh, {(1, 0): 1.0, (0, 1): 1.0})
     with pytest.raises(InputError, match="symmetric"):
         QuarticForm(np.eye(2), [1.0, 1.0], [[0.0, 1.0], [0.0, 0.0]])
+    with pytest.raises(InputError, match="source must provide"):
+        sphere_maximization(np.eye(2), 1)
+    with pytest.raises(InputError, match="exceeds"):
+        sphere_maximization(QuarticForm(np.eye(2), [1.0, 1.0], np.zeros((2, 2))), 3)

@@ -342,6 +342,11 @@ def sphere_maximization(source, n_components: int, *, maximize: bool = True, n_r
 
 
 def _sphere_maximization(source, n_components, *, maximize, n_restarts, max_iter, tol, rng) -> SphereResult:
+    if not all(hasattr(source, a) for a in ("value", "action", "order", "n_inputs")):
+        raise InputError(f"source must provide value(Z), action(Z), order and n_inputs (a SampleHermiteCorrelation, "
+                         f"PowerSumForm or QuarticForm), got {type(source).__name__}.")
+    if not (isinstance(tol, numbers.Real) and math.isfinite(tol) and tol > 0):
+        raise InputError(f"tol must be a finite number > 0, got {tol!r}.")
     n = int(source.n_inputs)
     k = check_positive_int(n_components, "n_components")
     if k > n:
