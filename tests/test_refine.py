@@ -127,7 +127,7 @@ def test_lbfgs_and_auto_method(teacher):
     assert res.method == "lbfgs" and res.kept == "refined"
     # L-BFGS is not the round-off tool, but from inside the basin it gains orders of magnitude
     assert res.holdout_loss_refined < 1e-4 * res.holdout_loss_start
-    auto_small = refine_network(start, (X[:5000], Y[:5000]), jacobian_memory=100_000, rng=0)
+    auto_small = refine_network(start, (X[:5000], Y[:5000]), jacobian_memory=20_000, rng=0)
     assert auto_small.method == "lbfgs" and auto_small.requested_method == "auto"
     assert refine_network(start, (X[:5000], Y[:5000]), rng=0, max_iter=3).method == "gn"
 
@@ -230,7 +230,7 @@ def test_mean_squared_loss_definition(teacher):
 
 # ----------------------------------------------------------------------------- "gn": Levenberg-Marquardt on
 # the normal equations accumulated over all rows, "lm+gn" = "lm" on the rows that fit + "gn" on all rows,
-# and "auto" = "gn" (or "lbfgs" when not even 4 P rows fit the Jacobian budget)
+# and "auto" = "gn" (or "lbfgs" with fewer than 4 P residuals or a J^T J larger than the memory budget)
 
 @pytest.fixture(scope="module")
 def smooth_noisy():
@@ -328,7 +328,7 @@ def test_lm_then_gn_when_rows_exceed_the_jacobian_budget(smooth_noisy):
     assert info_auto["method"] == "gn" and info_auto["n_samples_used"] == 3000
     assert auto_gn == fit_least_squares(start, X, Y, method="gn", jacobian_memory=memory)[0]
     assert np.linalg.norm(_theta(auto_gn) - _theta(auto)) < bound
-    # the pipeline reports it; "auto" is "gn" whatever the budget (unless not even 4 P rows fit)
+    # the pipeline reports it; "auto" is "gn" whatever the budget (unless J^T J itself does not fit)
     res = refine_network(start, (X, Y), method="lm+gn", jacobian_memory=memory, rng=0)
     assert res.method == "lm+gn" and res.requested_method == "lm+gn" and res.n_samples_used == 2400
     assert refine_network(start, (X, Y), jacobian_memory=memory, rng=0).method == "gn"
@@ -408,3 +408,41 @@ def test_lm_row_cap_is_documented():
     assert "FIRST" in refine_module.__doc__ and "lm+gn" in refine_module.__doc__
     assert "only the first" in fit_least_squares.__doc__
     assert refine_module.METHODS == ("auto", "lm", "trf", "lbfgs", "gn", "lm+gn")
+
+
+@pytest.mark.parametrize("train", [BLOCKS, ("hidden_weights",), ("hidden_bias", "output_weights"),
+                                   ("output_weights", "output_bias"), ("hidden_weights", "output_bias")])
+def test_structured_normal_equations_equal_dense_jacobian_products(train):
+    # J^T J and J^T r summed over the outputs in closed form (several outputs, chunks that do not divide
+    # the rows) equal the products of the dense Jacobian up to the rounding of sums of 500 terms
+    net = nr.random_network(6, 3, 4, rng=90, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3))
+    gen = np.random.default_rng(91)
+    X, Y = gen.standard_normal((500, 6)), gen.standard_normal((500, 4))
+    model = _Model(net, train)
+    theta = model.pack(net)
+    J, r = model.jacobian(theta, X, Y), model.residuals(theta, X, Y)
+    JtJ, g = _normal_equations(model, theta, X, Y, model.forward(theta, X, Y)[-1], 77)
+    assert JtJ.shape == (model.n_params, model.n_params)
+    assert np.max(np.abs(JtJ - J.T @ J)) < 1e-13 * max(1.0, np.max(np.abs(J.T @ J)))
+    assert np.max(np.abs(g - J.T @ r)) < 1e-13 * max(1.0, np.max(np.abs(J.T @ r)))
+
+
+def test_span_first_reaches_round_off_and_records_its_stages():
+    # noiseless, d = 20 > k = 3: the span polish cannot reach the truth (the true rows leave the start's
+    # span by ~1e-2), the full-space stage on 1500 rows (>> P = 67 parameters: the noiseless least-squares
+    # minimiser is unique and is the truth) reaches round-off, the last span stage keeps it there
+    truth = nr.random_network(20, 3, rng=95, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3))
+    X, Y = nr.sample(truth, StandardGaussian(20), 6000, rng=96)
+    start = _perturbed(truth, 1e-2, seed=97)
+    res = refine_network(start, (X, Y), full_samples=1500, rng=0)
+    assert res.method == "gn" and res.kept == "refined"
+    assert [(st["stage"], st["n_samples_used"]) for st in res.extra["stages"]] == \
+        [("span", 4800), ("full", 1200), ("span", 4800)]
+    assert parameter_error(res.network, truth)["max_unit_error"] < 1e-10
+    json.dumps(res.as_dict())
+    plain = refine_network(start, (X, Y), span=False, rng=0)
+    assert "stages" not in plain.extra and parameter_error(plain.network, truth)["max_unit_error"] < 1e-10
+    with pytest.raises(InputError, match="span"):
+        refine_network(start, (X, Y), span="yes")
+    with pytest.raises(InputError, match="full_samples"):
+        refine_network(start, (X, Y), full_samples=0)

@@ -36,8 +36,10 @@ Methods.
 * ``"gn"``: damped Gauss-Newton, i.e. Levenberg-Marquardt (Levenberg 1944; Marquardt 1963, with
   Marquardt's scaling ``D = diag(J^T J)``; damping update of Nielsen 1999) on the NORMAL EQUATIONS
   ``(J^T J + lambda D) h = -J^T r``, with ``J^T J`` (``P x P``) and ``J^T r`` accumulated over ALL rows
-  in chunks of rows whose Jacobian stays within ``min(jacobian_memory, 8 MiB)``; the full Jacobian is
-  never formed. Memory ``O(chunk p P + P^2 + N p)``, time per iteration ``O(N p P^2)``. Forming
+  in chunks of rows within ``min(jacobian_memory, 8 MiB)``; the Jacobian is never formed: its structure
+  (the output sum of :func:`_normal_equations`) gives ``J^T J`` from the ``k (d + 1)`` hidden columns of
+  one output, so memory is ``O(chunk k d + P^2 + N p)`` and time per iteration ``O(N (k d)^2 + N p k^2)``
+  for any number ``p`` of outputs. Forming
   ``J^T J`` squares the condition number, which costs little here: the step is recomputed at every
   iterate, so its relative error ``cond(J)^2 eps`` only slows the (linear) convergence while
   ``cond(J)^2 eps < 1``, and on noiseless data ``"gn"`` reaches the truth to round-off like ``"lm"``
@@ -47,14 +49,26 @@ Methods.
 * ``"lm+gn"``: ``"lm"`` on the first ``rows_fit`` rows (round-off accurate on noiseless data), FOLLOWED
   by ``"gn"`` on all ``N`` rows from the ``"lm"`` solution, with ``n_samples_used = N`` (the two stages
   are recorded in ``stages``); just ``"lm"`` when every row fits.
-* ``"auto"`` (default): if the Jacobian of ``4 P`` rows does not fit ``jacobian_memory``, or
-  ``N < 4 P``, ``"lbfgs"`` on all rows; otherwise ``"gn"`` on all ``N`` rows, so the statistical error
+* ``"auto"`` (default): if there are fewer than ``4 P`` residuals (``N p < 4 P``) or the normal
+  matrix ``J^T J`` (``8 P^2`` bytes) does not fit ``jacobian_memory``, ``"lbfgs"`` on all rows; otherwise
+  ``"gn"`` on all ``N`` rows, so the statistical error
   keeps falling with ``N`` beyond ``rows_fit``. Measured (d = 10, k = 5 ReLU, start 1e-2 from the truth,
   one BLAS thread): noiseless, 4e4 training rows: ``"gn"`` 4.9e-16 max unit error in 0.08 s (5
   iterations), ``"lm"`` 3.5e-16 in 1.8 s; sigma = 0.1, 2.4e5 rows: both 6.3e-3, ``"gn"`` 4.0 s,
   ``"lm"`` 29.5 s; 8e5 / 2.4e6 rows: 3.8e-3 / 1.6e-3 with ``"gn"`` (7 / 30 s) or ``"lm+gn"``
   (83-96 s: the ``"lm"`` stage on 5.5e5 rows took 63-73 s) against 3.3e-3 / 2.7e-3 with ``"lm"``
   (5.5e5 rows both times). (Until this measurement ``"auto"`` chose ``"lm"`` whenever the rows fit.)
+
+Span first (:func:`refine_network`, ``span=True``, with ``"auto"``/``"gn"`` and ``k < d``). A pass of
+``"gn"`` costs ``O(N (k d)^2)``, i.e. ``k^2`` passes of ``X^T X``. The hidden rows of a good start nearly
+span the true rows, so the polish runs first in that span: ``W = V Q^T`` with ``Q`` (d x k) an
+orthonormal basis of the start's rows, the rows projected once (``z = Q^T x``, ``O(N d k)``), then
+``k^2 + 2 k + p (k + 1)`` parameters at ``O(N k^4)`` per pass. The part of the true rows outside that
+span is removed by a full-space ``"gn"`` on at most ``full_samples`` evenly strided rows, and a last span
+polish in the span of the corrected rows uses all rows again (:func:`_span_then_full`). Noiseless data:
+round-off as before. With label noise the components of the rows outside the first span carry the
+statistical error of ``full_samples`` rows rather than ``N``; ``span=False`` restores one ``"gn"`` run on
+all rows.
 
 Non-smooth losses. The empirical loss of a ReLU network has kinks where a row crosses
 ``w_i.x + b_i = 0``; with label noise, optimisers from different starts can stop at different local
@@ -105,6 +119,7 @@ _GN_LAMBDA0 = 1e-6  # initial Marquardt parameter of "gn" (Nielsen's tau for a g
 _GN_LAMBDA_MIN = 1e-8  # its floor (see _gauss_newton)
 _GN_CHUNK_BYTES = 1 << 23  # largest Jacobian chunk of "gn" (8 MiB; see _chunk_rows)
 _JACOBIAN_MEMORY = 1 << 28  # 256 MiB
+_SPAN_FIRST_STEPS = 10  # trial steps of the first span stage (see _span_then_full)
 
 
 # =========================================================================== results
@@ -402,31 +417,93 @@ def _loss_pass(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.ndarray, o
 
 def _normal_equations(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.ndarray, R: np.ndarray,
                       chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """``J^T J`` and ``g = J^T r`` over all rows, one Jacobian chunk of ``chunk_rows`` rows at a time.
+    """``J^T J`` and ``g = J^T r`` over all rows, accumulated from the Jacobian's structure in row chunks.
 
     ``J`` and ``r = R / sqrt(n)`` are those of :meth:`_Model.jacobian` / :meth:`_Model.residuals` on all
-    ``n`` rows (the chunks are normalised by the total ``n``); ``R`` holds the residuals at ``theta``.
+    ``n`` rows; ``R`` holds the residuals at ``theta``. The rows of ``J`` for output ``r`` are
+    ``[A_ri e_n, delta_rr' h_n, delta_rr']`` with ``e_n = (act'(z_n) (x) x_n, act'(z_n))`` (the hidden
+    columns, unit ``u(col)``) and ``h_n = act(z_n)``. Summing over outputs first,
+
+        J_hid^T J_hid = (sum_n e_n e_n^T) * (A^T A)[u, u],   J_hid^T J_A = (sum_n e_n h_n^T) (x) A[:, u]^T,
+        J_A^T J_A = I_p (x) sum_n h_n h_n^T,                 J_c^T J_c = n I_p,  ...
+
+    so one pass costs ``O(n (k (d + 1))^2)`` whatever the number of outputs ``p`` (the dense Jacobian
+    costs ``p`` times more), and memory is one chunk of ``e`` (``chunk_rows k (d + 1)`` doubles).
     """
-    n, P = X.shape[0], model.n_params
-    JtJ, g = np.zeros((P, P)), np.zeros(P)
-    scale = np.sqrt(n)
+    n, k, d, p = X.shape[0], model.k, model.d, model.p
+    W, b, A, c = model.unpack(theta)
+    sl = model.slices
+    hw, hb = "hidden_weights" in sl, "hidden_bias" in sl
+    u = np.concatenate([np.repeat(np.arange(k), d) if hw else np.empty(0, dtype=np.int64),
+                        np.arange(k) if hb else np.empty(0, dtype=np.int64)]).astype(np.int64)
+    nE = u.size
+    EE, EH, Es = np.zeros((nE, nE)), np.zeros((nE, k)), np.zeros(nE)
+    HH, Hs = np.zeros((k, k)), np.zeros(k)
+    gW, gb, gA, gc = np.zeros((k, d)), np.zeros(k), np.zeros((p, k)), np.zeros(p)
     for s in range(0, n, chunk_rows):
-        J = model.jacobian(theta, X[s:s + chunk_rows], Y[s:s + chunk_rows], n_total=n)
-        JtJ += J.T @ J
-        g += J.T @ (R[s:s + chunk_rows].ravel() / scale)
+        Xc, Rc = X[s:s + chunk_rows], R[s:s + chunk_rows]
+        Z = Xc @ W.T + b
+        H = model.act(Z)
+        if nE:
+            G = model.act.derivative(Z)
+            E = np.empty((Xc.shape[0], nE))
+            if hw:
+                block = E[:, :k * d]
+                block.shape = (Xc.shape[0], k, d)  # a view (raises rather than copy)
+                np.multiply(G[:, :, None], Xc[:, None, :], out=block)
+            if hb:
+                E[:, nE - k:] = G
+            EE += E.T @ E
+            EH += E.T @ H
+            Es += E.sum(axis=0)
+            D = (Rc @ A) * G
+            gW += D.T @ Xc
+            gb += D.sum(axis=0)
+        HH += H.T @ H
+        Hs += H.sum(axis=0)
+        gA += Rc.T @ H
+        gc += Rc.sum(axis=0)
+    blocks: dict[str, np.ndarray] = {}
+    Au = A[:, u]  # (p, nE): A_{r, u(col)}
+    Ip = np.eye(p)
+    hid = {"hid": EE * (A.T @ A)[np.ix_(u, u)],
+           "output_weights": (Au.T[:, :, None] * EH[:, None, :]).reshape(nE, p * k),
+           "output_bias": Es[:, None] * Au.T}
+    ow = {"output_weights": np.kron(Ip, HH), "output_bias": np.kron(Ip, Hs[:, None])}
+    names = [name for name in ("output_weights", "output_bias") if name in sl]
+    parts = (["hid"] if nE else []) + names
+    for i, a in enumerate(parts):
+        for bname in parts[i:]:
+            if a == "hid":
+                blk = hid["hid"] if bname == "hid" else hid[bname]
+            elif a == "output_weights":
+                blk = ow["output_weights"] if bname == "output_weights" else ow["output_bias"]
+            else:
+                blk = n * Ip
+            blocks[a, bname] = blk
+    JtJ = np.block([[blocks[a, bname] if (a, bname) in blocks else blocks[bname, a].T for bname in parts]
+                    for a in parts]) / n
+    grads = {"hidden_weights": gW.ravel(), "hidden_bias": gb, "output_weights": gA.ravel(), "output_bias": gc}
+    g = np.concatenate([grads[name] for name in BLOCKS if name in sl]) / n
     return JtJ, g
+
+
+def _gn_row_bytes(model: _Model) -> int:
+    """Bytes per row of a ``"gn"`` chunk: the hidden columns ``e_n`` (``k (d + 1)``) and ``act(z_n)``."""
+    return 8 * (model.k * (model.d + 2) + model.p)
 
 
 def _chunk_rows(jacobian_memory: int, model: _Model) -> tuple[int, int]:
     """Rows per Jacobian chunk and per loss chunk of ``"gn"``.
 
-    A Jacobian chunk holds ``p P`` doubles per row and stays within ``min(jacobian_memory, 8 MiB)``: the
+    A Jacobian chunk holds the hidden columns ``e_n`` of :func:`_normal_equations` (``k (d + 2) + p`` doubles
+    per row) and stays within ``min(jacobian_memory, 8 MiB)``: the
     budget is a ceiling, and chunks that fit in cache accumulate ``J^T J`` faster (measured with one BLAS
     thread, d = 10, k = 5, 8e5 rows: 0.13 s per pass with 4-8 MiB chunks, 1.3 s with one 256 MiB chunk).
     A loss chunk holds ``W x + b``, its activation and the residuals (``2 k + 2 p`` doubles per row).
     """
     budget = min(jacobian_memory, _GN_CHUNK_BYTES)
-    return (max(1, int(budget // (8 * model.p * model.n_params))),
+    return (max(1, int(budget // _gn_row_bytes(model))),
             max(1, int(budget // (8 * (2 * model.k + 2 * model.p)))))
 
 
@@ -572,8 +649,8 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
     X : (N, d) array
     Y : (N,) or (N, p) array
     method : {"auto", "lm", "trf", "lbfgs", "gn", "lm+gn"}
-        ``"auto"`` runs ``"gn"`` on all rows (``"lbfgs"`` when not even ``4 P`` rows fit the Jacobian
-        budget); see the module docstring.
+        ``"auto"`` runs ``"gn"`` on all rows (``"lbfgs"`` with fewer than ``4 P`` residuals or when
+        ``J^T J`` does not fit ``jacobian_memory``); see the module docstring.
     max_iter : int, optional
         Function evaluations (``lm``, ``trf``; default 200), trial steps (``gn``; default 100) or
         iterations (``lbfgs``; default 5000). For ``"lm+gn"`` it bounds each stage (defaults 200 and 100).
@@ -584,8 +661,8 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
         Blocks to optimise (subset of :data:`BLOCKS`); the others stay fixed.
     jacobian_memory : int, default 256 MiB
         Bytes allowed for the dense Jacobian of ``lm``/``trf``: only the first ``jacobian_memory // (8 p
-        P)`` rows are used by them. ``gn`` uses all rows and keeps one chunk of the Jacobian of at most
-        ``min(jacobian_memory, 8 MiB)``.
+        P)`` rows are used by them. ``gn`` uses all rows and keeps one chunk of at most
+        ``min(jacobian_memory, 8 MiB)``; ``"auto"`` needs ``J^T J`` (``8 P^2`` bytes) to fit it.
 
     Returns
     -------
@@ -619,13 +696,16 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
         # "lm" on the first rows_fit rows, then "gn" on all of them (just "lm" when every row fits)
         method, finish = "lm", n > rows_fit
     if method == "auto":
-        if min(rows_fit, n) < 4 * P:
+        if n * p < 4 * P or 8 * P * P > jacobian_memory or _gn_row_bytes(model) > jacobian_memory:
             method = "lbfgs"
         else:  # the normal equations over all rows: as accurate as "lm", 10-20x faster (module docstring)
             method = "gn"
-    if method in ("lm", "trf", "gn") and rows_fit < 1:
+    if method in ("lm", "trf") and rows_fit < 1:
         raise InputError(f"the Jacobian of one sample ({p * P * 8} bytes) exceeds jacobian_memory="
                          f"{jacobian_memory}; raise it or use method='lbfgs'.")
+    if method == "gn" and _gn_row_bytes(model) > jacobian_memory:
+        raise InputError(f"one row of the normal-equation chunk ({_gn_row_bytes(model)} bytes) exceeds "
+                         f"jacobian_memory={jacobian_memory}; raise it or use method='lbfgs'.")
     X_all, Y_all = X, Y
     if method in ("lm", "trf"):
         n_use = min(n, rows_fit)
@@ -689,10 +769,72 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
     return refined, info
 
 
+def _span_stage(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, method: str, max_iter, tol: float,
+                train: tuple[str, ...], jacobian_memory: int) -> tuple[TwoLayerNetwork, dict]:
+    """Least squares over networks whose hidden rows stay in the span of ``network``'s hidden rows.
+
+    With ``Q`` (d x k) an orthonormal basis of that span (QR of ``W^T``), ``W = V Q^T`` and ``W x = V z``
+    with ``z = Q^T x``: the rows are projected once (``O(N d k)``) and the problem is the same one in ``k``
+    inputs, ``k^2 + 2 k + p (k + 1)`` parameters instead of ``k d + ...``, so one Gauss-Newton pass costs
+    ``O(N k^4)`` instead of ``O(N k^2 d^2)``.
+    """
+    W = network.hidden_weights
+    Q = np.linalg.qr(W.T)[0]
+    small = TwoLayerNetwork(W @ Q, network.hidden_bias, network.output_weights, network.output_bias,
+                            network.activation)
+    t0 = time.perf_counter()
+    fitted, info = fit_least_squares(small, X @ Q, Y, method=method, max_iter=max_iter, tol=tol, train=train,
+                                     jacobian_memory=jacobian_memory)
+    out = TwoLayerNetwork(fitted.hidden_weights @ Q.T, fitted.hidden_bias, fitted.output_weights,
+                          fitted.output_bias, network.activation)
+    info = dict(info, stage="span", time=time.perf_counter() - t0,
+                train_loss_start=mean_squared_loss(network, X, Y), train_loss_refined=mean_squared_loss(out, X, Y))
+    return out, info
+
+
+def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, method: str, max_iter,
+                    tol: float, train: tuple[str, ...], jacobian_memory: int, full_samples: int
+                    ) -> tuple[TwoLayerNetwork, dict]:
+    """Span polish on all rows, full-space polish on at most ``full_samples`` rows, span polish again.
+
+    The true hidden rows leave the span of the start's rows by the start's error, which the span polish
+    cannot remove: the span optimum has a nonzero residual, where Gauss-Newton converges only linearly,
+    so the first span stage is capped at ``_SPAN_FIRST_STEPS`` trial steps (it only has to bring the
+    in-span parameters close, for fewer full-space steps); the full-space stage on an evenly strided subsample (``O(m (k d)^2)`` per pass) removes
+    it to the statistical error of ``m`` rows (to round-off on noiseless data), and the last span stage,
+    in the span of the corrected rows, brings the in-span parameters back to the precision of all rows.
+    """
+    n = X.shape[0]
+    stages = []
+    first_iter = _SPAN_FIRST_STEPS if max_iter is None else min(max_iter, _SPAN_FIRST_STEPS)
+    current, info = _span_stage(network, X, Y, method=method, max_iter=first_iter, tol=tol, train=train,
+                                jacobian_memory=jacobian_memory)
+    stages.append(info)
+    stride = -(-n // full_samples)
+    Xs, Ys = X[::stride], Y[::stride]
+    t0 = time.perf_counter()
+    current, info = fit_least_squares(current, Xs, Ys, method=method, max_iter=max_iter, tol=tol, train=train,
+                                      jacobian_memory=jacobian_memory)
+    stages.append(dict(info, stage="full", time=time.perf_counter() - t0))
+    current, info = _span_stage(current, X, Y, method=method, max_iter=max_iter, tol=tol, train=train,
+                                jacobian_memory=jacobian_memory)
+    stages.append(info)
+    last = stages[-1]
+    summary = {"method": stages[1]["method"], "n_iter": sum(st["n_iter"] for st in stages), "n_samples_used": n,
+               "success": last["success"], "status": last["status"],
+               "message": "; ".join(f"{st['stage']} on {st['n_samples_used']} rows: {st['message']}"
+                                    for st in stages),
+               "train_loss_start": mean_squared_loss(network, X, Y), "train_loss_refined": last["train_loss_refined"],
+               "stages": stages}
+    if all("n_jacobian" in st for st in stages):
+        summary["n_jacobian"] = sum(st["n_jacobian"] for st in stages)
+    return current, summary
+
+
 def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto", max_samples: int = 200_000,
                    holdout_fraction: float = 0.2, validation_data: Any = None, max_iter: int | None = None,
                    tol: float = 1e-15, train: Sequence[str] = BLOCKS, jacobian_memory: int = _JACOBIAN_MEMORY,
-                   rng=None) -> RefineResult:
+                   span: bool = True, full_samples: int = 20_000, rng=None) -> RefineResult:
     """Polish a network estimate by nonlinear least squares; keep it only if it helps on held-out data.
 
     Parameters
@@ -720,8 +862,16 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
     train : sequence of str, default all four blocks
         Which of ``hidden_weights``, ``hidden_bias``, ``output_weights``, ``output_bias`` to optimise.
     jacobian_memory : int, default 256 MiB
-        Memory budget of the dense Jacobian (``lm``/``trf``; they use only the rows that fit) and of one
-        Jacobian chunk of ``gn`` (see :func:`fit_least_squares`).
+        Memory budget of the dense Jacobian (``lm``/``trf``; they use only the rows that fit), of one
+        chunk of ``gn`` and of its normal matrix (see :func:`fit_least_squares`).
+    span : bool, default True
+        With ``"auto"`` or ``"gn"``, trained hidden weights and fewer hidden units than inputs, polish in
+        the span of the start's hidden rows on all training rows, then in the full space on at most
+        ``full_samples`` of them, then in the new span on all rows (module docstring, "Span first"; the
+        three records are in ``extra["stages"]``). False: one optimiser run on all training rows.
+    full_samples : int, default 20_000
+        Rows (evenly strided) of the full-space stage when ``span`` applies. On noisy data the components
+        of the hidden rows outside the span carry the statistical error of this many rows.
     rng : int, Generator or None
         Seeds the subsample and the split; same seed, same result.
 
@@ -761,8 +911,15 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
         hold, tr = np.sort(perm[:n_hold]), np.sort(perm[n_hold:])
         Xv, Yv, Xt, Yt = X[hold], Y[hold], X[tr], Y[tr]
 
-    refined, info = fit_least_squares(network, Xt, Yt, method=method, max_iter=max_iter, tol=tol, train=train,
-                                      jacobian_memory=jacobian_memory)
+    if not isinstance(span, (bool, np.bool_)):
+        raise InputError(f"span must be True or False, got {span!r}.")
+    full_samples = check_positive_int(full_samples, "full_samples")
+    if span and method in ("auto", "gn") and "hidden_weights" in train and network.n_hidden < network.n_inputs:
+        refined, info = _span_then_full(network, Xt, Yt, method=method, max_iter=max_iter, tol=tol, train=train,
+                                        jacobian_memory=jacobian_memory, full_samples=full_samples)
+    else:
+        refined, info = fit_least_squares(network, Xt, Yt, method=method, max_iter=max_iter, tol=tol,
+                                          train=train, jacobian_memory=jacobian_memory)
     hold_start = mean_squared_loss(network, Xv, Yv)
     hold_ref = mean_squared_loss(refined, Xv, Yv)
     if Xv.shape[0]:

@@ -504,9 +504,9 @@ class PureNeuronLearner(BaseLearner):
         Polish the estimate with the shared local refinement of both layers
         (:func:`nnrecover.refine.refine_network`); False returns the paper's algorithm's output alone.
     refine_options : dict, optional
-        Keyword arguments of ``refine_network``. Default ``{"method": "lbfgs"}``: the dense-Jacobian
-        Levenberg-Marquardt costs ``O(n l P^2)`` per step and is minutes at ``d = k = 10``, ``n = 10^4``,
-        while L-BFGS reaches round-off there in seconds.
+        Keyword arguments of ``refine_network``. Default: its ``"auto"`` method, Levenberg-Marquardt on
+        the normal equations (``O(n (k d)^2)`` per step for any number ``l`` of outputs), which reaches
+        round-off on noiseless data where L-BFGS stalls near ``1e-7``.
     certificate_tol : float, default 0.1
         The certificate ``max_unit_error`` of the returned network (after refinement) passes when its
         bound on the max unit error (:func:`nnrecover.learners.bakshi2019.unit_error_bound`: first
@@ -594,11 +594,6 @@ class PureNeuronLearner(BaseLearner):
         if not 0.0 < alpha < 1.0:
             raise InputError(f"symmetry_alpha is a significance level in (0, 1), got {self.symmetry_alpha!r}.")
         check_certificate_params(self)
-
-    def _refine_kwargs(self) -> dict:
-        opts = super()._refine_kwargs()
-        opts.setdefault("method", "lbfgs")
-        return opts
 
     # ------------------------------------------------------------------ fitting
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:

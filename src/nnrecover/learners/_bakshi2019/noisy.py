@@ -113,18 +113,31 @@ class OutputRegressionStatistic(Statistic):
         self._yy += other._yy
 
     def finalize(self) -> tuple[np.ndarray, dict]:
-        """``U`` (m, k) and ``{"residual": ||Y - H U^T||_F/||Y||_F, "condition": κ(H^T H)}``.
+        """``U`` (m, k) and ``{"residual": ||Y - H U^T||_F/||Y||_F, "condition": κ(H^T H), "rank": rank of H}``.
 
         The residual is evaluated from the accumulated sums (``||Y||^2 - 2 tr(U H^T Y) + tr(U H^T H U^T)``),
         so it is accurate only to about ``sqrt(eps) = 1e-8`` relative; ``U`` itself is accurate to
-        ``κ(H^T H) eps`` (normal equations).
+        ``κ(H^T H) eps`` (normal equations). When the columns of ``H = f(X V^T)`` are linearly dependent
+        (two parallel rows of ``V``, or a unit inactive on every row: Lemma 20 needs ``f(V X)`` of full
+        rank ``k``), ``H^T H`` is singular and ``U`` is the minimum-norm least-squares solution (the
+        pseudo-inverse of ``H^T H``, eigenvalues below ``k eps`` times the largest dropped), with
+        ``rank < k`` recorded.
         """
         self.require(1, "OutputRegressionStatistic")
-        U = scipy.linalg.solve(self._hh, self._hy, assume_a="pos").T
+        k = self._hh.shape[0]
+        rank = int(np.linalg.matrix_rank(self._hh, hermitian=True))
+        U = None
+        if rank == k:
+            try:
+                U = scipy.linalg.solve(self._hh, self._hy, assume_a="pos").T
+            except np.linalg.LinAlgError:
+                U = None
+        if U is None:
+            U = (scipy.linalg.pinvh(self._hh, atol=0.0, rtol=k * np.finfo(float).eps) @ self._hy).T
         # ||Y - H U^T||^2 = ||Y||^2 - 2 tr(U H^T Y) + tr(U H^T H U^T)
         rss = self._yy - 2 * float(np.sum(U.T * self._hy)) + float(np.sum((U @ self._hh) * U))
         return U, {"residual": float(np.sqrt(max(rss, 0.0) / self._yy)) if self._yy > 0 else 0.0,
-                   "condition": float(np.linalg.cond(self._hh))}
+                   "condition": float(np.linalg.cond(self._hh)), "rank": rank}
 
 
 def regression_output_weights(V: Any, X: Any, Y: Any = None, *, activation: Any = "relu",
