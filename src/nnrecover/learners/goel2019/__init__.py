@@ -6,16 +6,18 @@ part ``P`` (a polynomial, or any callable upper network). The learner recovers t
 
 Modules
 -------
-``model``       :class:`HighThresholdNetwork`, the upper part ``P`` (:class:`UpperPolynomial`,
-                :class:`CallableUpper`), generators meeting / violating the assumptions, the Hermite
-                coefficients of the activations and the exact population moments.
-``statistics``  streaming storage of the active rows and the normalised H_1/H_2/H_4 moments
-                (samples and exact population).
-``step1``       Step 1, three routes: whitening + tensor power iteration (default), the landscape
-                ``G`` of Section 2.1 one unit at a time, the simultaneous landscape of Appendix B.4.
-``step2``       Step 2: EstimateTanAlpha and RefineEstimate (Algorithm 1, Section 2.2).
-``halfspaces``  the intersection-of-halfspaces learner (Theorem 6).
-``estimator``   :class:`HighThresholdLearner` (validates, calls, stores).
+- ``model``: :class:`HighThresholdNetwork`, the upper part ``P`` (:class:`UpperPolynomial`,
+  :class:`CallableUpper`), generators meeting / violating the assumptions, the Hermite coefficients of
+  the activations and the exact population moments.
+- ``statistics``: streaming storage of the active rows and the normalised H_1/H_2/H_4 moments (samples
+  and exact population).
+- ``step1``: Step 1, three routes: whitening + tensor power iteration (default), the landscape ``G`` of
+  Section 2.1 one unit at a time, the simultaneous landscape of Appendix B.4.
+- ``step2``: Step 2, EstimateTanAlpha and RefineEstimate (Algorithm 1, Section 2.2).
+- ``halfspaces``: the intersection-of-halfspaces learner (Theorem 6).
+- ``estimator``: :class:`HighThresholdLearner` (validates, calls, stores).
+- further modules (Section 3, Appendices B.6, B.7 and D) with their own algorithms; every module is
+  imported with the package, so all of them appear in ``nnrecover.learners.available("goel2019")``.
 
 Paper symbols -> names
 ----------------------
@@ -39,7 +41,7 @@ paper                        here
 """
 
 from importlib import import_module
-from importlib.util import find_spec
+from pkgutil import iter_modules
 
 from .._registry import register
 from .estimator import HighThresholdLearner, lemma_diagnostics
@@ -59,10 +61,14 @@ __all__ = [
     "landscape_objective", "simultaneous_objective", "whitening_basis", "resolve_signs", "lemma_diagnostics",
 ]
 
-# the Step 2 and halfspace modules register their own algorithms
-for _mod in ("step2", "halfspaces"):
-    if find_spec(f"{__name__}.{_mod}") is not None:
-        import_module(f".{_mod}", __name__)
+# documented (and pickled) under the package, its public home, not under the estimator module
+HighThresholdLearner.__module__ = __name__
+
+# every other module of the package (Step 2, Theorem 6, Section 3, Appendices B.6-B.7 and D) registers
+# its own algorithms when imported
+for _info in iter_modules(__path__):
+    if not _info.name.startswith("_"):
+        import_module(f".{_info.name}", __name__)
 
 _PAPER = "goel2019"
 _GAUSS = "x ~ N(0, I)"

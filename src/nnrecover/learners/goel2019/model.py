@@ -709,7 +709,7 @@ def _unit_moments(activation: str, t: float, order: int, max_power: int) -> np.n
 
 
 def population_hermite_moment(network: HighThresholdNetwork, order: int) -> np.ndarray:
-    """Exact ``E[f(x) He_k(x)]`` (dense, shape (n,)*k) for ``x ~ N(0, I_n)``.
+    """Exact ``E[f(x) He_k(x)]`` (dense, ``k`` axes of length ``n``) for ``x ~ N(0, I_n)``.
 
     Available when ``P`` is linear (any ``W``; Lemma 9 / Corollary 2) or ``W`` has orthonormal rows (any
     polynomial ``P``; product-Hermite formula). ``He_k(x)`` is the multivariate Hermite tensor, so

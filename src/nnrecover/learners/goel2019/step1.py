@@ -121,7 +121,9 @@ def whitening_basis(moments, n_hidden: int, *, min_eigenvalue: float = 1e-6) -> 
 
 
 def resolve_signs(moments, duals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Signs ``s_i = sign(E[y~ x] . z_i / u_hat_1)`` of the dual vectors, and the test margins.
+    """Signs of the dual vectors from the first-order Hermite moment, and the test margins.
+
+    ``s_i = sign(E[y~ x] . z_i / u_hat_1)``.
 
     Returns
     -------
@@ -483,7 +485,9 @@ def simultaneous_route(moments, n_hidden: int, *, gamma: float = 0.01, lam: floa
 # ============================================================================ dispatcher
 
 def step1(moments, n_hidden: int, *, method: str = "power", rng=None, **options) -> Step1Result:
-    """Run the Step 1 route ``method`` (``"power"``, ``"landscape"`` or ``"simultaneous"``).
+    """Run one Step 1 route, chosen by ``method``.
+
+    ``method`` is ``"power"``, ``"landscape"`` or ``"simultaneous"``.
 
     The route runs with one BLAS thread: its products are (rows x d) by (d x few columns), for which
     one thread is fastest and several threads only spin (measured 10-50x slower on a loaded 2-core
