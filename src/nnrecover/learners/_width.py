@@ -62,6 +62,12 @@ def _holdout_scores(learner, X: np.ndarray, Y: np.ndarray, candidates: list[int]
             # output-weight system singular) is evidence too: it is recorded, not fatal
             out[k] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"}
             continue
+        units = int(est.network_.n_hidden)
+        if units != k:
+            # a learner may keep more units than asked when fewer fit worse (and says so): that fit is
+            # not evidence about a network of k units
+            out[k] = {"error": f"asked for {k} units, the learner returned {units}"}
+            continue
         pred = np.asarray(est.predict(Xh), dtype=np.float64).reshape(len(Xh), -1)
         r2 = np.sum((Yh - pred) ** 2, axis=1)
         out[k] = {"mse": float(np.mean(r2)), "sq_residuals": r2}
