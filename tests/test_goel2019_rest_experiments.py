@@ -1,4 +1,4 @@
-"""Quick runs of the experiments gp19-delta and gp19-structures (Goel-Panigrahy 2019, Section 3 and Section 4 / Appendix B)."""
+"""Quick runs of the experiments goel2019-delta and goel2019-structures (Goel-Panigrahy 2019, Section 3 and Section 4 / Appendix B)."""
 
 import numpy as np
 
@@ -6,7 +6,7 @@ from nnrecover.experiments import get_experiment
 
 
 def test_gp19_delta_quick():
-    df, fig = get_experiment("gp19-delta").func(rng=0, quick=True)
+    df, fig = get_experiment("goel2019-delta").func(rng=0, quick=True)
     units = df[df.kind == "unit"]
     # Corollary 1 prediction within 4 standard errors of the measured C_2 at every unit
     assert np.all(np.abs(units.value - units.prediction) < 4 * units.se)
@@ -20,7 +20,7 @@ def test_gp19_delta_quick():
 
 
 def test_gp19_structures_quick():
-    df, fig = get_experiment("gp19-structures").func(rng=0, quick=True)
+    df, fig = get_experiment("goel2019-structures").func(rng=0, quick=True)
     t8 = df[df.result == "Theorem 8"]
     assert t8[t8.condition == "met"].recovered.all() and not t8[t8.condition == "violated"].recovered.any()
     b7 = df[df.result == "B.7"]

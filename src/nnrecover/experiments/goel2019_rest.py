@@ -2,14 +2,14 @@
 
 The paper reports no experiments; these check its claims numerically.
 
-``gp19-delta``       Section 3 (Theorem 7, Corollary 1): step units, orthogonal ``W*``, ``P`` = sum of
+``goel2019-delta``       Section 3 (Theorem 7, Corollary 1): step units, orthogonal ``W*``, ``P`` = sum of
                      pairwise products (no linear terms). Panel 1: the measured ``C_2`` at the true
                      directions (with standard errors) against Corollary 1's ``phi(t) Q_i(mu, .., mu)`` and
                      the exact finite-``eps`` expectation, and ``|C_2|`` at directions at least 30 degrees
                      from every unit, for several thresholds. Panel 2: ``C_2`` around the circle for
                      ``n = 2`` with the units and the test level. Panel 3: the net search's recovery angle
                      for ``n = 2`` and ``n = 3`` against the net resolution.
-``gp19-structures``  One panel per structured result, assumption met vs violated: Appendix B.1 (``l = 4``;
+``goel2019-structures``  One panel per structured result, assumption met vs violated: Appendix B.1 (``l = 4``;
                      ``u_hat_4 != 0`` vs ``t = sqrt(3)`` where ``u_hat_4 = 0``), Theorem 10 (``F`` on the
                      circle through two units: maxima at the units vs the mixed point), Theorem 8 (sorted
                      correlations and the edge threshold: gap vs merged units), Theorem 9 (the maximiser's
@@ -51,7 +51,7 @@ def _pairs_network(n: int, d: int, t: float, gen, pairs=None):
     return HighThresholdNetwork(W, t, "step", P), W
 
 
-@experiment("gp19-delta", paper="goel2019",
+@experiment("goel2019-delta", paper="goel2019",
             description="Goel-Panigrahy Section 3: delta' correlation C_2 at the units vs Corollary 1, far "
                         "directions, net search for n = 2, 3")
 def delta_experiment(*, rng: Any = None, quick: bool = False, thresholds=None, n_samples: int | None = None):
@@ -184,7 +184,7 @@ def delta_experiment(*, rng: Any = None, quick: bool = False, thresholds=None, n
     return df, fig
 
 
-@experiment("gp19-structures", paper="goel2019",
+@experiment("goel2019-structures", paper="goel2019",
             description="Goel-Panigrahy structured results (B.1, Theorems 8-10, B.6, B.7): assumption met vs "
                         "violated, one panel each")
 def structures_experiment(*, rng: Any = None, quick: bool = False):
