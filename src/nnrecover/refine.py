@@ -230,10 +230,21 @@ def gather_samples(data: Any, max_samples: int = 200_000, *, rng=None, chunk_siz
     gen = check_random_state(rng)
     source = as_data_source(data)
     source.require_targets("refinement")
-    keep_key = np.empty(0)
-    keep_idx = np.empty(0, dtype=np.int64)
-    Xr = Yr = None
+    # chunks are collected and pruned to the max_samples smallest keys only when twice that many are
+    # held: O(N) copying in all (concatenating at every chunk would copy O(N^2 / chunk) rows)
+    parts: list = []
+    held = 0
+    threshold = np.inf  # largest kept key after a pruning: rows with larger keys can never enter
+    n_cols = None
     seen = 0
+
+    def prune(parts):
+        Xr, Yr, kk, ii = (np.concatenate([part[j] for part in parts]) for j in range(4))
+        if kk.size > max_samples:
+            sel = np.argpartition(kk, max_samples - 1)[:max_samples]
+            Xr, Yr, kk, ii = Xr[sel], Yr[sel], kk[sel], ii[sel]
+        return [(Xr, Yr, kk, ii)]
+
     for X, Y in source.chunks(chunk_size=chunk_size, progress=False):
         if Y.shape[1] == 0:
             raise InputError("refinement needs targets Y; the data have none.")
@@ -241,23 +252,25 @@ def gather_samples(data: Any, max_samples: int = 200_000, *, rng=None, chunk_siz
         keys = gen.random(m)
         idx = np.arange(seen, seen + m, dtype=np.int64)
         seen += m
-        if keep_key.size >= max_samples:  # only rows that beat the current threshold can enter
-            sel = keys < keep_key.max()
+        if n_cols is None:
+            n_cols = (X.shape[1], Y.shape[1])
+        elif (X.shape[1], Y.shape[1]) != n_cols:
+            raise InputError("every chunk must have the same numbers of input and target columns.")
+        if np.isfinite(threshold):
+            sel = keys < threshold
             if not np.any(sel):
                 continue
             X, Y, keys, idx = X[sel], Y[sel], keys[sel], idx[sel]
-        if Xr is None:
-            Xr, Yr = np.array(X), np.array(Y)
-        else:
-            if X.shape[1] != Xr.shape[1] or Y.shape[1] != Yr.shape[1]:
-                raise InputError("every chunk must have the same numbers of input and target columns.")
-            Xr, Yr = np.concatenate([Xr, X]), np.concatenate([Yr, Y])
-        keep_key = np.concatenate([keep_key, keys])
-        keep_idx = np.concatenate([keep_idx, idx])
-        if keep_key.size > max_samples:
-            part = np.argpartition(keep_key, max_samples - 1)[:max_samples]
-            Xr, Yr, keep_key, keep_idx = Xr[part], Yr[part], keep_key[part], keep_idx[part]
-    if Xr is None or Xr.shape[0] == 0:
+        parts.append((np.array(X), np.array(Y), keys, idx))
+        held += keys.size
+        if held > 2 * max_samples:
+            parts = prune(parts)
+            held = parts[0][2].size
+            threshold = parts[0][2].max()
+    if not parts:
+        raise InputError("the data are empty: refinement needs samples (X, Y).")
+    Xr, Yr, keep_key, keep_idx = prune(parts)[0]
+    if Xr.shape[0] == 0:
         raise InputError("the data are empty: refinement needs samples (X, Y).")
     order = np.argsort(keep_idx, kind="stable")
     return Xr[order], Yr[order], seen
