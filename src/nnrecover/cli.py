@@ -797,7 +797,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.print_help()
                 return 2
             args.argv = argv[argv.index(args.command) + 1:]
-            return int(args.func(args) or 0)
+            from ._threads import blas_threads
+
+            # every command's work is chunk-sized products and small solves: one BLAS thread (see
+            # nnrecover._threads); the learners' chunk passes still use the cores through workers
+            with blas_threads(1):
+                return int(args.func(args) or 0)
         except SystemExit as exc:  # --help / --version
             return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
         except _UsageError as exc:

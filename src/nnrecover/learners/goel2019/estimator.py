@@ -121,6 +121,14 @@ class HighThresholdLearner(BaseLearner):
 
     _supports_population = True
 
+    @staticmethod
+    def applies_to(network, distribution) -> tuple[bool, str]:
+        """Whether a comparison on ``network`` (a two-layer network teacher) is meaningful: it is not,
+        since this learner recovers a high-threshold first layer (known ``t``) under an unknown upper
+        network, another model than ``A act(W x + b) + c`` with small biases."""
+        return False, ("recovers a high-threshold first layer (known threshold t) under an unknown upper "
+                       "network, another model than this teacher")
+
     def __init__(self, n_hidden, *, activation: str = "step", threshold: float | None = None, method: str = "power",
                  refine: bool = True, refine_options: dict | None = None, baseline: float | None = None,
                  min_coefficient_ratio: float = 0.05, step1_options: dict | None = None, max_rows: int = 10_000_000,
