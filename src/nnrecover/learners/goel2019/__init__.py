@@ -88,3 +88,8 @@ register("goel2019-step1-simultaneous", paper=_PAPER, algorithm="Appendix B.4, T
 register("goel2019-population-moments", paper=_PAPER, algorithm="Lemma 9, Corollary 2 (product-Hermite)",
          target=population_hermite_moment, assumptions=("P linear, or W* orthonormal",),
          description="exact E[f He_k(x)] for the tests and fit_population")
+register("goel2019-lemma-diagnostics", paper=_PAPER, algorithm="Lemmas 1-2, Appendix E (diagnostics)",
+         target=lemma_diagnostics, assumptions=(_GAUSS,),
+         description="the Lemma 1 product-moment ratio, the Lemma 2 bound and the Appendix E ratio of a fit")
+register("goel2019-tail-bound", paper=_PAPER, algorithm="Lemmas 10-12", target=tail_bound, assumptions=(),
+         description="rho(t, sigma), the tail mass of the step, relu and sigmoid units at threshold t")
