@@ -47,7 +47,7 @@ demo: $(STAMP)
 
 test: $(TSTAMP)
 	@$(PY) -c "import importlib.metadata as m, platform; print('versions:', 'python', platform.python_version(), *(f'{n} {m.version(n)}' for n in ('numpy','scipy','scikit-learn','tensorly','dask','distributed','pandas','matplotlib','threadpoolctl','pytest','hypothesis')))"
-	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --timeout=900 tests
+	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --timeout=900 --doctest-modules tests src/nnrecover
 
 # the documentation site into docs/_build/html (warnings are errors)
 docs: $(TSTAMP)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import nnrecover as nr
-from nnrecover.check import check
+from nnrecover import check
 from nnrecover.errors import InputError
 
 D = 10
@@ -114,3 +114,14 @@ def test_bad_input():
         check(X, np.zeros(100))
     with pytest.raises(InputError, match="max_rows"):
         check(np.zeros((100, 3)), np.zeros(100), max_rows=0)
+
+
+def test_nr_check_is_the_function_even_after_the_module_is_imported():
+    import importlib
+
+    import nnrecover
+
+    importlib.import_module("nnrecover.assumptions")
+    importlib.import_module("nnrecover.learners._width")
+    assert callable(nnrecover.check) and nnrecover.check.__name__ == "check"
+    assert callable(nnrecover.extract) and nnrecover.extract.__name__ == "extract"

@@ -21,7 +21,7 @@ __all__ = ["TwoLayerNetwork", "random_network", "sample", "sample_stream", "Samp
 
 _LAZY = {"learners", "metrics", "moments", "hermite", "tensor", "refine", "experiments", "io", "extraction"}
 #: functions imported on first use: name -> module
-_LAZY_FUNCTIONS = {"check": "check", "extract": "extraction"}
+_LAZY_FUNCTIONS = {"check": "assumptions", "extract": "extraction"}
 
 
 def __getattr__(name):  # lazy subpackages keep `import nnrecover` fast (no dask/tensorly at import)

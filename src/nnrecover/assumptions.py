@@ -1,5 +1,8 @@
 """Which learners' assumptions does a data set meet? ``nr.check(X, Y)`` and ``nnrecover check``.
 
+(The module is called ``assumptions`` so that ``nnrecover.check`` stays the function: a submodule of the
+same name would replace the package attribute once imported.)
+
 Every provable learner rests on an assumption about the input law (Gaussian, or symmetric), on the
 width (``k <= d`` for the order-1 algorithms, ``k`` outputs or more for Ge et al.) and on moments
 that exist. :func:`check` measures each of these on the data and gives a verdict per learner with the

@@ -505,7 +505,7 @@ def _read_model(path: str):
 
 
 def _cmd_check(args) -> int:
-    from .check import check
+    from .assumptions import check
     from .experiments.runner import to_jsonable
 
     X, Y = _load_data(args)

@@ -13,7 +13,7 @@ The rule (the same as :func:`nnrecover.check`, which reports it with its evidenc
    when it exceeds twice the noise level ``tau`` (the spread of 10 row-group estimates; by Weyl's
    inequality a zero singular value shows as at most the error's norm). Values between the two bounds
    make the estimate unsure. The spectrum is read from at most 200,000 rows (the first ones, at most
-   2e7 values of ``X``); :func:`nnrecover.check` documents both rules in full.
+   2e7 values of ``X``); :mod:`nnrecover.assumptions` documents both rules in full.
 2. **Held-out check.** The learner is fitted with ``k - 1``, ``k`` and ``k + 1`` units on the first
    90% of those rows and scored on the last 10% (mean squared error with its standard error from the
    paired per-row differences). If ``k + 1`` units fit significantly better, or ``k - 1`` units fit as
@@ -97,7 +97,7 @@ def choose_width(learner, source, *, max_rows: int | None = None) -> tuple[int, 
         No rule applies (one output and non-Gaussian inputs), or the Hermite matrices have full rank
         (``k >= d``: their rank cannot tell ``k``): pass ``n_hidden`` explicitly.
     """
-    from ..check import MAX_ROWS, _read, estimate_width
+    from ..assumptions import MAX_ROWS, _read, estimate_width
 
     X, Y = _read(source, None, int(max_rows or MAX_ROWS))
     width = estimate_width(X, Y, random_state=0)
