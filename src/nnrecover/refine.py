@@ -159,7 +159,8 @@ class RefineResult:
     time : float
         Wall-clock seconds of the whole call.
     extra : dict
-        More records, merged into :meth:`as_dict`: ``stages`` (one record per stage of ``"lm+gn"``),
+        More records, merged into :meth:`as_dict`: ``stages`` (one record per stage of ``"lm+gn"``, or of
+        the span path: ``stage`` is ``"span"``, ``"full"``, ``"span"``),
         ``n_jacobian`` (passes that accumulated the normal equations, ``"gn"``).
     """
 
