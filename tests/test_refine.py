@@ -429,15 +429,16 @@ def test_structured_normal_equations_equal_dense_jacobian_products(train):
 
 def test_span_first_reaches_round_off_and_records_its_stages():
     # noiseless, d = 20 > k = 3: the span polish cannot reach the truth (the true rows leave the start's
-    # span by ~1e-2), the full-space stage on 1500 rows (>> P = 67 parameters: the noiseless least-squares
-    # minimiser is unique and is the truth) reaches round-off, the last span stage keeps it there
+    # span by ~1e-2), the full-space stage on 1200 rows (>> P = 67 parameters: the noiseless least-squares
+    # minimiser is unique and is the truth) reaches round-off, the gradient of all rows is then ~0 and
+    # the last span stage keeps it there
     truth = nr.random_network(20, 3, rng=95, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3))
     X, Y = nr.sample(truth, StandardGaussian(20), 6000, rng=96)
     start = _perturbed(truth, 1e-2, seed=97)
     res = refine_network(start, (X, Y), full_samples=1500, rng=0)
     assert res.method == "gn" and res.kept == "refined"
     assert [(st["stage"], st["n_samples_used"]) for st in res.extra["stages"]] == \
-        [("span", 4800), ("full", 1200), ("span", 4800)]
+        [("span", 4800), ("full", 1200), ("full-gradient", 4800), ("span", 4800)]
     assert parameter_error(res.network, truth)["max_unit_error"] < 1e-10
     json.dumps(res.as_dict())
     plain = refine_network(start, (X, Y), span=False, rng=0)

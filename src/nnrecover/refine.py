@@ -64,11 +64,12 @@ Span first (:func:`refine_network`, ``span=True``, with ``"auto"``/``"gn"`` and 
 span the true rows, so the polish runs first in that span: ``W = V Q^T`` with ``Q`` (d x k) an
 orthonormal basis of the start's rows, the rows projected once (``z = Q^T x``, ``O(N d k)``), then
 ``k^2 + 2 k + p (k + 1)`` parameters at ``O(N k^4)`` per pass. The part of the true rows outside that
-span is removed by a full-space ``"gn"`` on at most ``full_samples`` evenly strided rows, and a last span
-polish in the span of the corrected rows uses all rows again (:func:`_span_then_full`). Noiseless data:
-round-off as before. With label noise the components of the rows outside the first span carry the
-statistical error of ``full_samples`` rows rather than ``N``; ``span=False`` restores one ``"gn"`` run on
-all rows.
+span is removed by a full-space ``"gn"`` on at most ``full_samples`` evenly strided rows, followed by
+steps with that subsample's ``J^T J`` and the gradient of ALL rows (``O(N d k)`` each; their fixed point
+is the least-squares fit of all rows, :func:`_fixed_hessian_steps`), and a last span polish in the span
+of the corrected rows (:func:`_span_then_full`). Noiseless data: round-off as before. Label noise
+(measured, d = 40, k = 4, sigma = 0.1, 1.6e5 training rows, ``full_samples = 20000``): max unit error
+6.6e-3 in 2.5 s against 6.3e-3 in 5.6 s with ``span=False``, one ``"gn"`` run on all rows.
 
 Non-smooth losses. The empirical loss of a ReLU network has kinks where a row crosses
 ``w_i.x + b_i = 0``; with label noise, optimisers from different starts can stop at different local
@@ -120,6 +121,7 @@ _GN_LAMBDA_MIN = 1e-8  # its floor (see _gauss_newton)
 _GN_CHUNK_BYTES = 1 << 23  # largest Jacobian chunk of "gn" (8 MiB; see _chunk_rows)
 _JACOBIAN_MEMORY = 1 << 28  # 256 MiB
 _SPAN_FIRST_STEPS = 10  # trial steps of the first span stage (see _span_then_full)
+_FULL_GRADIENT_STEPS = 50  # steps of _fixed_hessian_steps (linear rate ~ sqrt(P / m) per step)
 
 
 # =========================================================================== results
@@ -160,7 +162,7 @@ class RefineResult:
         Wall-clock seconds of the whole call.
     extra : dict
         More records, merged into :meth:`as_dict`: ``stages`` (one record per stage of ``"lm+gn"``, or of
-        the span path: ``stage`` is ``"span"``, ``"full"``, ``"span"``),
+        the span path: ``stage`` is ``"span"``, ``"full"``, ``"full-gradient"``, ``"span"``),
         ``n_jacobian`` (passes that accumulated the normal equations, ``"gn"``).
     """
 
@@ -806,17 +808,68 @@ def _span_stage(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, metho
     return out, info
 
 
+def _fixed_hessian_steps(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.ndarray, Xs: np.ndarray,
+                         Ys: np.ndarray, *, max_steps: int, tol: float, chunk_rows: int) -> tuple[np.ndarray, dict]:
+    """Newton-type steps with ``J^T J`` of the subsample ``(Xs, Ys)`` and the gradient ``J^T r`` of all rows.
+
+    ``h = -(H_m + lambda D)^{-1} g_N``: the gradient over all ``N`` rows costs ``O(N d k)``
+    (:meth:`_Model.loss_and_grad`, no Jacobian), the Gauss-Newton matrix ``H_m`` of ``m`` rows one
+    ``O(m (k d)^2)`` pass, factorised once. The fixed point is a stationary point of the loss on ALL rows
+    (so the statistical error is that of ``N`` rows, not ``m``), reached linearly at the rate
+    ``||I - H_m^{-1} H_N|| ~ sqrt(P / m)`` (subsampled Newton). A step that does not lower the loss of all
+    rows is halved (at most 4 times; past the statistical noise floor the ReLU kinks make longer searches useless); the loop stops when the step is below ``tol (||theta|| + tol)``,
+    the loss stops falling, or after ``max_steps`` steps.
+    """
+    from scipy.linalg import LinAlgError, cho_factor, cho_solve
+
+    R = model.forward(theta, Xs, Ys)[-1]
+    H, _ = _normal_equations(model, theta, Xs, Ys, R, chunk_rows)
+    D = np.diag(H).copy()
+    D = np.where(D > 0, D, 1.0)
+    lam = _GN_LAMBDA_MIN
+    while True:
+        try:
+            factor = cho_factor(H + np.diag(lam * D), check_finite=False)
+            break
+        except LinAlgError:
+            lam *= 10.0
+            if lam > 1.0:
+                return theta, {"n_iter": 0, "message": "the subsample's normal matrix is not positive definite."}
+    F, g = model.loss_and_grad(theta, X, Y)
+    steps, message = 0, "the maximum number of steps is reached."
+    while steps < max_steps:
+        h = -cho_solve(factor, g, check_finite=False)
+        steps += 1
+        for _ in range(4):
+            F_new, g_new = model.loss_and_grad(theta + h, X, Y)
+            if np.isfinite(F_new) and F_new <= F:
+                break
+            h = h / 2
+        else:
+            message = "no step lowers the loss of all rows."
+            break
+        theta = theta + h
+        done = np.linalg.norm(h) <= tol * (np.linalg.norm(theta) + tol) or F - F_new <= tol * F
+        F, g = F_new, g_new
+        if done:
+            message = "the step or the loss decrease is below tol."
+            break
+    return theta, {"n_iter": steps, "message": message}
+
+
 def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, method: str, max_iter,
                     tol: float, train: tuple[str, ...], jacobian_memory: int, full_samples: int
                     ) -> tuple[TwoLayerNetwork, dict]:
-    """Span polish on all rows, full-space polish on at most ``full_samples`` rows, span polish again.
+    """Span polish on all rows, full-space polish on at most ``full_samples`` rows (then with their normal
+    matrix and the gradient of all rows), span polish again.
 
     The true hidden rows leave the span of the start's rows by the start's error, which the span polish
     cannot remove: the span optimum has a nonzero residual, where Gauss-Newton converges only linearly,
     so the first span stage is capped at ``_SPAN_FIRST_STEPS`` trial steps (it only has to bring the
-    in-span parameters close, for fewer full-space steps); the full-space stage on an evenly strided subsample (``O(m (k d)^2)`` per pass) removes
-    it to the statistical error of ``m`` rows (to round-off on noiseless data), and the last span stage,
-    in the span of the corrected rows, brings the in-span parameters back to the precision of all rows.
+    in-span parameters close, for fewer full-space steps). The full-space stage on an evenly strided
+    subsample (``O(m (k d)^2)`` per pass) removes it to the statistical error of ``m`` rows (to round-off
+    on noiseless data); :func:`_fixed_hessian_steps` then moves to the least-squares fit of all rows, and
+    the last span stage, in the span of the corrected rows, polishes the in-span parameters on all rows.
     """
     n = X.shape[0]
     stages = []
@@ -830,6 +883,16 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
     current, info = fit_least_squares(current, Xs, Ys, method=method, max_iter=max_iter, tol=tol, train=train,
                                       jacobian_memory=jacobian_memory)
     stages.append(dict(info, stage="full", time=time.perf_counter() - t0))
+    if Xs.shape[0] < n:  # the same least squares on all rows, with the subsample's normal matrix
+        t0 = time.perf_counter()
+        model = _Model(current, train)
+        theta, info = _fixed_hessian_steps(model, model.pack(current), X, Y, Xs, Ys, max_steps=_FULL_GRADIENT_STEPS,
+                                           tol=tol, chunk_rows=_chunk_rows(jacobian_memory, model)[0])
+        start_loss = mean_squared_loss(current, X, Y)
+        current = model.network(theta)
+        stages.append(dict(info, stage="full-gradient", method="gn", n_samples_used=n, success=True, status=1,
+                           train_loss_start=start_loss, train_loss_refined=mean_squared_loss(current, X, Y),
+                           time=time.perf_counter() - t0))
     current, info = _span_stage(current, X, Y, method=method, max_iter=max_iter, tol=tol, train=train,
                                 jacobian_memory=jacobian_memory)
     stages.append(info)
@@ -840,8 +903,8 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
                                     for st in stages),
                "train_loss_start": mean_squared_loss(network, X, Y), "train_loss_refined": last["train_loss_refined"],
                "stages": stages}
-    if all("n_jacobian" in st for st in stages):
-        summary["n_jacobian"] = sum(st["n_jacobian"] for st in stages)
+    if all("n_jacobian" in st for st in stages if st["stage"] != "full-gradient"):
+        summary["n_jacobian"] = sum(st.get("n_jacobian", 0) for st in stages)
     return current, summary
 
 
@@ -881,11 +944,12 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
     span : bool, default True
         With ``"auto"`` or ``"gn"``, trained hidden weights and fewer hidden units than inputs, polish in
         the span of the start's hidden rows on all training rows, then in the full space on at most
-        ``full_samples`` of them, then in the new span on all rows (module docstring, "Span first"; the
-        three records are in ``extra["stages"]``). False: one optimiser run on all training rows.
+        ``full_samples`` of them (then with that subsample's normal matrix and the gradient of all rows),
+        then in the new span on all rows (module docstring, "Span first"; the four records are in
+        ``extra["stages"]``). False: one optimiser run on all training rows.
     full_samples : int, default 20_000
-        Rows (evenly strided) of the full-space stage when ``span`` applies. On noisy data the components
-        of the hidden rows outside the span carry the statistical error of this many rows.
+        Rows (evenly strided) whose normal matrix the full-space stage uses when ``span`` applies; its
+        cost per step is ``O(full_samples (k d)^2)``.
     rng : int, Generator or None
         Seeds the subsample and the split; same seed, same result.
 
