@@ -234,8 +234,9 @@ def _chunked_errors(net, X, Y, chunk: int = 1 << 16) -> dict[str, Any]:
                         "finite_predictions": False}
             sse += float(np.sum((np.ldexp(pred, -e) - yb) ** 2))
             ssy += float(np.sum(yb ** 2))
-    mean = sse / (n * Y2.shape[1])
-    return {"n_samples": n, "mse": float(np.ldexp(mean, 2 * e)), "rmse": float(np.ldexp(np.sqrt(mean), e)),
+        mean = sse / (n * Y2.shape[1])
+        mse = float(np.ldexp(mean, 2 * e))  # inf, without a warning, beyond 1.8e308 (|Y| ~ 1e154 and more)
+    return {"n_samples": n, "mse": mse, "rmse": float(np.ldexp(np.sqrt(mean), e)),
             "relative_l2_error": float(np.sqrt(sse / ssy)) if ssy > 0 else float("nan"),
             "finite_predictions": True}
 
@@ -460,7 +461,10 @@ def _cmd_fit(args) -> int:
                                    "Rescale the data to values of order 1, or try another learner.")
         fit_info["training"] = errs
         model_doc = {**net.to_dict(), "fit": fit_info}
-        summary = f"training MSE {errs['mse']:.3e} (relative L2 error {errs['relative_l2_error']:.3e})"
+        # the MSE of data near 1e300 overflows float64 although the fit is exact; the RMSE does not
+        error = (f"MSE {errs['mse']:.3e}" if np.isfinite(errs["mse"]) else
+                 f"RMSE {errs['rmse']:.3e} (MSE beyond the float64 range)")
+        summary = f"training {error} (relative L2 error {errs['relative_l2_error']:.3e})"
     else:
         W = getattr(est, "hidden_weights_", None)
         if W is None:

@@ -1,0 +1,32 @@
+"""Review cases of issue 9 (no silent wrong answer, one-line errors) not covered elsewhere."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+
+from nnrecover.io import save_samples
+
+
+def _run(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "nnrecover", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_fit_of_targets_near_1e300_reports_a_finite_rmse_without_an_overflow_warning(tmp_path):
+    # Y ~ 1e300: the exactly rescaled gradient-descent fit is right to round-off, but its MSE (residuals
+    # ~ 1e284, squared 1e568) exceeds float64. The summary must print the (finite) RMSE, and computing
+    # the MSE must not leak an "overflow encountered in ldexp" warning (-W error turns it into a crash).
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((400, 3))
+    Y = np.maximum(X @ np.array([1.0, -0.5, 0.25]), 0.0) * 1e300
+    save_samples(tmp_path / "s.npz", X, Y)
+    res = _run("fit", "s.npz", "--learner", "gradient-descent", "-k", "1", "--seed", "0", "--out", "m.json",
+               cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "warning" not in res.stderr, res.stderr
+    assert "MSE inf" not in res.stdout and "RMSE" in res.stdout, res.stdout
+    rmse = float(res.stdout.split("RMSE ")[1].split()[0])
+    assert np.isfinite(rmse) and rmse < 1e-10 * np.max(np.abs(Y))  # relative error 1e-10 on a fit exact to round-off
