@@ -30,3 +30,16 @@ def test_fit_of_targets_near_1e300_reports_a_finite_rmse_without_an_overflow_war
     assert "MSE inf" not in res.stdout and "RMSE" in res.stdout, res.stdout
     rmse = float(res.stdout.split("RMSE ")[1].split()[0])
     assert np.isfinite(rmse) and rmse < 1e-10 * np.max(np.abs(Y))  # relative error 1e-10 on a fit exact to round-off
+
+
+def test_version_and_help_do_not_import_scikit_learn():
+    # Deliver 7 of issue 9: `nnrecover --version` as fast as `import nnrecover`. Importing
+    # nnrecover.errors.NotFittedError (a subclass of scikit-learn's) loads all of scikit-learn, so no
+    # module imported when the command-line parser is built may name it at import time.
+    code = ("import sys\nfrom nnrecover.cli import main\n"
+            "for argv in (['--version'], ['--help'], ['fit', '--help'], ['extract', '--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "print('SKLEARN', 'sklearn' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "SKLEARN False" in res.stdout, res.stdout[-500:]

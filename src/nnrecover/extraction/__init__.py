@@ -25,7 +25,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .._validation import check_random_state
-from ..errors import InputError, NotFittedError, QueryBudgetError
+from .. import errors
+from ..errors import InputError, QueryBudgetError
 from .queries import QueryOracle
 
 __all__ = ["extract", "ExtractionResult", "QueryBudgetError"]
@@ -58,7 +59,7 @@ class ExtractionResult:
     def predict(self, X) -> np.ndarray:
         """The recovered network's output on ``X``."""
         if self.network_ is None:
-            raise NotFittedError("this partial extraction result has no network yet.")
+            raise errors.NotFittedError("this partial extraction result has no network yet.")
         return self.network_.predict(X)
 
     def __repr__(self) -> str:
