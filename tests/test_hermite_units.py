@@ -244,18 +244,24 @@ def test_residual_lack_of_fit_sees_a_missing_unit_not_the_noise():
     assert exact["passed"] and exact["exact"]
 
 
-def test_residual_fit_flags_a_refinement_local_minimum():
-    # d = 16, k = 6, n = 1e4, no biases: T_4's noise is as large as the units' coefficients, the tensor
-    # stage finds one unit and the refinement ends in a local minimum (unit error 2.4); hermite_fit cannot
-    # see it (the network's tensors are within the noise), the residual test does
-    from nnrecover.network import random_network
+def test_residual_fit_flags_a_wrong_network_and_passes_the_teacher():
+    # d = 16, k = 6, n = 1e4: a network whose units are wrong (one unit replaced) leaves a residual that
+    # depends on x through orders <= 2; the lack-of-fit test sees it, while the teacher passes, with and
+    # without label noise (its residual is then noise alone)
+    from nnrecover.learners.awasthi2021 import residual_lack_of_fit
+    from nnrecover.moments.engine import as_data_source
+    from nnrecover.network import TwoLayerNetwork, random_network
 
     gen = np.random.default_rng(1937629660)
     teacher = random_network(16, 6, 1, rng=gen).canonical()
     X = gen.standard_normal((10_000, 16))
-    with pytest.warns(CertificateWarning, match="residual_fit"):
-        learner = HermiteTensorLearner(6, random_state=1937629660).fit(X, teacher.predict(X))
-    assert parameter_error(learner.network_, teacher)["max_unit_error"] > 1.0
-    certs = learner.diagnostics_["certificates"]
-    assert certs["hermite_fit"]["passed"] and not certs["residual_fit"]["passed"]
-    assert "label noise" in certs["residual_fit"]["meaning"]
+    y = teacher.predict(X)
+    W = teacher.hidden_weights.copy()
+    W[0] = gen.standard_normal(16)
+    W[0] /= np.linalg.norm(W[0])
+    wrong = TwoLayerNetwork(W, teacher.hidden_bias, teacher.output_weights, teacher.output_bias, "relu")
+    assert parameter_error(wrong, teacher)["max_unit_error"] > 1.0
+    assert residual_lack_of_fit(teacher, as_data_source(X, y))["passed"]
+    assert not residual_lack_of_fit(wrong, as_data_source(X, y))["passed"]
+    noisy = y + 0.1 * gen.standard_normal(y.shape)
+    assert residual_lack_of_fit(teacher, as_data_source(X, noisy))["passed"]

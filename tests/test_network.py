@@ -493,7 +493,7 @@ def test_error_hierarchy():
             raise cls("message")
     for cls in (errors.AssumptionWarning, errors.CertificateWarning, errors.TimeBudgetWarning):
         assert issubclass(cls, UserWarning)
-    assert set(errors.__all__) == {"NNRecoverError", "InputError", "AssumptionError", "ConvergenceError",
+    assert set(errors.__all__) == {"NNRecoverError", "InputError", "AssumptionError", "ConvergenceError", "QueryBudgetError",
                                    "NotFittedError", "AssumptionWarning", "CertificateWarning", "TimeBudgetWarning"}
 
 

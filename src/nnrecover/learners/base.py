@@ -49,7 +49,8 @@ from ._width import choose_width, is_auto
 
 __all__ = ["BaseLearner", "REFINE_OPTIONS"]
 
-REFINE_OPTIONS = ("method", "max_samples", "holdout_fraction", "max_iter", "tol", "train", "jacobian_memory")
+REFINE_OPTIONS = ("method", "max_samples", "holdout_fraction", "max_iter", "tol", "train", "jacobian_memory", "span",
+                  "full_samples")
 """Keys accepted in a learner's ``refine_options`` (keyword arguments of ``refine_network``)."""
 
 
