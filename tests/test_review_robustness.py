@@ -43,3 +43,13 @@ def test_version_and_help_do_not_import_scikit_learn():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "SKLEARN False" in res.stdout, res.stdout[-500:]
+
+
+def test_fit_to_a_folder_names_the_folder(tmp_path):
+    # `--out .` used to say "got ''" (the name of '.' is empty): the message must show what was given
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((50, 2))
+    save_samples(tmp_path / "s.npz", X, X[:, 0])
+    res = _run("fit", "s.npz", "--learner", "gradient-descent", "-k", "1", "--out", ".", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert res.stderr.startswith("nnrecover: error:") and "got '.'" in res.stderr, res.stderr

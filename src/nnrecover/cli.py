@@ -437,7 +437,7 @@ def _cmd_fit(args) -> int:
     if args.seed is not None and "random_state" in options:
         raise InputError("give the seed either as --seed or as --option random_state=..., not both.")
     if Path(args.out).suffix.lower() not in (".json", ".npz"):
-        raise InputError(f"--out must name a .json or .npz file, got {Path(args.out).name!r}.")
+        raise InputError(f"--out must name a .json or .npz file, got {str(args.out)!r}.")
     est = make_learner(args.learner, args.hidden, options, random_state=args.seed)
     out = _out_file(args.out, "--out")
     diagnostics_out = _out_file(args.diagnostics, "--diagnostics") if args.diagnostics else None
