@@ -53,3 +53,22 @@ def test_fit_to_a_folder_names_the_folder(tmp_path):
     res = _run("fit", "s.npz", "--learner", "gradient-descent", "-k", "1", "--out", ".", cwd=tmp_path)
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
     assert res.stderr.startswith("nnrecover: error:") and "got '.'" in res.stderr, res.stderr
+
+
+def test_evaluate_of_a_model_with_output_weights_near_1e308_against_its_teacher(tmp_path):
+    # ||a - a*|| overflows to inf; the unit matching used to fail ("cost matrix is infeasible",
+    # an internal error). The report must say the error is infinite, in one command without a traceback.
+    import nnrecover as nr
+    from nnrecover.metrics import parameter_error
+
+    teacher = nr.random_network(4, 3, rng=0)
+    huge = nr.TwoLayerNetwork(teacher.hidden_weights, teacher.hidden_bias, np.full((1, 3), 1e308),
+                              teacher.output_bias)
+    res = parameter_error(huge, teacher)
+    assert res["max_unit_error"] == np.inf and sorted(res["matching"]) == [0, 1, 2]
+    teacher.save(tmp_path / "t.json")
+    huge.save(tmp_path / "m.json")
+    out = subprocess.run([sys.executable, "-m", "nnrecover", "evaluate", "m.json", "--teacher", "t.json",
+                          "--n-eval", "1000"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "internal error" not in out.stderr, out.stderr
+    assert "function_error (relative L2, gaussian, n=1000): inf" in out.stdout, out.stdout[-800:]

@@ -171,7 +171,9 @@ def parameter_error(estimated: Any, truth: Any, *, allow_sign_flip: bool = False
         db = np.where(flip, db_f, db)
         cost = np.where(flip, cost_f, cost)
 
-    rows, cols = linear_sum_assignment(cost)
+    # parameters near 1e308 overflow the distances to inf (or nan): match such pairs last instead of
+    # failing (scipy calls a cost matrix with inf entries infeasible); their errors stay inf below
+    rows, cols = linear_sum_assignment(np.where(np.isfinite(cost), cost, np.finfo(float).max))
     matching = np.full(kt, -1, dtype=np.intp)
     matching[rows] = cols
     zero_w = np.linalg.norm(Wt, axis=1)
