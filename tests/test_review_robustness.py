@@ -72,3 +72,17 @@ def test_evaluate_of_a_model_with_output_weights_near_1e308_against_its_teacher(
                           "--n-eval", "1000"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "internal error" not in out.stderr, out.stderr
     assert "function_error (relative L2, gaussian, n=1000): inf" in out.stdout, out.stdout[-800:]
+
+
+def test_fit_summary_says_when_the_model_has_fewer_units_than_asked(tmp_path):
+    # constant targets: HermiteTensorLearner folds every unit into the output bias but one (measured:
+    # 1 unit for k = 2); the summary line must not claim k = 2 for a model that has another width
+    import json
+
+    rng = np.random.default_rng(0)
+    save_samples(tmp_path / "c.npz", rng.standard_normal((5000, 5)), np.ones(5000))
+    res = _run("fit", "c.npz", "--learner", "hermite-tensor", "-k", "2", "--seed", "0", "--out", "m.json",
+               cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    units = len(json.loads((tmp_path / "m.json").read_text())["hidden_weights"])
+    assert (f"the model has {units} unit(s)" in res.stdout) == (units != 2), res.stdout

@@ -482,7 +482,10 @@ def _cmd_fit(args) -> int:
         _write_json(out, model_doc)
     else:
         net.save(out)
-    _say(f"fitted {args.learner} (k={width}{' chosen from the data' if args.hidden == 'auto' else ''}) on {X.shape[0]} samples (d={X.shape[1]}) in {fit_time:.2f} s; "
+    # a learner may return another number of units than asked (folded or dropped units): say so
+    returned = f"; the model has {net.n_hidden} unit(s)" if isinstance(net, TwoLayerNetwork) and \
+        net.n_hidden != width else ""
+    _say(f"fitted {args.learner} (k={width}{' chosen from the data' if args.hidden == 'auto' else ''}{returned}) on {X.shape[0]} samples (d={X.shape[1]}) in {fit_time:.2f} s; "
          f"{summary}; wrote {out}.")
     return 0
 
