@@ -62,6 +62,13 @@ class _Generated(Directive):
         return node.children
 
 
+def _plain(text: str) -> str:
+    """Registry text is plain (the CLI prints it): escape what reStructuredText would read as markup."""
+    for ch in "\\*`|_[]<>":
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
 class Algorithms(_Generated):
     required_arguments = 1
 
@@ -76,17 +83,17 @@ class Algorithms(_Generated):
                "   :header-rows: 1", "   :widths: 25 25 50", "",
                "   * - the paper's label", "     - registry name", "     - implemented by"]
         for r in records:
-            out += [f"   * - {r.algorithm}", f"     - ``{r.name}``", f"     - {_target_role(r.target, paper)}"]
+            out += [f"   * - {_plain(r.algorithm)}", f"     - ``{r.name}``", f"     - {_target_role(r.target, paper)}"]
         out.append("")
         for r in records:
-            title = f"{r.algorithm}: ``{r.name}``"
+            title = f"{_plain(r.algorithm)}: ``{r.name}``"
             out += [title, "~" * (len(title) + 4), ""]
             if r.description:
-                out += [r.description, ""]
+                out += [_plain(r.description), ""]
             out += [f"Implemented by {_target_role(r.target, paper)}"
                     + (" (an estimator: ``nnrecover fit --learner " + r.name + "``)." if r.is_learner else "."), ""]
             if r.assumptions:
-                out += ["Assumptions:", ""] + [f"- {a}" for a in r.assumptions] + [""]
+                out += ["Assumptions:", ""] + [f"- {_plain(str(a))}" for a in r.assumptions] + [""]
         return out
 
 
@@ -98,7 +105,7 @@ class Experiments(_Generated):
         out = []
         for rec in available_experiments():
             title = f"``{rec.name}``"
-            out += [title, "-" * (len(title) + 4), "", rec.description or "", "",
+            out += [title, "-" * (len(title) + 4), "", _plain(rec.description or ""), "",
                     f"Paper: :doc:`papers/{rec.paper}`.", "", "Full run and quick run:", "",
                     ".. code-block:: console", "",
                     f"   $ nnrecover experiment {rec.name} --seed 0 --out results/{rec.name}",

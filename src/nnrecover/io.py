@@ -13,7 +13,7 @@ Formats (chosen by the file suffix):
               ``target_columns``, else the column ``y``, else ``y0, y1, ...``, else the last column. A
               file without a header (every field of the first row is a number) is read header-less;
               its columns are then addressed by position.
-``.parquet` ` as ``.csv`` (needs ``pyarrow``: ``pip install 'nnrecover[parquet]'``).
+``.parquet``  as ``.csv`` (needs ``pyarrow``: ``pip install 'nnrecover[parquet]'``).
 ============  ===========================================================================================
 
 :func:`save_samples` writes all four formats so that :func:`load_samples` reads them back exactly

@@ -389,7 +389,7 @@ def atv21_overcomplete(*, rng, quick: bool = False, n_inputs: int | None = None,
 # ============================================================================ atv21-large-bias
 
 @experiment("atv21-large-bias", paper="awasthi2021",
-            description="units with ``|b| >= 4`` (undetectable): relative L2 error of Algorithm 5's network")
+            description="units with |b| >= 4 (undetectable): relative L2 error of Algorithm 5's network")
 def atv21_large_bias(*, rng, quick: bool = False, n_inputs: int | None = None, n_hidden: int | None = None,
                      n_samples: int | None = None, teachers: int | None = None,
                      large_biases: Sequence[float] = (4.5, -4.2), refine_samples: int = 50_000):

@@ -97,7 +97,7 @@ def _check_order(order: Any, m: int, d: int) -> int:
 
 
 def hermite_coefficients(source: Any, order: int, n_hidden: int, **options) -> HermiteCoefficients:
-    """Hermite coefficient tensors ``T_0 .. T_{2l+2}`` in the learner's working coordinates.
+    """Hermite coefficient tensors ``T_0, ..., T_{2l+2}`` in the learner's working coordinates.
 
     ``source`` is a :class:`~nnrecover.TwoLayerNetwork` (exact, Lemma 3.5) or data
     (``(X, Y)``, dask arrays, a SampleStream...; eq. (6) estimates). For ``l = 1`` the tensors of order
@@ -742,7 +742,7 @@ def residual_lack_of_fit(network: TwoLayerNetwork, source, *, chunk_size: int | 
 
 def hermite_fit(network: TwoLayerNetwork, coeffs: HermiteCoefficients, order: int) -> dict:
     """Compare the exact Hermite coefficients of ``network`` (Lemma 3.5) with the estimated ``T_1`` and
-    ``T_3 .. T_{2l+2}`` in the coordinates of ``coeffs`` (see ``HERMITE_FIT_MEANING``).
+    ``T_3, ..., T_{2l+2}`` in the coordinates of ``coeffs`` (see ``HERMITE_FIT_MEANING``).
 
     Returns
     -------

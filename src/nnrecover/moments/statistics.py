@@ -328,7 +328,7 @@ class WeightedSecondMoment(Statistic):
 
 
 class ThirdMomentContraction(Statistic):
-    """Streaming ``M_3[j, l] = E[y_j (g_l . x) x x^T]``: the third moment contracted with directions g_l.
+    """Streaming ``M_3[j, l] = E[y_j (g_l^T x) x x^T]``: the third moment contracted with directions g_l.
 
     The order-3 tensor ``E[y x (x) x (x) x]`` (d^3 entries) is never formed: each chunk contributes
     ``X^T ((y_j * (X g_l)) * X)`` (BLAS), ``O(p m_dirs n d^2)`` flops per chunk of n rows.

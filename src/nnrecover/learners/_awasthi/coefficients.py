@@ -54,7 +54,7 @@ __all__ = ["HermiteCoefficients", "exact_coefficients", "estimate_coefficients",
 
 @dataclass
 class HermiteCoefficients:
-    """Hermite coefficient tensors ``T_0 .. T_K`` of a ReLU network, in coordinates ``z = P^T x``.
+    """Hermite coefficient tensors ``T_0, ..., T_K`` of a ReLU network, in coordinates ``z = P^T x``.
 
     Attributes
     ----------

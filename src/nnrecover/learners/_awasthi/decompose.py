@@ -331,7 +331,7 @@ def algorithm4(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, thresh
                rng=None, n_draws: int = 5, max_bias: float = np.inf, scalar_snr: float = 3.0,
                max_gram_condition: float = 1e8, single_tensor: str | None = None,
                decomposer: str = "joint") -> HermiteRecovery:
-    """Algorithm 4: recover ``{(a_i, xi_i b_i, xi_i w_i)}`` for the detectable units from ``T_0 .. T_{2l+2}``.
+    """Algorithm 4: recover ``{(a_i, xi_i b_i, xi_i w_i)}`` for the detectable units from ``T_0, ..., T_{2l+2}``.
 
     Parameters
     ----------

@@ -46,7 +46,7 @@ def _svt(Z: np.ndarray, tau: float) -> tuple[np.ndarray, int]:
 
 def principal_component_pursuit(A: Any, *, lam: float | None = None, tol: float = 1e-9, max_iter: int = 1000,
                                 rho: float = 1.5) -> tuple[np.ndarray, np.ndarray, dict]:
-    """Principal Component Pursuit ``min ||M||_* + λ ||E||_1 s.t. M + E = A`` by inexact ALM / ADMM.
+    """Principal Component Pursuit ``min ||M||_* + λ ||E||_1`` subject to ``M + E = A`` by inexact ALM / ADMM.
 
     Parameters
     ----------
