@@ -86,3 +86,18 @@ def test_fit_summary_says_when_the_model_has_fewer_units_than_asked(tmp_path):
     assert res.returncode == 0, res.stderr
     units = len(json.loads((tmp_path / "m.json").read_text())["hidden_weights"])
     assert (f"the model has {units} unit(s)" in res.stdout) == (units != 2), res.stdout
+
+
+def test_atomic_output_through_a_symbolic_link_replaces_its_target(tmp_path):
+    # `--out link.json` where link.json -> real/m.json: the link must stay a link and the file it
+    # points to get the new content (os.replace on the link itself would turn it into a regular file)
+    from nnrecover.io import write_text_atomic
+
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "m.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    write_text_atomic(link, "new")
+    assert link.is_symlink() and target.read_text() == "new" and link.read_text() == "new"
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["m.json"]  # no temporary left

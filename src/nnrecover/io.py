@@ -132,7 +132,8 @@ def atomic_output(path: "str | os.PathLike[str]") -> Iterator[Path]:
     (by name, or with ``open(tmp, "wb")``). When the ``with`` block ends normally the temporary file is
     flushed to disk (``os.fsync``) and renamed onto ``path`` (``os.replace``, atomic on POSIX and
     Windows), so a reader sees the old file or the complete new one. When the block raises (including
-    ``KeyboardInterrupt``) the temporary file is removed and ``path`` is untouched. A process killed
+    ``KeyboardInterrupt``) the temporary file is removed and ``path`` is untouched. A symbolic link is
+    followed: the file it points to is replaced and the link kept. A process killed
     with SIGKILL can leave only the hidden temporary file ``.NAME.part-XXXX`` behind.
 
     The new file gets the mode of the file it replaces, or ``0o666`` minus the umask.
@@ -144,6 +145,8 @@ def atomic_output(path: "str | os.PathLike[str]") -> Iterator[Path]:
     ...         np.savez(fh, W=W)
     """
     out = Path(path)
+    if out.is_symlink():  # replace the file the link points to, not the link itself
+        out = Path(os.path.realpath(out))
     tmp = _temp_name(out, "part")
     try:
         os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # mode from the umask
