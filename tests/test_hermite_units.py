@@ -265,3 +265,14 @@ def test_residual_fit_flags_a_wrong_network_and_passes_the_teacher():
     assert not residual_lack_of_fit(wrong, as_data_source(X, y))["passed"]
     noisy = y + 0.1 * gen.standard_normal(y.shape)
     assert residual_lack_of_fit(teacher, as_data_source(X, noisy))["passed"]
+
+
+def test_fewer_units_than_asked_are_said():
+    # the target is one ReLU unit; with n_hidden = 2 the second unit has nothing to fit (zero output
+    # weight), so the learner returns one unit, and says so with an AssumptionWarning
+    X = np.random.default_rng(0).standard_normal((20_000, 5))
+    y = np.maximum(X[:, 0], 0)
+    with pytest.warns(AssumptionWarning, match="returned 1 hidden unit"):
+        learner = HermiteTensorLearner(2, random_state=0).fit(X, y)
+    assert learner.network_.n_hidden == 1
+    assert np.max(np.abs(learner.predict(X) - y)) < 1e-9

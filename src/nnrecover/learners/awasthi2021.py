@@ -507,6 +507,15 @@ class HermiteTensorLearner(BaseLearner):
             "more: a linear part that no sign-flip set explains (Theorem 3.4) and that two extra units carry "
             "(Claim D.14), e.g. units of the teacher that were not found; diagnostics_['unit_reduction'] "
             "gives the reason")
+        if net.n_hidden < m:
+            # fewer units than asked: the data determine only these (the others were folded into the
+            # linear part, dropped as never active or constant, or merged); not an error, but said
+            items = [*(diagnostics.get("dropped_units") or []), *(red.get("folded") or [])]
+            dropped = "; ".join(str(f.get("reason", f)) if isinstance(f, dict) else str(f) for f in items) or \
+                str(red.get("reason") or "merged or folded units")
+            warnings.warn(f"{type(self).__name__}: returned {net.n_hidden} hidden unit(s) of the n_hidden = {m} "
+                          f"asked: the data determine no more ({dropped}); see diagnostics_['unit_reduction'].",
+                          AssumptionWarning, stacklevel=4)
         detail = hermite_fit(net, coeffs, order)
         self._certify("hermite_fit", detail["passed"], detail, diagnostics)
         diagnostics["certificates"]["hermite_fit"]["meaning"] = HERMITE_FIT_MEANING
