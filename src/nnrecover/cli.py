@@ -315,8 +315,8 @@ def _cmd_demo(args) -> int:
          "max_unit_error: after matching units, max over units of |w - w'| + |b - b'| + |a - a'| "
          "(canonical form); function_error: relative L2 error under N(0, I); refine=no: the paper's "
          "algorithm alone, yes: followed by the shared local refinement; n_samples: rows the fit used; "
-         "certificates: the paper algorithm's self-checks on its own output (failed: that output may be "
-         "wrong; -: none).")
+         "certificates: the learner's checks of the network it returned, each stating what it bounds "
+         "(docs/certificates.md; failed: that network may be wrong; -: none).")
     fig = comparison_figure(df, title=f"nnrecover demo: d={teacher.n_inputs}, k={teacher.n_hidden}, "
                                       f"p={teacher.n_outputs}, n={n}, seed={args.seed}")
     with atomic_output(out / "demo.png") as tmp:
