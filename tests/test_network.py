@@ -144,11 +144,12 @@ def test_canonical_keeps_predictions_and_gives_unit_rows(net, seed):
     X = np.random.default_rng(seed).standard_normal((16, net.n_inputs)) * 3
     q = net.activation.degree
     # rounding bound: each unit's pre-activation is computed in a different but equivalent way; its
-    # rounding error, <= 8 eps (|w| |x| + |b|), is amplified at most by q (|w||x| + |b|)^(q-1) and |a|
+    # rounding error, <= 8 eps (|w| |x| + |b|), is amplified at most by q (|w||x| + |b|)^(q-1) and |a|;
+    # adding the output bias c then rounds each side once more, by at most eps |c| (plus the sum)
     pre = np.abs(X) @ np.abs(net.hidden_weights.T) + np.abs(net.hidden_bias)
     scale = (np.maximum(pre, 1e-300) ** q) @ np.abs(net.output_weights.T)
     diff = np.abs(canon.predict(X).reshape(16, -1) - net.predict(X).reshape(16, -1))
-    assert np.all(diff <= 16 * max(q, 1.0) * EPS * scale + 1e-300)
+    assert np.all(diff <= 16 * max(q, 1.0) * EPS * scale + 2 * EPS * (np.abs(net.output_bias) + scale) + 1e-300)
     again = canon.canonical()  # idempotent up to rounding
     assert np.allclose(again.hidden_weights, canon.hidden_weights, rtol=0, atol=4 * EPS)
 
