@@ -140,9 +140,13 @@ def atomic_output(path: "str | os.PathLike[str]") -> Iterator[Path]:
 
     Examples
     --------
-    >>> with atomic_output("model.npz") as tmp:           # doctest: +SKIP
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "model.npz")
+    >>> with atomic_output(path) as tmp:
     ...     with open(tmp, "wb") as fh:
-    ...         np.savez(fh, W=W)
+    ...         np.savez(fh, W=np.eye(2))
+    >>> sorted(os.listdir(os.path.dirname(path)))   # the temporary file was renamed into place
+    ['model.npz']
     """
     out = Path(path)
     if out.is_symlink():  # replace the file the link points to, not the link itself
