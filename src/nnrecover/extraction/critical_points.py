@@ -44,7 +44,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._threads import blas_threads
-from ..errors import CertificateWarning
+from ..errors import AssumptionError, CertificateWarning
 from .queries import NoiseModel, QueryOracle
 
 __all__ = ["search_line", "gradient_jumps", "refine_hyperplanes", "fit_output_layer", "resolve_signs",
@@ -490,6 +490,20 @@ def _fit_planes(Q, W, beta, ok, pn, noise, d, W_new, b_new, alpha, accepted, use
             continue
         pts = Q[j][keep]
         mu = pts.mean(axis=0)
+        if d == 1:
+            # on a line the "hyperplane" is one point and its normal is +-1: the located kinks must
+            # coincide to the location precision
+            wj = np.sign(W[j]) if W[j, 0] != 0 else np.ones(1)
+            bj = -float(wj @ mu)
+            r = np.abs(pts @ wj + bj)
+            if np.all(r <= 1e3 * loc[keep]):
+                W_new[j], b_new[j] = wj, bj
+                alpha[j] = np.median(beta[j][keep], axis=0)
+                accepted[j] = True
+                used[j] = int(keep.sum())
+                resid[j] = float(r.max())
+                tilt[j] = 0.0
+            continue
         _, sv, Vt = np.linalg.svd(pts - mu, full_matrices=False)
         wj = Vt[-1] if Vt[-1] @ W[j] >= 0 else -Vt[-1]
         bj = -float(wj @ mu)
@@ -580,8 +594,13 @@ def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: f
     if full_rank:
         t_real, *_ = np.linalg.lstsq(M, rhs, rcond=None)
         t = np.rint(t_real).astype(int)
-        ok = bool(np.all((t == 0) | (t == 1)) and np.max(np.abs(t_real - t)) < 0.25)
-        info.update(method="least squares", max_rounding=float(np.max(np.abs(t_real - t))))
+        # a 0/1 vector must also satisfy the equations to the measured precision: a rounding that
+        # is merely closest (e.g. t = -0.11 from a leaky-ReLU model, whose linear part is not made of
+        # flipped units) would silently drop the linear part
+        resid_t = float(np.max(np.abs(M @ t - rhs) / scale))
+        ok = bool(np.all((t == 0) | (t == 1)) and np.max(np.abs(t_real - t)) < 0.25 and resid_t <= rel_tol)
+        info.update(method="least squares", max_rounding=float(np.max(np.abs(t_real - t))),
+                    max_relative_residual=resid_t)
         return (t if ok else None), info
     from ._lattice import binary_solution
 
@@ -842,6 +861,13 @@ class CriticalPointExtractor:
         d = self.d
         p = self.oracle.n_outputs
         k = 0 if self.units is None else self.units.W.shape[0]
+        if k == 0:
+            seen = sum(rec["kinks"] for rec in self.lines)
+            raise AssumptionError(
+                f"no hidden unit found: {len(self.lines)} searched lines showed {seen} kink(s) and none lay "
+                "on a hyperplane; the model is affine (or constant) on the searched region, or it is not a "
+                "one-hidden-layer ReLU network (smooth or other activations); enlarge input_scale/radius "
+                "or use method='moments'.")
         W = self.units.W if k else np.empty((0, d))
         b = self.units.b if k else np.empty(0)
         self.stage = "output layer"
@@ -869,6 +895,12 @@ class CriticalPointExtractor:
         net = TwoLayerNetwork(W, b, alpha2, c2).canonical()
         self.stage = "certificate"
         cert = self.certify(net)
+        if not cert["passed"]:
+            warnings.warn(f"extraction certificate failed: relative error {cert['relative_error']:.3g} on "
+                          f"{cert['queries']} fresh queries exceeds the tolerance {cert['tolerance']:.3g}; the "
+                          "model is probably not a one-hidden-layer ReLU network (e.g. leaky-ReLU or another "
+                          "activation), or units were missed (see diagnostics['certificate']).",
+                          CertificateWarning, stacklevel=3)
         seconds = time.perf_counter() - t0
         widths = {"n_hidden": int(net.n_hidden) - linear_units, "method": "distinct hyperplanes",
                   "lines_searched": len(self.lines),

@@ -21,6 +21,7 @@ learner's statistics and refinement, not the round-off of the chosen-query metho
 
 from __future__ import annotations
 
+import numbers
 import time
 from typing import Any, Callable
 
@@ -102,12 +103,16 @@ def extract_moments(oracle: QueryOracle, d: int, rng: np.random.Generator, *, n_
 
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
+    budget = oracle.remaining
     if n_samples is None:
-        budget = oracle.remaining
         n_samples = int(min(200_000, budget - n_certify)) if np.isfinite(budget) else 200_000
-    if n_samples < 1000:
-        raise InputError(f"method='moments' needs at least 1000 Gaussian queries, got n_samples={n_samples} "
-                         "(raise max_queries or n_samples).")
+        if n_samples < 1000:
+            raise InputError(f"method='moments' needs at least 1000 Gaussian queries plus n_certify="
+                             f"{n_certify} certificate queries, but max_queries={oracle.max_queries} leaves "
+                             f"{n_samples}; raise max_queries (or lower n_certify).")
+    elif isinstance(n_samples, (bool, np.bool_)) or not isinstance(n_samples, numbers.Integral) \
+            or n_samples < 1000:
+        raise InputError(f"n_samples must be an int >= 1000 for method='moments', got {n_samples!r}.")
     X = rng.standard_normal((n_samples, d))
     Y = oracle(input_scale * X)
     diag: dict[str, Any] = {"method": "moments", "complete": False, "samples": int(n_samples)}

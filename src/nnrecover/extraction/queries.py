@@ -99,7 +99,8 @@ class QueryOracle:
         QueryBudgetError
             The batch would exceed ``max_queries`` (nothing is sent; the caller attaches the partial result).
         InputError
-            The model returned the wrong number of rows, more than two dimensions, or non-finite values.
+            The model raised (its exception is chained), or returned the wrong number of rows, more than two
+            dimensions, or non-finite values.
         """
         X = np.ascontiguousarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.n_inputs:
@@ -112,7 +113,15 @@ class QueryOracle:
                 f"query budget exhausted: max_queries={self.max_queries}, {self.n_queries} rows used, the next "
                 f"batch needs {n} more; raise max_queries (the partial result is in the exception's "
                 f"'partial' attribute).", n_queries=self.n_queries)
-        out = self.model(X)
+        try:
+            out = self.model(X)
+        except Exception as exc:
+            # the rows may or may not have been evaluated; they are counted as sent
+            self.n_queries += n
+            self.n_calls += 1
+            raise InputError(f"model raised {type(exc).__name__}: {exc} when called on a float64 array of shape "
+                             f"({n}, {self.n_inputs}); check n_inputs and that the model is vectorised over "
+                             "rows.") from exc
         self.n_queries += n
         self.n_calls += 1
         if self.progress is not None:
