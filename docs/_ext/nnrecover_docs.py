@@ -39,14 +39,12 @@ def _target_role(target, paper: str) -> str:
         return f"``{target!r}``"
     public = _PUBLIC_MODULES.get(paper)
     if public:
-        try:
-            obj = importlib.import_module(public)
-            for part in qual.split("."):
-                obj = getattr(obj, part)
-            if obj is target or getattr(obj, "__func__", None) is getattr(target, "__func__", target):
-                module = public
-        except (ImportError, AttributeError):
-            pass
+        # the object at the public address, or None when the paper's module does not re-export it
+        obj = importlib.import_module(public)
+        for part in qual.split("."):
+            obj = getattr(obj, part, None)
+        if obj is target or (obj is not None and getattr(obj, "__func__", None) is getattr(target, "__func__", target)):
+            module = public
     role = "class" if isinstance(target, type) else ("meth" if "." in qual else "func")
     return f":{role}:`~{module}.{qual}`"
 
