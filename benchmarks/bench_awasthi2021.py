@@ -140,7 +140,7 @@ def main(argv=None) -> int:
         }
         default = _fit_record(X, Y, truth, args, "auto")
         sketch = _fit_record(X, Y, truth, args, "sketch")
-        from nnrecover.learners._awasthi.coefficients import estimate_coefficients
+        from nnrecover.learners.awasthi2021.coefficients import estimate_coefficients
 
         res["sketch_sines"] = {
             p: _sines(estimate_coefficients((X, Y), 1, args.m, range_method="sketch", oversample=p,

@@ -18,7 +18,7 @@ from nnrecover.activations import hermite_e, norm_cdf, norm_pdf
 from nnrecover.errors import AssumptionError, AssumptionWarning, InputError
 from nnrecover.learners import HermiteTensorLearner
 from nnrecover.learners import awasthi2021 as atv
-from nnrecover.learners._awasthi.coefficients import HermiteCoefficients
+from nnrecover.learners.awasthi2021.coefficients import HermiteCoefficients
 from nnrecover.metrics import parameter_error, relu_l2_distance, relu_second_moment
 from nnrecover.tensor import flatten
 
@@ -253,7 +253,7 @@ def test_packed_moments_match_dense_hermite_tensors():
     # the packed monomial Gram + matching assembly equals mean(y He_k(z)) with the dense Hermite tensors
     # of nnrecover.hermite (two independent implementations), up to round-off, for k <= 6
     from nnrecover.hermite import hermite_tensor
-    from nnrecover.learners._awasthi.symtensor import Monomials, hermite_from_raw
+    from nnrecover.learners.awasthi2021.symtensor import Monomials, hermite_from_raw
 
     rng = np.random.default_rng(0)
     Z, y = rng.standard_normal((3000, 3)), rng.standard_normal(3000)
@@ -339,7 +339,7 @@ def _perms(k):
 # ============================================================================ finite samples
 
 def test_samples_noiseless_refined_to_roundoff():
-    # Must show 2 in small (the 20-seed N = 1e6 run is the atv21-samples experiment): d = 10, m = 5,
+    # Must show 2 in small (the 20-seed N = 1e6 run is the awasthi2021-samples experiment): d = 10, m = 5,
     # biases U[-1.5, 1.5], noiseless, 3 seeds at N = 1e6 (at 2e5-5e5 the weakest unit is sometimes
     # below the split-sample noise of both T_3 and T_4 in this configuration). Every unit is detected;
     # the paper's output keeps those whose scalars are accurate (its error is a sampling error,
@@ -442,7 +442,7 @@ def test_control_variate_reduces_tensor_error():
 
 
 def test_large_bias_algorithm5_relative_l2_below_1e2():
-    # Must show 4 (the 5-teacher run is `nnrecover experiment atv21-large-bias`): d = 10, m = 5, two units
+    # Must show 4 (the 5-teacher run is `nnrecover experiment awasthi2021-large-bias`): d = 10, m = 5, two units
     # with |b| >= 4 (Hermite coefficients of order >= 2 ~ 1e-5: undetectable), N = 10^6. The three others
     # are recovered (FIXSIGNS inconsistency no longer drops a unit when units are missing); Algorithm 5's
     # regression network (refine=False) has relative L2 error < 1e-2 (measured 0.004-0.0064 over 5
@@ -468,7 +468,7 @@ def test_undecidable_sign_goes_to_the_linear_part():
     # errors (~1/snr ~ 0.025, times their z ~ 0.47) move z by ~0.01 (the leak term of fix_signs'
     # direction_std). Before that term the sign was called reliable, came out wrong in some runs, and the
     # m-unit output was off by the linear function a (w.x + b): relative L2 error 1.78 in the
-    # atv21-bias sweep. Now the sign is flagged unreliable and the output carries the closed-form linear
+    # awasthi2021-bias sweep. Now the sign is flagged unreliable and the output carries the closed-form linear
     # part, which absorbs either sign exactly: only the sampling error of the units remains (measured
     # 0.015; the bound 0.05 is 3x that).
     W = np.linalg.qr(np.random.default_rng(3).standard_normal((8, 8)))[0][:4]
@@ -540,7 +540,7 @@ def test_hermite_polish_repairs_signs_and_scalars():
     assert parameter_error(polished.network(), truth)["max_unit_error"] < 1e-6
     # the loss the polish minimises: zero at the teacher (orders 0..4, or 2..4 with a free linear part,
     # which a sign flip does not change), positive at the bad start; the polish's own start value agrees
-    from nnrecover.learners._awasthi.polish import truncated_hermite_loss
+    from nnrecover.learners.awasthi2021.polish import truncated_hermite_loss
 
     assert truncated_hermite_loss(coeffs, rec, 1, linear_part=False) < 1e-25
     assert truncated_hermite_loss(coeffs, replace(rec, b=-rec.b, U=-rec.U), 1, linear_part=True) < 1e-25
@@ -554,7 +554,7 @@ def test_complete_units_finds_the_missing_direction():
     # exact coefficients it is the dropped unit itself (up to sign, to round-off)
     from dataclasses import replace
 
-    from nnrecover.learners._awasthi.decompose import complete_units
+    from nnrecover.learners.awasthi2021.decompose import complete_units
 
     truth = _teacher(7, 4, 41, bias_range=(-1.2, 1.2))
     coeffs = atv.hermite_coefficients(truth, 1, 4)
@@ -674,10 +674,10 @@ def test_warns_when_inputs_not_standard_gaussian():
 # ============================================================================ experiments
 
 @pytest.mark.parametrize("name,columns", [
-    ("atv21-samples", {"provable_error", "refined_error", "units_recovered", "part"}),
-    ("atv21-bias", {"bias", "variant", "unit_error", "recovered", "source"}),
-    ("atv21-overcomplete", {"s_m", "exact_error", "noisy_error_over_eta", "sample_relative_l2"}),
-    ("atv21-large-bias", {"variant", "relative_l2", "units_recovered", "network_units"}),
+    ("awasthi2021-samples", {"provable_error", "refined_error", "units_recovered", "part"}),
+    ("awasthi2021-bias", {"bias", "variant", "unit_error", "recovered", "source"}),
+    ("awasthi2021-overcomplete", {"s_m", "exact_error", "noisy_error_over_eta", "sample_relative_l2"}),
+    ("awasthi2021-large-bias", {"variant", "relative_l2", "units_recovered", "network_units"}),
 ])
 def test_experiments_quick(name, columns):
     from nnrecover.experiments import get_experiment
@@ -685,7 +685,7 @@ def test_experiments_quick(name, columns):
     df, fig = get_experiment(name).func(rng=0, quick=True)
     assert columns <= set(df.columns) and len(df) > 0
     assert hasattr(fig, "savefig")
-    if name == "atv21-bias":
+    if name == "awasthi2021-bias":
         # exact coefficients: the two-tensor algorithm recovers unit 0 at every bias of the quick grid,
         # T_3 alone misses it at b = 0 (He_1(0) = 0) and T_4 alone at b = +-1 (He_2(+-1) = 0)
         exact = df[df["mode"] == "exact"].set_index(["variant", "bias"])
@@ -693,5 +693,5 @@ def test_experiments_quick(name, columns):
         assert exact.loc["both tensors", "unit_error"].max() < 1e-9
         assert not exact.loc[("T3 only", 0.0), "recovered"]
         assert not exact.loc[("T4 only", 1.0), "recovered"] and not exact.loc[("T4 only", -1.0), "recovered"]
-    if name == "atv21-overcomplete":
+    if name == "awasthi2021-overcomplete":
         assert df["exact_error"].max() < 1e-9

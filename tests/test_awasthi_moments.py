@@ -22,8 +22,8 @@ import pytest
 
 import nnrecover as nr
 from nnrecover.errors import InputError
-from nnrecover.learners._awasthi import coefficients as co
-from nnrecover.learners._awasthi.symtensor import Monomials, hermite_from_raw
+from nnrecover.learners.awasthi2021 import coefficients as co
+from nnrecover.learners.awasthi2021.symtensor import Monomials, hermite_from_raw
 
 RTOL = 1e-12
 
@@ -231,7 +231,7 @@ def test_power_iterations_converge_to_the_full_range():
     # factor ~0.2 of the one-pass excess, 0.2 * 0.68 ~ 0.14 at worst).
     from scipy import linalg
 
-    from nnrecover.learners._awasthi.coefficients import estimate_coefficients
+    from nnrecover.learners.awasthi2021.coefficients import estimate_coefficients
 
     truth = nr.random_network(100, 10, rng=0, bias_range=(-1.5, 1.5))
     X, Y = nr.sample(truth, nr.distributions.StandardGaussian(100), 200_000, rng=1)

@@ -13,7 +13,7 @@ import nnrecover as nr
 from nnrecover.errors import AssumptionError, ConvergenceError, InputError
 from nnrecover.learners.bakshi2019 import (algorithm5, refine_from_output_weights, refine_from_unmixing,
                                            row_from_zero_set)
-from nnrecover.learners._bakshi2019._common import row_space_basis
+from nnrecover.learners.bakshi2019._common import row_space_basis
 
 D, K, M = 20, 5, 8
 

@@ -20,7 +20,7 @@ from nnrecover.learners.bakshi2019 import (NoisyReLULearner, algorithm2, algorit
                                            regression_output_weights, sat_to_relu_separability,
                                            separability_to_network, separability_to_network_variable_alpha,
                                            separator_to_assignment, sparse_noise_pipeline)
-from nnrecover.learners._bakshi2019._common import match_rows, row_space_basis
+from nnrecover.learners.bakshi2019._common import match_rows, row_space_basis
 
 GAUSS = nr.distributions.StandardGaussian
 
@@ -355,12 +355,12 @@ def test_registry_lists_bakshi2019():
     import nnrecover.learners.bakshi2019 as mod
 
     recs = {r.name: r for r in nr.learners.available("bakshi2019")}
-    for name, label in [("exact-relu", "Algorithms 4-5"), ("bjw19-algorithm5", "Algorithm 5"),
-                        ("bjw19-algorithm7", "Algorithm 7"), ("bjw19-algorithm2", "Algorithm 2"),
-                        ("bjw19-algorithm8", "Algorithm 8"), ("bjw19-pcp", "Theorem 14")]:
+    for name, label in [("exact-relu", "Algorithms 4-5"), ("bakshi2019-algorithm5", "Algorithm 5"),
+                        ("bakshi2019-algorithm7", "Algorithm 7"), ("bakshi2019-algorithm2", "Algorithm 2"),
+                        ("bakshi2019-algorithm8", "Algorithm 8"), ("bakshi2019-pcp", "Theorem 14")]:
         assert label in recs[name].algorithm
     assert recs["exact-relu"].is_learner and recs["exact-relu"].target is nr.learners.ExactReLULearner
-    assert {n for n, r in recs.items() if r.is_learner} == {"exact-relu", "bjw19-noisy"}
+    assert {n for n, r in recs.items() if r.is_learner} == {"exact-relu", "bakshi2019-noisy"}
     labels = " | ".join(r.algorithm for r in recs.values())
     for i in range(1, 9):                        # Algorithms 1-8, each with a record of its own
         assert any(re.match(rf"Algorithm {i}\b", r.algorithm) for r in recs.values()), i
@@ -373,19 +373,19 @@ def test_registry_lists_bakshi2019():
 
 # ------------------------------------------------------------------------------------------ experiments
 
-@pytest.mark.parametrize("name, options", [("bjw19-exact", {}), ("bjw19-exact", {"suite": "must-show", "trials": 1}),
-                                           ("bjw19-noise", {}), ("bjw19-fpt", {})])
+@pytest.mark.parametrize("name, options", [("bakshi2019-exact", {}), ("bakshi2019-exact", {"suite": "must-show", "trials": 1}),
+                                           ("bakshi2019-noise", {}), ("bakshi2019-fpt", {})])
 def test_experiments_quick(tmp_path, name, options):
     from nnrecover.experiments.runner import RESULT_FILES, run_experiment
 
     df = run_experiment(name, tmp_path, quick=True, rng=0, **options)
     assert all((tmp_path / f).exists() for f in RESULT_FILES)
-    if name == "bjw19-exact":
+    if name == "bakshi2019-exact":
         assert df["success"].all() and (df["max_unit_error"] < 1e-10).all() and not df["certified_wrong"].any()
         assert (df["kappa_u"] <= 10).all() and (df.loc[df["route"] == "tensor", "kappa_v"] <= 10).all()
         if options:                                  # must-show: trials=1 seed per configuration and route
             assert len(df) == 2 and set(df["route"]) == {"tensor", "ica"}
-    elif name == "bjw19-noise":
+    elif name == "bakshi2019-noise":
         assert (df["signs_correct"] == 1.0).all()
         assert (df["slope_V"] < -0.3).all()          # n^{-1/2} up to the noise of one trial per point
     else:

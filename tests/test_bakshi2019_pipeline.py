@@ -1,6 +1,6 @@
 """Bakshi-Jayaram-Woodruff 2019: tensor step, Gaussian and ICA pipelines, ExactReLULearner.
 
-Small, fast versions of the "Must show" runs; the full seed sweeps live in the ``bjw19-exact`` experiment.
+Small, fast versions of the "Must show" runs; the full seed sweeps live in the ``bakshi2019-exact`` experiment.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from nnrecover.learners import ExactReLULearner
 from nnrecover.learners.bakshi2019 import (algorithm3, algorithm4, approximate_hidden_weights,
                                            approximate_hidden_weights_population, choose_order,
                                            gaussian_pipeline)
-from nnrecover.learners._bakshi2019._common import match_rows
+from nnrecover.learners.bakshi2019._common import match_rows
 
 GAUSS = nr.distributions.StandardGaussian
 
@@ -157,7 +157,7 @@ def test_whitening_for_non_identity_covariance():
 @pytest.mark.parametrize("seed", [0, 1])
 def test_gaussian_pipeline_must_show_small(seed):
     """Must show 1 at test size: d = 20, k = 5, m = 8, κ(V) = 10 before normalisation, n = 2e5 (the full
-    20-seed sweep at n = 1e6 and the d = 50 case are in the bjw19-exact experiment)."""
+    20-seed sweep at n = 1e6 and the d = 50 case are in the bakshi2019-exact experiment)."""
     net = nr.random_network(20, 5, 8, rng=seed, condition_number=10).canonical()
     stream = nr.sample_stream(net, GAUSS(20), 200_000, rng=seed + 100)
     res = gaussian_pipeline(stream, None, 5, rng=seed)
@@ -323,8 +323,8 @@ def test_compare_learners_reads_applies_to():
     from nnrecover.experiments.baseline import compare_learners
 
     teacher = nr.random_network(6, 3, 2, rng=0)
-    df = compare_learners(teacher, GAUSS(6), 2_000, rng=0, learners=["exact-relu", "bjw19-noisy"])
-    assert list(df["learner"]) == ["exact-relu", "bjw19-noisy"]
+    df = compare_learners(teacher, GAUSS(6), 2_000, rng=0, learners=["exact-relu", "bakshi2019-noisy"])
+    assert list(df["learner"]) == ["exact-relu", "bakshi2019-noisy"]
     assert df["status"].str.startswith("not applicable: n_outputs = 2 < n_hidden = 3").all()
     assert df["fit_time_s"].isna().all()
 

@@ -11,7 +11,7 @@ import pytest
 import nnrecover as nr
 from nnrecover.errors import AssumptionWarning, CertificateWarning, InputError
 from nnrecover.learners import ExactReLULearner, NoisyReLULearner, PureNeuronLearner
-from nnrecover.learners._bakshi2019.certificate import _lack_of_fit, unit_error_bound
+from nnrecover.learners.bakshi2019.certificate import _lack_of_fit, unit_error_bound
 
 GAUSS = nr.distributions.StandardGaussian
 
@@ -167,7 +167,7 @@ def test_certificates_experiment_quick():
 
     assert nr.experiments.get_experiment("certificates").func is certificates_experiment
 
-    df, fig = certificates_experiment(rng=0, quick=True, learners=["pure-neuron", "exact-relu", "bjw19-noisy"])
+    df, fig = certificates_experiment(rng=0, quick=True, learners=["pure-neuron", "exact-relu", "bakshi2019-noisy"])
     fitted = df[df["status"] == "fitted"]
     assert len(df) == 12 and len(fitted) >= 9
     assert not fitted["false_pass"].any()

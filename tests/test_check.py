@@ -28,7 +28,7 @@ def test_gaussian_teacher_data(teacher):
     r = check(X, Y, random_state=0)
     assert r.input_law == "standard Gaussian" and r.symmetric and not r.heavy_tailed
     assert r.width["estimate"] == 4 and r.width["sure"]
-    for name in ("hermite-tensor", "exact-relu", "bjw19-noisy", "pure-neuron"):
+    for name in ("hermite-tensor", "exact-relu", "bakshi2019-noisy", "pure-neuron"):
         assert r.verdict(name).applies == "yes", str(r)
     assert r.recommended == "nnrecover fit DATA --learner exact-relu -k 4"
     text = str(r)
@@ -39,7 +39,7 @@ def test_gaussian_with_noise_rules_out_the_exact_learner(teacher):
     X, Y = nr.sample(teacher, nr.distributions.StandardGaussian(D), N, rng=1, noise=0.1)
     r = check(X, Y, random_state=0)
     assert r.label_noise["kind"] == "estimate" and r.label_noise["std"] == pytest.approx(0.1, rel=0.1)
-    assert r.verdict("exact-relu").applies == "no" and r.verdict("bjw19-noisy").applies == "yes"
+    assert r.verdict("exact-relu").applies == "no" and r.verdict("bakshi2019-noisy").applies == "yes"
 
 
 def test_symmetric_mixture(teacher):
@@ -48,7 +48,7 @@ def test_symmetric_mixture(teacher):
     r = check(X, Y, random_state=0)
     assert r.input_law == "not Gaussian" and r.symmetric
     assert r.verdict("pure-neuron").applies == "yes"
-    for name in ("hermite-tensor", "exact-relu", "bjw19-noisy"):
+    for name in ("hermite-tensor", "exact-relu", "bakshi2019-noisy"):
         assert r.verdict(name).applies == "no"
 
 
@@ -66,7 +66,7 @@ def test_heavy_tailed_inputs(teacher):
     X = np.random.default_rng(4).standard_t(1.5, (N, D))
     r = check(X, teacher.predict(X), random_state=0)
     assert r.heavy_tailed and r.evidence["tail_index_min"] < 2.5  # true index 1.5
-    for name in ("hermite-tensor", "exact-relu", "bjw19-noisy", "pure-neuron"):
+    for name in ("hermite-tensor", "exact-relu", "bakshi2019-noisy", "pure-neuron"):
         assert r.verdict(name).applies == "no"
     assert r.recommended is None and "what would be needed" in str(r)
 

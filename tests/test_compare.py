@@ -17,7 +17,7 @@ def quick():
 def test_quick_grid_runs_every_method(quick):
     df, fig = quick
     methods = set(df["method"])
-    assert {"exact-relu", "bjw19-noisy", "pure-neuron", "hermite-tensor", "gradient-descent",
+    assert {"exact-relu", "bakshi2019-noisy", "pure-neuron", "hermite-tensor", "gradient-descent",
             "sklearn-lbfgs", "sklearn-adam"} <= methods
     assert set(df.loc[df["method"] == "exact-relu", "refine"]) == {"yes", "no"}
     assert len(fig.axes) == 3

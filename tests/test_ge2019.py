@@ -17,7 +17,7 @@ import nnrecover as nr
 from nnrecover.distributions import Gaussian, PerturbedSymmetric, StandardGaussian, SymmetricMixture
 from nnrecover.errors import AssumptionError, CertificateWarning, ConvergenceError, InputError, NotFittedError
 from nnrecover.learners import ge2019 as ge
-from nnrecover.learners._ge2019 import core, moments as gm, symmetric as sy
+from nnrecover.learners.ge2019 import core, moments as gm, symmetric as sy
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -582,8 +582,8 @@ def test_degenerate_distinguishing_matrix_certificate(rng):
 
 def test_registry_and_params():
     records = {r.name: r for r in nr.learners.available("ge2019")}
-    assert {"pure-neuron", "ge19-algorithm1", "ge19-algorithm2", "ge19-algorithm3", "ge19-algorithm4",
-            "ge19-section4"} <= set(records)
+    assert {"pure-neuron", "ge2019-algorithm1", "ge2019-algorithm2", "ge2019-algorithm3", "ge2019-algorithm4",
+            "ge2019-section4"} <= set(records)
     # every piece the issue lists is registered under the paper's own label, with its public target
     labels = {"Algorithm 1": ge.algorithm1, "Algorithm 2": ge.algorithm2, "Algorithm 3": ge.algorithm3,
               "Algorithm 4": ge.algorithm4, "BuildT": ge.build_detector_matrix, "NullSpan": ge.null_span,
@@ -603,15 +603,15 @@ def test_registry_and_params():
     assert learner.get_params()["split"] is True
     from nnrecover.experiments import available_experiments
 
-    assert {"ge19-fig2", "ge19-fig3", "ge19-fig4"} <= {r.name for r in available_experiments()}
+    assert {"ge2019-fig2", "ge2019-fig3", "ge2019-fig4"} <= {r.name for r in available_experiments()}
 
 
 # ------------------------------------------------------------------------------------------ experiments
 def test_experiments_quick(tmp_path):
-    from nnrecover.experiments.ge19 import fig3, fig4
+    from nnrecover.experiments.ge2019 import fig3, fig4
     from nnrecover.experiments.runner import run_experiment
 
-    df = run_experiment("ge19-fig2", tmp_path / "f2", quick=True, rng=0)
+    df = run_experiment("ge2019-fig2", tmp_path / "f2", quick=True, rng=0)
     assert (tmp_path / "f2" / "figure.png").exists() and (tmp_path / "f2" / "results.csv").exists()
     assert set(df["panel"]) == {"left", "centre", "right"}
     prov = df[df["stage"] == "provable"]

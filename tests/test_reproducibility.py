@@ -78,8 +78,8 @@ def _data(key: str) -> tuple[np.ndarray, np.ndarray]:
 CASES: dict[str, tuple[str, int, dict, str]] = {
     "hermite-tensor/refine": ("hermite-tensor", 4, {"refine": True}, "hermite"),
     "hermite-tensor/plain": ("hermite-tensor", 4, {"refine": False}, "hermite"),
-    "bjw19-noisy/refine": ("bjw19-noisy", 3, {"refine": True}, "bakshi"),
-    "bjw19-noisy/plain": ("bjw19-noisy", 3, {"refine": False}, "bakshi"),
+    "bakshi2019-noisy/refine": ("bakshi2019-noisy", 3, {"refine": True}, "bakshi"),
+    "bakshi2019-noisy/plain": ("bakshi2019-noisy", 3, {"refine": False}, "bakshi"),
     "exact-relu/refine": ("exact-relu", 3, {"refine": True}, "bakshi-exact"),
     "exact-relu/plain": ("exact-relu", 3, {"refine": False}, "bakshi-exact"),
     "gradient-descent/auto": ("gradient-descent", 3, {"n_restarts": 2}, "baseline"),

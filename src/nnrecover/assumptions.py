@@ -215,7 +215,7 @@ def _rank_from_groups(B: np.ndarray, groups: list[np.ndarray]) -> dict:
 def _measure(X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> dict:
     from scipy import stats
 
-    from .learners._ge2019.moments import symmetry_test
+    from .learners.ge2019.moments import symmetry_test
     from .moments.statistics import Covariance, input_deviation_from_standard
 
     n, d = X.shape
@@ -368,14 +368,14 @@ def _verdicts(report: CheckReport) -> list[Verdict]:
                 reasons.append("k >= d needs order l = 2 (Kronecker squares independent, k <= d^2/2)")
             verdict = combine(a, b)
             cmd = f"nnrecover fit DATA --learner {rec.name}{k_arg}"
-        elif rec.name in ("exact-relu", "bjw19-noisy"):
+        elif rec.name in ("exact-relu", "bakshi2019-noisy"):
             a = law(reasons)
             b = width_le_d(reasons)
             reasons.append("no hidden biases (Bakshi et al.'s model); refine=True fits biases afterwards")
             if rec.name == "exact-relu" and report.label_noise["kind"] == "estimate" and \
                     report.label_noise["std"] > 1e-6 * report.evidence["y_std"]:
                 reasons.append(f"label noise std {report.label_noise['std']:.2g}: the exact algorithm needs "
-                               "noiseless labels, use bjw19-noisy")
+                               "noiseless labels, use bakshi2019-noisy")
                 b = combine(b, "no")
             verdict = combine(a, b)
             cmd = f"nnrecover fit DATA --learner {rec.name}{k_arg}"
@@ -492,8 +492,8 @@ def check(X, Y=None, *, max_rows: int = MAX_ROWS, random_state=None) -> CheckRep
                          heavy_tailed=heavy, width=width, label_noise=noise, evidence=ev)
     report.verdicts = _verdicts(report)
     # the exact learner when it applies, learners that use every output before the scalar one
-    order = (["hermite-tensor", "exact-relu", "bjw19-noisy", "pure-neuron"] if report.n_outputs == 1 else
-             ["exact-relu", "bjw19-noisy", "pure-neuron", "hermite-tensor"])
+    order = (["hermite-tensor", "exact-relu", "bakshi2019-noisy", "pure-neuron"] if report.n_outputs == 1 else
+             ["exact-relu", "bakshi2019-noisy", "pure-neuron", "hermite-tensor"])
     ranked = sorted(report.verdicts, key=lambda v: order.index(v.learner) if v.learner in order else len(order))
     first = next((v for v in ranked if v.applies == "yes" and v.paper != "baseline" and v.command), None)
     report.recommended = first.command if first else None

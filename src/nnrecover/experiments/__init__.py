@@ -11,7 +11,7 @@ from importlib import import_module
 
 from .registry import ExperimentRecord, available_experiments, experiment, get_experiment
 
-_MODULES = ("baseline", "compare", "atv21", "ge19", "bjw19", "goel2019", "goel2019_rest", "extract", "certificates")
+_MODULES = ("baseline", "compare", "awasthi2021", "ge2019", "bakshi2019", "goel2019", "goel2019_rest", "extract", "certificates")
 
 __all__ = ["ExperimentRecord", "available_experiments", "experiment", "get_experiment"]
 

@@ -53,10 +53,10 @@ LEARNERS = {
     "hermite-tensor": ("hermite-tensor", {}),
     "pure-neuron": ("pure-neuron", {}),
     "exact-relu": ("exact-relu", {}),
-    "bjw19-noisy": ("bjw19-noisy", {}),
+    "bakshi2019-noisy": ("bakshi2019-noisy", {}),
     "pure-neuron refine=False": ("pure-neuron", {"refine": False}),
     "exact-relu refine=False": ("exact-relu", {"refine": False}),
-    "bjw19-noisy refine=False": ("bjw19-noisy", {"refine": False}),
+    "bakshi2019-noisy refine=False": ("bakshi2019-noisy", {"refine": False}),
 }
 #: outputs of the teachers: HermiteTensorLearner learns one output, the others need at least k
 _OUTPUTS = {"hermite-tensor": lambda k: 1}

@@ -23,12 +23,15 @@ class ExperimentRecord:
     func : callable       ``func(*, rng, quick, **options) -> (DataFrame, Figure)``
     paper : str           key of :data:`nnrecover.learners._registry.PAPERS`
     description : str     one line (default: the first line of ``func``'s docstring)
+    aliases : tuple       other names it answers to (the short paper prefixes of
+                          :data:`nnrecover.learners._registry.PAPER_PREFIXES`), never listed
     """
 
     name: str
     func: Callable = field(compare=False)
     paper: str = "baseline"
     description: str = ""
+    aliases: tuple = field(default=(), compare=False)
 
 
 _EXPERIMENTS: dict[str, ExperimentRecord] = {}
@@ -43,7 +46,7 @@ def experiment(name: str, *, paper: str = "baseline", description: str = "") -> 
         ``paper`` is not a known paper key, or ``name`` is already taken by another function (both
         are programming errors in a module of the package, not user errors).
     """
-    from ..learners._registry import PAPERS
+    from ..learners._registry import PAPERS, legacy_aliases
 
     if paper not in PAPERS:
         raise ValueError(f"unknown paper key {paper!r} for experiment {name!r}; use one of {sorted(PAPERS)}")
@@ -52,7 +55,7 @@ def experiment(name: str, *, paper: str = "baseline", description: str = "") -> 
         if name in _EXPERIMENTS and _EXPERIMENTS[name].func is not func:
             raise ValueError(f"experiment {name!r} registered twice")
         summary = description or (func.__doc__ or "").strip().split("\n")[0]
-        _EXPERIMENTS[name] = ExperimentRecord(name, func, paper, summary)
+        _EXPERIMENTS[name] = ExperimentRecord(name, func, paper, summary, legacy_aliases(name))
         return func
     return deco
 
@@ -70,7 +73,7 @@ def get_experiment(name: str) -> ExperimentRecord:
     from ..errors import InputError
 
     for rec in available_experiments():
-        if rec.name == name:
+        if rec.name == name or name in rec.aliases:
             return rec
     raise InputError(f"unknown experiment {name!r}; available: "
                      f"{', '.join(r.name for r in available_experiments()) or '(none)'}.")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from ._registry import AlgorithmRecord, available, register
+from ._registry import AlgorithmRecord, available, register, resolve_name
 
 # module name -> public names it provides (modules are imported lazily, on first use)
 _MODULES = {
@@ -29,7 +29,7 @@ def _present(mod: str) -> bool:
     return importlib.util.find_spec(f"{__name__}.{mod}") is not None
 
 
-__all__ = ["available", "register", "AlgorithmRecord", "get_learner",
+__all__ = ["available", "register", "resolve_name", "AlgorithmRecord", "get_learner",
            *[name for name, mod in _PROVIDES.items() if _present(mod)]]
 
 
@@ -55,6 +55,7 @@ def get_learner(name: str) -> type:
     """The estimator class registered under ``name`` (as listed by ``nnrecover methods``)."""
     from ..errors import InputError
 
+    name = resolve_name(name)
     for rec in available(learners_only=True):
         if rec.name == name or getattr(rec.target, "__name__", None) == name:
             return rec.target

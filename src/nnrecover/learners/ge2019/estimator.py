@@ -1,42 +1,5 @@
-"""Ge, Kuditipudi, Li, Wang (ICLR 2019): learning two-layer ReLU networks with symmetric inputs.
-
-The model is ``y = A relu(W x) + xi`` with no biases, ``x`` from any **symmetric** distribution
-(``x`` and ``-x`` equal in law), ``k <= d`` hidden units and ``l >= k`` outputs. In nnrecover's form
-(ARCHITECTURE section 1): ``hidden_weights = W`` (k, d), ``output_weights = A`` (l, k), zero biases.
-
-Paper symbol -> name here:
-
-========================================  ================================================================
-Algorithm 1 (one ReLU unit)               :func:`algorithm1`
-Eq. 10 / Eq. 11 detector ``T``            :func:`build_detector_matrix` (BuildT; ``noise_correction``)
-NullSpan, SimDiag, SignFix                :func:`null_span`, :func:`sim_diag`, :func:`sign_fix`
-Algorithm 2 (noiseless)                   :func:`algorithm2`
-Algorithm 3 (noise-robust, sample split)  :func:`algorithm3`
-Algorithm 4 (``A`` is ``l x k``, l > k)   :func:`algorithm4`
-Section 4 practical variant               :func:`section4_variant` (CP-ALS on ``10 k`` slices, best of
-                                          10 restarts, then gradient fit of ``W`` with ``A`` fixed)
-Definition 1 / Lemma 19 ``N``, ``M``      :func:`distinguishing_matrix`, :func:`gaussian_distinguishing_matrix`
-Appendix B.1.1 ``T = M B C F``            :func:`population_detector_matrix`
-Eq. 18 smoothed ``W + rho E``             :func:`perturb_weights` (``D_{Q,lambda}``:
-                                          :class:`nnrecover.distributions.PerturbedSymmetric`)
-Section 4.1 error metric                  :func:`paper_error`
-estimator                                 :class:`PureNeuronLearner` (certificate ``max_unit_error`` of
-                                          the returned network: :func:`nnrecover.learners.bakshi2019.
-                                          unit_error_bound`; Lemma 14's gap is a stage check)
-========================================  ================================================================
-
-Errata of the paper text (spec 003 section 7), implemented in their corrected form:
-
-- Theorem 2 (informal) bounds ``||A s(W x) - A^ s(W^ x)||`` (the text has ``A s(W^ x)``); our
-  ``diagnostics_`` and the experiments measure the output error against the true ``A s(W x)``.
-- Appendix A.2 writes the noisy model as ``y = s(W x) + xi``; it is ``y = A s(W x) + xi``.
-- Algorithm 3 step 3 is garbled; the detector is Eq. 11 (``noise_correction=True``).
-- Lemma 3's display is truncated; the identity is ``sum_{i<j} c_i c_j N_ij`` with ``c = A^T u``.
-- Section 2.2's Kronecker index formula is garbled; the standard Kronecker product is used
-  (``x (x) x = vec(x x^T)``), and Lemma 12's ``X = S zeta`` means ``X = mat*(S zeta)``.
-
-Each has a test in ``tests/test_ge2019.py`` showing why the corrected form is the right one.
-"""
+"""The estimator :class:`PureNeuronLearner` of Ge, Kuditipudi, Li, Wang (2019), and the algorithms that
+chain the stages of the package (symbol table: the package docstring of :mod:`nnrecover.learners.ge2019`)."""
 
 from __future__ import annotations
 
@@ -47,22 +10,22 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import as_2d_float, as_targets, check_positive_int, check_random_state
-from ..distributions import Distribution, Gaussian, PerturbedSymmetric, StandardGaussian
-from ..errors import AssumptionError, CertificateWarning, ConvergenceError, InputError
-from ..network import TwoLayerNetwork
-from ..sampling import sample
-from ._ge2019.core import (algorithm1, build_detector_matrix, check_second_moment, cp_slices, detector_value,
+from ..._validation import as_2d_float, as_targets, check_positive_int, check_random_state
+from ...distributions import Distribution, Gaussian, PerturbedSymmetric, StandardGaussian
+from ...errors import AssumptionError, CertificateWarning, ConvergenceError, InputError
+from ...network import TwoLayerNetwork
+from ...sampling import sample
+from .core import (algorithm1, build_detector_matrix, check_second_moment, cp_slices, detector_value,
                            fit_hidden_given_output, null_span, output_projection, purity_score, readout,
                            sign_fix, sim_diag)
-from ._ge2019.distinguishing import (distinguishing_matrix, gaussian_distinguishing_matrix,
+from .distinguishing import (distinguishing_matrix, gaussian_distinguishing_matrix,
                                      leave_one_out_distance, perturb_weights, population_detector_matrix)
-from ._ge2019.moments import (PureNeuronMoments, PureNeuronStatistic, gaussian_population_moments,
+from .moments import (PureNeuronMoments, PureNeuronStatistic, gaussian_population_moments,
                               symmetry_test)
-from ._ge2019.symmetric import duplication_matrix, mat_star, vec_star
-from ._bakshi2019.certificate import certificate_rows, certify_max_unit_error, check_certificate_params
-from ._registry import register
-from .base import BaseLearner
+from .symmetric import duplication_matrix, mat_star, vec_star
+from ..bakshi2019.certificate import certificate_rows, certify_max_unit_error, check_certificate_params
+from .._registry import register
+from ..base import BaseLearner
 
 __all__ = ["PureNeuronLearner", "PureNeuronResult", "algorithm1", "algorithm2", "algorithm3", "algorithm4",
            "section4_variant", "pure_neuron_moments", "build_detector_matrix", "null_span", "sim_diag",
@@ -109,7 +72,7 @@ class PureNeuronResult:
 # ============================================================================================ data
 def _source(X, Y=None):
     """The data source of ``fit(X, Y)``-style arguments and its output dimension ``l``."""
-    from ..moments.engine import as_data_source
+    from ...moments.engine import as_data_source
 
     source = as_data_source(X, Y)
     l = source.n_outputs
@@ -147,7 +110,7 @@ def pure_neuron_moments(X, Y=None, *, split: str = "none", symmetry: bool = True
         See :class:`PureNeuronStatistic` (``detector=False``: low-order moments only; ``B`` given: the
         contracted detector ``K`` of a second pass).
     """
-    from ..moments import accumulate
+    from ...moments import accumulate
 
     detector_part = _ROLES[split][1] if split in _ROLES else 0
     stat = PureNeuronStatistic(split=split, detector_part=detector_part, symmetry=symmetry, detector=detector,
@@ -597,7 +560,7 @@ class PureNeuronLearner(BaseLearner):
 
     # ------------------------------------------------------------------ fitting
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
-        from ..moments.engine import as_data_source
+        from ...moments.engine import as_data_source
 
         practical = self.method == "practical"
         if practical:  # the gradient fit of W needs the samples in memory
@@ -691,63 +654,63 @@ _RANK = "A, W, E[xx^T] full rank"
 register("pure-neuron", paper="ge2019", algorithm="Algorithms 2-4", target=PureNeuronLearner, is_learner=True,
          assumptions=(_SYM, "k <= d", "outputs >= k", "ReLU, no biases", _RANK, "M full column rank"),
          description="Pure-neuron detector: moments up to order 4, null space, SimDiag, Algorithm 1")
-register("ge19-algorithm1", paper="ge2019", algorithm="Algorithm 1", target=algorithm1,
+register("ge2019-algorithm1", paper="ge2019", algorithm="Algorithm 1", target=algorithm1,
          assumptions=(_SYM, "E[xx^T] full rank"), description="One ReLU unit: w = 2 E[xx^T]^-1 E[yx]")
-register("ge19-algorithm2", paper="ge2019", algorithm="Algorithm 2", target=algorithm2,
+register("ge2019-algorithm2", paper="ge2019", algorithm="Algorithm 2", target=algorithm2,
          assumptions=(_SYM, "no label noise", "A square", _RANK, "N full column rank"),
          description="Noiseless two-layer learner (Corollary 1 detector, SimDiag, SignFix, Algorithm 1)")
-register("ge19-algorithm3", paper="ge2019", algorithm="Algorithm 3", target=algorithm3,
+register("ge2019-algorithm3", paper="ge2019", algorithm="Algorithm 3", target=algorithm3,
          assumptions=(_SYM, "zero-mean label noise independent of x", "A square", _RANK, "M full column rank"),
          description="Noise-robust learner (Eq. 11 detector, sample split in +-x pairs)")
-register("ge19-algorithm4", paper="ge2019", algorithm="Algorithm 4", target=algorithm4,
+register("ge2019-algorithm4", paper="ge2019", algorithm="Algorithm 4", target=algorithm4,
          assumptions=(_SYM, "outputs l >= k", "rank A = k", "M full column rank"),
          description="Non-square A: project outputs on the top-k left singular space of E[yx^T]")
-register("ge19-section4", paper="ge2019", algorithm="Section 4", target=section4_variant,
+register("ge2019-section4", paper="ge2019", algorithm="Section 4", target=section4_variant,
          assumptions=(_SYM, "outputs >= k", _RANK),
          description="Practical variant: CP-ALS on 10k null-space slices, then W fitted with A fixed")
-register("ge19-build-t", paper="ge2019", algorithm="Eq. 10-11 (BuildT)", target=build_detector_matrix,
+register("ge2019-build-t", paper="ge2019", algorithm="Eq. 10-11 (BuildT)", target=build_detector_matrix,
          assumptions=(_SYM,), description="Pure-neuron detector matrix T (noiseless or noise-corrected)")
-register("ge19-simdiag", paper="ge2019", algorithm="Algorithm 2 steps 7-8 (SimDiag)", target=sim_diag,
+register("ge2019-simdiag", paper="ge2019", algorithm="Algorithm 2 steps 7-8 (SimDiag)", target=sim_diag,
          assumptions=("null space spanned by vec*(z_i z_i^T)",),
          description="Eigenvectors of X Y^-1 for random X, Y in the null space, best of several draws")
-register("ge19-distinguishing", paper="ge2019", algorithm="Definition 1, Lemma 19", target=distinguishing_matrix,
+register("ge2019-distinguishing", paper="ge2019", algorithm="Definition 1, Lemma 19", target=distinguishing_matrix,
          assumptions=("closed form: zero-mean Gaussian input",),
          description="Distinguishing matrix N / augmented M: Gaussian closed form or Monte Carlo")
-register("ge19-nullspan", paper="ge2019", algorithm="NullSpan (Algorithm 2/3 step 5; Lemmas 4, 10)", target=null_span,
+register("ge2019-nullspan", paper="ge2019", algorithm="NullSpan (Algorithm 2/3 step 5; Lemmas 4, 10)", target=null_span,
          assumptions=("N (Alg. 2) or M (Alg. 3) full column rank",),
          description="The k least right singular vectors of T and the gap ratio s_k2 / s_k2+1 (Lemma 14)")
-register("ge19-signfix", paper="ge2019", algorithm="SignFix (Algorithm 2/3 step 9; Lemma 18)", target=sign_fix,
+register("ge2019-signfix", paper="ge2019", algorithm="SignFix (Algorithm 2/3 step 9; Lemma 18)", target=sign_fix,
          assumptions=(_SYM, "E[relu(w_i^T x)] > 0"),
          description="Flip z_i so that E[z_i^T y] > 0")
-register("ge19-cp-slices", paper="ge2019", algorithm="Section 4 (a): CP-ALS on null-space slices", target=cp_slices,
+register("ge2019-cp-slices", paper="ge2019", algorithm="Section 4 (a): CP-ALS on null-space slices", target=cp_slices,
          assumptions=("null space spanned by vec*(z_i z_i^T)",),
          description="Rank-k CP-ALS of 10k random slices mat*(S g_t), best of restarts (TensorLy)")
-register("ge19-hidden-fit", paper="ge2019", algorithm="Section 4 (b): W fitted with A fixed",
+register("ge2019-hidden-fit", paper="ge2019", algorithm="Section 4 (b): W fitted with A fixed",
          target=fit_hidden_given_output, assumptions=("A^ recovered",),
          description="Gradient fit of the squared loss in W with the output layer frozen (L-BFGS)")
-register("ge19-detector", paper="ge2019", algorithm="Corollary 1 / Lemma 9 (Eq. 11)", target=detector_value,
+register("ge2019-detector", paper="ge2019", algorithm="Corollary 1 / Lemma 9 (Eq. 11)", target=detector_value,
          assumptions=(_SYM,), description="The pure-neuron detector f(u), evaluated directly from samples")
-register("ge19-purity-score", paper="ge2019", algorithm="Lemma 2", target=purity_score,
+register("ge2019-purity-score", paper="ge2019", algorithm="Lemma 2", target=purity_score,
          assumptions=(_SYM, "no label noise"),
          description="Scalar purity test 2 E[yx]^T E[xx^T]^-1 E[yx] - E[y^2] = sum c_i c_j m_ij")
-register("ge19-gaussian-distinguishing", paper="ge2019", algorithm="Lemma 19 (and N(0, QQ^T), Theorem 10 proof)",
+register("ge2019-gaussian-distinguishing", paper="ge2019", algorithm="Lemma 19 (and N(0, QQ^T), Theorem 10 proof)",
          target=gaussian_distinguishing_matrix, assumptions=("zero-mean Gaussian input",),
          description="Closed-form distinguishing matrix N / augmented M and the scalars m_ij")
-register("ge19-population-t", paper="ge2019", algorithm="Appendix B.1.1 (T = M B C F; Lemma 14)",
+register("ge2019-population-t", paper="ge2019", algorithm="Appendix B.1.1 (T = M B C F; Lemma 14)",
          target=population_detector_matrix, assumptions=("M full column rank", "A full rank"),
          description="Population detector matrix from M and A, with sigma_k2(T) >= sigma_min(M) sigma_min(A)^2")
-register("ge19-perturb-weights", paper="ge2019", algorithm="Eq. 18 (smoothed W + rho E; Theorem 9, Lemma 22)",
+register("ge2019-perturb-weights", paper="ge2019", algorithm="Eq. 18 (smoothed W + rho E; Theorem 9, Lemma 22)",
          target=perturb_weights, assumptions=("Gaussian input, k <= d / 5 for the theorem",),
          description="Smoothed-analysis perturbation of the first-layer weights")
-register("ge19-perturbed-input", paper="ge2019", algorithm="Appendix C.2 ((Q, lambda)-perturbation; Theorem 10)",
+register("ge2019-perturbed-input", paper="ge2019", algorithm="Appendix C.2 ((Q, lambda)-perturbation; Theorem 10)",
          target=PerturbedSymmetric, assumptions=(_SYM, "k <= d / 7 for the theorem"),
          description="Smoothed input law D_{Q,lambda}: with probability lambda x = Q n, n ~ N(0, I)")
-register("ge19-leave-one-out", paper="ge2019", algorithm="Definition 2, Lemmas 20-21", target=leave_one_out_distance,
+register("ge2019-leave-one-out", paper="ge2019", algorithm="Definition 2, Lemmas 20-21", target=leave_one_out_distance,
          description="Leave-one-out distance d(A), bracketing sigma_min(A)")
-register("ge19-fit-population", paper="ge2019", algorithm="Theorems 4-6 on exact moments (fit_population)",
+register("ge2019-fit-population", paper="ge2019", algorithm="Theorems 4-6 on exact moments (fit_population)",
          target=PureNeuronLearner.fit_population, assumptions=("zero-mean Gaussian input", _RANK),
          description="Algorithms 2-4 on exact population moments (Lemmas 6, 7, 19)")
-register("ge19-symmetry-test", paper="ge2019", algorithm="Section 2.1 assumption (symmetric input)",
+register("ge2019-symmetry-test", paper="ge2019", algorithm="Section 2.1 assumption (symmetric input)",
          target=symmetry_test, description="Hotelling chi-square test of E[x] = E[x**3] = 0 (p-value)")
-register("ge19-symmetrize", paper="ge2019", algorithm="Section 1 (data symmetrisation)", target=symmetrize,
+register("ge2019-symmetrize", paper="ge2019", algorithm="Section 1 (data symmetrisation)", target=symmetrize,
          description="Antithetic pairs: every x with -x and its label")

@@ -1,38 +1,6 @@
-"""Awasthi, Tang, Vijayaraghavan (NeurIPS 2021): learning ``f(x) = sum_i a_i relu(w_i^T x + b_i)``,
-``x ~ N(0, I_d)``, from the Hermite coefficient tensors ``f^_k = E[f(x) He_k(x)]``.
-
-Every algorithm of the paper is a plain function here (re-exported from the private package
-:mod:`nnrecover.learners._awasthi`) and :class:`HermiteTensorLearner` wraps them into a
-scikit-learn style estimator. Specification with the paper's errata: specs/001.
-
-==================================  =====================================  ==============================
-paper                               function                               notes
-==================================  =====================================  ==============================
-Lemma 3.5 / eq. (6)                 :func:`hermite_coefficients`           exact or streamed estimates,
-                                                                           projected on range(T_2) (l=1)
-Algorithm 1 (order l, exact)        :func:`algorithm1`                     Thms 4.1 / 4.2
-Algorithm 2 RECOVERSCALARS          :func:`recover_scalars`                corrected l > 1 form (E1)
-Algorithm 3 FIXSIGNS                :func:`fix_signs`
-Algorithm 4 (robust, order l)       :func:`algorithm4`                     adaptive or paper thresholds
-Algorithm 5 (low L2 error)          :func:`algorithm5`,                    <= m + 2 units (Claim D.14)
-                                    :func:`algorithm5_regression`
-Claim D.14                          :func:`consolidate`                    v_lin = 0 handled (E10)
-Algorithm 6 (robust full rank)      :func:`algorithm6`                     Thm 3.1
-Thm 4.2, SQ regression              :func:`population_regression`
-closed-form linear part             :func:`linear_correction`              signs known
-Theorem 3.4 (sign-flip sets)        :func:`sign_flip_sets`                 corrected eq. (2) (E3)
-Theorem 3.4 + Lemma D.13 + D.14     :func:`reduce_network`                 ``<= m`` units when identifiable
-Lemma 3.5 (certificate)             :func:`hermite_fit`                    ``g^_k`` vs ``T_k``, 3 sigma
-Claim 4.8                           :func:`claim48_instance`
-Appendix E (smoothed instances)     :func:`smoothed_instance`,             ``s_m(W^{(.)l})``
-                                    :func:`khatri_rao_smin`
-Lemma 4.3                           :func:`hermite_separation`             corrected constant (E2)
-==================================  =====================================  ==============================
-
-Symbols -> names: the paper's columns ``w_i`` are our rows ``hidden_weights[i]``; ``a = output_weights[0]``,
-``b = hidden_bias``; ``T_k`` (estimate) and ``f^_k`` (exact) are both :class:`HermiteCoefficients`
-(``exact`` tells which); ``l`` is ``order``.
-"""
+"""The estimator :class:`HermiteTensorLearner` of Awasthi, Tang, Vijayaraghavan (2021), and the
+module-level entry points that wire the stages of the package together (symbol table: the package
+docstring of :mod:`nnrecover.learners.awasthi2021`)."""
 
 from __future__ import annotations
 
@@ -43,21 +11,21 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import check_random_state
-from ..errors import AssumptionError, AssumptionWarning, InputError
-from ..network import TwoLayerNetwork
-from ._awasthi.coefficients import HermiteCoefficients, estimate_coefficients, exact_coefficients, min_samples
-from ._awasthi.decompose import (HermiteRecovery, Thresholds, adaptive_thresholds, algorithm1, algorithm4,
+from ..._validation import check_random_state
+from ...errors import AssumptionError, AssumptionWarning, InputError
+from ...network import TwoLayerNetwork
+from .coefficients import HermiteCoefficients, estimate_coefficients, exact_coefficients, min_samples
+from .decompose import (HermiteRecovery, Thresholds, adaptive_thresholds, algorithm1, algorithm4,
                                  algorithm6, complete_units, paper_thresholds)
-from ._awasthi.identifiability import (adversarial_weights, claim48_instance, flip_units, hermite_separation,
+from .identifiability import (adversarial_weights, claim48_instance, flip_units, hermite_separation,
                                        khatri_rao_smin, sign_flip_sets, smoothed_instance)
-from ._awasthi.regression import (RegressionResult, algorithm5_regression, consolidate, linear_correction,
+from .regression import (RegressionResult, algorithm5_regression, consolidate, linear_correction,
                                   population_regression, relu_features)
-from ._awasthi.polish import hermite_loss_polish, truncated_hermite_loss
-from ._awasthi.reduce import UnitReduction, nonlinear_part, reduce_network
-from ._awasthi.scalars import RecoveredScalars, SignFix, fix_signs, gram_lstsq, recover_scalars
-from ._registry import register
-from .base import BaseLearner
+from .polish import hermite_loss_polish, truncated_hermite_loss
+from .reduce import UnitReduction, nonlinear_part, reduce_network
+from .scalars import RecoveredScalars, SignFix, fix_signs, gram_lstsq, recover_scalars
+from .._registry import register
+from ..base import BaseLearner
 
 __all__ = ["HermiteTensorLearner", "hermite_coefficients", "HermiteCoefficients", "algorithm1", "algorithm4",
            "algorithm5", "algorithm6", "recover_scalars", "fix_signs", "gram_lstsq", "RecoveredScalars", "SignFix",
@@ -102,8 +70,8 @@ def hermite_coefficients(source: Any, order: int, n_hidden: int, **options) -> H
     ``source`` is a :class:`~nnrecover.TwoLayerNetwork` (exact, Lemma 3.5) or data
     (``(X, Y)``, dask arrays, a SampleStream...; eq. (6) estimates). For ``l = 1`` the tensors of order
     ``>= 2`` are projected onto the ``m``-dimensional range of ``T_2``. ``options`` go to
-    :func:`~nnrecover.learners._awasthi.coefficients.estimate_coefficients` (samples) or
-    :func:`~nnrecover.learners._awasthi.coefficients.exact_coefficients` (``basis``).
+    :func:`~nnrecover.learners.awasthi2021.coefficients.estimate_coefficients` (samples) or
+    :func:`~nnrecover.learners.awasthi2021.coefficients.exact_coefficients` (``basis``).
     """
     if isinstance(source, TwoLayerNetwork):
         return exact_coefficients(source, order, n_hidden, basis=options.pop("basis", "range" if order == 1
@@ -119,10 +87,10 @@ def algorithm5(data: Any, n_hidden: int, *, order: int | str = "auto", threshold
 
     Returns the regression result (its ``network`` has at most ``|S| + 2 <= m + 2`` units) and the
     Algorithm 4 output ``S``. ``control_variate`` goes to
-    :func:`~nnrecover.learners._awasthi.coefficients.estimate_coefficients` (False: the paper's plain
+    :func:`~nnrecover.learners.awasthi2021.coefficients.estimate_coefficients` (False: the paper's plain
     estimator); ``options`` go to :func:`algorithm4`.
     """
-    from ..moments.engine import as_data_source
+    from ...moments.engine import as_data_source
 
     gen = check_random_state(rng)
     source = as_data_source(data)
@@ -166,7 +134,7 @@ def _make_thresholds(spec: Any, coeffs: HermiteCoefficients, order: int, m: int,
                              "B-boundedness assumption).")
         from scipy import linalg
 
-        from ..tensor import flatten
+        from ...tensor import flatten
 
         # s_m(W^{(.)l}) is not observable; flatten(f^_{2l}, l, l) = W^{(.)l} D W^{(.)l T} with
         # |D_ii| <= B sqrt((2l-2)!) / sqrt(2 pi) (Cramer's bound, Claim D.8) gives the estimate below
@@ -542,11 +510,11 @@ class HermiteTensorLearner(BaseLearner):
         info["units_before"] = fitted.n_hidden
         diagnostics["unit_reduction"] = info
         out = red.network
-        from ..metrics import relu_second_moment
+        from ...metrics import relu_second_moment
 
         can_refit = bool(refinement.get("ran") and source is not None and source.info.reiterable)
         if can_refit and red.within_limit and red.l2_change > 1e-8 * math.sqrt(relu_second_moment(fitted)):
-            from ..refine import refine_network
+            from ...refine import refine_network
 
             again = refine_network(out, source, rng=rng, **self._refine_kwargs())
             info["refit"] = again.as_dict()
@@ -589,7 +557,7 @@ class HermiteTensorLearner(BaseLearner):
     def _refit_paired(self, candidate: TwoLayerNetwork, fitted: TwoLayerNetwork, source, rng) -> dict:
         """Refine ``candidate`` and ``fitted`` on the training share of the samples and compare them on the
         held-out share (:func:`_paired_holdout`)."""
-        from ..refine import gather_samples, refine_network
+        from ...refine import gather_samples, refine_network
 
         kwargs = self._refine_kwargs()
         frac = float(kwargs.pop("holdout_fraction", 0.2)) or 0.2
@@ -760,9 +728,9 @@ def hermite_fit(network: TwoLayerNetwork, coeffs: HermiteCoefficients, order: in
         Euclidean norm for ``k = 1``), ``noise`` (``sigma^_k``), ``threshold`` and ``ratio``
         (``residual / threshold``).
     """
-    from ..hermite import network_hermite_expansion
-    from ..tensor import flatten
-    from ._awasthi.coefficients import _flat_shape
+    from ...hermite import network_hermite_expansion
+    from ...tensor import flatten
+    from .coefficients import _flat_shape
 
     K = 2 * order + 2
     expansion = network_hermite_expansion(network, K)
@@ -816,7 +784,7 @@ def _reduction_budget(net: TwoLayerNetwork, coeffs: HermiteCoefficients, refinem
     changes pass). Not refined: three times ``sqrt(d E[y^2] / N)``, the L2 error of ``T_1`` that sets the
     linear part.
     """
-    from ..metrics import relu_second_moment
+    from ...metrics import relu_second_moment
 
     floor = 1e-8 * math.sqrt(relu_second_moment(net))
     if coeffs.exact:
@@ -859,7 +827,7 @@ def _peek_source(source, order):
     """Make sure ``d`` is known (the engine leaves it None for one-pass iterators)."""
     if source.n_inputs is not None:
         return source, int(source.n_inputs)
-    from ._awasthi.coefficients import _open_source
+    from .coefficients import _open_source
 
     if order == "auto" or order == 1:
         if not source.info.reiterable:
@@ -877,32 +845,32 @@ register("hermite-tensor", paper=_PAPER, algorithm="Algorithms 4-6 (Theorems 3.1
                       "no two w_i parallel"),
          description="Hermite tensor decomposition (Jennrich on T_{2l+1} and T_{2l+2}) + regression/refinement",
          is_learner=True)
-register("atv21-algorithm1", paper=_PAPER, algorithm="Algorithm 1", target=algorithm1,
+register("awasthi2021-algorithm1", paper=_PAPER, algorithm="Algorithm 1", target=algorithm1,
          assumptions=(_GAUSS, _RELU, "exact Hermite coefficients", "{w_i^(x)l} linearly independent"),
          description="order-l recovery from exact coefficients (Theorems 4.1, 4.2)")
-register("atv21-recoverscalars", paper=_PAPER, algorithm="Algorithm 2", target=recover_scalars,
+register("awasthi2021-recoverscalars", paper=_PAPER, algorithm="Algorithm 2", target=recover_scalars,
          assumptions=("directions w_i up to sign", "Gram matrices G^(o j) nonsingular"),
          description="RECOVERSCALARS: a_i and xi_i b_i from T_l..T_{l+3} (corrected l > 1 formula)")
-register("atv21-fixsigns", paper=_PAPER, algorithm="Algorithm 3", target=fix_signs,
+register("awasthi2021-fixsigns", paper=_PAPER, algorithm="Algorithm 3", target=fix_signs,
          assumptions=("full rank: w_i linearly independent",), description="FIXSIGNS from T_1")
-register("atv21-algorithm4", paper=_PAPER, algorithm="Algorithm 4", target=algorithm4,
+register("awasthi2021-algorithm4", paper=_PAPER, algorithm="Algorithm 4", target=algorithm4,
          assumptions=(_GAUSS, _RELU, "s_m(W^(.)l) >= 1/poly"), description="robust order-l recovery (Theorem D.1)")
-register("atv21-algorithm5", paper=_PAPER, algorithm="Algorithm 5", target=algorithm5,
+register("awasthi2021-algorithm5", paper=_PAPER, algorithm="Algorithm 5", target=algorithm5,
          assumptions=(_GAUSS, _RELU), description="low-L2-error ReLU network with <= m + 2 units (Lemma D.12)")
-register("atv21-algorithm6", paper=_PAPER, algorithm="Algorithm 6", target=algorithm6,
+register("awasthi2021-algorithm6", paper=_PAPER, algorithm="Algorithm 6", target=algorithm6,
          assumptions=(_GAUSS, _RELU, "m <= d, s_m(W) >= 1/poly"), description="robust full-rank recovery (Theorem 3.1)")
-register("atv21-consolidate", paper=_PAPER, algorithm="Claim D.14", target=consolidate,
+register("awasthi2021-consolidate", paper=_PAPER, algorithm="Claim D.14", target=consolidate,
          description="regression output as a ReLU network with <= |S| + 2 units")
-register("atv21-population-regression", paper=_PAPER, algorithm="Theorem 4.2 (SQ regression)",
+register("awasthi2021-population-regression", paper=_PAPER, algorithm="Theorem 4.2 (SQ regression)",
          target=population_regression, assumptions=(_GAUSS,), description="exact-moment Algorithm 5 (zero L2 error)")
-register("atv21-linear-correction", paper=_PAPER, algorithm="Section 1 overview (iv) / Algorithm 5 linear part",
+register("awasthi2021-linear-correction", paper=_PAPER, algorithm="Section 1 overview (iv) / Algorithm 5 linear part",
          target=linear_correction, assumptions=(_GAUSS, "signs known"),
          description="closed-form linear part from T_0, T_1")
-register("atv21-sign-flip-sets", paper=_PAPER, algorithm="Theorem 3.4", target=sign_flip_sets,
+register("awasthi2021-sign-flip-sets", paper=_PAPER, algorithm="Theorem 3.4", target=sign_flip_sets,
          description="sign patterns giving the same function (corrected eq. (2))")
-register("atv21-claim-4.8", paper=_PAPER, algorithm="Claim 4.8", target=claim48_instance,
+register("awasthi2021-claim-4.8", paper=_PAPER, algorithm="Claim 4.8", target=claim48_instance,
          assumptions=("w_i linearly dependent",), description="sign non-identifiability construction")
-register("atv21-smoothed-instance", paper=_PAPER, algorithm="Appendix E (Corollary 3.3)", target=smoothed_instance,
+register("awasthi2021-smoothed-instance", paper=_PAPER, algorithm="Appendix E (Corollary 3.3)", target=smoothed_instance,
          description="smoothed instances and s_m(W^(.)l)")
-register("atv21-hermite-separation", paper=_PAPER, algorithm="Lemma 4.3", target=hermite_separation,
+register("awasthi2021-hermite-separation", paper=_PAPER, algorithm="Lemma 4.3", target=hermite_separation,
          description="min_x max(|He_k|, |He_{k+1}|) (corrected constant)")

@@ -45,7 +45,7 @@ def rank_one_values(tensors: Any, j: int, U: np.ndarray) -> np.ndarray:
     """``T_j(u_i, ..., u_i)`` for the rows of ``U``.
 
     ``tensors`` is a mapping ``j -> dense symmetric order-j array`` or an object with a
-    ``rank_one(j, U)`` method (e.g. :class:`~nnrecover.learners._awasthi.coefficients.HermiteCoefficients`).
+    ``rank_one(j, U)`` method (e.g. :class:`~nnrecover.learners.awasthi2021.coefficients.HermiteCoefficients`).
     """
     if hasattr(tensors, "rank_one"):
         return np.asarray(tensors.rank_one(j, U), dtype=np.float64)
