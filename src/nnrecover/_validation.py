@@ -165,3 +165,123 @@ def check_positive_int(value: Any, name: str, *, minimum: int = 1) -> int:
     if int(value) < minimum:
         raise InputError(f"{name} must be >= {minimum}, got {value}.")
     return int(value)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Declarative parameter constraints (the estimators' ``_parameter_constraints`` tables)
+#
+# Each hyper-parameter maps to a list of alternatives; a value is valid when it meets one of them.
+# An alternative is ``None`` (the value None), ``"boolean"`` (True/False, numpy bools included),
+# ``"random_state"`` (what :func:`check_random_state` accepts), ``callable``, a type, an
+# :class:`Interval` or an :class:`Options`. Numbers are checked through :mod:`numbers`, so numpy
+# scalars (``np.int64(5)``, ``np.float32(1.5)``) are accepted wherever Python numbers are; bools are
+# never numbers here.
+
+
+class Interval:
+    """Numbers of kind ``kind`` (``numbers.Integral`` or ``numbers.Real``) in a range.
+
+    ``low``/``high`` of None leave that side open-ended; ``closed`` is ``"both"``, ``"left"``,
+    ``"right"`` or ``"neither"`` and says which finite ends belong to the range.
+    """
+
+    def __init__(self, kind: type, low: float | None, high: float | None, *, closed: str = "both"):
+        self.kind, self.low, self.high, self.closed = kind, low, high, closed
+
+    def accepts(self, value: Any) -> bool:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, self.kind):
+            return False
+        if not np.isfinite(float(value)):
+            return False
+        if self.low is not None:
+            if value < self.low or (value == self.low and self.closed in ("right", "neither")):
+                return False
+        if self.high is not None:
+            if value > self.high or (value == self.high and self.closed in ("left", "neither")):
+                return False
+        return True
+
+    def __str__(self) -> str:
+        if self.high is None and self.low == (1 if self.kind is numbers.Integral else 0) and \
+                self.closed == ("both" if self.kind is numbers.Integral else "neither"):
+            return "a positive integer" if self.kind is numbers.Integral else "a positive number"
+        what = "an integer" if self.kind is numbers.Integral else "a real number"
+        lo = "" if self.low is None else (">= " if self.closed in ("both", "left") else "> ") + f"{self.low:g}"
+        hi = "" if self.high is None else (("<= " if self.closed in ("both", "right") else "< ") + f"{self.high:g}")
+        return what + (f" {lo}" if lo else "") + (" and" if lo and hi else "") + (f" {hi}" if hi else "")
+
+
+class Options:
+    """One of a fixed set of values (strings, or numbers compared by value)."""
+
+    def __init__(self, *values: Any):
+        self.values = values
+
+    def accepts(self, value: Any) -> bool:
+        if isinstance(value, (bool, np.bool_)):
+            return any(v is value or (isinstance(v, bool) and v == bool(value)) for v in self.values)
+        try:
+            return any(type(v) is not bool and value == v for v in self.values)
+        except (TypeError, ValueError):  # arrays and other values without a scalar ==
+            return False
+
+    def __str__(self) -> str:
+        if len(self.values) == 1:
+            return repr(self.values[0])
+        return "one of " + ", ".join(repr(v) for v in self.values)
+
+
+def _accepts(constraint: Any, value: Any) -> bool:
+    if constraint is None:
+        return value is None
+    if constraint == "boolean":
+        return isinstance(value, (bool, np.bool_))
+    if constraint == "random_state":
+        return value is None or isinstance(value, (np.random.Generator, np.random.SeedSequence,
+                                                   np.random.RandomState)) or (
+            isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)) and value >= 0)
+    if constraint is callable:
+        return callable(value)
+    if isinstance(constraint, type):
+        return isinstance(value, constraint)
+    return constraint.accepts(value)
+
+
+def _describe(constraint: Any) -> str:
+    if constraint is None:
+        return "None"
+    if constraint == "boolean":
+        return "True or False"
+    if constraint == "random_state":
+        return "None, a non-negative int or a numpy.random.Generator"
+    if constraint is callable:
+        return "a callable"
+    if isinstance(constraint, type):
+        return f"an instance of {constraint.__name__}"
+    return str(constraint)
+
+
+def validate_params(params: dict, constraints: dict, owner: str) -> None:
+    """Check every parameter named in ``constraints`` against its list of alternatives.
+
+    Parameters
+    ----------
+    params : dict
+        Parameter name -> value (``estimator.get_params(deep=False)``).
+    constraints : dict
+        Parameter name -> list of alternatives (see the comment above :class:`Interval`).
+    owner : str
+        Shown in the message (the estimator's class name).
+
+    Raises
+    ------
+    InputError
+        Naming the parameter, what it must be and the value given.
+    """
+    for name, alternatives in constraints.items():
+        if name not in params:
+            continue
+        value = params[name]
+        if not any(_accepts(c, value) for c in alternatives):
+            allowed = " or ".join(_describe(c) for c in alternatives)
+            raise InputError(f"{owner}: {name} must be {allowed}; got {value!r}.")

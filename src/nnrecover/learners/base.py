@@ -26,14 +26,16 @@ one function; one estimator wraps it"). :class:`BaseLearner` supplies what they 
 Subclass contract
 -----------------
 ``__init__(self, n_hidden, *, ..., random_state=None)`` storing every argument unchanged;
-``_check_params(self)`` raising :class:`~nnrecover.errors.InputError` for bad hyper-parameters (call
-``super()._check_params()`` for the shared ones); ``_fit(self, source, rng, diagnostics)`` returning
+a ``_parameter_constraints`` table declaring what each hyper-parameter accepts (checked in one place,
+numpy scalars included); ``_check_params(self)`` only for rules that relate several parameters (call
+``super()._check_params()`` first); ``_fit(self, source, rng, diagnostics)`` returning
 the learned :class:`~nnrecover.TwoLayerNetwork` (and filling the ``diagnostics`` dict); optionally
 ``_fit_population(self, truth, rng, diagnostics, **kwargs)``.
 """
 
 from __future__ import annotations
 
+import numbers
 import time
 import warnings
 from typing import Any
@@ -42,7 +44,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from .._threads import blas_threads
-from .._validation import as_2d_float, check_positive_int, check_random_state
+from .._validation import Interval, Options, as_2d_float, check_positive_int, check_random_state, validate_params
 from ..errors import CertificateWarning, ConvergenceError, InputError, NotFittedError
 from ..network import TwoLayerNetwork
 from ._width import choose_width, is_auto
@@ -75,19 +77,33 @@ class BaseLearner(RegressorMixin, BaseEstimator):
     _supports_population = False
 
     # ------------------------------------------------------------------ hooks for subclasses
+    #: Hyper-parameter name -> list of accepted alternatives (see :func:`nnrecover._validation.validate_params`).
+    #: Each subclass declares its own table; :meth:`_check_params` checks the union over the class
+    #: hierarchy, so the shared parameters below are declared once.
+    _parameter_constraints: dict = {
+        "n_hidden": [Interval(numbers.Integral, 1, None), Options("auto")],
+        "refine": ["boolean"],
+        "strict": ["boolean"],
+        "refine_options": [None, dict],
+        "random_state": ["random_state"],
+    }
+
+    @classmethod
+    def _all_parameter_constraints(cls) -> dict:
+        table: dict = {}
+        for klass in reversed(cls.__mro__):
+            table.update(klass.__dict__.get("_parameter_constraints", {}))
+        return table
+
     def _check_params(self) -> None:
-        """Validate the shared hyper-parameters (subclasses extend this)."""
-        if hasattr(self, "n_hidden"):
-            if isinstance(self.n_hidden, str) and not is_auto(self.n_hidden):
-                raise InputError(f"n_hidden must be a positive integer or 'auto', got {self.n_hidden!r}.")
-            if not is_auto(self.n_hidden):
-                check_positive_int(self.n_hidden, "n_hidden")
-        for flag in ("refine", "strict"):
-            if hasattr(self, flag) and not isinstance(getattr(self, flag), (bool, np.bool_)):
-                raise InputError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
+        """Check every hyper-parameter against the constraint tables, then the relations between them.
+
+        Subclasses whose parameters constrain each other override this, call ``super()._check_params()``
+        first and add only the cross-parameter rules (a single parameter's range belongs in the table).
+        """
+        validate_params(self.get_params(deep=False), self._all_parameter_constraints(), type(self).__name__)
         if getattr(self, "refine_options", None) is not None:
             self._refine_kwargs()
-        check_random_state(getattr(self, "random_state", None))
 
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
         """Run the algorithm on a validated data source; return the learned network."""

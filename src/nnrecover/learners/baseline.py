@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import time
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
 
-from .._validation import check_positive_int, check_random_state, check_xy
-from ..activations import get_activation
+from .._validation import Interval, Options, check_positive_int, check_random_state, check_xy
+from ..activations import Activation, get_activation
 from ..errors import ConvergenceError, InputError, TimeBudgetWarning
 from ..network import TwoLayerNetwork
 from ..refine import METHODS, fit_least_squares, gather_samples
@@ -244,22 +245,19 @@ class GradientDescentLearner(BaseLearner):
         self.time_budget = time_budget
         self.random_state = random_state
 
+    _parameter_constraints = {
+        "activation": [str, Activation],
+        "n_restarts": [Interval(Integral, 1, None)], "max_samples": [Interval(Integral, 1, None)], "jacobian_memory": [Interval(Integral, 1, None)],
+        "max_iter": [None, Interval(Integral, 1, None)], "method": [Options(*METHODS)],
+        # tol at or below machine epsilon can never be met by a float64 loss
+        "tol": [Interval(Real, float(np.finfo(float).eps), None, closed="neither")],
+        "init_scale": [Interval(Real, 0, None, closed="neither")], "bias_scale": [Interval(Real, 0, None)],
+        "time_budget": [None, Interval(Real, 0, None)],
+    }
+
     def _check_params(self) -> None:
         super()._check_params()
         get_activation(self.activation)
-        check_positive_int(self.n_restarts, "n_restarts")
-        check_positive_int(self.max_samples, "max_samples")
-        check_positive_int(self.jacobian_memory, "jacobian_memory")
-        if self.max_iter is not None:
-            check_positive_int(self.max_iter, "max_iter")
-        if self.method not in METHODS:
-            raise InputError(f"method must be one of {METHODS}, got {self.method!r}.")
-        for name in ("tol", "init_scale", "bias_scale"):
-            _check_scale(getattr(self, name), name, allow_zero=name == "bias_scale")
-        if self.tol <= np.finfo(float).eps:
-            raise InputError(f"tol must be > machine epsilon (2.2e-16), got {self.tol!r}.")
-        if self.time_budget is not None:
-            _check_scale(self.time_budget, "time_budget", allow_zero=True)
 
     def _fit(self, source, rng, diagnostics) -> TwoLayerNetwork:
         t0 = time.perf_counter()

@@ -7,11 +7,12 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 
-from ..._validation import check_random_state
+from ..._validation import Interval, Options, check_random_state
 from ...errors import AssumptionError, AssumptionWarning, InputError
 from ...network import TwoLayerNetwork
 from .coefficients import HermiteCoefficients, estimate_coefficients, exact_coefficients, min_samples
@@ -334,30 +335,22 @@ class HermiteTensorLearner(BaseLearner):
         self.random_state = random_state
 
     # ------------------------------------------------------------------ validation
-    def _check_params(self) -> None:
-        super()._check_params()
-        choices = {"decomposer": ("joint", "jennrich"), "output": ("auto", "parameters", "regression"),
-                   "linear_part": ("auto", "closed_form", "regression"),
-                   "feature_map": ("reduced", "coordinated", "general"),
-                   "regression_rows": ("all", "second_half"), "range_method": ("auto", "full", "sketch")}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise InputError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}.")
-        if self.order not in ("auto", 1, 2):
-            raise InputError(f"order must be 'auto', 1 or 2, got {self.order!r}.")
-        for name in ("snr_threshold", "scalar_snr", "dedup_threshold", "max_bias", "input_tolerance"):
-            val = getattr(self, name)
-            if isinstance(val, bool) or not isinstance(val, (int, float)) or not val > 0:
-                raise InputError(f"{name} must be a positive number, got {val!r}.")
-        for name in ("epsilon", "bound"):
-            val = getattr(self, name)
-            if val is not None and (isinstance(val, bool) or not isinstance(val, (int, float)) or not val > 0):
-                raise InputError(f"{name} must be None or a positive number, got {val!r}.")
-        if isinstance(self.n_draws, bool) or not isinstance(self.n_draws, int) or self.n_draws < 1:
-            raise InputError(f"n_draws must be a positive integer, got {self.n_draws!r}.")
-        for name in ("check_inputs", "control_variate"):
-            if not isinstance(getattr(self, name), bool):
-                raise InputError(f"{name} must be True or False, got {getattr(self, name)!r}.")
+    _parameter_constraints = {
+        "order": [Options("auto", 1, 2)],
+        "thresholds": [Options("adaptive", "paper"), Thresholds],
+        "snr_threshold": [Interval(Real, 0, None, closed="neither")], "scalar_snr": [Interval(Real, 0, None, closed="neither")], "dedup_threshold": [Interval(Real, 0, None, closed="neither")],
+        "max_bias": [Interval(Real, 0, None, closed="neither")], "input_tolerance": [Interval(Real, 0, None, closed="neither")],
+        "epsilon": [None, Interval(Real, 0, None, closed="neither")], "bound": [None, Interval(Real, 0, None, closed="neither")],
+        "decomposer": [Options("joint", "jennrich")],
+        "n_draws": [Interval(Integral, 1, None)],
+        "output": [Options("auto", "parameters", "regression")],
+        "linear_part": [Options("auto", "closed_form", "regression")],
+        "feature_map": [Options("reduced", "coordinated", "general")],
+        "regression_rows": [Options("all", "second_half")],
+        "range_method": [Options("auto", "full", "sketch")],
+        "control_variate": ["boolean"], "check_inputs": ["boolean"],
+        "chunk_size": [None, Interval(Integral, 1, None)], "min_n": [None, Interval(Integral, 1, None)],
+    }
 
     # ------------------------------------------------------------------ fitting
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 from functools import partial
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 
+from ..._validation import Interval, Options
 from ...errors import InputError
 from ...network import TwoLayerNetwork
 from ._common import ExactResult
@@ -190,18 +192,18 @@ class ExactReLULearner(BaseLearner):
         self.strict = strict
         self.random_state = random_state
 
+    _parameter_constraints = {
+        "activation": [str], "approximate": [Options("tensor", "ica")],
+        "order": [Options("auto"), Interval(Integral, 1, None)], "span": [Options("auto", "linear", "second")],
+        "form": [Options("margin", "threshold")], "n_refine": [None, Interval(Integral, 1, None)],
+        "whiten": ["boolean"], "control_variates": ["boolean"], "n_draws": [Interval(Integral, 1, None)],
+        "decomposition": [Options("joint", "jennrich", "whiten")], "sketch": [Options("svd", "gaussian")],
+        "chunk_size": [None, Interval(Integral, 1, None)],
+        "certificate_tol": [Interval(Real, 0, None, closed="neither")], "certificate_rows": [Interval(Integral, 1, None)],
+    }
+
     def _check_params(self) -> None:
         super()._check_params()
-        check_certificate_params(self)
-        if self.approximate not in ("tensor", "ica"):
-            raise InputError(f"approximate must be 'tensor' or 'ica', got {self.approximate!r}.")
-        if self.form not in ("margin", "threshold"):
-            raise InputError(f"form must be 'margin' or 'threshold', got {self.form!r}.")
-        if self.decomposition not in ("joint", "jennrich", "whiten"):
-            raise InputError(f"decomposition must be 'joint', 'jennrich' or 'whiten', got {self.decomposition!r}.")
-        for flag in ("whiten", "control_variates"):
-            if not isinstance(getattr(self, flag), (bool, np.bool_)):
-                raise InputError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
         if self.approximate == "ica" and self.whiten:
             raise InputError("approximate='ica' needs identity input covariance (Algorithm 3 relies on the "
                              "orthonormal rows of V*; whitening would destroy them, Remark 3); use "
@@ -318,16 +320,13 @@ class NoisyReLULearner(BaseLearner):
         self.certificate_rows = certificate_rows
         self.strict = strict
 
-    def _check_params(self) -> None:
-        super()._check_params()
-        check_certificate_params(self)
-        if self.regression not in ("all", "sign"):
-            raise InputError(f"regression must be 'all' or 'sign', got {self.regression!r}.")
-        if self.decomposition not in ("joint", "jennrich", "whiten"):
-            raise InputError(f"decomposition must be 'joint', 'jennrich' or 'whiten', got {self.decomposition!r}.")
-        for flag in ("whiten", "control_variates"):
-            if not isinstance(getattr(self, flag), (bool, np.bool_)):
-                raise InputError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
+    _parameter_constraints = {
+        "activation": [str], "order": [Options("auto"), Interval(Integral, 1, None)], "span": [Options("auto", "linear", "second")],
+        "n_sign": [None, Interval(Integral, 1, None)], "whiten": ["boolean"], "control_variates": ["boolean"],
+        "n_draws": [Interval(Integral, 1, None)], "regression": [Options("all", "sign")],
+        "decomposition": [Options("joint", "jennrich", "whiten")], "chunk_size": [None, Interval(Integral, 1, None)],
+        "certificate_tol": [Interval(Real, 0, None, closed="neither")], "certificate_rows": [Interval(Integral, 1, None)],
+    }
 
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
         out: list = []

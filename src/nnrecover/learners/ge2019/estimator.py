@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 
-from ..._validation import as_2d_float, as_targets, check_positive_int, check_random_state
+from ..._validation import Interval, Options, as_2d_float, as_targets, check_positive_int, check_random_state
 from ...distributions import Distribution, Gaussian, PerturbedSymmetric, StandardGaussian
 from ...errors import AssumptionError, CertificateWarning, ConvergenceError, InputError
 from ...network import TwoLayerNetwork
@@ -536,27 +537,14 @@ class PureNeuronLearner(BaseLearner):
         self.random_state = random_state
 
     # ------------------------------------------------------------------ validation
-    def _check_params(self) -> None:
-        super()._check_params()
-        if self.method not in ("provable", "practical"):
-            raise InputError(f"method must be 'provable' or 'practical', got {self.method!r}.")
-        for flag in ("noise_correction", "split", "check_symmetry"):
-            if not isinstance(getattr(self, flag), (bool, np.bool_)):
-                raise InputError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
-        check_positive_int(self.n_tries, "n_tries")
-        check_positive_int(self.n_restarts, "n_restarts")
-        check_positive_int(self.gd_max_iter, "gd_max_iter")
-        if self.n_slices is not None:
-            check_positive_int(self.n_slices, "n_slices")
-        if self.chunk_size is not None:
-            check_positive_int(self.chunk_size, "chunk_size")
-        try:
-            alpha = float(self.symmetry_alpha)
-        except (TypeError, ValueError):
-            alpha = float("nan")
-        if not 0.0 < alpha < 1.0:
-            raise InputError(f"symmetry_alpha is a significance level in (0, 1), got {self.symmetry_alpha!r}.")
-        check_certificate_params(self)
+    _parameter_constraints = {
+        "method": [Options("provable", "practical")],
+        "noise_correction": ["boolean"], "split": ["boolean"], "check_symmetry": ["boolean"],
+        "n_tries": [Interval(Integral, 1, None)], "n_restarts": [Interval(Integral, 1, None)], "gd_max_iter": [Interval(Integral, 1, None)],
+        "n_slices": [None, Interval(Integral, 1, None)], "chunk_size": [None, Interval(Integral, 1, None)],
+        "symmetry_alpha": [Interval(Real, 0, 1, closed="neither")],
+        "certificate_tol": [Interval(Real, 0, None, closed="neither")], "certificate_rows": [Interval(Integral, 1, None)],
+    }
 
     # ------------------------------------------------------------------ fitting
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:

@@ -25,11 +25,12 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 
-from ..._validation import check_positive_int, check_random_state
+from ..._validation import Interval, Options, check_positive_int, check_random_state
 from ...errors import AssumptionError, AssumptionWarning, InputError
 from ...moments.base import accumulate
 from ...moments.statistics import CovarianceStatistic, input_deviation_from_standard
@@ -147,26 +148,22 @@ class HighThresholdLearner(BaseLearner):
         self.random_state = random_state
 
     # ------------------------------------------------------------------ validation
+    _parameter_constraints = {
+        "n_hidden": [Interval(Integral, 1, None)],
+        "activation": [Options(*ACTIVATIONS)],
+        "threshold": [Interval(Real, None, None)],
+        "method": [Options(*STEP1_METHODS)],
+        "step1_options": [None, dict],
+        "baseline": [None, Interval(Real, None, None)],
+        "min_coefficient_ratio": [Interval(Real, 0, 1, closed="left")],
+        "max_rows": [Interval(Integral, 1, None)],
+    }
+
     def _check_params(self) -> None:
-        check_positive_int(self.n_hidden, "n_hidden")
-        for flag in ("refine", "strict"):
-            if not isinstance(getattr(self, flag), (bool, np.bool_)):
-                raise InputError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
-        check_random_state(self.random_state)
-        if self.activation not in ACTIVATIONS:
-            raise InputError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}.")
-        if self.threshold is None or isinstance(self.threshold, (bool, np.bool_)) or \
-                not isinstance(self.threshold, (int, float, np.floating, np.integer)) or not np.isfinite(self.threshold):
-            raise InputError(f"threshold must be the known finite threshold t of the units (Goel-Panigrahy "
-                             f"Section 1 assumes t known), got {self.threshold!r}.")
-        if self.method not in STEP1_METHODS:
-            raise InputError(f"method must be one of {', '.join(STEP1_METHODS)}, got {self.method!r}.")
-        for name in ("refine_options", "step1_options"):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
-                raise InputError(f"{name} must be a dict or None, got {type(getattr(self, name)).__name__}.")
-        if not (isinstance(self.min_coefficient_ratio, (int, float)) and 0 <= self.min_coefficient_ratio < 1):
-            raise InputError(f"min_coefficient_ratio must be in [0, 1), got {self.min_coefficient_ratio!r}.")
-        check_positive_int(self.max_rows, "max_rows")
+        if self.threshold is None:
+            raise InputError("threshold must be the known finite threshold t of the units (Goel-Panigrahy "
+                             "Section 1 assumes t known); pass threshold=t.")
+        super()._check_params()
         u = threshold_hermite_coefficients(self.activation, float(self.threshold), 4)
         if abs(u[4]) < 1e-3 * abs(u[2]):
             raise AssumptionError(
