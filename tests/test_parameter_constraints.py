@@ -27,7 +27,7 @@ def test_every_parameter_is_declared(cls):
 
 @pytest.mark.parametrize("cls", LEARNERS, ids=lambda c: c.__name__)
 @pytest.mark.parametrize("value, ok", [(np.int64(4), True), (np.int32(2), True), (np.float32(1.5), False),
-                                       (True, False), (0, False), ("Auto", False)])
+                                       (True, False), (0, False), ("auto", True), ("Auto", False)])
 def test_n_hidden_accepts_numpy_integers_only(cls, value, ok):
     learner = _make(cls, n_hidden=value)
     if ok:

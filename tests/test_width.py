@@ -74,3 +74,19 @@ def test_cli_fit_auto(tmp_path):
                  "--out", str(out)]) == 0
     assert nr.TwoLayerNetwork.load(out).n_hidden == 3
     assert main(["fit", str(tmp_path / "s.npz"), "--learner", "exact-relu", "-k", "some"]) == 2
+
+
+def test_auto_width_high_threshold_learner():
+    """Goel-Panigrahy: the rank of T_2 = sum c_i u_hat_2 w_i w_i^T is the number of lowest-layer units
+    (c_i > 0, Assumption 1), so n_hidden='auto' finds it; the fit then equals the fit with k given."""
+    from nnrecover.learners.goel2019 import HighThresholdNetwork, UpperPolynomial, random_unit_weights
+
+    k, d, t = 5, 20, 2.0
+    W = random_unit_weights(k, d, rng=0)
+    net = HighThresholdNetwork(W, t, "step", UpperPolynomial.linear(np.random.default_rng(1).uniform(0.5, 1.5, k), 0.3))
+    X = np.random.default_rng(2).standard_normal((400_000, d))
+    y = net.predict(X)
+    auto = nr.learners.HighThresholdLearner("auto", threshold=t, random_state=0).fit(X, y)
+    assert auto.n_hidden_ == k and auto.diagnostics_["width"]["sure"]
+    given = nr.learners.HighThresholdLearner(k, threshold=t, random_state=0).fit(X, y)
+    np.testing.assert_array_equal(auto.hidden_weights_, given.hidden_weights_)

@@ -83,8 +83,12 @@ class HighThresholdLearner(BaseLearner):
 
     Parameters
     ----------
-    n_hidden : int
-        ``d``, the number of lowest-layer units.
+    n_hidden : int or "auto"
+        ``d``, the number of lowest-layer units. ``"auto"`` reads it from the rank of
+        ``M = sum_i c_i u_hat_2 w_i w_i^T`` (the Hermite matrix ``T_2 = E[(y - E y)(x x^T - I)]`` of the
+        labels, which Step 1 estimates anyway; its rank is ``d <= n`` under Assumption 1, ``c_i > 0``) with
+        the rule of :mod:`nnrecover.learners._width`, checked on held-out rows; the evidence is in
+        ``diagnostics_["width"]``.
     activation : {"step", "relu", "sigmoid"}, default "step"
     threshold : float
         The known shared threshold ``t`` (required).
@@ -149,7 +153,6 @@ class HighThresholdLearner(BaseLearner):
 
     # ------------------------------------------------------------------ validation
     _parameter_constraints = {
-        "n_hidden": [Interval(Integral, 1, None)],
         "activation": [Options(*ACTIVATIONS)],
         "threshold": [Interval(Real, None, None)],
         "method": [Options(*STEP1_METHODS)],
