@@ -35,6 +35,7 @@ from ...errors import AssumptionError, AssumptionWarning, InputError
 from ...moments.base import accumulate
 from ...moments.statistics import CovarianceStatistic, input_deviation_from_standard
 from ...network import TwoLayerNetwork
+from .._width import is_auto
 from ..base import BaseLearner
 from .model import ACTIVATIONS, HighThresholdNetwork, tail_bound, threshold_activation, threshold_hermite_coefficients
 from .statistics import ActiveRows, PopulationMoments, SampleMoments
@@ -292,6 +293,9 @@ class HighThresholdLearner(BaseLearner):
         """
         t0 = time.perf_counter()
         self._check_params()
+        if is_auto(self.n_hidden):
+            raise InputError("n_hidden='auto' reads the width from samples; population mode needs n_hidden given "
+                             "(the teacher's width).")
         if not isinstance(truth, HighThresholdNetwork):
             raise InputError(f"truth must be a HighThresholdNetwork, got {type(truth).__name__}.")
         if truth.activation != self.activation or truth.threshold != float(self.threshold):
