@@ -10,7 +10,7 @@ independent references:
   exp_minus_one, through the truncated Gaussian moments M_j(b) = int_{-b}^inf z^j phi(z) dz
   (M_0 = Phi(b), M_1 = phi(b), M_j = (-b)^(j-1) phi(b) + (j-1) M_{j-2}) and the integer monomial
   coefficients of He_k. This route shares nothing with the closed forms (Lemma 3.5 of Awasthi et al.,
-  specs/001 section 2.4; specs/002 section 1.2) except the definition.
+  Awasthi et al. Lemma 3.5; Goel-Panigrahy Section 2) except the definition.
 
 Tolerance (the same rule everywhere, stated once). For each entry
 
@@ -363,7 +363,7 @@ def test_derivative_at_kinks_follows_the_documented_convention():
 
 
 def test_values_at_zero_and_rectified_flag():
-    assert get_activation("step")(0.0) == 1.0  # Heaviside 1[t >= 0] (Goel et al.'s "sgn", specs/002)
+    assert get_activation("step")(0.0) == 1.0  # Heaviside 1[t >= 0] (Goel-Panigrahy's "sgn")
     assert get_activation("step")(-1e-300) == 0.0
     t = np.array([-2.0, -1e-9, 0.0, 1e-9, 3.0])
     for spec in ALL_SPECS:

@@ -1,9 +1,9 @@
-"""Tests of nnrecover.hermite and nnrecover.moments.hermite (ATV21 Hermite machinery, specs/001 section 2).
+"""Tests of nnrecover.hermite and nnrecover.moments.hermite (ATV21 Hermite machinery, Appendix A).
 
 Reference implementations used below are independent of the library code paths:
 * 1-D: ``numpy.polynomial.hermite_e.hermeval`` (monomial/Clenshaw, not our recurrence);
 * dense tensors: the entrywise product formula ``[He_k(x)]_alpha = prod_t He_{n_t(alpha)}(x_t)``
-  (specs/001 section 2.2 form 1), evaluated with hermeval;
+  (ATV21 Definition A.2), evaluated with hermeval;
 * population: direct numerical integration (scipy.integrate.quad + Gauss-Hermite) and Monte Carlo.
 """
 
@@ -187,7 +187,7 @@ def test_hermite_tensor_matches_product_formula(rng, k, d):
 
 
 def test_explicit_low_order_forms(rng):
-    # specs/001 section 2.2: (He_3)_ijk = x_i x_j x_k - d_ij x_k - d_ik x_j - d_jk x_i
+    # ATV21 Definition A.2: (He_3)_ijk = x_i x_j x_k - d_ij x_k - d_ik x_j - d_jk x_i
     x = rng.standard_normal(4)
     I = np.eye(4)
     he3 = (np.einsum("i,j,k->ijk", x, x, x) - np.einsum("ij,k->ijk", I, x) - np.einsum("ik,j->ijk", I, x)
@@ -325,7 +325,7 @@ def test_partial_contraction_special_cases(rng, data):
 
 
 def test_slice_formulas_of_spec(rng):
-    # specs/001 section 2.2: He_3(x)[.,.,g] = (x'g)(xx' - I) - x g' - g x';
+    # ATV21 Definition A.2: He_3(x)[.,.,g] = (x'g)(xx' - I) - x g' - g x';
     # He_4(x)[.,.,G] = (x'Gx - tr G)(xx' - I) - 2(G x x' + x x' G) + 2G for symmetric G
     x, g = rng.standard_normal(4), rng.standard_normal(4)
     A = rng.standard_normal((4, 4))

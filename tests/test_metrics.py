@@ -65,7 +65,7 @@ def _kappa_edge_quad(b, c, sign):
 
 
 def _kappa_series(b, c, rho, n_terms):
-    """Hermite series kappa = sum_k c_k(b) c_k(c) rho^k / k! (specs/001 section 2.6), in normalised form.
+    """Hermite series kappa = sum_k c_k(b) c_k(c) rho^k / k! (Awasthi et al. Appendix B), in normalised form.
 
     c_0, c_1 from Lemma 3.5; for k >= 2, c_k/sqrt(k!) = (-1)^k h_{k-2}(b) phi(b) / sqrt(k (k-1)) with the
     normalised Hermite functions h_n = He_n / sqrt(n!) (recurrence h_{n+1} = (t h_n - sqrt(n) h_{n-1})/sqrt(n+1)),

@@ -6,11 +6,11 @@ and its Hermite coefficients
 
     c_k(b) = E_{z ~ N(0,1)}[ act(z + b) He_k(z) ],      He_k the probabilists' Hermite polynomial,
 
-unnormalised, as in Awasthi-Tang-Vijayaraghavan (specs/001 section 2.3). Closed forms:
+unnormalised, as in Awasthi-Tang-Vijayaraghavan (Appendix A). Closed forms:
 
-* relu (Lemma 3.5 of Awasthi et al., specs/001 section 2.4):
+* relu (Lemma 3.5 of Awasthi et al.):
   c_0 = b Phi(b) + phi(b), c_1 = Phi(b), c_k = (-1)^k He_{k-2}(b) phi(b) for k >= 2;
-* step 1[t >= 0] (specs/002 section 1.2, shifted to our sign convention):
+* step 1[t >= 0] (Goel-Panigrahy's "sgn" of Section 2, shifted to our sign convention):
   c_0 = Phi(b), c_k = (-1)^(k-1) He_{k-1}(b) phi(b) for k >= 1 (Stein: c_k(relu) = c_{k-1}(step));
 * leaky_relu(t) = relu(t) - alpha relu(-t) and abs(t) = relu(t) + relu(-t), from relu by the parity
   He_k(-z) = (-1)^k He_k(z);
@@ -122,7 +122,7 @@ def _relu_mean(b: np.ndarray) -> np.ndarray:
 
 
 def _relu_coeffs(k_max: int, b: np.ndarray) -> np.ndarray:
-    """Lemma 3.5 of Awasthi et al. (specs/001 section 2.4)."""
+    """Lemma 3.5 of Awasthi et al."""
     out = np.zeros(b.shape + (k_max + 1,))
     pdf = norm_pdf(b)
     out[..., 0] = _relu_mean(b)
@@ -136,7 +136,7 @@ def _relu_coeffs(k_max: int, b: np.ndarray) -> np.ndarray:
 
 
 def _step_coeffs(k_max: int, b: np.ndarray) -> np.ndarray:
-    """``E[1[z + b >= 0] He_k(z)] = int_{-b}^inf He_k phi = He_{k-1}(-b) phi(b)`` (specs/002 section 1.2)."""
+    """``E[1[z + b >= 0] He_k(z)] = int_{-b}^inf He_k phi = He_{k-1}(-b) phi(b)`` (Goel-Panigrahy Section 2, the step unit)."""
     out = np.zeros(b.shape + (k_max + 1,))
     out[..., 0] = norm_cdf(b)
     if k_max >= 1:
@@ -259,12 +259,12 @@ class Activation:
         Returns
         -------
         ndarray of shape ``np.shape(bias) + (k_max + 1,)``
-            Unnormalised probabilists' coefficients (specs/001 section 2.3): the orthonormal
+            Unnormalised probabilists' coefficients (Awasthi et al. Appendix A): the orthonormal
             convention of Goel et al. divides ``c_k`` by ``sqrt(k!)``.
 
         Notes
         -----
-        Closed forms: relu (Awasthi et al. Lemma 3.5), step (specs/002 section 1.2), leaky_relu, abs,
+        Closed forms: relu (Awasthi et al. Lemma 3.5), step (Goel-Panigrahy Section 2), leaky_relu, abs,
         exp, exp_minus_one, identity. Numerical paths: Gauss-Hermite with 256 nodes for smooth activations, adaptive
         quadrature on ``[-40, 40]`` split at the kink otherwise (the tails beyond carry
         ``< phi(40) ~ 1e-348``). See the module docstring for the verified accuracy.

@@ -10,7 +10,7 @@ for symmetric distributions, where ``-x`` has the same law as ``x``.
 
 Symbol map:
 
-* Ge et al.'s perturbed input D_{Q,lambda} (Section 5 / Theorem 10 smoothed analysis, specs/003
+* Ge et al.'s perturbed input D_{Q,lambda} (Section 5 / Theorem 10 smoothed analysis, Appendix C.2
   "(Q, lambda)-perturbation"): :class:`PerturbedSymmetric`, ``lam`` = lambda, ``Q`` = Q;
 * Bakshi et al.'s N(0, I_d) input and Awasthi et al.'s standard Gaussian: :class:`StandardGaussian`;
 * Ge et al.'s symmetric inputs (Assumption: x and -x equally likely): :class:`SymmetricMixture`,
@@ -255,7 +255,7 @@ class PerturbedSymmetric(Distribution):
     """Ge et al.'s (Q, lambda)-perturbation D_{Q,lambda} of a symmetric distribution D.
 
     With probability ``1 - lam`` draw x ~ D, else x = Q n with n ~ N(0, I_d); Q has i.i.d. N(0, 1)
-    entries unless given (specs/003, "(Q, lambda)-perturbation"). The result is symmetric when D is,
+    entries unless given (Ge et al. Appendix C.2, "(Q, lambda)-perturbation"). The result is symmetric when D is,
     within total variation ``lam`` of D, and its second moment is the mixture
     ``(1 - lam) E_D[x x^T] + lam Q Q^T``.
 

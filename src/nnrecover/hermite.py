@@ -1,6 +1,6 @@
 r"""Hermite polynomials, multivariate Hermite tensors and their implicit contractions.
 
-Conventions (Awasthi-Tang-Vijayaraghavan 2021, "ATV21"; specs/001 section 2)
+Conventions (Awasthi-Tang-Vijayaraghavan 2021, "ATV21"; their Appendix A, Definition A.2)
 ----------------------------------------------------------------------------
 Paper symbol -> name here:
 
@@ -18,10 +18,10 @@ Paper symbol -> name here:
   (raw moments assembled by :func:`assemble_hermite_tensor`).
 
 Everything is unnormalised (``E[He_j(z) He_k(z)] = k! delta_jk``), exactly as in the paper; the
-expansion is ``f(x) = sum_k <f_hat_k, He_k(x)> / k!`` (specs/001 section 2.3). Do not mix with the
+expansion is ``f(x) = sum_k <f_hat_k, He_k(x)> / k!`` (ATV21 Appendix A). Do not mix with the
 orthonormal ``h_k`` convention, whose coefficients are ``f_hat_k / sqrt(k!)``.
 
-Formulas used (specs/001 section 2.2; every one is cross-checked in tests/test_hermite.py)
+Formulas used (ATV21 Definition A.2 and eq. (12); every one is cross-checked in tests/test_hermite.py)
 ------------------------------------------------------------------------------------------
 * 1-D recurrences ``He_{k+1} = t He_k - k He_{k-1}`` and
   ``h_{k+1} = (t h_k - sqrt(k) h_{k-1}) / sqrt(k+1)``; never the monomial form.
@@ -44,7 +44,7 @@ Formulas used (specs/001 section 2.2; every one is cross-checked in tests/test_h
   ``He_{f+1}(x)[.^f, g] = (g.x) He_f(x) - sum_r g@r (x) He_{f-1}(x)``,
   ``He_{f+2}(x)[.^f, G] = (x'Gx - tr G) He_f(x) - 2 sum_r (Gx)@r (x) He_{f-1}(x)
   + sum_{r != s} G@(r,s) (x) He_{f-2}(x)`` (G symmetrised), where ``v@r (x) T`` puts v in slot r and
-  T in the other slots. For f = 2 these are the formulas of specs/001 section 2.2. The sample
+  T in the other slots. For f = 2 these are the contractions of ATV21 eq. (12). The sample
   statistics use ``E[y (Gx)@r (x) He_{f-1}] = (G x_r T_f) + sum_{t != r} G@(r,t) (x) T_{f-2}``
   (``x_r``: product with G in mode r), which needs only raw moments, because
   ``x (x) He_{f-1}(x) = He_f(x) + sum_t I@(0,t) (x) He_{f-2}(x)``.
@@ -211,7 +211,7 @@ def hermite_1d_all(k_max: int, t: Any, *, normalized: bool = False) -> np.ndarra
 
     Notes
     -----
-    Three-term recurrence ``He_{k+1} = t He_k - k He_{k-1}`` (specs/001 section 2.1), stable where
+    Three-term recurrence ``He_{k+1} = t He_k - k He_{k-1}`` (ATV21 Fact A.3), stable where
     the monomial form cancels catastrophically.
     """
     k_max = _check_order(k_max, "k_max")
@@ -254,7 +254,7 @@ def hermite_1d(k: Any, t: Any, *, normalized: bool = False) -> np.ndarray:
 def scaled_hermite_all(k_max: int, t: np.ndarray, sq_norm: np.ndarray) -> np.ndarray:
     """``|u|^k He_k(t / |u|)`` for k = 0..k_max, from ``t = u.x`` and ``sq_norm = |u|^2``.
 
-    This is the rank-one contraction ``He_k(x)[u, ..., u]`` (specs/001 section 2.2), computed by the
+    This is the rank-one contraction ``He_k(x)[u, ..., u]`` (ATV21 Definition A.2), computed by the
     recurrence ``H_{k+1} = t H_k - k |u|^2 H_{k-1}``, valid for any norm including 0.
 
     Parameters
@@ -313,7 +313,7 @@ def placement_sum(A: np.ndarray, a: int, f: int) -> np.ndarray:
     ``A`` has shape ``lead + (group X: a axes) + (group Y: f - a axes)``. For every position set P
     (``|P| = a``, increasing), the X axes are moved to the positions P (in order) and the Y axes to the
     complement (in order); the results are summed. When both groups are symmetric tensors this is the
-    symmetric "sum over distinct placements" ``{X (x) Y}`` of specs/001 section 2.2.
+    symmetric "sum over distinct placements" ``{X (x) Y}`` of ATV21 Definition A.2.
     """
     lead = A.ndim - f
     if a == 0 or a == f:
@@ -377,7 +377,7 @@ def hermite_tensor(order: int, x: Any) -> np.ndarray:
     Notes
     -----
     Built by the recursion ``He_{k+1}(x)_{i_0..i_k} = x_{i_0} He_k(x)_{i_1..i_k} -
-    sum_r delta_{i_0 i_r} He_{k-1}(x)_{i_1..^i_r..i_k}`` (specs/001 section 2.2, form 3). Entry
+    sum_r delta_{i_0 i_r} He_{k-1}(x)_{i_1..^i_r..i_k}`` (ATV21 Definition A.2, recursive form). Entry
     ``alpha`` equals ``prod_t He_{n_t(alpha)}(x_t)`` (product form).
     """
     k = _check_order(order)
@@ -437,7 +437,7 @@ def assemble_hermite_tensor(raw_moments: dict, order: int, cov: Any = None) -> n
     -----
     Gaussian form ``He_k(x) = E_g[(x + i g)^{(x)k}]`` (module docstring), linear in the raw moments;
     ``{A (x) B}`` is the sum over the C(k, 2j) placements (:func:`placement_sum`). With S_r the raw
-    moments of ``(x_n, y_n)`` this is the estimator T_k of ATV21 eq. (6) (specs/001 section 2.5).
+    moments of ``(x_n, y_n)`` this is the estimator T_k of ATV21 eq. (6).
     """
     k = _check_order(order)
     missing = [r for r in range(k, -1, -2) if r not in raw_moments]
@@ -479,7 +479,7 @@ def hermite_contract(X: Any, U: Any) -> np.ndarray:
 
     Notes
     -----
-    Matching (Wick) form, specs/001 section 2.2 form 4, by the memoised subset recursion in the
+    Matching (Wick) form of ATV21 Definition A.2, by the memoised subset recursion in the
     module docstring: cost O(n s (k d + 2^(k-1) k)).
     """
     Xs, single_x = _samples(X)
@@ -549,7 +549,7 @@ def hermite_vector_slice(X: Any, order: int, g: Any) -> np.ndarray:
     """Per-sample slices ``He_k(x_n)[., ..., ., g]`` with ``f = k - 1`` free slots (dense in them).
 
     ``He_{f+1}(x)[.^f, g] = (g.x) He_f(x) - sum_r g@r (x) He_{f-1}(x)``; for k = 3 this is
-    ``(x'g)(xx' - I) - x g' - g x'`` (specs/001 section 2.2).
+    ``(x'g)(xx' - I) - x g' - g x'`` (ATV21 Definition A.2).
 
     Parameters
     ----------
@@ -583,7 +583,7 @@ def hermite_matrix_slice(X: Any, order: int, G: Any) -> np.ndarray:
 
     ``He_{f+2}(x)[.^f, G] = (x'Gx - tr G) He_f(x) - 2 sum_r (Gx)@r (x) He_{f-1}(x)
     + sum_{r != s} G@(r,s) (x) He_{f-2}(x)``; for k = 4 this is
-    ``(x'Gx - tr G)(xx' - I) - 2(G x x' + x x' G) + 2G`` (specs/001 section 2.2).
+    ``(x'Gx - tr G)(xx' - I) - 2(G x x' + x x' G) + 2G`` (ATV21 Definition A.2).
 
     Parameters
     ----------

@@ -5,14 +5,14 @@ Public contract (ARCHITECTURE section 1):
 * :func:`parameter_error` -- match estimated to true hidden units (Hungarian algorithm,
   :func:`scipy.optimize.linear_sum_assignment`) after putting both networks in canonical form, and report
   ``max_unit_error = max_i ||w_i - w'_pi(i)|| + |b_i - b'_pi(i)| + ||a_i - a'_pi(i)||`` (``a_i`` = column
-  ``i`` of ``output_weights``). This is the evaluation metric of specs/001 section 3.0; with
+  ``i`` of ``output_weights``). This is the parameter error of Awasthi et al.'s Theorem 3.1 (units matched by the Hungarian algorithm); with
   ``allow_sign_flip=True`` each match may also flip ``(b, w) -> (-b, -w)`` (the sign ambiguity of
-  Awasthi et al. for ``l > 1``, specs/001 section 1.5 / Theorem 3.4).
+  Awasthi et al. for ``l > 1``, Theorem 3.4).
 * :func:`weight_error` -- angles between matched rows of two weight matrices.
 * :func:`function_error` -- relative L2 error ``sqrt(E||f - g||^2 / E||g||^2)`` under an input distribution,
   by chunked Monte Carlo, or exactly for ReLU-family networks under Gaussian (mixture) inputs.
 
-Exact Gaussian L2 geometry of ReLU networks (specs/001 section 2.6, Appendix B / Prop. B.1 of Awasthi et
+Exact Gaussian L2 geometry of ReLU networks (Appendix B / Prop. B.1 of Awasthi et
 al.). For ``z1 = u.x + b`` and ``z2 = v.x + c`` with unit ``u, v``, ``rho = u.v``, ``s = sqrt(1 - rho^2)``
 and ``x ~ N(0, I)`` the pair kernel is
 
@@ -104,7 +104,7 @@ def _unit_angles(U: np.ndarray, V: np.ndarray) -> np.ndarray:
 
 def parameter_error(estimated: Any, truth: Any, *, allow_sign_flip: bool = False,
                     canonical: bool = True) -> dict:
-    """Unit-wise parameter error after matching hidden units (specs/001 section 3.0).
+    """Unit-wise parameter error after matching hidden units (Hungarian matching; Awasthi et al. Theorem 3.1).
 
     Both networks are put in canonical form (unit-norm hidden rows, scale moved into ``b`` and ``A``;
     only for positively homogeneous activations, and only if ``canonical``). Units are matched by the
@@ -361,7 +361,7 @@ def _kappa_minus_one(b, c):
 
 def relu_kernel(b, c, rho) -> np.ndarray:
     """Pair kernel ``kappa(b, c, rho) = E[relu(u.x + b) relu(v.x + c)]``, ``x ~ N(0, I)``, unit ``u, v``,
-    ``rho = u.v`` (specs/001 section 2.6; Awasthi et al. Appendix B).
+    ``rho = u.v`` (Awasthi et al. Appendix B).
 
     Vectorised with broadcasting; the closed forms at ``rho = +-1`` are used there. Absolute error a few
     1e-16 times ``max(1, |b c|)`` for every ``rho`` (see the module docstring).
@@ -472,7 +472,7 @@ def relu_second_moment(net: TwoLayerNetwork) -> float:
 
 
 def relu_l2_distance(net1: TwoLayerNetwork, net2: TwoLayerNetwork, *, squared: bool = False) -> float:
-    """Exact L2 distance ``sqrt(E ||f(x) - g(x)||^2)`` under ``x ~ N(0, I)`` (specs/001 section 2.6).
+    """Exact L2 distance ``sqrt(E ||f(x) - g(x)||^2)`` under ``x ~ N(0, I)`` (Awasthi et al. Proposition B.1).
 
     The units of both networks are stacked with output weights ``(A_1, -A_2)`` and output bias
     ``c_1 - c_2``; the result is ``sum_ij C_i . C_j kappa(B_i, B_j, U_i.U_j) + 2 c.(C m) + ||c||^2``

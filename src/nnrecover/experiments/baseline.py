@@ -73,7 +73,7 @@ FAILED_FUNCTION_ERROR = 0.5
 FAILED_UNIT_ERROR = 1.0
 
 #: outputs a learner can learn, for learner classes that do not declare ``max_outputs`` themselves:
-#: Awasthi et al. 2021 learn a scalar network f(x) = a^T relu(W^T x + b) (specs/001 section 1.1)
+#: Awasthi et al. 2021 learn a scalar network f(x) = a^T relu(W^T x + b) (their Section 1)
 DEMO_MAX_OUTPUTS = {"hermite-tensor": 1}
 
 

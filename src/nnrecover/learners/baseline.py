@@ -1,7 +1,7 @@
 """Baseline: random initialisation + the shared local refinement (no provable guarantee).
 
-This is the comparison point for the provable learners (specs/001 section 5, experiment E7: "SGD/Adam
-training of an (m+2)-unit network from random init"). Instead of SGD it uses the same second-order
+This is the comparison point for the provable learners: training from a random start, what people do
+without a guarantee (and what Awasthi et al. contrast their algorithms with in Section 1). Instead of SGD it uses the same second-order
 least-squares optimiser that polishes the provable estimates (:func:`nnrecover.refine.fit_least_squares`),
 so differences between a provable learner and this baseline come from the starting point alone.
 

@@ -1,7 +1,7 @@
 r"""Streaming Hermite-moment statistics and the sample / population ``HermiteMoments`` interface.
 
 The estimator of ATV21 eq. (6) is ``T_k = (1/N) sum_n y_n He_k(x_n)``, unbiased for the Hermite
-coefficient tensor ``f_hat_k = E[f(x) He_k(x)]`` (specs/001 sections 2.2-2.5). Each class below is one
+coefficient tensor ``f_hat_k = E[f(x) He_k(x)]`` (Awasthi et al. Definition A.2, Lemma 3.5, eq. (6)). Each class below is one
 quantity derived from it, computed in one pass over any data source (arrays, chunk streams, dask arrays
 through :func:`~nnrecover.moments.accumulate`) and never as an order-k tensor in d dimensions unless
 that is what was asked for:
@@ -292,7 +292,7 @@ class _ScalarContraction(_HermiteStatistic):
         """Standard error of each estimate, ``sqrt(var(y v) / n)`` with the unbiased sample variance.
 
         Computed from running sums of ``y v`` and ``(y v)^2``; the variance of these statistics is of
-        the order of or larger than their squared mean (specs/001 section 2.5), so the cancellation in
+        the order of or larger than their squared mean (the variance of eq. (6) of Awasthi et al.), so the cancellation in
         ``E[v^2] - E[v]^2`` is harmless. Same shape as :meth:`finalize`.
         """
         self.require(2, f"{type(self).__name__}.std_error")
@@ -316,8 +316,8 @@ class HermiteRankOneStatistic(_ScalarContraction):
     -----
     Specs/001 section 2.2 rank-one identity with the scaled recurrence
     ``H_{k+1} = (u.x) H_k - k |u|^2 H_{k-1}``; cost O(n d r) for the projections plus O(n r k_max).
-    These are all that RECOVERSCALARS (ATV21 Algorithm 2) and the Gram systems of specs/001 section
-    3.0 need.
+    These are all that RECOVERSCALARS (ATV21 Algorithm 2) and the Gram least-squares
+    systems of Algorithms 2 and 5 need.
 
     ``finalize()`` returns shape ``(p, [n_orders,] [r])``: the orders axis when ``orders`` is a
     sequence, the ``r`` axis when ``U`` is 2-D.
@@ -375,7 +375,7 @@ class HermiteContractionStatistic(_ScalarContraction):
 
     Notes
     -----
-    Matching (Wick) sum of specs/001 section 2.2 form 4 (:func:`nnrecover.hermite.hermite_contract`);
+    Matching (Wick) sum of Awasthi et al. Definition A.2 (:func:`nnrecover.hermite.hermite_contract`);
     never forms a d^k array. ``finalize()`` returns shape ``(p, [s])``.
     """
 
@@ -409,7 +409,7 @@ class HermiteVectorSliceStatistic(_HermiteStatistic):
     """Slices ``T_k(., ..., ., g) = mean_n y_n He_k(x_n)[., ..., ., g]`` with ``f = k - 1`` free slots.
 
     ``order=3`` gives the d x d Jennrich slices of ATV21 (l = 1); ``order=5`` the d^2 x d^2 slices of
-    ``flatten(T_5, 2, 2, 1)`` for l = 2 (specs/001 section 3.1).
+    ``flatten(T_5, 2, 2, 1)`` for l = 2 (Jennrich as used in Claim 4.4 of Awasthi et al.).
 
     Parameters
     ----------
@@ -532,7 +532,7 @@ class HermitePartialContractionStatistic(_HermiteStatistic):
     """Partial contractions ``T_k(., ..., ., v_1, ..., v_c)`` with ``f = k - c`` free slots (dense).
 
     The general form of the vector slices (c = 1) and full contractions (f = 0): e.g.
-    ``T_3(u, v, .)`` (the mode-3 vectors of Jennrich for l = 1, specs/001 section 3.1 step 5b) or
+    ``T_3(u, v, .)`` (the mode-3 vectors of Jennrich for l = 1, Awasthi et al. Claim 4.4, Theorem A.5) or
     ``T_5(., ., a, b, c)`` (Kronecker-structured products for a randomised range finder of
     ``flatten(T_5, 2, 3)``).
 

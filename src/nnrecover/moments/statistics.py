@@ -13,8 +13,7 @@ statistic                      estimates                    finalized value
 :class:`ThirdMomentContraction` M_3[j, l] = E[y_j (g_l . x) x x^T]  array (p, m, d, d)
 =============================  ===========================  =====================================
 
-``M_2`` and ``M_3`` are the raw-moment forms of the Hermite moments of Awasthi et al. (specs/001
-section 2.2): ``E[y He_2(x)] = M_2 - E[y] I`` and
+``M_2`` and ``M_3`` are the raw-moment forms of the Hermite moments of Awasthi et al. (Definition A.2): ``E[y He_2(x)] = M_2 - E[y] I`` and
 ``E[y He_3(x)[., ., g]] = M_3[g] - (E[y x] . g) I - E[y x] g^T - g E[y x]^T``.
 No order-3 tensor is ever formed: ``M_3`` is contracted with the directions ``g_l`` on the fly.
 
