@@ -4,12 +4,10 @@ Two facts decide the design:
 
 * The work of every learner is many small or medium dense products (one per chunk of ``m`` rows,
   ``d`` x ``d`` Gram updates, ``d`` x ``k`` solves, Jacobian blocks of the refinement). Multi-threaded
-  OpenBLAS splits each of them over its threads and pays a synchronisation per call. On a 2-core
-  machine, with OpenBLAS' default of two threads in every call, ``nnrecover demo`` took 78 s against
-  2.7 s with one thread, and the symmetric rank-k chunk update of the Hermite learner 3.17 s against
-  0.64 s (pass 1 at d = 100, N = 10^6). On a shared machine even one large ``X.T @ X`` (N = 10^6,
-  d = 100) took 2.6 s with two threads and 0.48 s with one, the threads waiting for each other while
-  a core is taken (``benchmarks/bench_threads.py``, numbers in ``benchmarks/README.md``).
+  OpenBLAS splits each of them over its threads and pays a synchronisation per call, and on a shared
+  machine its threads wait for each other while a core is taken: with two threads per call the whole
+  demo and even a single large ``X.T @ X`` ran several times slower than with one
+  (``benchmarks/bench_threads.py``; the numbers are in ``benchmarks/README.md``).
 * Results must not depend on the machine's thread count (the same seed gives the same bits on a
   laptop and on CI). A BLAS routine may split a reduction differently for different thread counts.
 

@@ -490,8 +490,7 @@ def step1(moments, n_hidden: int, *, method: str = "power", rng=None, **options)
     ``method`` is ``"power"``, ``"landscape"`` or ``"simultaneous"``.
 
     The route runs with one BLAS thread: its products are (rows x d) by (d x few columns), for which
-    one thread is fastest and several threads only spin (measured 10-50x slower on a loaded 2-core
-    machine).
+    one thread is fastest and several threads only spin (``benchmarks/bench_threads.py``).
     """
     from threadpoolctl import threadpool_limits
 
