@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: demo test bench install install-test clean experiments docs docs-figures
+.PHONY: demo test test-fast bench install install-test clean experiments docs docs-figures
 
 # Exit status 0 iff nnrecover (this checkout, editable) and the requirements of pyproject.toml
 # (plus the optional groups given as arguments) are importable/installed. Versions are not compared.
@@ -48,6 +48,10 @@ demo: $(STAMP)
 test: $(TSTAMP)
 	@$(PY) -c "import importlib.metadata as m, platform; print('versions:', 'python', platform.python_version(), *(f'{n} {m.version(n)}' for n in ('numpy','scipy','scikit-learn','tensorly','dask','distributed','pandas','matplotlib','threadpoolctl','pytest','hypothesis')))"
 	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --timeout=900 --doctest-modules tests src/nnrecover
+
+# the suite without the tests marked slow (> 60 s each); make test runs them all
+test-fast: $(TSTAMP)
+	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --timeout=900 --doctest-modules -m "not slow" tests src/nnrecover
 
 # the documentation site into docs/_build/html (warnings are errors)
 docs: $(TSTAMP)

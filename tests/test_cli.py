@@ -212,7 +212,7 @@ def test_simulate_from_an_existing_teacher(capsys, tmp_path):
 
 def test_simulate_user_errors(capsys, tmp_path):
     assert_user_error(capsys, ["simulate", "--out", str(tmp_path / "s.txt")], "--out must end in one of")
-    assert_user_error(capsys, ["simulate", "--n", "abc"], "argument --n: expected an integer")
+    assert_user_error(capsys, ["simulate", "--n", "abc"], "argument --n: expected a positive integer")
     assert_user_error(capsys, ["simulate", "--n", "0"], "expected a positive integer")
     assert_user_error(capsys, ["simulate", "--activation", "swishy", "--out", str(tmp_path / "s.npz"),
                                "--teacher", str(tmp_path / "t.json")], "swishy")

@@ -83,21 +83,24 @@ def _options(items: Sequence[str] | None) -> dict[str, Any]:
     return out
 
 
-def _nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return value
+def _int_at_least(minimum: int):
+    """An argparse type: integers (also written like 1e5 or 100_000) that are ``>= minimum``."""
+    what = {0: "a non-negative integer", 1: "a positive integer"}.get(minimum, f"an integer >= {minimum}")
+
+    def parse(text: str) -> int:
+        try:
+            value = _int_like(text)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+    parse.__name__ = what  # argparse names the type in its messages
+    return parse
 
 
-def _pos_int(text: str) -> int:
-    value = _int_like(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+_nonneg_int = _int_at_least(0)
+_pos_int = _int_at_least(1)
 
 
 def _width(text: str) -> int | str:
