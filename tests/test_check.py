@@ -125,3 +125,19 @@ def test_nr_check_is_the_function_even_after_the_module_is_imported():
     importlib.import_module("nnrecover.learners._width")
     assert callable(nnrecover.check) and nnrecover.check.__name__ == "check"
     assert callable(nnrecover.extract) and nnrecover.extract.__name__ == "extract"
+
+
+def test_noise_floor_not_taken_from_signal_when_outputs_equal_width():
+    """With p = k outputs Cov(y) has no noise-only direction; if T_2 sees more units than Cov(y) stood
+    out for, the smallest eigenvalue is signal and only bounds the noise from above, so a noiseless
+    teacher must not be called noisy (exact-relu is 'unsure' at worst, never 'no')."""
+    from nnrecover.experiments.baseline import demo_teacher
+
+    teacher, dist = demo_teacher(np.random.default_rng(0))  # d = 10, k = 4, p = 4, biases
+    X, Y = nr.sample(teacher, dist, 20_000, rng=1)
+    report = nr.check(X, Y)
+    assert report.width["estimate"] == 4
+    assert report.label_noise["kind"] == "upper bound"
+    verdict = {v.learner: v.applies for v in report.verdicts}
+    assert verdict["exact-relu"] in ("yes", "unsure")
+    assert verdict["bakshi2019-noisy"] == "yes"

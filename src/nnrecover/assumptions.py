@@ -265,6 +265,7 @@ def _width_and_noise(X: np.ndarray, Y: np.ndarray, gaussian: bool, standard: boo
     noise: dict[str, Any] = {"std": None, "kind": None}
     idx = np.array_split(np.arange(n), G) if n >= 10 * G else None
     yc = Y - Y.mean(axis=0)
+    low = p
     # (b) the rank of Cov(y): min(p, k) for a generic network. Sampling moves Cov(y) only inside the span
     # of the k units' outputs, so outside it the eigenvalues are the label-noise variance alone: an
     # eigenvalue is signal when it stands clearly above the smallest one (the noise floor), by the
@@ -310,6 +311,11 @@ def _width_and_noise(X: np.ndarray, Y: np.ndarray, gaussian: bool, standard: boo
                          "spectrum": rk["singular_values"], "noise_level": rk["noise_level"]}
                 if rk["low"] >= Z.shape[1]:
                     width["method"] += "; full rank: k >= d"
+        if noise["kind"] == "estimate" and width["estimate"] is not None and width["estimate"] > low:
+            # T_2 sees more units than Cov(y) stood out for, so the eigenvalues taken as the noise floor
+            # hold signal too; the smallest one still bounds the noise variance from above, because
+            # Cov(y) = Cov(network output) + sigma^2 I
+            noise = {"std": float(np.sqrt(max(lam[0], 0.0))), "kind": "upper bound"}
         if noise["std"] is None and p == 1:
             Zs, ys = Z, yc[:, 0]
             t1 = Zs.T @ ys / n
@@ -377,6 +383,12 @@ def _verdicts(report: CheckReport) -> list[Verdict]:
                 reasons.append(f"label noise std {report.label_noise['std']:.2g}: the exact algorithm needs "
                                "noiseless labels, use bakshi2019-noisy")
                 b = combine(b, "no")
+            elif rec.name == "exact-relu" and report.label_noise["kind"] == "upper bound" and \
+                    report.label_noise["std"] > 1e-6 * report.evidence["y_std"]:
+                reasons.append(f"label noise std at most {report.label_noise['std']:.2g} (an upper bound: the "
+                               "data cannot tell noise from signal here): the exact algorithm needs noiseless "
+                               "labels; its certificate says whether they were, else use bakshi2019-noisy")
+                b = combine(b, "unsure")
             verdict = combine(a, b)
             cmd = f"nnrecover fit DATA --learner {rec.name}{k_arg}"
         elif rec.name == "pure-neuron":
