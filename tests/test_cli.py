@@ -452,6 +452,26 @@ def test_demo_with_the_gradient_descent_baseline(capsys, tmp_path):
     assert row["learner"] == "gradient-descent" and row["status"] == "ok"
     assert row["n_samples"] == 3000 and row["outputs"] == 2
     assert row["function_error"] < 1e-8 and row["max_unit_error"] < 1e-6
+    # one verdict line per registered learner before the fits, and the recovered-vs-true figure
+    verdicts = text[text.index("which learners apply"):text.index("[1/1]")].strip().splitlines()[1:]
+    names = {line.split()[0] for line in verdicts}
+    assert names == {r.name for r in nr.learners.available(learners_only=True)}
+    assert all(line.split()[1] in ("yes", "no", "unsure") for line in verdicts)
+    assert (tmp_path / "recovery.png").stat().st_size > 10_000
+
+
+def test_recovery_figure_one_panel_per_network():
+    from nnrecover.experiments.baseline import recovery_figure
+
+    teacher = nr.random_network(5, 3, 2, rng=0)
+    off = nr.TwoLayerNetwork(teacher.hidden_weights + 0.1, teacher.hidden_bias, teacher.output_weights)
+    fig = recovery_figure({"exact": (teacher, teacher), "off": (off, teacher)})
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(visible) == 2
+    assert "max unit error 0.0e+00" in visible[0].get_title()
+    assert "max unit error 0.0e+00" not in visible[1].get_title()
+    with pytest.raises(nr.errors.InputError):
+        recovery_figure({})
 
 
 def test_fit_and_evaluate_with_the_gradient_descent_baseline(capsys, simulated):

@@ -273,13 +273,28 @@ def _make_distribution(args, d: int, gen) -> tuple[Any, dict]:
 
 
 # ------------------------------------------------------------------------------------------ commands
-_DEMO_FILES = ("demo.png", "results.csv", "teacher.json", "metadata.json")
+_DEMO_FILES = ("demo.png", "recovery.png", "results.csv", "teacher.json", "metadata.json")
+
+
+def _demo_verdicts(teacher, dist, n: int, args) -> None:
+    """One line per learner: does it apply to these data, and why (``nr.check`` on the first rows)."""
+    from .assumptions import check
+    from .sampling import sample
+
+    rows = min(n, 20_000)
+    X, Y = sample(teacher, dist, rows, noise=args.noise, rng=np.random.default_rng([args.seed, 1]))
+    report = check(X, Y)
+    _say(f"which learners apply (nnrecover check on {rows} rows of the same teacher):")
+    width = max(len(v.learner) for v in report.verdicts)
+    for v in report.verdicts:
+        _say(f"  {v.learner:<{width}}  {v.applies:<6}  {'; '.join(v.reasons)}")
+    _say()
 
 
 def _cmd_demo(args) -> int:
     from .experiments.baseline import (DEMO_DEFAULTS, DEMO_MAX_OUTPUTS, FAILED_FUNCTION_ERROR, FAILED_UNIT_ERROR,
                                        compare_learners, comparison_figure, demo_options, demo_teacher,
-                                       select_learners)
+                                       recovery_figure, select_learners)
     from .experiments.runner import environment_info, to_jsonable
     from .io import atomic_output
 
@@ -294,6 +309,8 @@ def _cmd_demo(args) -> int:
          f"{n} samples streamed in chunks, {'label noise ' + format(args.noise, 'g') if args.noise else 'noiseless'} "
          f"(seed {args.seed}).")
     per_learner, common = demo_options(args.quick)
+    _demo_verdicts(teacher, dist, n, args)
+    networks: dict = {}
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     df = compare_learners(teacher, dist, n, rng=gen, learners=args.learner, noise=args.noise,
@@ -301,7 +318,7 @@ def _cmd_demo(args) -> int:
                           max_outputs=DEMO_MAX_OUTPUTS, with_unrefined=not args.refined_only,
                           chunk_size=DEMO_DEFAULTS["chunk_size"],
                           eval_samples=10_000 if args.quick else DEMO_DEFAULTS["eval_samples"],
-                          time_budget=args.time_budget, log=_say)
+                          time_budget=args.time_budget, log=_say, networks=networks)
     wall = time.perf_counter() - t0
     table = df.assign(status=[s if s == "ok" else ("n/a" if s.startswith("not applicable") else "failed")
                               for s in df["status"]])
@@ -324,6 +341,10 @@ def _cmd_demo(args) -> int:
                                       f"p={teacher.n_outputs}, n={n}, seed={args.seed}")
     with atomic_output(out / "demo.png") as tmp:
         fig.savefig(tmp, dpi=120, format="png")
+    if networks:
+        fig = recovery_figure(networks, title="recovered against true parameters (canonical form, units matched)")
+        with atomic_output(out / "recovery.png") as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
     with atomic_output(out / "results.csv") as tmp:
         df.to_csv(tmp, index=False)
     teacher.save(out / "teacher.json")
@@ -331,7 +352,8 @@ def _cmd_demo(args) -> int:
             "quick": args.quick, "noise": args.noise, "learner_options": per_learner, "common_options": common,
             "started_at_utc": started, "wall_time_s": round(wall, 3), **environment_info()}
     _write_json(out / "metadata.json", to_jsonable(meta))
-    _say(f"wrote {out / 'demo.png'}, {out / 'results.csv'}, {out / 'teacher.json'}, {out / 'metadata.json'} "
+    _say(f"wrote {out / 'demo.png'}, {out / 'recovery.png' if networks else '(no recovery.png: no fit returned a network)'}, "
+         f"{out / 'results.csv'}, {out / 'teacher.json'}, {out / 'metadata.json'} "
          f"({wall:.1f} s in total)")
     return 0
 

@@ -1,7 +1,7 @@
 r"""Hermite polynomials, multivariate Hermite tensors and their implicit contractions.
 
 Conventions (Awasthi-Tang-Vijayaraghavan 2021, "ATV21"; their Appendix A, Definition A.2)
-----------------------------------------------------------------------------
+-----------------------------------------------------------------------------------------
 Paper symbol -> name here:
 
 * ``He_k`` (probabilists', leading coefficient 1) -> :func:`hermite_1d`, :func:`hermite_1d_all`;
@@ -22,7 +22,7 @@ expansion is ``f(x) = sum_k <f_hat_k, He_k(x)> / k!`` (ATV21 Appendix A). Do not
 orthonormal ``h_k`` convention, whose coefficients are ``f_hat_k / sqrt(k!)``.
 
 Formulas used (ATV21 Definition A.2 and eq. (12); every one is cross-checked in tests/test_hermite.py)
-------------------------------------------------------------------------------------------
+------------------------------------------------------------------------------------------------------
 * 1-D recurrences ``He_{k+1} = t He_k - k He_{k-1}`` and
   ``h_{k+1} = (t h_k - sqrt(k) h_{k-1}) / sqrt(k+1)``; never the monomial form.
 * Scaled recurrence for non-unit contraction vectors: with ``t = u.x`` and ``s2 = |u|^2``,

@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from ..distributions import StandardGaussian
     from ..network import TwoLayerNetwork
 
-__all__ = ["demo_teacher", "compare_learners", "select_learners", "comparison_figure", "baseline_gd",
+__all__ = ["demo_teacher", "compare_learners", "select_learners", "comparison_figure", "recovery_figure", "baseline_gd",
            "run_compare_learners", "demo_options", "DEMO_DEFAULTS", "DEMO_MAX_OUTPUTS", "FAILED_FUNCTION_ERROR",
            "FAILED_UNIT_ERROR"]
 
@@ -172,7 +172,8 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
                      max_outputs: Mapping[str, int] | None = None,
                      noise: float = 0.0, chunk_size: int = 1 << 15, eval_samples: int = 50_000,
                      time_budget: float | None = None, with_unrefined: bool = False,
-                     log: Callable[[str], None] | None = None) -> pandas.DataFrame:
+                     log: Callable[[str], None] | None = None,
+                     networks: dict | None = None) -> pandas.DataFrame:
     """Fit every applicable registered learner on one stream of samples from ``teacher``.
 
     Parameters
@@ -212,6 +213,10 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
         alone, without the shared local refinement), one extra row each.
     log : callable, optional
         Called with progress lines.
+    networks : dict, optional
+        If given, filled with ``label -> (fitted network, teacher restricted to the outputs it learned)``
+        for every fit that returned a network, failed ones included (``label``: the learner's name, with
+        ``(no refine)`` for ``refine=False``); :func:`recovery_figure` draws them.
 
     Returns
     -------
@@ -275,6 +280,9 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
             if log:
                 log(f"{label}: fitting ({rec.paper}, {rec.algorithm}) ...")
             _fit_and_score(est, data, truth, distribution, row, eval_samples, eval_seed)
+            if networks is not None and getattr(est, "network_", None) is not None and \
+                    not row["status"].startswith("not applicable"):
+                networks[rec.name + (" (no refine)" if row["refine"] == "no" else "")] = (est.network_, truth)
             if log:
                 budget = (getattr(est, "diagnostics_", None) or {}).get("time_budget") or {}
                 stopped = (f" (stopped at the time budget of {budget['seconds']:g} s after {budget['restarts_run']} "
@@ -395,6 +403,58 @@ def comparison_figure(df: pandas.DataFrame, *, title: str = "") -> matplotlib.fi
         if status != "ok":
             ax_err.annotate("not applicable" if status.startswith("not applicable") else "failed",
                             (0.02, j), xycoords=("axes fraction", "data"), va="center", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def recovery_figure(networks: Mapping[str, tuple], *, title: str = "") -> matplotlib.figure.Figure:
+    """Recovered against true parameters, one panel per fitted network.
+
+    Both networks are put in canonical form (for homogeneous activations) and their units matched as in
+    :func:`nnrecover.metrics.parameter_error`; every hidden weight, hidden bias and output weight of a
+    matched unit is one point (true value on x, recovered on y). A perfect recovery lies on the diagonal.
+
+    Parameters
+    ----------
+    networks : mapping label -> (estimated TwoLayerNetwork, true TwoLayerNetwork)
+        As filled by :func:`compare_learners` (``networks=``).
+    title : str
+    """
+    from matplotlib.figure import Figure
+
+    from ..metrics import parameter_error
+
+    items = list(networks.items())
+    if not items:
+        raise InputError("recovery_figure needs at least one fitted network.")
+    cols = min(len(items), 3)
+    rows = -(-len(items) // cols)
+    fig = Figure(figsize=(3.6 * cols, 3.4 * rows), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+    for ax, (label, (est, truth)) in zip(axes, items):
+        err = parameter_error(est, truth)
+        if err["canonical"]:
+            est, truth = est.canonical(), truth.canonical()
+        match = np.asarray(err["matching"])
+        ok = match >= 0
+        lo, hi = np.inf, -np.inf
+        for name, t, e, marker in (
+                ("hidden weights", truth.hidden_weights[ok], est.hidden_weights[match[ok]], "o"),
+                ("hidden biases", truth.hidden_bias[ok], est.hidden_bias[match[ok]], "s"),
+                ("output weights", truth.output_weights[:, ok], est.output_weights[:, match[ok]], "^")):
+            t, e = np.ravel(t), np.ravel(e)
+            if t.size:
+                ax.scatter(t, e, s=10, marker=marker, alpha=0.7, label=name)
+                lo, hi = min(lo, t.min(), e.min()), max(hi, t.max(), e.max())
+        ax.plot([lo, hi], [lo, hi], color="0.5", lw=0.8, zorder=0)
+        ax.set_title(f"{label}\nmax unit error {err['max_unit_error']:.1e}", fontsize=9)
+        ax.set_xlabel("true")
+        ax.set_ylabel("recovered")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, loc="upper left")
+    for ax in axes[len(items):]:
+        ax.set_visible(False)
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
