@@ -193,19 +193,9 @@ def _out_file(path: str, flag: str = "--out") -> Path:
 
 def _out_dir(path: str, names: Sequence[str] = (), flag: str = "--out") -> Path:
     """An output folder (created if missing) in which each of ``names`` can be written."""
-    from .io import check_writable
+    from .io import prepare_output_dir
 
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"{flag} {str(out)!r} is an existing file; choose a directory.")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"cannot create {flag} directory {str(out)!r}: {exc.strerror or exc}; choose a writable "
-                         "location.") from None
-    for name in names:
-        check_writable(out / name, f"{flag} file")
-    return out
+    return prepare_output_dir(path, names, f"{flag} directory")
 
 
 def _chunked_errors(net, X, Y, chunk: int = 1 << 16) -> dict[str, Any]:

@@ -48,7 +48,7 @@ import numpy as np
 from ._validation import as_2d_float, as_targets, check_positive_int
 from .errors import InputError
 
-__all__ = ["load_samples", "save_samples", "save_sample_stream", "SAMPLE_FORMATS", "atomic_output",
+__all__ = ["load_samples", "save_samples", "save_sample_stream", "SAMPLE_FORMATS", "atomic_output", "prepare_output_dir",
            "write_text_atomic", "check_writable", "check_free_space", "sample_file_bytes"]
 
 SAMPLE_FORMATS = (".npz", ".npy", ".csv", ".parquet")
@@ -96,6 +96,29 @@ def check_writable(path: "str | os.PathLike[str]", what: str = "output") -> Path
         os.unlink(probe)
     if out.exists() and not os.access(out, os.W_OK):
         raise InputError(f"{what} {str(out)!r} exists and is read-only; remove it or choose another name.")
+    return out
+
+
+
+def prepare_output_dir(path: "str | os.PathLike[str]", names=(), what: str = "output directory") -> Path:
+    """An output folder (created if missing) in which each of ``names`` can be written, checked before
+    any work is done (each file by :func:`check_writable`).
+
+    Raises
+    ------
+    InputError
+        ``path`` is an existing file, the folder cannot be created, or a file in it cannot be written.
+    """
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{what} {str(out)!r} is an existing file; choose a directory.")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create {what} {str(out)!r}: {exc.strerror or exc}; choose a writable "
+                         "location.") from None
+    for name in names:
+        check_writable(out / name, f"{what} file")
     return out
 
 

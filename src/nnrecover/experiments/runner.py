@@ -161,18 +161,9 @@ def run_experiment(name: str, out_dir: "str | os.PathLike[str]", *, quick: bool 
 
     record = get_experiment(name)
     _check_options(record.func, options, name)
-    from ..io import atomic_output, check_writable, write_text_atomic
+    from ..io import atomic_output, prepare_output_dir, write_text_atomic
 
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"output directory {str(out)!r} is an existing file; choose a directory.")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"cannot create output directory {str(out)!r}: {exc.strerror or exc}; choose a writable "
-                         "location.") from None
-    for file_name in RESULT_FILES:  # before the run, not after it
-        check_writable(out / file_name, "result file")
+    out = prepare_output_dir(out_dir, RESULT_FILES)  # before the run, not after it
     seed = resolve_seed(rng)
     started = _utc_now()
     t0 = time.perf_counter()
