@@ -14,7 +14,7 @@ import numpy as np
 from .errors import InputError
 
 __all__ = ["check_random_state", "as_2d_float", "as_targets", "as_real_array", "as_float_array", "check_xy",
-           "check_positive_int", "check_finite"]
+           "check_positive_int", "check_finite", "check_real", "validate_params", "Interval", "Options"]
 
 
 def check_random_state(seed: Any) -> np.random.Generator:
@@ -166,6 +166,21 @@ def check_positive_int(value: Any, name: str, *, minimum: int = 1) -> int:
         raise InputError(f"{name} must be >= {minimum}, got {value}.")
     return int(value)
 
+
+
+def check_real(value: Any, name: str, *, minimum: float | None = None, meaning: str = "") -> float:
+    """``value`` as a finite float ``>= minimum``; InputError naming ``name`` (and ``meaning``) otherwise."""
+    what = f"{name} is {meaning} and must be" if meaning else f"{name} must be"
+    bound = "a finite number" + ("" if minimum is None else f" >= {minimum:g}")
+    if isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{what} {bound}, got {value!r}.")
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{what} {bound}, got {value!r}.") from None
+    if not np.isfinite(out) or (minimum is not None and out < minimum):
+        raise InputError(f"{what} {bound}, got {out}.")
+    return out
 
 # ---------------------------------------------------------------------------------------------------
 # Declarative parameter constraints (the estimators' ``_parameter_constraints`` tables)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ._validation import as_2d_float, as_float_array, check_finite, check_positive_int, check_random_state
+from ._validation import as_2d_float, as_float_array, check_finite, check_positive_int, check_random_state, check_real
 from .activations import Activation, get_activation
 from .errors import InputError
 
@@ -441,12 +441,7 @@ def random_network(n_inputs: int, n_hidden: int, n_outputs: int = 1, *, activati
     if kappa is not None:
         if "rows" in options:
             raise InputError("give either rows or condition_number: a prescribed spectrum fixes the rows.")
-        try:
-            kappa = float(kappa)
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"condition_number must be a number >= 1, got {kappa!r}.") from exc
-        if not (np.isfinite(kappa) and kappa >= 1.0):
-            raise InputError(f"condition_number must be a finite number >= 1, got {kappa}.")
+        kappa = check_real(kappa, "condition_number", minimum=1)
         if k > d:
             raise InputError(f"condition_number needs n_hidden <= n_inputs (got {k} > {d}).")
         if k == 1 and kappa != 1.0:

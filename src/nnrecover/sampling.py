@@ -16,7 +16,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ._validation import check_positive_int, check_random_state
+from ._validation import check_positive_int, check_random_state, check_real
 from .distributions import Distribution
 from .errors import InputError
 from .network import TwoLayerNetwork
@@ -34,13 +34,7 @@ def _check(network, distribution, noise):
     if distribution.dim != network.n_inputs:
         raise InputError(f"distribution has dim {distribution.dim} but the network has "
                          f"{network.n_inputs} inputs.")
-    try:
-        noise = float(noise)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"noise is the label-noise standard deviation (a number >= 0), got {noise!r}.") from exc
-    if not (np.isfinite(noise) and noise >= 0):
-        raise InputError(f"noise is the label-noise standard deviation and must be >= 0, got {noise}.")
-    return noise
+    return check_real(noise, "noise", minimum=0, meaning="the label-noise standard deviation")
 
 
 class SampleStream:
