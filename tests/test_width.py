@@ -90,3 +90,23 @@ def test_auto_width_high_threshold_learner():
     assert auto.n_hidden_ == k and auto.diagnostics_["width"]["sure"]
     given = nr.learners.HighThresholdLearner(k, threshold=t, random_state=0).fit(X, y)
     np.testing.assert_array_equal(auto.hidden_weights_, given.hidden_weights_)
+
+
+def test_unsure_spectrum_is_read_again_from_every_row(monkeypatch):
+    """When the first rows leave the T_2 rule unsure, T_2 and its noise level are accumulated over the
+    whole (streamed) data: tau falls like 1/sqrt(rows), so the width becomes certain."""
+    import nnrecover.assumptions as assumptions
+    from nnrecover.moments.engine import as_data_source
+
+    t = nr.random_network(10, 4, rng=2, bias_range=(-1, 1))
+    stream = nr.sample_stream(t, nr.distributions.StandardGaussian(10), 200_000, rng=5)
+    full = assumptions.streamed_t2_rank(as_data_source(stream))
+    assert full["rows"] == 200_000 and full["low"] == full["high"] == 4
+    monkeypatch.setattr(assumptions, "MAX_ROWS", 20_000)  # the first-rows spectrum sees 20,000 rows only
+    first = assumptions.estimate_width(*nr.sample(t, nr.distributions.StandardGaussian(10), 20_000, rng=5))
+    assert not first["sure"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AssumptionWarning)  # sure after the full pass: no warning
+        est = nr.learners.HermiteTensorLearner("auto", random_state=0).fit(stream)
+    w = est.diagnostics_["width"]
+    assert est.n_hidden_ == 4 and w["rows_for_spectrum"] == 200_000 and w["range"] == (4, 4)

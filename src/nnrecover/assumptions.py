@@ -212,6 +212,46 @@ def _rank_from_groups(B: np.ndarray, groups: list[np.ndarray]) -> dict:
     return {"low": low, "high": high, "singular_values": s.tolist(), "noise_level": tau}
 
 
+def streamed_t2_rank(source, *, groups: int = 10, max_bytes: int = 1 << 29) -> dict | None:
+    """The T_2 rank rule of :func:`_rank_from_groups` over **every** row of ``source`` (standard Gaussian
+    inputs), in one pass and bounded memory.
+
+    ``T_2^(j) = E[(y_j - E y_j)(x x^T - I)] = E[y_j x x^T] - E[y_j] E[x x^T]`` is accumulated per row group
+    (chunks dealt round-robin to ``groups`` groups): ``sum y x x^T``, ``sum x x^T``, ``sum y`` and the row
+    count, so the noise level ``tau`` falls like ``1/sqrt(rows)`` with all the data, not the first rows.
+    Returns None when the group sums would take more than ``max_bytes`` (``groups d^2 (p + 1)`` doubles).
+    """
+    d, p = source.info.n_inputs, max(source.info.n_outputs or 1, 1)
+    if groups * d * d * (p + 1) * 8 > max_bytes:
+        return None
+    Syxx = np.zeros((groups, p, d, d))
+    Sxx = np.zeros((groups, d, d))
+    Sy = np.zeros((groups, p))
+    cnt = np.zeros(groups)
+    for i, (Xc, Yc) in enumerate(source.chunks()):
+        g = i % groups
+        Xc = np.asarray(Xc, dtype=np.float64)
+        Yc = np.asarray(Yc, dtype=np.float64).reshape(len(Xc), -1)
+        Sxx[g] += Xc.T @ Xc
+        for j in range(p):
+            Syxx[g, j] += (Xc * Yc[:, [j]]).T @ Xc
+        Sy[g] += Yc.sum(axis=0)
+        cnt[g] += len(Xc)
+    used = cnt > 0
+    if used.sum() < 2:
+        return None
+    n = cnt.sum()
+    mu = Sy.sum(axis=0) / n
+
+    def t2(syxx, sxx, m):
+        return np.hstack([syxx[j] / m - mu[j] * sxx / m for j in range(p)])
+
+    B = t2(Syxx.sum(axis=0), Sxx.sum(axis=0), n)
+    out = _rank_from_groups(B, [t2(Syxx[g], Sxx[g], cnt[g]) for g in np.flatnonzero(used)])
+    out["rows"] = int(n)
+    return out
+
+
 def _measure(X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> dict:
     from scipy import stats
 

@@ -13,7 +13,9 @@ The rule (the same as :func:`nnrecover.check`, which reports it with its evidenc
    when it exceeds twice the noise level ``tau`` (the spread of 10 row-group estimates; by Weyl's
    inequality a zero singular value shows as at most the error's norm). Values between the two bounds
    make the estimate unsure. The spectrum is read from at most 200,000 rows (the first ones, at most
-   2e7 values of ``X``); :mod:`nnrecover.assumptions` documents both rules in full.
+   2e7 values of ``X``); when that leaves the T_2 rule unsure and the data have more rows, T_2 and its
+   noise level are accumulated again over every row in one streamed pass (``tau`` falls like
+   ``1/sqrt(rows)``). :mod:`nnrecover.assumptions` documents both rules in full.
 2. **Held-out check.** The learner is fitted with ``k - 1``, ``k`` and ``k + 1`` units on the first
    90% of those rows and scored on the last 10% (mean squared error with its standard error from the
    paired per-row differences). If ``k + 1`` units fit significantly better, or ``k - 1`` units fit as
@@ -106,6 +108,19 @@ def choose_width(learner, source, *, max_rows: int | None = None) -> tuple[int, 
                                 **{key: width[key] for key in ("method", "range", "sure", "noise_level",
                                                                "input_law") if key in width},
                                 "spectrum": width.get("spectrum")}
+    if (not width["sure"] and "T_2" in width.get("method", "") and width.get("input_law") == "standard Gaussian"
+            and source.info.reiterable and (source.info.n_samples is None or source.info.n_samples > X.shape[0])):
+        # the spectrum of the first rows left the width unsure: T_2's noise level falls like
+        # 1/sqrt(rows), so read it again from every row of the data (one more pass)
+        from ..assumptions import streamed_t2_rank
+
+        full = streamed_t2_rank(source)
+        if full is not None:
+            sure = full["low"] == full["high"] and full["low"] < d
+            width.update(estimate=full["low"], range=(full["low"], full["high"]), sure=sure,
+                         spectrum=full["singular_values"], noise_level=full["noise_level"])
+            evidence.update(range=width["range"], sure=sure, spectrum=width["spectrum"],
+                            noise_level=width["noise_level"], rows_for_spectrum=full["rows"])
     k = width["estimate"]
     if k is None:
         raise InputError("n_hidden='auto' found no rule for these data: with one output the width is read "
