@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from nnrecover.errors import InputError
-from nnrecover.moments import engine
+from nnrecover import data as engine
 from nnrecover.moments.base import accumulate
-from nnrecover.moments.engine import as_data_source, build_dask_reduction
+from nnrecover.data import as_data_source, build_dask_reduction
 from nnrecover.moments.statistics import (CovarianceStatistic, MeanStatistic, SecondMoment,
                                           ThirdMomentContraction, WeightedSecondMoment)
 

@@ -229,7 +229,7 @@ def test_residual_lack_of_fit_sees_a_missing_unit_not_the_noise():
     # the true network on noisy labels: Q ~ chi-square(J) (the truth has no estimation error, so the 2P
     # allowance is slack), z far below 4; the network without one unit (|a| >= 0.5, b = 0: half of its
     # energy in orders 1 and 2) leaves a residual whose order <= 2 projection is ~n times the noise's
-    from nnrecover.moments.engine import as_data_source
+    from nnrecover.data import as_data_source
 
     teacher = nr.random_network(8, 3, rng=9)
     rng = np.random.default_rng(9)
@@ -249,7 +249,7 @@ def test_residual_fit_flags_a_wrong_network_and_passes_the_teacher():
     # depends on x through orders <= 2; the lack-of-fit test sees it, while the teacher passes, with and
     # without label noise (its residual is then noise alone)
     from nnrecover.learners.awasthi2021 import residual_lack_of_fit
-    from nnrecover.moments.engine import as_data_source
+    from nnrecover.data import as_data_source
     from nnrecover.network import TwoLayerNetwork, random_network
 
     gen = np.random.default_rng(1937629660)

@@ -16,9 +16,9 @@ from scipy import integrate, special
 import nnrecover as nr
 from nnrecover.distributions import Gaussian, StandardGaussian, SymmetricMixture
 from nnrecover.errors import InputError
-from nnrecover.moments import engine
+from nnrecover import data as engine
 from nnrecover.moments.base import Statistic, accumulate
-from nnrecover.moments.engine import (DataInfo, DataSource, as_data_source, default_chunk_rows, describe_data,
+from nnrecover.data import (DataInfo, DataSource, as_data_source, default_chunk_rows, describe_data,
                                       iterate_chunks)
 from nnrecover.moments.statistics import (Covariance, CovarianceStatistic, MeanStatistic, SecondMoment,
                                           ThirdMomentContraction, WeightedSecondMoment,
@@ -577,3 +577,19 @@ def test_subclass_contract_of_statistic():
         Statistic()
     with pytest.raises(TypeError, match="abstract"):
         DataSource()
+
+
+def test_no_import_circle_and_old_paths_still_work():
+    """nnrecover.data imports nothing from nnrecover.moments at import time, and the names users know
+    stay importable from moments, moments.base and moments.engine."""
+    import subprocess
+
+    code = ("import sys; import nnrecover.data; "
+            "assert not any(m.startswith('nnrecover.moments') for m in sys.modules), sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    from nnrecover import data
+    from nnrecover.moments import accumulate as a1
+    from nnrecover.moments.base import accumulate as a2
+    from nnrecover.moments.engine import accumulate as a3, as_data_source as s3, feed_statistics
+
+    assert a1 is a2 is a3 is data.accumulate and s3 is data.as_data_source and feed_statistics is data.feed_statistics

@@ -29,7 +29,7 @@ from nnrecover._threads import blas_threads, caller_blas_threads, effective_n_jo
 from nnrecover.errors import InputError
 from nnrecover.learners.base import BaseLearner
 from nnrecover.moments import Statistic, accumulate
-from nnrecover.moments.engine import as_data_source, feed_statistics
+from nnrecover.data import as_data_source, feed_statistics
 from nnrecover.moments.hermite import HermiteTensorStatistic
 from nnrecover.moments.statistics import (CovarianceStatistic, MeanStatistic, SecondMoment,
                                           ThirdMomentContraction, WeightedSecondMoment)

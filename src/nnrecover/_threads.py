@@ -15,7 +15,7 @@ Hence every public heavy entry point (``BaseLearner.fit`` and ``fit_population``
 of :func:`nnrecover.moments.accumulate`) runs its BLAS calls on **one** thread through
 :func:`blas_threads`, which restores the caller's setting on exit (also when an exception leaves
 the block). The cores are used instead one level up, by running the chunk updates of a pass in
-worker threads (:func:`nnrecover.moments.engine.iterate_chunks` feeds them; numpy releases the GIL
+worker threads (:func:`nnrecover.data.iterate_chunks` feeds them; numpy releases the GIL
 inside BLAS and most array loops). How many workers is :func:`effective_n_jobs`' answer; the
 arithmetic of every statistic is the same for any number of workers, so the result is bit-identical.
 

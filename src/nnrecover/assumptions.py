@@ -153,7 +153,7 @@ class CheckReport:
 # ------------------------------------------------------------------------------------------ measurements
 def _read(X, Y, max_rows: int):
     """The first rows of the data (arrays or any data source of ``as_data_source``), as float64 arrays."""
-    from .moments.engine import as_data_source
+    from .data import as_data_source
 
     if Y is not None:
         from .learners.base import _coerce_array
@@ -504,7 +504,7 @@ def check(X, Y=None, *, max_rows: int = MAX_ROWS, random_state=None) -> CheckRep
     Parameters
     ----------
     X : array of shape (n, d), or a data source
-        Inputs (or any data source of :func:`nnrecover.moments.engine.as_data_source` with ``Y=None``).
+        Inputs (or any data source of :func:`nnrecover.data.as_data_source` with ``Y=None``).
     Y : array of shape (n,) or (n, p), optional
         Targets.
     max_rows : int, default 200000

@@ -77,7 +77,7 @@ minima close to each other (measured: ``"lm"`` and ``"gn"`` from the same start 
 k = 5, sigma = 0.1: 3.6e-3 apart in max unit error, against a statistical error of 1.9e-2 for both).
 On a smooth activation (``tanh``) they find the same minimiser to their tolerance.
 
-Data. ``data`` is anything :func:`nnrecover.moments.engine.as_data_source` accepts: ``(X, Y)`` arrays
+Data. ``data`` is anything :func:`nnrecover.data.as_data_source` accepts: ``(X, Y)`` arrays
 (numpy, memory maps, dask), an iterable of ``(X, Y)`` chunks (:class:`nnrecover.SampleStream`), a
 one-pass iterator. :func:`gather_samples` reads it once in chunks and keeps a uniformly random subset of
 at most ``max_samples`` rows (priority sampling: every row gets a uniform key from ``rng``, the rows with
@@ -214,7 +214,7 @@ def gather_samples(data: Any, max_samples: int = 200_000, *, rng=None, chunk_siz
     ----------
     data : data source
         ``(X, Y)`` arrays (numpy, memmap, dask), an iterable of ``(X, Y)`` chunks, a one-pass
-        iterator, or a :class:`nnrecover.moments.engine.DataSource`. Targets are required.
+        iterator, or a :class:`nnrecover.data.DataSource`. Targets are required.
     max_samples : int, default 200_000
     rng : int, Generator or None
     chunk_size : int, optional
@@ -227,7 +227,7 @@ def gather_samples(data: Any, max_samples: int = 200_000, *, rng=None, chunk_siz
     n_seen : int
         Rows in the data.
     """
-    from .moments.engine import as_data_source
+    from .data import as_data_source
 
     max_samples = check_positive_int(max_samples, "max_samples")
     gen = check_random_state(rng)

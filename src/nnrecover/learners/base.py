@@ -10,9 +10,9 @@ one function; one estimator wraps it"). :class:`BaseLearner` supplies what they 
   inside ``fit``, ``predict`` before ``fit`` raises :class:`nnrecover.errors.NotFittedError` (a subclass
   of scikit-learn's), ``score`` is R^2 (:class:`sklearn.base.RegressorMixin`).
 * data: ``fit(X, Y)`` accepts arrays (numpy, memory maps, dask) and ``fit(data)`` any data source of
-  :func:`nnrecover.moments.engine.as_data_source` (an iterable of ``(X, Y)`` chunks such as
+  :func:`nnrecover.data.as_data_source` (an iterable of ``(X, Y)`` chunks such as
   :class:`nnrecover.SampleStream`, a one-pass iterator, ``.npy`` paths); the subclass receives a
-  validated :class:`~nnrecover.moments.engine.DataSource`.
+  validated :class:`~nnrecover.data.DataSource`.
 * population mode: ``fit_population(truth)`` runs the same algorithm on exact population moments
   (subclasses that support it set ``_supports_population = True`` and implement ``_fit_population``).
 * refinement convention: learners built on a provable algorithm take ``refine=True|False`` (and
@@ -121,7 +121,7 @@ class BaseLearner(RegressorMixin, BaseEstimator):
         ----------
         X : array of shape (n, d), or a data source
             Inputs; or, with ``Y=None``, any data source of
-            :func:`nnrecover.moments.engine.as_data_source`: an iterable of ``(X, Y)`` chunks (e.g.
+            :func:`nnrecover.data.as_data_source`: an iterable of ``(X, Y)`` chunks (e.g.
             :func:`nnrecover.sample_stream`), a one-pass iterator, a tuple ``(X, Y)``, dask arrays.
         Y : array of shape (n,) or (n, p), optional
             Targets (required unless ``X`` carries them).
@@ -205,12 +205,12 @@ class BaseLearner(RegressorMixin, BaseEstimator):
 
         In-memory arrays get scikit-learn's checks and messages (sparse, complex, object dtype, 1-D X,
         zero features or samples); memory maps and dask arrays are checked by metadata only and their
-        values chunk by chunk while they are read (:mod:`nnrecover.moments.engine`). Numpy arrays and
+        values chunk by chunk while they are read (:mod:`nnrecover.data`). Numpy arrays and
         memory maps are also checked for a magnitude the algorithms can compute with
         (:func:`_check_magnitude`), unless the learner sets ``_rescales_data = True`` (it rescales the
         data exactly itself, as :class:`~nnrecover.learners.GradientDescentLearner` does).
         """
-        from ..moments.engine import as_data_source
+        from ..data import as_data_source
 
         name = type(self).__name__
         if Y is not None or _is_single_array(X):

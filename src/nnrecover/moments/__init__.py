@@ -1,12 +1,12 @@
 """Streaming moment statistics (update / merge / finalize) and their exact population forms.
 
-See :mod:`nnrecover.moments.base` for the monoid design, :mod:`nnrecover.moments.engine` for data
-sources (arrays, memory-mapped files, chunk iterables, dask arrays), and
+See :mod:`nnrecover.moments.base` for the monoid design, :mod:`nnrecover.data` for the data sources
+(arrays, memory-mapped files, chunk iterables, dask arrays) and the pass driver ``accumulate``, and
 :mod:`nnrecover.moments.hermite` for the Hermite-coefficient statistics of Awasthi et al.
 """
 
-from .base import Statistic, accumulate
-from .engine import DataInfo, DataSource, as_data_source, default_chunk_rows, describe_data, iterate_chunks
+from ..data import DataInfo, DataSource, accumulate, as_data_source, default_chunk_rows, describe_data, iterate_chunks
+from .base import Statistic
 from .statistics import (
     Covariance,
     CovarianceStatistic,

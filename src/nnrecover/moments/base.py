@@ -6,10 +6,10 @@ Because ``merge`` is associative and ``empty_like()`` is its identity, a statist
 
 * in one pass over any number of samples with memory ``O(chunk_size * d + size of the statistic)``,
 * in parallel, one partial result per block, combined by a tree of merges, and
-* on a Dask cluster (:mod:`nnrecover.moments.engine` maps over blocks and tree-reduces with ``merge``).
+* on a Dask cluster (:mod:`nnrecover.data` maps over blocks and tree-reduces with ``merge``).
 
 :func:`accumulate` feeds one or several statistics in a single pass over any supported data source
-(see :func:`nnrecover.moments.engine.as_data_source`).
+(see :func:`nnrecover.data.as_data_source`).
 
 Writing a statistic
 -------------------
@@ -54,11 +54,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from .._validation import as_2d_float, as_targets
+from ..data import DEFAULT_CHUNK_ROWS, accumulate  # noqa: F401  (the pass driver lives in nnrecover.data)
 from ..errors import InputError
 
 __all__ = ["Statistic", "accumulate", "DEFAULT_CHUNK_ROWS"]
-
-DEFAULT_CHUNK_ROWS = 1 << 16
 """Upper bound on the rows of one chunk read from an array source (see ``engine.default_chunk_rows``)."""
 
 
@@ -187,62 +186,3 @@ class Statistic(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n={self.n}, n_inputs={self.n_inputs}, n_outputs={self.n_outputs})"
-
-
-def accumulate(statistics: "Statistic | Sequence[Statistic]", data: Any, *, chunk_size: int | None = None,
-               progress: bool | None = None, n_jobs: int | None = None) -> "Statistic | list[Statistic]":
-    """Feed one statistic or a list of statistics with every sample of ``data`` in one pass.
-
-    Parameters
-    ----------
-    statistics : Statistic or sequence of Statistic
-        Updated in place (their previous contents are kept: this adds ``data`` to them).
-    data : data source
-        Anything :func:`nnrecover.moments.engine.as_data_source` accepts with a single argument:
-        a tuple ``(X, Y)`` of arrays (numpy, ``np.memmap``, ``np.load(..., mmap_mode="r")``, dask;
-        ``Y`` may be ``None``), a single array ``X`` (no targets), a path to a ``.npy`` file, an
-        iterable of ``(X, Y)`` chunks (e.g. :func:`nnrecover.sample_stream`, a list, a generator),
-        or a :class:`~nnrecover.moments.engine.DataSource`.
-    chunk_size : int, optional
-        Rows per chunk when reading arrays (default :func:`~nnrecover.moments.engine.default_chunk_rows`).
-        Chunks of an iterable are used as they come. Memory is ``O(chunk_size * d)`` plus the size of
-        the statistics.
-    progress : bool, optional
-        Show a progress bar (tqdm, counting rows) on stderr. ``None`` (default): only when stderr is
-        a terminal and the pass takes more than half a second. ``False``: never.
-    n_jobs : int, optional
-        Worker threads of a non-dask pass (:func:`nnrecover._threads.effective_n_jobs`). ``None``
-        (default): as many as BLAS threads the caller allows, every core unless the caller limited
-        BLAS (``OMP_NUM_THREADS=1``, ``threadpoolctl.threadpool_limits(1)``); ``1``: the calling thread
-        only; ``-1``: every core. The result is bit-identical for every ``n_jobs`` (see "Threads" in
-        this module's docstring). BLAS runs on one thread during the pass; the caller's setting is
-        restored afterwards.
-
-    Returns
-    -------
-    Statistic or list of Statistic
-        The statistic(s) passed in, updated.
-
-    Notes
-    -----
-    When ``X`` is a dask array nothing is iterated on the client: every block pair ``(X_b, Y_b)``
-    becomes one task computing fresh statistics, the partial results are combined by a tree of
-    ``merge`` tasks, and the graph runs on the current dask scheduler (a ``dask.distributed``
-    cluster when a ``Client`` is active). See :func:`nnrecover.moments.engine.accumulate_dask`.
-    """
-    from .engine import as_data_source, accumulate_dask, feed_statistics  # engine imports this module
-
-    single = isinstance(statistics, Statistic)
-    stats = [statistics] if single else list(statistics)
-    if not stats or not all(isinstance(s, Statistic) for s in stats):
-        raise InputError("statistics must be a Statistic or a non-empty sequence of Statistic objects.")
-    if n_jobs is not None:
-        from .._threads import effective_n_jobs
-
-        effective_n_jobs(n_jobs)  # validated before any data is read (a dask pass ignores it)
-    source = as_data_source(data)
-    if source.is_dask:
-        accumulate_dask(stats, source, chunk_size=chunk_size, progress=progress)
-    else:
-        feed_statistics(stats, source, chunk_size=chunk_size, progress=progress, n_jobs=n_jobs)
-    return stats[0] if single else stats

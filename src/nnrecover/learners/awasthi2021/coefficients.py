@@ -793,11 +793,11 @@ def _moment_chunk_rows(chunk_size: int | None, d: int, source) -> int:
 
 
 def _open_source(data: Any, order: int):
-    """A :class:`~nnrecover.moments.engine.DataSource` with known ``d`` (peeking at a one-pass iterator
+    """A :class:`~nnrecover.data.DataSource` with known ``d`` (peeking at a one-pass iterator
     and chaining the chunk back), after checking that order 1 (two passes) gets a re-iterable source."""
     import itertools
 
-    from ...moments.engine import as_data_source
+    from ...data import as_data_source
 
     source = as_data_source(data)
     if order == 1 and not source.info.reiterable:

@@ -91,7 +91,7 @@ def algorithm5(data: Any, n_hidden: int, *, order: int | str = "auto", threshold
     :func:`~nnrecover.learners.awasthi2021.coefficients.estimate_coefficients` (False: the paper's plain
     estimator); ``options`` go to :func:`algorithm4`.
     """
-    from ...moments.engine import as_data_source
+    from ...data import as_data_source
 
     gen = check_random_state(rng)
     source = as_data_source(data)

@@ -147,7 +147,7 @@ def regression_output_weights(V: Any, X: Any, Y: Any = None, *, activation: Any 
     V = np.asarray(V, dtype=np.float64)
     if V.ndim != 2 or not np.all(np.isfinite(V)):
         raise InputError(f"V must be a finite (k, d) array, got shape {V.shape}.")
-    from ...moments.engine import as_data_source
+    from ...data import as_data_source
 
     stat = accumulate(OutputRegressionStatistic(V, act), as_data_source(X, Y), chunk_size=chunk_size)
     return stat.finalize()

@@ -25,7 +25,7 @@ import scipy.stats
 from ..._validation import check_positive_int, check_random_state
 from ...errors import AssumptionError, InputError
 from ...moments.base import accumulate
-from ...moments.engine import as_data_source
+from ...data import as_data_source
 from ...moments.statistics import SecondMoment
 from ._common import ExactResult, check_rectified, check_tol
 from .exact import algorithm5, certify_or_raise, refine_from_unmixing

@@ -59,7 +59,7 @@ from ..._validation import check_positive_int, check_random_state
 from ...activations import get_activation
 from ...errors import AssumptionError, AssumptionWarning, CertificateWarning, InputError
 from ...moments.base import Statistic, accumulate
-from ...moments.engine import as_data_source
+from ...data import as_data_source
 from ...moments.hermite import HermiteTensorStatistic
 from ...moments.statistics import Covariance, MeanStatistic, SecondMoment, input_deviation_from_standard
 from ...tensor import jennrich, joint_diagonalize, whiten

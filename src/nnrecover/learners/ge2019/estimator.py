@@ -73,7 +73,7 @@ class PureNeuronResult:
 # ============================================================================================ data
 def _source(X, Y=None):
     """The data source of ``fit(X, Y)``-style arguments and its output dimension ``l``."""
-    from ...moments.engine import as_data_source
+    from ...data import as_data_source
 
     source = as_data_source(X, Y)
     l = source.n_outputs
@@ -548,7 +548,7 @@ class PureNeuronLearner(BaseLearner):
 
     # ------------------------------------------------------------------ fitting
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
-        from ...moments.engine import as_data_source
+        from ...data import as_data_source
 
         practical = self.method == "practical"
         if practical:  # the gradient fit of W needs the samples in memory

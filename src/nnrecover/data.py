@@ -1,0 +1,1007 @@
+"""Data sources and the pass driver: arrays, memory maps, chunk streams and dask arrays, read once each.
+
+Every learner accepts its samples in one of these forms; :func:`accumulate` (also importable as
+``nnrecover.moments.accumulate``) reads them in one pass and feeds streaming statistics
+(:class:`nnrecover.moments.Statistic`: ``update`` / ``merge`` / ``finalize``). This module knows
+nothing about what a statistic computes, and :mod:`nnrecover.moments` nothing about where rows come
+from, so neither imports the other at import time:
+
+==========================================  ===========  ==========================================
+``fit`` / ``accumulate`` argument            kind         how it is read
+==========================================  ===========  ==========================================
+``X, Y`` numpy arrays (``Y`` may be None)    "arrays"     row slices of ``chunk_size`` rows (views)
+``np.memmap`` / ``np.load(mmap_mode="r")``   "memmap"     row slices: only one chunk is read at a time
+path to a ``.npy`` file (X and/or Y)         "memmap"     opened with ``np.load(mmap_mode="r")``
+iterable of ``(X, Y)`` chunks                "iterable"   chunks as they come; re-iterable
+:class:`nnrecover.SampleStream`              "stream"     chunks as they come; re-iterable
+generator / iterator of ``(X, Y)`` chunks    "iterator"   chunks as they come; ONE pass only
+dask arrays                                  "dask"       one task per block, tree of ``merge``
+==========================================  ===========  ==========================================
+
+Memory of a pass over a non-dask source is ``O(chunk_size * d)`` for the chunk plus the size of
+the statistics, never ``O(n * d)`` (arrays are sliced, streams are consumed chunk by chunk).
+
+Dask arrays are never iterated on the client by :func:`accumulate_dask`: the rows of ``X`` and
+``Y`` are aligned (``Y`` rechunked to ``X``'s row chunks, columns in one chunk), each block pair
+becomes one ``dask.delayed`` task that returns fresh statistics of that block, and the partial
+results are combined by a tree of ``merge`` tasks (fan-in ``split_every``). The graph runs on the
+current scheduler, so with an active ``dask.distributed.Client`` it runs on the cluster and only
+the final statistics travel back to the client.
+
+Every chunk is validated (2-D float64, finite, ``Y`` with as many rows as ``X``, the same number of
+columns in every chunk) before any statistic sees it; errors name the rows or the chunk at fault.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+import os
+import sys
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+import numpy as np
+
+from ._validation import as_2d_float, as_targets, check_positive_int
+from .errors import InputError
+
+if TYPE_CHECKING:
+    from .moments.base import Statistic
+
+#: the largest chunk the engine reads by default (rows)
+DEFAULT_CHUNK_ROWS = 1 << 16
+
+__all__ = ["accumulate", "DEFAULT_CHUNK_ROWS", "DataInfo", "DataSource", "as_data_source", "describe_data", "iterate_chunks",
+           "accumulate_dask", "build_dask_reduction", "default_chunk_rows", "feed_statistics", "PROGRESS_DELAY"]
+
+PROGRESS_DELAY = 0.5
+"""Seconds a pass must run before an automatic (``progress=None``) progress bar appears."""
+
+_TARGET_CHUNK_BYTES = 8 << 20
+_MIN_CHUNK_ROWS = 1024
+
+
+def default_chunk_rows(n_columns: int) -> int:
+    """Rows per chunk when reading an array with ``n_columns`` columns (inputs plus targets).
+
+    About 8 MiB of float64 per chunk, between 1024 and ``DEFAULT_CHUNK_ROWS`` (65536) rows: large
+    enough for BLAS to run at full speed and for the per-chunk Python overhead to vanish, small
+    enough that a chunk stays in the last-level cache between its validation and its statistics
+    (measured in ``benchmarks/``), and that the memory of a pass stays bounded.
+    """
+    n_columns = max(int(n_columns), 1)
+    return int(min(DEFAULT_CHUNK_ROWS, max(_MIN_CHUNK_ROWS, _TARGET_CHUNK_BYTES // (8 * n_columns))))
+
+
+# ==================================================================================== description
+
+@dataclass(frozen=True)
+class DataInfo:
+    """What is known about a data source before reading it.
+
+    Attributes
+    ----------
+    kind : str
+        ``"arrays"``, ``"memmap"``, ``"dask"``, ``"stream"`` (a :class:`nnrecover.SampleStream`),
+        ``"iterable"`` (a re-iterable collection of chunks) or ``"iterator"`` (one pass only).
+    n_samples : int or None
+        Number of samples, ``None`` when unknown without reading everything (iterators, dask arrays
+        with unknown chunk sizes).
+    n_inputs : int or None
+        ``d``, the number of columns of ``X``.
+    n_outputs : int or None
+        ``p``, the number of target columns (1 for 1-D targets, 0 when there are no targets).
+    reiterable : bool
+        Whether the source can be read more than once (multi-pass algorithms need this).
+    """
+
+    kind: str
+    n_samples: int | None
+    n_inputs: int | None
+    n_outputs: int | None
+    reiterable: bool
+
+    @property
+    def has_targets(self) -> bool | None:
+        """``True``/``False`` when known, ``None`` when ``n_outputs`` is unknown."""
+        return None if self.n_outputs is None else self.n_outputs > 0
+
+
+class DataSource(abc.ABC):
+    """A validated, normalised source of samples; build one with :func:`as_data_source`.
+
+    Iterating a source yields validated chunks ``(X, Y)``: ``X`` float64 of shape (m, d) and ``Y``
+    float64 of shape (m, p) (always 2-D; ``p = 0`` when there are no targets).
+    """
+
+    kind: str = "abstract"
+    is_dask: bool = False
+
+    # -- description
+    @property
+    @abc.abstractmethod
+    def info(self) -> DataInfo:
+        """What is known about the source before reading it."""
+
+    @property
+    def n_samples(self) -> int | None:
+        return self.info.n_samples
+
+    @property
+    def n_inputs(self) -> int | None:
+        return self.info.n_inputs
+
+    @property
+    def n_outputs(self) -> int | None:
+        return self.info.n_outputs
+
+    # -- reading
+    @abc.abstractmethod
+    def _raw_chunks(self, chunk_size: int | None) -> Iterator[tuple[Any, Any, str]]:
+        """Unvalidated ``(X, Y, where)`` chunks; ``where`` labels the chunk in error messages."""
+
+    def chunks(self, chunk_size: int | None = None, progress: bool | None = None,
+               desc: str | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Iterate over validated chunks ``(X, Y)`` (``Y`` 2-D, ``p = 0`` without targets).
+
+        Parameters
+        ----------
+        chunk_size : int, optional
+            Rows per chunk for array sources (default :func:`default_chunk_rows`); row chunks of a
+            dask array are rechunked to it. Chunks of iterables are used as they come.
+        progress : bool, optional
+            Progress bar on stderr (see :func:`nnrecover.moments.accumulate`).
+        desc : str, optional
+            Label of the progress bar.
+        """
+        if chunk_size is not None:
+            chunk_size = check_positive_int(chunk_size, "chunk_size")
+        if progress is not None and not isinstance(progress, (bool, np.bool_)):
+            raise InputError(f"progress must be True, False or None, got {progress!r}.")
+        expected = self._expected_dims()
+        bar = _progress_bar(self._total_rows(), progress, desc)
+        try:
+            for Xr, Yr, where in self._raw_chunks(chunk_size):
+                X, Y = _validate_chunk(Xr, Yr, where)
+                if X.shape[0] == 0:
+                    continue
+                dims = (X.shape[1], Y.shape[1])
+                if expected is None:
+                    expected = dims
+                elif dims != expected:
+                    raise InputError(
+                        f"{where.strip(' ()') or 'a chunk'} has {dims[0]} input column(s) and {dims[1]} "
+                        f"target column(s) but the data so far have {expected[0]} and {expected[1]}; "
+                        "every chunk must have the same columns (and targets in every chunk or in none).")
+                if bar is not None:
+                    bar.update(X.shape[0])
+                yield X, Y
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        return self.chunks()
+
+    def _expected_dims(self) -> tuple[int, int] | None:
+        info = self.info
+        if info.n_inputs is None or info.n_outputs is None:
+            return None
+        return info.n_inputs, info.n_outputs
+
+    def _total_rows(self) -> int | None:
+        return self.info.n_samples
+
+    def peek(self) -> tuple[np.ndarray, np.ndarray]:
+        """The first validated chunk, without consuming it (also for one-pass iterators).
+
+        Raises :class:`~nnrecover.errors.InputError` if the source is empty.
+        """
+        for chunk in self.chunks(progress=False):
+            return chunk
+        raise InputError("the data source is empty: pass at least one sample.")
+
+    # -- requirements a learner can state
+    def require_reiterable(self, what: str = "this algorithm") -> None:
+        """Raise :class:`~nnrecover.errors.InputError` if the source can be read only once."""
+        if not self.info.reiterable:
+            raise InputError(
+                f"{what} reads the data more than once, but a one-pass iterator was given; pass arrays, "
+                "a memory map, a list of (X, Y) chunks or an nnrecover.SampleStream instead.")
+
+    def require_targets(self, what: str = "this algorithm") -> None:
+        """Raise :class:`~nnrecover.errors.InputError` if the source is known to have no targets."""
+        if self.info.n_outputs == 0:
+            raise InputError(f"{what} needs targets Y; pass fit(X, Y) or chunks (X, Y) with Y not None.")
+
+    def to_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Concatenate every chunk: ``(X, Y)`` in memory, ``Y`` 2-D. Uses ``O(n (d + p))`` memory."""
+        parts = list(self.chunks(progress=False))
+        if not parts:
+            raise InputError("the data source is empty: pass at least one sample.")
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def __repr__(self) -> str:
+        i = self.info
+        return (f"DataSource(kind={i.kind!r}, n_samples={i.n_samples}, n_inputs={i.n_inputs}, "
+                f"n_outputs={i.n_outputs}, reiterable={i.reiterable})")
+
+
+def _finite_float64(a: Any, ndims: tuple[int, ...]) -> np.ndarray | None:
+    """``a`` as a float64 array if it already is one of the given ndims and holds only finite values.
+
+    The finite check is one pairwise sum (two to three times faster than ``isfinite(a).all()``): a sum
+    is finite unless ``a`` holds NaN/inf or the sum overflows; only then is each value examined (by
+    the full validation, which also reports how many values are bad). Returns None to request the
+    full validation.
+    """
+    arr = np.asarray(a)
+    if arr.dtype != np.float64 or arr.ndim not in ndims:
+        return None
+    if not np.isfinite(np.add.reduce(arr, axis=None)) and not np.isfinite(arr).all():
+        return None
+    return arr
+
+
+def _validate_chunk(X: Any, Y: Any, where: str) -> tuple[np.ndarray, np.ndarray]:
+    Xv = _finite_float64(X, (2,))
+    X = as_2d_float(X, f"X{where}", min_rows=0) if Xv is None else Xv
+    if Y is None:
+        return X, np.empty((X.shape[0], 0))
+    Yv = _finite_float64(Y, (1, 2))
+    if Yv is None or Yv.shape[0] != X.shape[0]:
+        Yv = as_targets(Y, f"Y{where}", n_rows=X.shape[0])
+    return X, (Yv[:, None] if Yv.ndim == 1 else Yv)
+
+
+def _n_target_columns(Y: Any) -> int:
+    if Y is None:
+        return 0
+    shape = np.shape(Y)
+    if len(shape) not in (1, 2):
+        raise InputError(f"Y must have shape (n,) or (n, p), got shape {tuple(shape)}.")
+    return 1 if len(shape) == 1 else int(shape[1])
+
+
+def _check_array_meta(A: Any, name: str, ndims: tuple[int, ...]) -> None:
+    """Check shape and dtype of an array-like without reading its data."""
+    shape = getattr(A, "shape", None)
+    if shape is None or len(shape) not in ndims:
+        want = "2-D with shape (n_samples, n_features)" if ndims == (2,) else "shape (n,) or (n, p)"
+        raise InputError(f"{name} must be {want}, got shape {None if shape is None else tuple(shape)}.")
+    dtype = getattr(A, "dtype", None)
+    if dtype is not None:
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:  # pandas extension dtypes etc.: checked chunk by chunk
+            return
+        if dtype == object or not (np.issubdtype(dtype, np.number) or dtype == bool):
+            raise InputError(f"{name} must be numeric, got dtype {dtype}.")
+        if np.issubdtype(dtype, np.complexfloating):
+            raise InputError(f"{name} must be real, got complex dtype {dtype}.")
+
+
+# ==================================================================================== array sources
+
+class _ArraySource(DataSource):
+    def __init__(self, X: Any, Y: Any) -> None:
+        if not hasattr(X, "shape"):  # nested lists: validate everything now (it is in memory anyway)
+            X = as_2d_float(X, "X", min_rows=0)
+        if Y is not None and not hasattr(Y, "shape"):
+            Y = as_targets(Y, "Y")
+        _check_array_meta(X, "X", (2,))
+        if Y is not None:
+            _check_array_meta(Y, "Y", (1, 2))
+            if Y.shape[0] != X.shape[0]:
+                raise InputError(f"X and Y have different numbers of samples ({X.shape[0]} vs {Y.shape[0]}); "
+                                 "pass one target row per input row.")
+        self.X, self.Y = X, Y
+        self.kind = "memmap" if isinstance(X, np.memmap) else "arrays"
+        self._info = DataInfo(self.kind, int(X.shape[0]), int(X.shape[1]), _n_target_columns(Y), True)
+
+    @property
+    def info(self) -> DataInfo:
+        return self._info
+
+    def _raw_chunks(self, chunk_size):
+        n, d, p = self._info.n_samples, self._info.n_inputs, self._info.n_outputs
+        rows = chunk_size or default_chunk_rows(d + p)
+        for start in range(0, n, rows):
+            stop = min(n, start + rows)
+            yield (self.X[start:stop], None if self.Y is None else self.Y[start:stop],
+                   f" (rows {start}:{stop})")
+
+
+def _open_npy(path: Any, name: str) -> np.ndarray:
+    path = os.fspath(path)
+    if not path.endswith(".npy"):
+        raise InputError(f"{name} path {path!r} must name a .npy file (np.save); for other formats load "
+                         "the data yourself and pass arrays or an iterable of (X, Y) chunks.")
+    if not os.path.exists(path):
+        raise InputError(f"{name} file {path!r} does not exist.")
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise InputError(f"cannot memory-map {name} file {path!r}: {exc}") from exc
+
+
+# ==================================================================================== dask sources
+
+def _is_dask_array(A: Any) -> bool:
+    if A is None or "dask" not in sys.modules:
+        return False
+    import dask.array as da
+
+    return isinstance(A, da.Array)
+
+
+class _DaskSource(DataSource):
+    """Dask arrays with aligned blocks: ``X`` in one column chunk, ``Y`` on ``X``'s row chunks."""
+
+    kind = "dask"
+    is_dask = True
+
+    def __init__(self, X: Any, Y: Any) -> None:
+        import dask.array as da
+
+        if not _is_dask_array(X):  # numpy X with dask Y: wrap X on Y's row chunks
+            X = as_2d_float(X, "X", min_rows=0) if not hasattr(X, "shape") else X
+            _check_array_meta(X, "X", (2,))
+            X = da.from_array(X, chunks=(Y.chunks[0], -1))
+        _check_array_meta(X, "X", (2,))
+        if X.numblocks[1] > 1:
+            X = X.rechunk({1: -1})
+        row_chunks = X.chunks[0]
+        unknown = any(np.isnan(c) for c in row_chunks)
+        if Y is not None:
+            if not _is_dask_array(Y):
+                if not hasattr(Y, "shape"):
+                    Y = as_targets(Y, "Y")
+                _check_array_meta(Y, "Y", (1, 2))
+                if unknown:
+                    raise InputError("X is a dask array with unknown chunk sizes; call X.compute_chunk_sizes() "
+                                     "before passing it with targets Y.")
+                Y = da.from_array(Y, chunks=(row_chunks,) + ((-1,) if len(Y.shape) == 2 else ()))
+            _check_array_meta(Y, "Y", (1, 2))
+            if unknown or any(np.isnan(c) for c in Y.chunks[0]):
+                raise InputError("X or Y is a dask array with unknown chunk sizes; call .compute_chunk_sizes() "
+                                 "on it first so that the rows of X and Y can be aligned.")
+            if Y.shape[0] != X.shape[0]:
+                raise InputError(f"X and Y have different numbers of samples ({X.shape[0]} vs {Y.shape[0]}); "
+                                 "pass one target row per input row.")
+            if Y.chunks[0] != row_chunks or (Y.ndim == 2 and Y.numblocks[1] > 1):
+                Y = Y.rechunk((row_chunks,) + ((Y.shape[1],) if Y.ndim == 2 else ()))
+        self.X, self.Y = X, Y
+        n = None if unknown else int(X.shape[0])
+        self._info = DataInfo("dask", n, int(X.shape[1]), _n_target_columns(Y), True)
+
+    @property
+    def info(self) -> DataInfo:
+        return self._info
+
+    def with_row_chunks(self, chunk_size: int | None) -> "_DaskSource":
+        """The same arrays with row chunks of ``chunk_size`` rows (``None``: unchanged)."""
+        if chunk_size is None:
+            return self
+        X = self.X.rechunk({0: chunk_size})
+        return _DaskSource(X, None if self.Y is None else self.Y.rechunk({0: chunk_size}))
+
+    def blocks(self) -> list[tuple[Any, Any, str]]:
+        """``(X block, Y block or None, label)`` as delayed objects, one per row block."""
+        xb = self.X.to_delayed().ravel()
+        yb = [None] * len(xb) if self.Y is None else self.Y.to_delayed().ravel()
+        return [(x, y, f" (dask block {i})") for i, (x, y) in enumerate(zip(xb, yb))]
+
+    def _raw_chunks(self, chunk_size):
+        # iteration on the client, block by block (used by chunks(); accumulate_dask never does this)
+        import dask
+
+        src = self.with_row_chunks(chunk_size)
+        for i in range(src.X.numblocks[0]):
+            xb = src.X.blocks[i]
+            yb = None if src.Y is None else src.Y.blocks[i]
+            Xc, Yc = dask.compute(xb, yb)
+            yield Xc, Yc, f" (dask block {i})"
+
+
+# ==================================================================================== iterable sources
+
+def _item_pair(item: Any, index: int) -> tuple[Any, Any]:
+    if not (isinstance(item, (tuple, list)) and len(item) == 2):
+        raise InputError(f"item {index} of the data stream is a {type(item).__name__}; a stream must yield "
+                         "(X, Y) pairs of arrays (Y may be None).")
+    return item[0], item[1]
+
+
+def _raw_dims(item: Any, index: int) -> tuple[int, int, int]:
+    X, Y = _item_pair(item, index)
+    shape = np.shape(X)
+    if len(shape) != 2:
+        raise InputError(f"X in chunk {index} of the data stream must be 2-D with shape (n_samples, "
+                         f"n_features), got shape {tuple(shape)}.")
+    return int(shape[0]), int(shape[1]), _n_target_columns(Y)
+
+
+class _IterableSource(DataSource):
+    """A re-iterable collection or stream of ``(X, Y)`` chunks."""
+
+    def __init__(self, obj: Any) -> None:
+        from .sampling import SampleStream
+
+        self.obj = obj
+        self._info: DataInfo | None = None
+        if isinstance(obj, SampleStream):
+            self.kind = "stream"
+            self._info = DataInfo("stream", int(obj.n_samples), int(obj.n_inputs),
+                                  int(obj.network.n_outputs), True)
+        elif isinstance(obj, (list, tuple)):
+            self.kind = "iterable"
+            dims = [_raw_dims(item, i) for i, item in enumerate(obj)]
+            if dims:
+                self._info = DataInfo("iterable", sum(r for r, _, _ in dims), dims[0][1], dims[0][2], True)
+            else:
+                self._info = DataInfo("iterable", 0, None, None, True)
+        else:
+            self.kind = "iterable"
+
+    @property
+    def info(self) -> DataInfo:
+        if self._info is None:  # a generic re-iterable: attributes if it has them, else look at chunk 0
+            n = getattr(self.obj, "n_samples", None)
+            d = getattr(self.obj, "n_inputs", None)
+            p = getattr(self.obj, "n_outputs", None)
+            if d is None or p is None:
+                first = next(iter(self.obj), None)
+                if first is not None:
+                    _, d0, p0 = _raw_dims(first, 0)
+                    d = d0 if d is None else d
+                    p = p0 if p is None else p
+            self._info = DataInfo("iterable", None if n is None else int(n), None if d is None else int(d),
+                                  None if p is None else int(p), True)
+        return self._info
+
+    def _raw_chunks(self, chunk_size):
+        for i, item in enumerate(self.obj):
+            X, Y = _item_pair(item, i)
+            yield X, Y, f" (chunk {i})"
+
+
+class _IteratorSource(DataSource):
+    """A one-pass iterator of ``(X, Y)`` chunks; the first chunk is buffered so it can be peeked."""
+
+    kind = "iterator"
+    _EMPTY = object()
+
+    def __init__(self, it: Iterator) -> None:
+        self._it = it
+        self._head: Any = None
+        self._started = False
+        self._info: DataInfo | None = None
+
+    def _fetch_head(self) -> Any:
+        if self._started:
+            raise InputError("this one-pass iterator of (X, Y) chunks was already consumed; pass a re-iterable "
+                             "source (arrays, a list of chunks, an nnrecover.SampleStream) to read it again.")
+        if self._head is None:
+            self._head = next(self._it, self._EMPTY)
+        return self._head
+
+    @property
+    def info(self) -> DataInfo:
+        if self._info is None:
+            head = self._head if self._started else self._fetch_head()
+            if head is None or head is self._EMPTY:
+                self._info = DataInfo("iterator", None, None, None, False)
+            else:
+                _, d, p = _raw_dims(head, 0)
+                self._info = DataInfo("iterator", None, d, p, False)
+        return self._info
+
+    def _raw_chunks(self, chunk_size):
+        head = self._fetch_head()
+        self._started = True
+        self._head = None
+        items = self._it if head is self._EMPTY else itertools.chain([head], self._it)
+        for i, item in enumerate(items):
+            X, Y = _item_pair(item, i)
+            yield X, Y, f" (chunk {i})"
+
+    def peek(self) -> tuple[np.ndarray, np.ndarray]:
+        head = self._fetch_head()
+        if head is self._EMPTY:
+            raise InputError("the data source is empty: pass at least one sample.")
+        X, Y = _item_pair(head, 0)
+        return _validate_chunk(X, Y, " (chunk 0)")
+
+
+# ==================================================================================== constructors
+
+def _is_arraylike(A: Any) -> bool:
+    return hasattr(A, "shape") and hasattr(A, "__getitem__")
+
+
+def _is_array_or_path(A: Any) -> bool:
+    return _is_arraylike(A) or isinstance(A, (str, os.PathLike))
+
+
+def as_data_source(X: Any, Y: Any = None) -> DataSource:
+    """Normalise the data arguments of ``fit(X, Y)`` or ``accumulate(stats, data)``.
+
+    Accepted forms:
+
+    * ``X`` an array (numpy, ``np.memmap``, ``np.load(..., mmap_mode="r")``, any sliceable array
+      with ``.shape`` such as h5py/zarr datasets, or nested lists) of shape (n, d) and ``Y`` an
+      array of shape (n,) or (n, p), or ``None`` (no targets);
+    * ``X`` and/or ``Y`` paths to ``.npy`` files (memory-mapped, read chunk by chunk);
+    * ``X`` a tuple ``(X, Y)`` of arrays with ``Y=None`` (the form ``accumulate`` takes);
+    * ``X`` and ``Y`` dask arrays (or one dask and one numpy array);
+    * ``X`` an iterable of ``(X, Y)`` chunks with ``Y=None``: a list or tuple of pairs, an
+      :class:`nnrecover.SampleStream`, any re-iterable object, or a one-pass generator/iterator;
+    * ``X`` a :class:`DataSource` (returned as is).
+
+    Only metadata are checked here (shapes, dtypes, lengths); values (NaN, inf) are checked chunk by
+    chunk while reading, so a memory map or a stream is never loaded whole.
+
+    Returns
+    -------
+    DataSource
+
+    Raises
+    ------
+    InputError
+        ``X`` is None or of an unsupported type; ``X`` not 2-D; ``Y`` not 1-D/2-D; lengths differ;
+        non-numeric dtype; ``Y`` given together with a stream of chunks.
+    """
+    if X is None:
+        raise InputError("X is None; pass an array of shape (n_samples, n_features) or an iterable of "
+                         "(X, Y) chunks.")
+    if isinstance(X, DataSource):
+        if Y is not None:
+            raise InputError("Y must be None when X is already a DataSource (it carries its targets).")
+        return X
+    if isinstance(X, (str, os.PathLike)):
+        X = _open_npy(X, "X")
+    if isinstance(Y, (str, os.PathLike)):
+        Y = _open_npy(Y, "Y")
+    if (Y is None and isinstance(X, tuple) and len(X) == 2 and _is_array_or_path(X[0])
+            and (X[1] is None or _is_array_or_path(X[1]))):
+        return as_data_source(X[0], X[1])
+    if _is_dask_array(X) or _is_dask_array(Y):
+        return _DaskSource(X, Y)
+    if _is_arraylike(X) or (isinstance(X, list) and not _looks_like_chunk_list(X)):
+        return _ArraySource(X, Y)
+    if isinstance(X, (bytes, dict, set)) or not hasattr(X, "__iter__"):
+        raise InputError(f"X must be an array, a path to a .npy file, or an iterable of (X, Y) chunks; got "
+                         f"{type(X).__name__}.")
+    if Y is not None:
+        raise InputError("when X is an iterable of (X, Y) chunks, the chunks carry the targets: leave Y=None.")
+    if isinstance(X, (list, tuple)):
+        return _IterableSource(X)
+    if iter(X) is X:
+        return _IteratorSource(X)
+    return _IterableSource(X)
+
+
+def _looks_like_chunk_list(obj: list) -> bool:
+    # a list whose first item is an (X, Y) pair is a list of chunks (later items are checked as read)
+    return bool(obj) and isinstance(obj[0], tuple) and len(obj[0]) == 2 and _is_arraylike(obj[0][0])
+
+
+def describe_data(X: Any, Y: Any = None) -> DataInfo:
+    """Describe a data source without reading its values (see :func:`as_data_source` for the forms).
+
+    A one-pass iterator is not advanced (its ``n_inputs``/``n_outputs`` are reported as ``None``);
+    use ``as_data_source(it).info`` to look at its first chunk while keeping it for the pass.
+
+    Returns
+    -------
+    DataInfo
+    """
+    if Y is None and not isinstance(X, DataSource) and hasattr(X, "__next__") and iter(X) is X:
+        return DataInfo("iterator", None, None, None, False)
+    return as_data_source(X, Y).info
+
+
+# ==================================================================================== progress bars
+
+def _progress_enabled(progress: bool | None, stream: Any = None) -> bool:
+    if progress is not None:
+        return bool(progress)
+    stream = sys.stderr if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # closed or replaced stream
+        return False
+
+
+def _progress_bar(total: int | None, progress: bool | None, desc: str | None):
+    """A tqdm bar counting rows on stderr, or None. ``progress=None``: only on a terminal, after a delay."""
+    if not _progress_enabled(progress):
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="rows", unit_scale=True, desc=desc, file=sys.stderr, leave=False,
+                delay=PROGRESS_DELAY if progress is None else 0.0, dynamic_ncols=True)
+
+
+def _describe_statistics(statistics: Sequence[Statistic] | None) -> str | None:
+    if not statistics:
+        return None
+    return "+".join(type(s).__name__ for s in statistics)
+
+
+def iterate_chunks(data: Any, *, chunk_size: int | None = None, progress: bool | None = None,
+                   statistics: Sequence[Statistic] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Iterate over validated chunks ``(X, Y)`` of any data source.
+
+    Parameters
+    ----------
+    data : data source
+        Anything :func:`as_data_source` accepts as one argument (e.g. ``(X, Y)``, a stream).
+    chunk_size : int, optional
+        Rows per chunk for array sources (default :func:`default_chunk_rows`).
+    progress : bool, optional
+        Progress bar on stderr counting rows; ``None``: only on a terminal, after ``PROGRESS_DELAY`` s.
+    statistics : sequence of Statistic, optional
+        Only used to label the progress bar.
+
+    Yields
+    ------
+    X : ndarray of shape (m, d), float64, finite
+    Y : ndarray of shape (m, p), float64, finite (``p = 0`` when there are no targets)
+
+    Notes
+    -----
+    Dask arrays are iterated block by block on the client here; :func:`nnrecover.moments.accumulate`
+    does not do that (it runs :func:`accumulate_dask`).
+    """
+    source = as_data_source(data)
+    return source.chunks(chunk_size=chunk_size, progress=progress, desc=_describe_statistics(statistics))
+
+
+# ==================================================================================== parallel passes
+
+_IN_FLIGHT_PER_WORKER = 2
+"""Chunks read ahead per worker: bounds the memory of a pass to about ``2 * workers`` chunks."""
+
+
+def _chunk_partial(template: Statistic, X: np.ndarray, Y: np.ndarray) -> Statistic:
+    """Fresh statistic of one chunk (runs in a worker); ``template`` is never modified."""
+    return template.empty_like()._add(X, Y)
+
+
+def _fresh_chunks(source: DataSource) -> bool:
+    """Whether a chunk stays unchanged while later chunks are read (else a pass reading ahead copies it).
+
+    Array slices, list items and nnrecover's own streams are never rewritten; a generic generator may
+    hand out one buffer refilled for every chunk.
+    """
+    from .sampling import SampleStream
+
+    if isinstance(source, (_ArraySource, _DaskSource)):
+        return True
+    obj = getattr(source, "obj", None)
+    return isinstance(obj, (list, tuple, SampleStream))
+
+
+def feed_statistics(statistics: Sequence[Statistic], source: DataSource, *, chunk_size: int | None = None,
+                    progress: bool | None = None, n_jobs: int | None = None) -> list[Statistic]:
+    """Add every chunk of a (non-dask) source to ``statistics``, with worker threads; one BLAS thread each.
+
+    The main thread reads and validates the chunks (so one-pass iterators work) and hands them to
+    ``workers = effective_n_jobs(n_jobs)`` worker threads, at most ``2 * workers`` chunks ahead:
+
+    * a statistic with ``parallel_chunks = False`` (the default) is updated by one worker, chunk after
+      chunk in order, exactly as in a sequential pass: the same arithmetic, the same bits. Several
+      statistics of one pass run on different workers, and reading the next chunk (validation, the
+      generation of a stream) overlaps with the updates. A single such statistic over an array
+      source (nothing to overlap: its chunks are views) is updated in the calling thread;
+    * a statistic with ``parallel_chunks = True`` gets one fresh partial statistic per chunk, computed
+      on any worker, and the partials are merged into it in chunk order on the main thread. This
+      happens for every ``n_jobs`` (also 1), so the result does not depend on the number of workers.
+
+    BLAS is limited to one thread during the pass (:func:`nnrecover._threads.blas_threads`): the
+    workers, not BLAS, use the cores, and the caller's BLAS setting is restored afterwards.
+
+    Parameters
+    ----------
+    statistics : sequence of Statistic
+        Updated in place.
+    source : DataSource
+        A non-dask source (dask sources go to :func:`accumulate_dask`).
+    chunk_size : int, optional
+        Rows per chunk of an array source (default :func:`default_chunk_rows`).
+    progress : bool, optional
+        Progress bar (see :func:`nnrecover.moments.accumulate`).
+    n_jobs : int or None
+        Worker threads (:func:`nnrecover._threads.effective_n_jobs`: ``None`` follows the caller's BLAS
+        thread count, every core by default; ``1`` runs the pass in the calling thread).
+
+    Returns
+    -------
+    list of Statistic
+        ``statistics``, updated. After an exception their contents are unspecified.
+    """
+    from ._threads import blas_threads, effective_n_jobs
+
+    stats = list(statistics)
+    workers = effective_n_jobs(n_jobs)
+    chunks = source.chunks(chunk_size=chunk_size, progress=progress, desc=_describe_statistics(stats))
+    with blas_threads(1):
+        templates = {id(s): s.empty_like() for s in stats if s.parallel_chunks}
+        serial = [s for s in stats if not s.parallel_chunks]
+        # workers pay only when there is something to overlap: several statistics, chunk-parallel ones,
+        # or chunks that cost something to produce (a stream's generation, a generator's work); the
+        # chunks of an array source are views, so one statistic over arrays runs in the calling thread
+        overlap = bool(templates) or len(serial) > 1 or not isinstance(source, _ArraySource)
+        if workers == 1 or not overlap:
+            for X, Y in chunks:
+                for s in stats:
+                    if s.parallel_chunks:
+                        s.merge(_chunk_partial(templates[id(s)], X, Y))
+                    else:
+                        s._add(X, Y)
+            return stats
+        try:
+            lanes = workers if templates else min(workers, len(serial))  # serial ones: a lane each at most
+            _feed_in_workers(stats, serial, templates, chunks, lanes, copy=not _fresh_chunks(source))
+        finally:
+            chunks.close()  # closes the progress bar now, also after an error
+    return stats
+
+
+def _feed_in_workers(stats: list[Statistic], serial: list[Statistic], templates: dict, chunks: Iterator,
+                     workers: int, *, copy: bool) -> None:
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    # one single-thread executor per worker: a FIFO lane, so the updates of a serial statistic (always
+    # on the same lane) run in chunk order
+    lanes = [ThreadPoolExecutor(max_workers=1, thread_name_prefix="nnrecover-chunks") for _ in range(workers)]
+    lane_of = {id(s): lanes[j % workers] for j, s in enumerate(serial)}
+    pending: deque = deque()
+
+    def finish(entry) -> None:
+        updates, partials = entry
+        for fut in updates:
+            fut.result()
+        for s, fut in partials:  # in chunk order: the same merges as a sequential pass of partials
+            s.merge(fut.result())
+
+    try:
+        i = 0
+        while True:
+            try:
+                item = next(chunks, None)
+            except BaseException:
+                while pending:  # an error of an earlier chunk comes first, as in a sequential pass
+                    finish(pending.popleft())
+                raise
+            if item is None:
+                break
+            X, Y = (item[0].copy(), item[1].copy()) if copy else item
+            while len(pending) >= _IN_FLIGHT_PER_WORKER * workers:
+                finish(pending.popleft())
+            updates, partials = [], []
+            for j, s in enumerate(stats):
+                if s.parallel_chunks:
+                    lane = lanes[(i + j) % workers]
+                    partials.append((s, lane.submit(_chunk_partial, templates[id(s)], X, Y)))
+                else:
+                    updates.append(lane_of[id(s)].submit(s._add, X, Y))
+            pending.append((updates, partials))
+            i += 1
+        while pending:
+            finish(pending.popleft())
+    finally:
+        for lane in lanes:
+            lane.shutdown(wait=True, cancel_futures=True)
+
+
+# ==================================================================================== dask
+
+def _block_statistics(templates: list[Statistic], X: Any, Y: Any, where: str) -> list[Statistic]:
+    """One task: fresh statistics of one block pair (runs on a worker)."""
+    Xv, Yv = _validate_chunk(X, Y, where)
+    stats = [t.empty_like() for t in templates]
+    for s in stats:
+        s._add(Xv, Yv)
+    return stats
+
+
+def _empty_statistics(templates: list[Statistic]) -> list[Statistic]:
+    return [t.empty_like() for t in templates]
+
+
+def _merge_partials(*parts: list[Statistic]) -> list[Statistic]:
+    """One task of the reduction tree: merge the partial results of consecutive blocks, in order."""
+    out = [s.empty_like() for s in parts[0]]
+    for part in parts:
+        for acc, s in zip(out, part):
+            acc.merge(s)
+    return out
+
+
+def _active_client(obj: Any) -> Any:
+    """The dask.distributed Client that would run ``obj``, or None for a local scheduler."""
+    if "distributed" not in sys.modules:
+        return None
+    import dask.base
+    from distributed import Client
+
+    scheduler = dask.base.get_scheduler(collections=[obj])
+    client = getattr(scheduler, "__self__", None)
+    return client if isinstance(client, Client) else None
+
+
+def build_dask_reduction(statistics: Sequence[Statistic], source: DataSource, *, split_every: int = 8):
+    """The delayed graph of a dask pass (exposed for inspection and tests).
+
+    Returns
+    -------
+    root : dask.delayed.Delayed
+        Computes to a list of statistics (fresh, one per entry of ``statistics``) of all the data.
+    leaves : list of (Delayed, int or None)
+        The per-block tasks and their numbers of rows (``None`` when unknown).
+    """
+    from dask import delayed
+
+    if not isinstance(source, _DaskSource):
+        raise InputError("build_dask_reduction needs a data source made of dask arrays.")
+    split_every = check_positive_int(split_every, "split_every", minimum=2)
+    templates = [s.empty_like() for s in statistics]
+    token = uuid.uuid4().hex[:12]
+    rows = source.X.chunks[0]
+    leaves = []
+    for i, (xb, yb, where) in enumerate(source.blocks()):
+        leaf = delayed(_block_statistics, pure=False)(templates, xb, yb, where,
+                                                      dask_key_name=f"nnrecover-block-statistics-{token}-{i}")
+        leaves.append((leaf, None if np.isnan(rows[i]) else int(rows[i])))
+    level = [leaf for leaf, _ in leaves]
+    depth = 0
+    while len(level) > 1:
+        level = [delayed(_merge_partials, pure=False)(*level[j:j + split_every],
+                                                      dask_key_name=f"nnrecover-merge-statistics-{token}-{depth}-{j}")
+                 for j in range(0, len(level), split_every)]
+        depth += 1
+    if not level:  # an empty dask array: the statistics of nothing
+        level = [delayed(_empty_statistics, pure=False)(templates,
+                                                        dask_key_name=f"nnrecover-empty-statistics-{token}")]
+    return level[0], leaves
+
+
+def accumulate_dask(statistics: Sequence[Statistic], source: DataSource, *, chunk_size: int | None = None,
+                    progress: bool | None = None, split_every: int = 8) -> list[Statistic]:
+    """Add a dask data source to ``statistics`` without iterating on the client.
+
+    One ``dask.delayed`` task per row block computes fresh statistics of that block (validated on the
+    worker), a tree of ``merge`` tasks with fan-in ``split_every`` combines them in block order, and
+    the graph is computed with the current dask scheduler (threads by default; the cluster of an
+    active ``dask.distributed.Client``). The result is merged into ``statistics`` on the client.
+
+    Parameters
+    ----------
+    statistics : sequence of Statistic
+        Updated in place.
+    source : DataSource
+        A dask source (``as_data_source(X_dask, Y_dask)``).
+    chunk_size : int, optional
+        Rechunk the rows to this many per block (default: keep the arrays' blocks).
+    progress : bool, optional
+        Progress bar counting rows as blocks finish (see :func:`nnrecover.moments.accumulate`).
+    split_every : int, default 8
+        Fan-in of the reduction tree.
+
+    Returns
+    -------
+    list of Statistic
+        ``statistics``, updated.
+    """
+    import dask
+
+    if not isinstance(source, _DaskSource):
+        raise InputError("accumulate_dask needs a data source made of dask arrays.")
+    if chunk_size is not None:
+        source = source.with_row_chunks(check_positive_int(chunk_size, "chunk_size"))
+    stats = list(statistics)
+    root, leaves = build_dask_reduction(stats, source, split_every=split_every)
+    bar = _progress_bar(source.n_samples, progress, _describe_statistics(stats))
+    try:
+        if bar is None:
+            (result,) = dask.compute(root)
+        else:
+            result = _compute_with_progress(root, leaves, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    for s, r in zip(stats, result):
+        s.merge(r)
+    return stats
+
+
+def _compute_with_progress(root: Any, leaves: list, bar: Any) -> list[Statistic]:
+    import dask
+
+    rows = {leaf.key: (n if n is not None else 0) for leaf, n in leaves}
+    client = _active_client(root)
+    if client is not None:
+        from distributed import as_completed
+
+        futures = client.compute([root] + [leaf for leaf, _ in leaves])
+        root_future = futures[0]
+        for fut in as_completed(futures[1:]):
+            bar.update(rows.get(fut.key, 0))
+        del futures
+        return root_future.result()
+
+    from dask.callbacks import Callback
+
+    class _RowProgress(Callback):
+        def _posttask(self, key, result, dsk, state, worker_id):  # noqa: D401 - dask hook
+            if key in rows:
+                bar.update(rows[key])
+
+    with _RowProgress():
+        (result,) = dask.compute(root)
+    return result
+
+
+def accumulate(statistics: "Statistic | Sequence[Statistic]", data: Any, *, chunk_size: int | None = None,
+               progress: bool | None = None, n_jobs: int | None = None) -> "Statistic | list[Statistic]":
+    """Feed one statistic or a list of statistics with every sample of ``data`` in one pass.
+
+    Parameters
+    ----------
+    statistics : Statistic or sequence of Statistic
+        Updated in place (their previous contents are kept: this adds ``data`` to them).
+    data : data source
+        Anything :func:`nnrecover.data.as_data_source` accepts with a single argument:
+        a tuple ``(X, Y)`` of arrays (numpy, ``np.memmap``, ``np.load(..., mmap_mode="r")``, dask;
+        ``Y`` may be ``None``), a single array ``X`` (no targets), a path to a ``.npy`` file, an
+        iterable of ``(X, Y)`` chunks (e.g. :func:`nnrecover.sample_stream`, a list, a generator),
+        or a :class:`~nnrecover.data.DataSource`.
+    chunk_size : int, optional
+        Rows per chunk when reading arrays (default :func:`~nnrecover.data.default_chunk_rows`).
+        Chunks of an iterable are used as they come. Memory is ``O(chunk_size * d)`` plus the size of
+        the statistics.
+    progress : bool, optional
+        Show a progress bar (tqdm, counting rows) on stderr. ``None`` (default): only when stderr is
+        a terminal and the pass takes more than half a second. ``False``: never.
+    n_jobs : int, optional
+        Worker threads of a non-dask pass (:func:`nnrecover._threads.effective_n_jobs`). ``None``
+        (default): as many as BLAS threads the caller allows, every core unless the caller limited
+        BLAS (``OMP_NUM_THREADS=1``, ``threadpoolctl.threadpool_limits(1)``); ``1``: the calling thread
+        only; ``-1``: every core. The result is bit-identical for every ``n_jobs`` (see "Threads" in
+        this module's docstring). BLAS runs on one thread during the pass; the caller's setting is
+        restored afterwards.
+
+    Returns
+    -------
+    Statistic or list of Statistic
+        The statistic(s) passed in, updated.
+
+    Notes
+    -----
+    When ``X`` is a dask array nothing is iterated on the client: every block pair ``(X_b, Y_b)``
+    becomes one task computing fresh statistics, the partial results are combined by a tree of
+    ``merge`` tasks, and the graph runs on the current dask scheduler (a ``dask.distributed``
+    cluster when a ``Client`` is active). See :func:`nnrecover.data.accumulate_dask`.
+    """
+    from .moments.base import Statistic
+
+    single = isinstance(statistics, Statistic)
+    stats = [statistics] if single else list(statistics)
+    if not stats or not all(isinstance(s, Statistic) for s in stats):
+        raise InputError("statistics must be a Statistic or a non-empty sequence of Statistic objects.")
+    if n_jobs is not None:
+        from ._threads import effective_n_jobs
+
+        effective_n_jobs(n_jobs)  # validated before any data is read (a dask pass ignores it)
+    source = as_data_source(data)
+    if source.is_dask:
+        accumulate_dask(stats, source, chunk_size=chunk_size, progress=progress)
+    else:
+        feed_statistics(stats, source, chunk_size=chunk_size, progress=progress, n_jobs=n_jobs)
+    return stats[0] if single else stats
