@@ -102,12 +102,12 @@ def test_jennrich_exact_symmetric(n, p, r):
     T = _cp3(A, A, C, w)
     res = jennrich(T, r, rng=0)
     assert isinstance(res, JennrichResult)
-    assert res.factors.shape == (n, r) and res.factors_mode3.shape == (p, r)
-    assert _max_err(res.factors, A) < EXACT
+    assert res.factors[0].shape == (n, r) and res.factors_mode3.shape == (p, r)
+    assert _max_err(res.factors[0], A) < EXACT
     assert _max_err(res.factors_mode3, C) < EXACT
-    np.testing.assert_array_equal(res.factors_mode2, res.factors)
+    np.testing.assert_array_equal(res.factors_mode2, res.factors[0])
     # weights: T = sum w_i a_i a_i c_i with unit a, c  =>  |w_hat_i| = |w_i| ||a_i||^2 ||c_i||
-    perm = match_columns(res.factors, A)[0]
+    perm = match_columns(res.factors[0], A)[0]
     np.testing.assert_allclose(np.abs(res.weights[perm]),
                                np.abs(w) * np.linalg.norm(A, axis=0) ** 2 * np.linalg.norm(C, axis=0),
                                rtol=EXACT)
@@ -118,7 +118,7 @@ def test_jennrich_exact_symmetric(n, p, r):
     assert d["max_imag"] < 1e-10 and d["eigenvalue_gap"] > 1e-6
     assert d["condition"] >= 1 and np.isfinite(d["error_amplification"])
     # sign convention: the largest-|entry| of every factor column is positive
-    F = res.factors
+    F = res.factors[0]
     assert np.all(F[np.argmax(np.abs(F), axis=0), np.arange(r)] > 0)
     np.testing.assert_allclose(np.linalg.norm(F, axis=0), 1.0, rtol=1e-14)
 
@@ -137,10 +137,10 @@ def test_jennrich_exact_ell2_shapes(p_kind):
     T = _cp3(W2, W2, Z, beta)
     assert T.shape == (d * d, d * d, Z.shape[0])
     res = jennrich(T, m, rng=3)
-    assert _max_err(res.factors, W2) < EXACT
+    assert _max_err(res.factors[0], W2) < EXACT
     assert _max_err(res.factors_mode3, Z) < EXACT
     # sign convention makes the w⊗w factors come out with the correct sign (positive diagonal)
-    perm, signs, _ = match_columns(res.factors, W2)
+    perm, signs, _ = match_columns(res.factors[0], W2)
     np.testing.assert_array_equal(signs, np.ones(m))
     assert res.diagnostics["residual"] < EXACT
 
@@ -151,7 +151,7 @@ def test_jennrich_exact_general_nonsymmetric():
     T = _cp3(A, B, C)
     res = jennrich(T, 6, rng=1)
     assert res.diagnostics["symmetric"] is False
-    assert _max_err(res.factors, A) < EXACT
+    assert _max_err(res.factors[0], A) < EXACT
     assert _max_err(res.factors_mode2, B) < EXACT
     assert _max_err(res.factors_mode3, C) < EXACT
     assert res.diagnostics["residual"] < EXACT
@@ -175,11 +175,11 @@ def test_jennrich_callable_matches_dense():
     assert implicit.factors_mode3 is None and implicit.weights is None
     assert implicit.diagnostics["subspace_method"] == "slices"
     assert implicit.diagnostics["n_slice_calls"] == 2 * 5 + 1 == len(calls)
-    assert _max_err(implicit.factors, A) < EXACT
+    assert _max_err(implicit.factors[0], A) < EXACT
     assert implicit.diagnostics["holdout_residual"] < EXACT
     # same directions g, same algorithm: identical up to the summation order of the slices
     np.testing.assert_allclose(np.sort(implicit.eigenvalues), np.sort(dense.eigenvalues), rtol=0, atol=1e-10)
-    assert _max_err(implicit.factors, dense.factors) < EXACT
+    assert _max_err(implicit.factors[0], dense.factors[0]) < EXACT
     # mode 3 from p basis slices, or from a cheap user contraction
     via_basis = jennrich(slice_fn, r, third_dim=p, rng=4, mode3=True)
     assert via_basis.diagnostics["n_slice_calls"] == 2 * 5 + 1 + p
@@ -204,7 +204,7 @@ def test_jennrich_noise_error_bounded_by_amplification():
         E = rng.standard_normal(T.shape)
         E = E + E.transpose(1, 0, 2)
         res = jennrich(T + eps * np.linalg.norm(T) * E / np.linalg.norm(E), 5, rng=trial)
-        assert _max_err(res.factors, A) <= res.diagnostics["error_amplification"] * eps
+        assert _max_err(res.factors[0], A) <= res.diagnostics["error_amplification"] * eps
 
 
 def test_jennrich_flags_equal_mode3_factors():
@@ -293,11 +293,11 @@ def test_jennrich_reproducible():
     A, C = rng.standard_normal((15, 5)), rng.standard_normal((8, 5))
     T = _cp3(A, A, C) + 1e-3 * rng.standard_normal((15, 15, 8))
     r1, r2 = jennrich(T, 5, rng=42), jennrich(T, 5, rng=42)
-    np.testing.assert_array_equal(r1.factors, r2.factors)
+    np.testing.assert_array_equal(r1.factors[0], r2.factors[0])
     np.testing.assert_array_equal(r1.weights, r2.weights)
     assert r1.diagnostics["per_draw"] == r2.diagnostics["per_draw"]
     r3 = jennrich(T, 5, rng=np.random.default_rng(42))
-    np.testing.assert_array_equal(r1.factors, r3.factors)
+    np.testing.assert_array_equal(r1.factors[0], r3.factors[0])
     assert jennrich(T, 5, rng=43).diagnostics["per_draw"] != r1.diagnostics["per_draw"]
 
 
@@ -312,11 +312,11 @@ def test_joint_diagonalize_exact(symmetric):
     res = joint_diagonalize(S, r, rng=0)
     assert isinstance(res, JointDiagResult)
     assert res.diagnostics["symmetric"] is symmetric
-    assert _max_err(res.factors, A) < EXACT and _max_err(res.factors_mode2, B) < EXACT
+    assert _max_err(res.factors[0], A) < EXACT and _max_err(res.factors_mode2, B) < EXACT
     np.testing.assert_allclose(res.reconstruct(), S, rtol=0, atol=EXACT * np.abs(S).max())
     assert res.diagnostics["residual"] < EXACT and res.diagnostics["converged"]
     # the diagonals: D_hat[:, perm^-1] = D * ||a|| ||b|| (up to sign)
-    perm = match_columns(res.factors, A)[0]
+    perm = match_columns(res.factors[0], A)[0]
     scale = np.linalg.norm(A, axis=0) * np.linalg.norm(B, axis=0)
     np.testing.assert_allclose(np.abs(res.diagonals[:, perm]), np.abs(D) * scale, rtol=1e-9, atol=1e-12)
 
@@ -338,11 +338,11 @@ def test_joint_diagonalize_beats_single_pair_jennrich_under_noise():
         E = rng.standard_normal(S.shape)
         E = (E + E.transpose(0, 2, 1)) / np.sqrt(2)
         Sn = S + sigma * E * np.linalg.norm(S) / np.sqrt(S.size)
-        err_jd.append(_max_err(joint_diagonalize(Sn, r, rng=trial).factors, A))
+        err_jd.append(_max_err(joint_diagonalize(Sn, r, rng=trial).factors[0], A))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", CertificateWarning)
             pair = jennrich(np.ascontiguousarray(Sn[:2].transpose(1, 2, 0)), r, rng=trial, n_draws=1)
-        err_pair.append(_max_err(pair.factors, A))
+        err_pair.append(_max_err(pair.factors[0], A))
     ratio = np.mean(err_pair) / np.mean(err_jd)
     assert ratio > 3.0, ratio
     assert np.mean(np.array(err_jd) < np.array(err_pair)) >= 0.9
@@ -366,7 +366,7 @@ def test_joint_diagonalize_validation_and_reproducibility():
         joint_diagonalize(bad, 3)
     noisy = S + 0.01 * rng.standard_normal(S.shape)
     r1, r2 = joint_diagonalize(noisy, 3, rng=5), joint_diagonalize(noisy, 3, rng=5)
-    np.testing.assert_array_equal(r1.factors, r2.factors)
+    np.testing.assert_array_equal(r1.factors[0], r2.factors[0])
     np.testing.assert_array_equal(r1.diagonals, r2.diagonals)
     # ALS never increases the least-squares objective of the initialisation
     assert r1.diagnostics["core_residual"] <= r1.diagnostics["initial_residual"] + 1e-15
@@ -398,9 +398,9 @@ def test_whiten_then_power_iteration_recovers_nonorthogonal_components():
     Tw = res.transform(_cp3(Mu, Mu, Mu, lam))
     assert Tw.shape == (r, r, r)
     pw = power_iteration(Tw, r, rng=0)
-    assert _max_err(res.unwhitener @ pw.factors, Mu) < EXACT
+    assert _max_err(res.unwhitener @ pw.factors[0], Mu) < EXACT
     # whitened weights are lam_i w_i^{-3/2}
-    perm = match_columns(res.unwhitener @ pw.factors, Mu)[0]
+    perm = match_columns(res.unwhitener @ pw.factors[0], Mu)[0]
     np.testing.assert_allclose(pw.weights[perm], lam * w ** -1.5, rtol=1e-9)
 
 
@@ -450,8 +450,8 @@ def test_power_iteration_exact_orthogonal(dim, r, k):
     T = _sym_power(V, lam, k)
     res = power_iteration(T, r, rng=1)
     assert isinstance(res, PowerIterationResult)
-    assert _max_err(res.factors, V) < EXACT
-    perm, signs, _ = match_columns(res.factors, V)
+    assert _max_err(res.factors[0], V) < EXACT
+    perm, signs, _ = match_columns(res.factors[0], V)
     expected = lam * signs ** k  # odd order: lam_i >= 0 after the sign convention
     np.testing.assert_allclose(res.weights[perm], expected, rtol=0, atol=EXACT)
     if k % 2:
@@ -467,13 +467,13 @@ def test_power_iteration_callable_matches_dense():
     lam = rng.uniform(0.5, 2.0, r)
     T = _sym_power(V, lam, 3)
     res = power_iteration(lambda u: T @ u @ u, r, dim=dim, rng=2)
-    assert _max_err(res.factors, V) < EXACT and res.diagnostics["residual"] < EXACT
+    assert _max_err(res.factors[0], V) < EXACT and res.diagnostics["residual"] < EXACT
     dense = power_iteration(T, r, rng=2)
-    np.testing.assert_allclose(res.factors, dense.factors, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res.factors[0], dense.factors[0], rtol=0, atol=1e-12)
     # order 4 through the callable (the Goel-Panigrahy quartic form)
     T4 = _sym_power(V, lam, 4)
     res4 = power_iteration(lambda u: T4 @ u @ u @ u, r, dim=dim, order=4, rng=2)
-    assert _max_err(res4.factors, V) < EXACT
+    assert _max_err(res4.factors[0], V) < EXACT
 
 
 def test_power_iteration_noisy_within_aghkt_bound():
@@ -488,7 +488,7 @@ def test_power_iteration_noisy_within_aghkt_bound():
     E *= 1e-3 / np.linalg.norm(E)
     eps = np.linalg.norm(E)
     res = power_iteration(_sym_power(V, lam, 3) + E, r, rng=3)
-    perm, signs, errs = match_columns(res.factors, V)
+    perm, signs, errs = match_columns(res.factors[0], V)
     assert np.all(errs <= 8 * eps / lam)
     assert np.all(np.abs(res.weights[perm] - lam) <= 5 * eps)
 
@@ -526,7 +526,7 @@ def test_power_iteration_reproducible():
     T = T + 1e-3 * sum(np.transpose(X, p) for X in [rng.standard_normal(T.shape)]
                        for p in [(0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)])
     r1, r2 = power_iteration(T, 3, rng=9), power_iteration(T, 3, rng=9)
-    np.testing.assert_array_equal(r1.factors, r2.factors)
+    np.testing.assert_array_equal(r1.factors[0], r2.factors[0])
     np.testing.assert_array_equal(r1.weights, r2.weights)
 
 
@@ -623,3 +623,39 @@ def test_cp_reconstruct_validates_factors():
                                     ([A, np.ones(4)], None, "2-dimensional")]:
         with pytest.raises(InputError, match=match):
             cp_reconstruct(factors, weights)
+
+
+def test_every_decomposition_returns_the_one_result_type():
+    """CP-ALS, Jennrich, joint diagonalisation and power iteration all return a DecompositionResult with
+    the same fields (factors list, weights, converged bool, n_iter int, message, diagnostics); the
+    method-specific accessors callers know stay available."""
+    from nnrecover.tensor import DecompositionResult, cp_als, jennrich, joint_diagonalize, power_iteration
+
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((6, 3))
+    w = np.array([3.0, -2.0, 1.0])
+    T = np.einsum("i,ai,bi,ci->abc", w, A, A, A)
+    Q = np.linalg.qr(rng.standard_normal((6, 3)))[0]
+    T_odeco = np.einsum("i,ai,bi,ci->abc", w, Q, Q, Q)
+    results = {"cp": cp_als(T, 3, rng=0), "jennrich": jennrich(T, 3, rng=0),
+               "joint": joint_diagonalize(np.moveaxis(T, 2, 0), 3, rng=0),
+               "power": power_iteration(T_odeco, 3, rng=0)}
+    for name, res in results.items():
+        assert isinstance(res, DecompositionResult), name
+        assert isinstance(res.factors, list) and all(F.shape[1] == 3 for F in res.factors), name
+        assert isinstance(res.converged, bool), name
+        assert res.converged or name == "cp", name  # ALS may stop at n_iter_max near the optimum (swamp)
+        assert isinstance(res.n_iter, int) and isinstance(res.message, str) and res.message, name
+        assert isinstance(res.diagnostics, dict) and res.rank == 3, name
+    for name in ("jennrich", "power"):  # exact input, exact methods: reconstruction to round-off
+        target = T_odeco if name == "power" else T
+        np.testing.assert_allclose(results[name].to_tensor(), target, atol=1e-9 * np.abs(target).max())
+    cp_err = np.linalg.norm(results["cp"].to_tensor() - T) / np.linalg.norm(T)
+    assert cp_err == pytest.approx(results["cp"].relative_error, rel=1e-6, abs=1e-14)
+    jr, jd = results["jennrich"], results["joint"]
+    assert jr.factors_mode2 is jr.factors[1] and jr.factors_mode3 is jr.factors[2]
+    assert jr.eigenvalues.shape == (3,) and jd.diagonals is jd.weights and jd.weights.shape == (6, 3)
+    assert results["cp"].relative_error == results["cp"].diagnostics["relative_error"] < 1e-6
+    assert results["jennrich"].n_iter == 0  # a direct method
+    with pytest.raises(InputError, match="per-component weights"):
+        jd.to_tensor()

@@ -1,11 +1,11 @@
 """CP decomposition by alternating least squares (TensorLy ``parafac``), best of several restarts.
 
 ``T ≈ sum_i w_i a^{(1)}_i ⊗ ... ⊗ a^{(K)}_i``. ALS (Harshman 1970; Carroll and Chang 1970; the
-"CP-ALS" of Comon, Luciani and de Almeida 2009 used by Ge-Kuditipudi-Li-Wang 2019 §4, spec 003 §2.9)
+"CP-ALS" of Comon, Luciani and de Almeida 2009 used by Ge-Kuditipudi-Li-Wang 2019 Section 4)
 updates one factor at a time by the exact least-squares solution
 ``F_1 <- T_(1) (F_K ⊙ ... ⊙ F_2) [(F_K^T F_K) * ... * (F_2^T F_2)]^+``. ALS "can be unstable"
 (local minima, swamps), so it is restarted ``n_restarts`` times from random starts and the run with
-the smallest relative error ``||T - T_hat||_F / ||T||_F`` is kept (spec 003 §2.9, 10 restarts there).
+the smallest relative error ``||T - T_hat||_F / ||T||_F`` is kept (Ge et al. Section 4 keep the best of 10 restarts).
 
 The iterations are TensorLy's :func:`tensorly.decomposition.parafac` on the NumPy backend (set only
 for the duration of the call, thread-locally, when another backend is active). Convergence is
@@ -18,13 +18,13 @@ is at round-off level (``<= 1e-14``) or decreases by less than ``tol`` (relative
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .._validation import check_positive_int, check_random_state
 from ..errors import ConvergenceError, InputError
+from .result import DecompositionResult
 from .utils import _as_real_array, _cp_dense, cp_reconstruct, normalize_columns
 
 __all__ = ["cp_als", "CPResult"]
@@ -33,9 +33,8 @@ _SWITCH = 1e-6  # below this TensorLy's error estimate is replaced by the exact 
 _FLOOR = 1e-14
 
 
-@dataclass
-class CPResult:
-    """Result of :func:`cp_als`.
+class CPResult(DecompositionResult):
+    """Result of :func:`cp_als`: a :class:`~nnrecover.tensor.DecompositionResult`.
 
     Attributes
     ----------
@@ -43,27 +42,21 @@ class CPResult:
         One factor matrix per mode; unit columns, largest-magnitude entry positive.
     weights : ndarray, shape ``(rank,)``
         Signed weights; components sorted by decreasing ``|w_i|``.
-    relative_error : float
-        ``||T - T_hat||_F / ||T||_F`` of the kept run (computed exactly).
+    converged, n_iter, message
+        Of the kept run (the one with the smallest relative error).
     diagnostics : dict
+        ``relative_error`` (``||T - T_hat||_F / ||T||_F`` of the kept run, computed exactly),
         ``restart_errors`` (relative error of every run), ``n_iter`` and ``converged`` per run,
         ``best_restart``, ``condition`` (per mode, of the unit-column factor), ``max_congruence``
         (largest ``prod_j |<a^{(j)}_i, a^{(j)}_l>|`` over ``i != l``; near 1 signals degenerate,
         diverging components), ``seeds`` (the TensorLy ``random_state`` of every run).
     """
 
-    factors: list
-    weights: np.ndarray
-    relative_error: float
-    diagnostics: dict = field(default_factory=dict)
-
     @property
-    def rank(self) -> int:
-        return int(self.weights.shape[0])
+    def relative_error(self) -> float:
+        """``||T - T_hat||_F / ||T||_F`` of the kept run."""
+        return float(self.diagnostics["relative_error"])
 
-    def to_tensor(self) -> np.ndarray:
-        """Dense reconstruction ``sum_i w_i a^{(1)}_i ⊗ ...``."""
-        return cp_reconstruct(self.factors, self.weights)
 
 
 def _normalise(factors: list[np.ndarray], weights: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
@@ -191,6 +184,7 @@ def cp_als(
     else:
         max_cong = 0.0
     diagnostics = {
+        "relative_error": float(err),
         "restart_errors": errors,
         "n_iter": [r[3] for r in runs],
         "converged": [r[4] for r in runs],
@@ -200,4 +194,8 @@ def cp_als(
         "seeds": seeds,
         "init": init,
     }
-    return CPResult(factors=factors, weights=weights, relative_error=err, diagnostics=diagnostics)
+    ok = bool(runs[best][4])
+    return CPResult(factors=factors, weights=weights, converged=ok, n_iter=int(runs[best][3]),
+                    message=(f"CP-ALS, best of {len(runs)} run(s) (restart {best}), relative error {err:.3g}"
+                             + ("" if ok else "; the kept run stopped at n_iter_max before its tolerance")),
+                    diagnostics=diagnostics)

@@ -5,7 +5,7 @@ of full column rank ``r`` and no two ``c_i`` parallel. Every mode-3 slice is the
 ``T(., ., g) = A diag(w_i <c_i, g>) B^T`` (Harshman 1970, credited to R. Jennrich; Leurgans, Ross and
 Abel 1993; Bhaskara, Charikar, Moitra and Vijayaraghavan 2014, Thm 2.3 = Awasthi et al. 2021 Thm A.5).
 
-Symbols of spec 001 section 3.1 (Awasthi-Tang-Vijayaraghavan 2021, Claim 4.4) and our names:
+Symbols of Jennrich's algorithm as Awasthi-Tang-Vijayaraghavan 2021 use it (Claim 4.4, Theorem A.5) and our names:
 
 ==========================  =======================================================================
 paper / spec                here
@@ -22,9 +22,9 @@ paper / spec                here
                             (more robust than the pinv contraction of step 5(b), see below)
 ==========================  =======================================================================
 
-Implementation notes (choices beyond the paper, marked [S] in spec 001):
+Implementation notes (choices beyond the paper):
 
-* Draw selection (spec 001 section 3.1 step 3 and section 6.1 item 3). For each draw we compute the
+* Draw selection (the random slice pair of Theorem A.5, drawn several times). For each draw we compute the
   first-order error amplification of the pencil: if the normalised slices carry a perturbation of
   relative size ``ε``, the eigenvector error is about
   ``amplification * ε = κ(R) ||Tb^{-1}|| (1 + ||Ta Tb^{-1}||) / min_{i≠j}|λ_i - λ_j| * ε``
@@ -32,8 +32,8 @@ Implementation notes (choices beyond the paper, marked [S] in spec 001):
   ``δM = (δTa - M δTb) Tb^{-1}``). Draws with imaginary eigenvalue parts above ``imag_tol`` are
   discarded unless every draw has them; among the rest the smallest amplification is kept.
 * Mode 3 is recovered by the least-squares solution ``C = T_(3) (B ⊙ A) [(A^T A) * (B^T B)]^{-1}``
-  given the recovered ``A``, ``B``. With exact input it equals step 5(b) of spec 001 (``T(x_i^*, x_i^*, .)``
-  with ``x_i^*`` the rows of ``pinv(X)``); with noise it is the least-squares-optimal estimate.
+  given the recovered ``A``, ``B``. With exact input it equals the contraction ``T(x_i^*, x_i^*, .)`` of
+  Theorem A.5 (``x_i^*`` the rows of ``pinv(X)``); with noise it is the least-squares-optimal estimate.
 * Certificate: a held-out random slice ``S`` must be diagonalised by the recovered factors. We report
   ``holdout_residual = ||S - A diag(d) B^T||_F / ||S||_F`` with ``d`` the diagonal of
   ``A^+ S B^{+T}``; it is round-off small for exact input and measures the misfit under noise.
@@ -42,7 +42,6 @@ Implementation notes (choices beyond the paper, marked [S] in spec 001):
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 import numpy as np
@@ -51,6 +50,7 @@ import scipy.linalg
 from .._validation import check_positive_int, check_random_state
 from ..errors import AssumptionError, CertificateWarning, InputError
 from ._slices import Mode3Fn, SliceOperator
+from .result import DecompositionResult
 from .utils import normalize_columns
 
 __all__ = ["jennrich", "JennrichResult"]
@@ -60,26 +60,23 @@ _EPS = np.finfo(np.float64).eps
 _UNFOLDING_FLOPS = 1e9
 
 
-@dataclass
-class JennrichResult:
-    """Result of :func:`jennrich`.
+class JennrichResult(DecompositionResult):
+    """Result of :func:`jennrich`: a :class:`~nnrecover.tensor.DecompositionResult`.
 
     Attributes
     ----------
-    factors : ndarray, shape ``(n, rank)``
-        Mode-1 factors ``a_i``: unit columns, each flipped so that its largest-magnitude entry is positive.
-    factors_mode2 : ndarray, shape ``(n2, rank)``
-        Mode-2 factors ``b_i``, same convention (equal to ``factors`` in the symmetric case).
-    factors_mode3 : ndarray, shape ``(p, rank)`` or None
-        Mode-3 factors ``c_i`` (unit, same sign convention), or None when mode 3 was not contracted
-        (implicit tensor without ``mode3=True`` / ``mode3_fn``).
+    factors : list of ndarray
+        ``[A, B]`` or ``[A, B, C]``: the mode-1 factors ``a_i`` (``(n, rank)``), mode-2 factors ``b_i``
+        (equal to ``A`` in the symmetric case) and, when the third mode was contracted, the mode-3
+        factors ``c_i`` (``(p, rank)``); unit columns, each flipped so that its largest-magnitude entry
+        is positive.
     weights : ndarray, shape ``(rank,)`` or None
-        Signed weights ``w_i`` so that ``T = sum_i w_i a_i ⊗ b_i ⊗ c_i``; None with ``factors_mode3``.
+        Signed weights ``w_i`` so that ``T = sum_i w_i a_i ⊗ b_i ⊗ c_i``; None without the third mode.
         With weights, components are sorted by decreasing ``|w_i|``.
-    eigenvalues : ndarray, shape ``(rank,)``
-        Real parts of the eigenvalues ``<c_i, g> / <c_i, g'>`` (up to the slice normalisation) of the
-        kept draw, in the order of the components.
+    converged, n_iter, message
+        A direct method: ``converged`` is True, ``n_iter`` 0; ``message`` names the kept draw.
     diagnostics : dict
+        ``eigenvalues`` (real parts of ``<c_i, g> / <c_i, g'>`` of the kept draw, in component order),
         ``eigenvalue_gap`` (min relative gap ``min_{i≠j}|λ_i-λ_j| / max|λ|``), ``max_imag``
         (largest ``|Im λ| / max|λ|``), ``condition`` (of the unit-column eigenvector matrix),
         ``slice_condition`` (of the inverted projected slice), ``error_amplification`` (selection score,
@@ -90,24 +87,20 @@ class JennrichResult:
         ``||T - T_hat||_F / ||T||_F``), ``n_slice_calls`` (implicit tensor).
     """
 
-    factors: np.ndarray
-    factors_mode2: np.ndarray
-    factors_mode3: np.ndarray | None
-    weights: np.ndarray | None
-    eigenvalues: np.ndarray
-    diagnostics: dict = field(default_factory=dict)
+    @property
+    def factors_mode2(self) -> np.ndarray:
+        """``B``, the mode-2 factors."""
+        return self.factors[1]
 
     @property
-    def rank(self) -> int:
-        return int(self.factors.shape[1])
+    def factors_mode3(self) -> np.ndarray | None:
+        """``C``, the mode-3 factors, or None when mode 3 was not contracted."""
+        return self.factors[2] if len(self.factors) > 2 else None
 
-    def to_tensor(self) -> np.ndarray:
-        """Dense reconstruction ``sum_i w_i a_i ⊗ b_i ⊗ c_i`` (needs mode 3)."""
-        if self.factors_mode3 is None or self.weights is None:
-            raise InputError("this JennrichResult has no mode-3 factors; rerun jennrich with mode3=True "
-                             "or mode3_fn to reconstruct the tensor.")
-        return np.einsum("ai,bi,ci,i->abc", self.factors, self.factors_mode2, self.factors_mode3,
-                         self.weights)
+    @property
+    def eigenvalues(self) -> np.ndarray:
+        """Real parts of the eigenvalues of the kept draw's slice pencil."""
+        return self.diagnostics["eigenvalues"]
 
 
 def _top_left(M: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray]:
@@ -132,7 +125,7 @@ def _analyse_pencil(Ta: np.ndarray, Tb: np.ndarray) -> dict[str, Any] | None:
     sb = np.linalg.svd(Tb, compute_uv=False)
     if sb[-1] <= 10 * r * _EPS * sb[0]:
         return None
-    M = np.linalg.solve(Tb.T, Ta.T).T  # Ta Tb^{-1} = R Λ R^{-1}   (spec 001 §3.1 step 3)
+    M = np.linalg.solve(Tb.T, Ta.T).T  # Ta Tb^{-1} = R Λ R^{-1}   (Theorem A.5: eigenvectors of the slice pencil)
     lam, R = scipy.linalg.eig(M)
     # LAPACK (geev) returns real eigenvectors for real eigenvalues and complex-conjugate pairs
     # consecutively (positive imaginary part first). A pair (v, conj v) is replaced by (Re v, Im v),
@@ -183,9 +176,9 @@ def jennrich(
 ) -> JennrichResult:
     """Decompose a rank-``rank`` order-3 tensor by Jennrich's algorithm (best of several random draws).
 
-    Implements spec 001 section 3.1 (Awasthi-Tang-Vijayaraghavan 2021, Claim 4.4 / Thm A.5), also the
-    SimDiag step of Ge-Kuditipudi-Li-Wang 2019 (spec 003 section 2.4) and Option A of
-    Bakshi-Jayaram-Woodruff 2019 (spec 004 section 2.4.2).
+    Jennrich's algorithm as in Awasthi-Tang-Vijayaraghavan 2021 (Claim 4.4 / Theorem A.5); also the
+    SimDiag step of Ge-Kuditipudi-Li-Wang 2019 (Algorithm 2) and Option A of the tensor step of
+    Bakshi-Jayaram-Woodruff 2019 (Algorithm 4).
 
     Parameters
     ----------
@@ -204,7 +197,7 @@ def jennrich(
     rng : None, int or numpy.random.Generator
         Randomness for the slice directions.
     symmetric : bool, optional
-        Treat modes 1 and 2 as symmetric (slices symmetrised, ``factors_mode2 = factors``).
+        Treat modes 1 and 2 as symmetric (slices symmetrised, ``factors[1] = factors[0]``).
         Default: detected (``n == n2`` and relative asymmetry ``<= 1e-10``).
     subspace : {"auto", "unfolding", "slices"}, default "auto"
         How the rank-``r`` column spans are found: SVD of the mode-1/2 unfoldings (dense only; best
@@ -261,7 +254,7 @@ def jennrich(
     >>> A = np.linalg.qr(np.random.default_rng(0).standard_normal((6, 3)))[0]
     >>> T = np.einsum("ai,bi,ci->abc", A, A, A)
     >>> res = jennrich(T, 3, rng=0)
-    >>> bool(np.allclose(np.sort(np.abs(res.factors.T @ A).max(0)), 1.0))
+    >>> bool(np.allclose(np.sort(np.abs(res.factors[0].T @ A).max(0)), 1.0))
     True
     """
     op = SliceOperator(tensor, third_dim, mode3_fn)
@@ -282,7 +275,7 @@ def jennrich(
                          f"{(op.n, op.n2, op.p)}; Jennrich needs full-column-rank mode-1/2 factors.")
     if rank > 1 and op.p < 2:
         raise AssumptionError("with p = 1 every slice is the same matrix, so Jennrich cannot separate "
-                              f"{rank} components (needs non-parallel mode-3 factors, spec 001 §3.1).")
+                              f"{rank} components (needs non-parallel mode-3 factors, Theorem A.5 of Awasthi et al.).")
     rng = check_random_state(rng)
 
     # step 2 directions: 2 per draw + 1 held-out slice for the certificate
@@ -345,7 +338,7 @@ def jennrich(
     if rank_ratio <= rank_tol:
         raise AssumptionError(
             f"rank={rank} exceeds the numerical rank of the tensor: singular value s_{rank}/s_1 = "
-            f"{rank_ratio:.3g} <= rank_tol={rank_tol:g} (spec 001 §3.1 needs full-column-rank factors). "
+            f"{rank_ratio:.3g} <= rank_tol={rank_tol:g} (Jennrich's algorithm needs full-column-rank factors). "
             "Choose rank from the singular values, e.g. the number above a noise threshold.")
 
     proj = np.matmul(np.matmul(P.T[None], slices), Q[None])  # (2 n_draws, r, r)
@@ -369,7 +362,7 @@ def jennrich(
     if not valid:
         raise AssumptionError(
             f"all {n_draws} random slice pairs gave a singular projected slice: the tensor rank is below "
-            f"rank={rank}, or the mode-1/2 factors are not linearly independent (spec 001 §3.1).")
+            f"rank={rank}, or the mode-1/2 factors are not linearly independent (Jennrich's algorithm needs them to be).")
     real = [d for d in valid if results[d]["max_imag"] <= imag_tol]
     pool = real if real else valid
     best = min(pool, key=lambda d: (results[d]["error_amplification"], d))
@@ -387,7 +380,7 @@ def jennrich(
     if degenerate_gap:  # (with complex pairs the real-part gap is meaningless)
         msg = (f"relative eigenvalue gap {chosen['eigenvalue_gap']:.3g} < gap_tol={gap_tol:g} on the best of "
                f"{n_draws} draws: two components have (nearly) parallel mode-3 factors, so they are not "
-               "identifiable by Jennrich's algorithm (spec 001 §3.1 requirements).")
+               "identifiable by Jennrich's algorithm (Theorem A.5 of Awasthi et al.).")
         if strict:
             raise AssumptionError(msg)
         if warn:
@@ -450,5 +443,8 @@ def jennrich(
         diagnostics["residual"] = float(np.linalg.norm(T - recon) / np.linalg.norm(T))
     if not op.is_dense:
         diagnostics["n_slice_calls"] = op.n_calls
-    return JennrichResult(factors=X, factors_mode2=Y, factors_mode3=C, weights=weights,
-                          eigenvalues=eigenvalues, diagnostics=diagnostics)
+    diagnostics["eigenvalues"] = eigenvalues
+    return JennrichResult(factors=[X, Y] if C is None else [X, Y, C], weights=weights, converged=True, n_iter=0,
+                          message=f"Jennrich: eigenvectors of a random slice pencil, draw {int(best)} of {n_draws} "
+                                  "kept (smallest error amplification)",
+                          diagnostics=diagnostics)

@@ -18,7 +18,7 @@ classical direct-then-iterative scheme:
    Sanchez and Kowalski 1990, "Tensorial resolution: a direct trilinear decomposition",
    J. Chemometrics 4, 29-45).
 3. Refinement by alternating least squares on all core slices jointly (Harshman 1970; the
-   practical variant of Ge-Kuditipudi-Li-Wang 2019 §4, spec 003 §2.9): each step solves
+   practical variant of Ge-Kuditipudi-Li-Wang 2019 Section 4): each step solves
    ``min ||G - [[A, B, D]]||_F`` exactly in one factor, so the objective never increases.
 
 With exact input the initialisation is already exact and the refinement stops at once
@@ -32,7 +32,6 @@ exact least-squares update of ``D``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,6 +39,7 @@ import numpy as np
 from .._validation import check_positive_int, check_random_state
 from ..errors import AssumptionError, InputError
 from .jennrich import _top_left, jennrich
+from .result import DecompositionResult
 from .utils import _as_real_array, normalize_columns
 
 __all__ = ["joint_diagonalize", "JointDiagResult"]
@@ -47,19 +47,19 @@ __all__ = ["joint_diagonalize", "JointDiagResult"]
 _EPS = np.finfo(np.float64).eps
 
 
-@dataclass
-class JointDiagResult:
-    """Result of :func:`joint_diagonalize`.
+class JointDiagResult(DecompositionResult):
+    """Result of :func:`joint_diagonalize`: a :class:`~nnrecover.tensor.DecompositionResult`.
 
     Attributes
     ----------
-    factors : ndarray, shape ``(n, rank)``
-        ``A``: unit columns, largest-magnitude entry positive.
-    factors_mode2 : ndarray, shape ``(n2, rank)``
-        ``B``, same convention (equal to ``factors`` for symmetric slices).
-    diagonals : ndarray, shape ``(K, rank)``
-        ``D[k] = d_k`` with ``S_k ≈ A diag(d_k) B^T``. Components are sorted by decreasing
-        ``||D[:, i]||``.
+    factors : list of ndarray
+        ``[A, B]``, each ``(n, rank)``: unit columns, largest-magnitude entry positive (``B`` equals ``A``
+        for symmetric slices).
+    weights : ndarray, shape ``(K, rank)``
+        The diagonals ``D[k] = d_k`` with ``S_k ≈ A diag(d_k) B^T`` (also ``diagonals``). Components
+        are sorted by decreasing ``||D[:, i]||``.
+    converged, n_iter, message
+        Of the alternating least squares over all slices.
     diagnostics : dict
         ``residual`` (``sqrt(sum_k ||S_k - A diag(d_k) B^T||_F^2 / sum_k ||S_k||_F^2)``),
         ``initial_residual`` (same for the pencil initialisation, on the compressed slices),
@@ -69,18 +69,19 @@ class JointDiagResult:
         ``per_draw``).
     """
 
-    factors: np.ndarray
-    factors_mode2: np.ndarray
-    diagonals: np.ndarray
-    diagnostics: dict = field(default_factory=dict)
+    @property
+    def factors_mode2(self) -> np.ndarray:
+        """``B``."""
+        return self.factors[1]
 
     @property
-    def rank(self) -> int:
-        return int(self.factors.shape[1])
+    def diagonals(self) -> np.ndarray:
+        """``D``, shape ``(K, rank)`` (the ``weights`` field)."""
+        return self.weights
 
     def reconstruct(self) -> np.ndarray:
         """The model slices ``A diag(d_k) B^T``, shape ``(K, n, n2)``."""
-        return np.einsum("ai,ki,bi->kab", self.factors, self.diagonals, self.factors_mode2, optimize=True)
+        return np.einsum("ai,ki,bi->kab", self.factors[0], self.weights, self.factors[1], optimize=True)
 
 
 def _lsq(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
@@ -200,7 +201,7 @@ def joint_diagonalize(
     # 2. pencil initialisation on random combinations of all slices
     init = jennrich(np.ascontiguousarray(G.transpose(1, 2, 0)), rank, n_draws=n_draws, rng=rng,
                     symmetric=symmetric, strict=strict)
-    A, B = init.factors.copy(), init.factors_mode2.copy()
+    A, B = init.factors[0].copy(), init.factors[1].copy()
     C = init.factors_mode3 * init.weights
     err = _core_residual(G, A, B, C) / gnorm
     initial = err
@@ -256,4 +257,7 @@ def joint_diagonalize(
         "n_matrices": K,
         "jennrich": jd,
     }
-    return JointDiagResult(factors=Af, factors_mode2=Bf, diagonals=D, diagnostics=diagnostics)
+    return JointDiagResult(factors=[Af, Bf], weights=D, converged=bool(converged), n_iter=int(n_iter),
+                           message=f"joint diagonalisation of {K} slices: Jennrich start, ALS to relative residual "
+                                   f"{residual:.3g}" + ("" if converged else " (stopped at max_iter)"),
+                           diagnostics=diagnostics)

@@ -5,7 +5,7 @@ Model: an orthogonally decomposable symmetric tensor ``T = sum_{i<r} λ_i v_i^{�
 The map ``u -> T(I, u, ..., u) / ||T(I, u, ..., u)||`` has the ``v_i`` as attracting fixed points.
 
 Algorithm 1 of Anandkumar, Ge, Hsu, Kakade and Telgarsky 2014, "Tensor decompositions for learning
-latent variable models", JMLR 15 (the "JSA15" method of spec 004 §2.4, Remark 4), for each of the
+latent variable models", JMLR 15 (the method Bakshi-Jayaram-Woodruff 2019 cite as JSA15 in their tensor step), for each of the
 ``rank`` components:
 
 1. ``n_restarts`` random unit starts, ``n_iter`` power updates each;
@@ -13,7 +13,7 @@ latent variable models", JMLR 15 (the "JSA15" method of spec 004 §2.4, Remark 4
 3. ``λ = T(v, ..., v)``; deflate ``T <- T - λ v^{⊗k}``.
 
 Symbols: ``L`` = ``n_restarts``, ``N`` = ``n_iter``, ``θ`` = ``u``; ``λ_i`` = ``weights``, ``v_i`` =
-columns of ``factors``. Also used for the order-4 quartic of Goel-Panigrahy 2019 (spec 002 §2.A.5)
+columns of ``factors``. Also used for the order-4 quartic of Goel-Panigrahy 2019 (Step 1, Section 2.1)
 through the callable form (``T(I, u, u, u)`` from samples).
 
 Sign convention: odd order: ``λ_i >= 0`` (``(λ, v) ~ (-λ, -v)``); even order: ``v_i`` has its
@@ -22,28 +22,31 @@ largest-magnitude entry positive (``v`` and ``-v`` are the same component) and `
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
 from .._validation import check_positive_int, check_random_state
 from ..errors import AssumptionError, InputError
+from .result import DecompositionResult
 from .utils import _as_real_array
 
 __all__ = ["power_iteration", "PowerIterationResult"]
 
 
-@dataclass
-class PowerIterationResult:
-    """Result of :func:`power_iteration`.
+class PowerIterationResult(DecompositionResult):
+    """Result of :func:`power_iteration`: a :class:`~nnrecover.tensor.DecompositionResult`.
 
     Attributes
     ----------
-    factors : ndarray, shape ``(dim, rank)``
-        Unit vectors ``v_i`` in the order found (largest ``|λ|`` first when the restarts succeed).
+    factors : list of one ndarray
+        ``[V]``, ``V`` of shape ``(dim, rank)``: unit vectors ``v_i`` in the order found (largest ``|λ|``
+        first when the restarts succeed); the tensor is symmetric, so ``V`` is every mode's factor.
     weights : ndarray, shape ``(rank,)``
         ``λ_i = T_deflated(v_i, ..., v_i)``.
+    converged, n_iter, message
+        ``converged``: every component's iteration met its tolerance; ``n_iter``: iterations summed
+        over the components.
     diagnostics : dict
         ``residual`` (dense: ``||T - sum λ_i v_i^{⊗k}||_F / ||T||_F``; callable: the same for
         ``T(I, u, .., u)`` at a random unit ``u``), ``orthogonality`` (``max |V^T V - I|``),
@@ -51,13 +54,8 @@ class PowerIterationResult:
         ``|T(u, ..., u)|`` of every restart), ``order``.
     """
 
-    factors: np.ndarray
-    weights: np.ndarray
-    diagnostics: dict = field(default_factory=dict)
-
-    @property
-    def rank(self) -> int:
-        return int(self.factors.shape[1])
+    def _mode_factors(self) -> list:
+        return self.factors * int(self.diagnostics.get("order", 3))
 
 
 def _dense_contract(T: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -258,4 +256,8 @@ def power_iteration(
         "restart_values": restart_values,
         "order": k,
     }
-    return PowerIterationResult(factors=V, weights=weights, diagnostics=diagnostics)
+    ok = bool(np.all(conv))
+    return PowerIterationResult(factors=[V], weights=weights, converged=ok, n_iter=int(np.sum(n_iters)),
+                                message=f"tensor power iteration with deflation, {rank} component(s), residual "
+                                        f"{residual:.3g}" + ("" if ok else "; some components hit max_iter"),
+                                diagnostics=diagnostics)

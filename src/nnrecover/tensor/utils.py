@@ -1,6 +1,6 @@
 """Small tensor utilities: Khatri-Rao product, flattening, factor matching, sign conventions.
 
-Paper symbols (Awasthi-Tang-Vijayaraghavan 2021, spec 001 section 1.2) and our names:
+Paper symbols (Awasthi-Tang-Vijayaraghavan 2021, Section 2) and our names:
 
 ================================  ==========================================================
 paper                             here
@@ -89,7 +89,7 @@ def _khatri_rao(mats: list[np.ndarray]) -> np.ndarray:
 
 
 def flatten(T: Any, t1: int, t2: int, t3: int = 0) -> np.ndarray:
-    """Reshape an order-``t`` tensor into an order-3 tensor (or a matrix), spec 001 section 1.2.
+    """Reshape an order-``t`` tensor into an order-3 tensor (or a matrix), the flattening of Awasthi et al. Section 2.
 
     The first ``t1`` modes are merged into mode 1, the next ``t2`` into mode 2 and the last ``t3``
     into mode 3 (row-major order). With ``t3 = 0`` the result is the matrix

@@ -2,7 +2,7 @@
 
 For ``M = sum_i w_i μ_i μ_i^T`` with ``w_i > 0`` and linearly independent ``μ_i`` (rank ``r``), a
 whitening matrix ``W`` (``r x n``, the transpose of the ``W`` of Anandkumar-Ge-Hsu-Kakade-Telgarsky
-2014, section 4.3.1, "JSA15" in spec 004) satisfies ``W M W^T = I_r``. Then
+2014, section 4.3.1, cited as "JSA15" by Bakshi et al.) satisfies ``W M W^T = I_r``. Then
 ``v_i = sqrt(w_i) W μ_i`` are orthonormal, and a symmetric tensor ``T = sum_i λ_i μ_i^{⊗3}``
 becomes ``T(W^T, W^T, W^T) = sum_i λ_i w_i^{-3/2} v_i^{⊗3}``, orthogonally decomposable
 (:func:`~nnrecover.tensor.power_iteration`). Un-whitening: ``μ_i = unwhitener @ v_i / sqrt(w_i)``.
@@ -10,7 +10,7 @@ becomes ``T(W^T, W^T, W^T) = sum_i λ_i w_i^{-3/2} v_i^{⊗3}``, orthogonally de
 Symbols and names:
 
 ======================================  =====================================================
-paper (JSA15 / spec 004 §2.4.2)         here
+paper (JSA15 / Bakshi et al. Algorithm 4)         here
 ======================================  =====================================================
 ``M_2`` (or ``M̃(θ)``)                  ``M`` (``n x n``, symmetric)
 ``W`` with ``W^T M_2 W = I``            ``whitener.T``; ``whitener`` is ``(rank, n)``
@@ -18,8 +18,8 @@ paper (JSA15 / spec 004 §2.4.2)         here
 ``M̃(θ)^{-1/2}`` (BJW Option A step 5)  ``whitener`` restricted to the span
 ======================================  =====================================================
 
-Definiteness. Bakshi-Jayaram-Woodruff's second moment ``M_2(θ)`` is generally indefinite (spec 004
-§2.4.2 item 2): PSD whitening is then invalid. By default an indefinite matrix (on its top-``rank``
+Definiteness. Bakshi-Jayaram-Woodruff's second moment ``M_2(θ)`` is generally indefinite (the
+erratum of their Algorithm 4 on the errata page): PSD whitening is then invalid. By default an indefinite matrix (on its top-``rank``
 eigenspace) raises :class:`~nnrecover.errors.AssumptionError`; with ``allow_indefinite=True`` the
 whitener uses ``|λ|`` and ``whitener @ M @ whitener.T = diag(signs)`` (the signature).
 """
@@ -153,7 +153,7 @@ def whiten(M: Any, rank: int, *, allow_indefinite: bool = False, rtol: float = 1
             f"M is not positive definite on its top-{rank} eigenspace ({n_neg} of the {rank} largest-|λ| "
             "eigenvalues are negative). PSD whitening (Anandkumar et al. 2014 §4.3.1) needs a definite "
             "second moment; for Bakshi et al. 2019's indefinite M_2(θ) search θ with a definite "
-            "projection (spec 004 §2.4.2), pass -M if M is negative definite, or set "
+            "projection (Bakshi et al. Algorithm 4), pass -M if M is negative definite, or set "
             "allow_indefinite=True.")
     root = np.sqrt(np.abs(kept))
     whitener = (Uk / root).T

@@ -179,7 +179,7 @@ def _tensor_candidates(coeffs: HermiteCoefficients, K: int, order: int, m: int, 
     diag["decomposer"] = decomposer
     diag["jennrich"] = {key: jd.get(key) for key in keys}
     diag["jennrich_warnings"] = [str(w.message) for w in caught]
-    U = read_units(res.factors, order, n)
+    U = read_units(res.factors[0], order, n)
     alpha, cond = gram_lstsq(U, coeffs.rank_one(K, U), K)
     if K % 2:  # (alpha', u) ~ (-alpha', -u): convention alpha' >= 0 (specs/001 section 3.1 step 6)
         flip = np.where(alpha < 0, -1.0, 1.0)
@@ -541,7 +541,7 @@ def complete_units(coeffs: HermiteCoefficients, rec: HermiteRecovery, order: int
                                         rank_tol=0.0)
         except (AssumptionError, InputError, np.linalg.LinAlgError):
             continue
-        U = read_units(res.factors, order, n)
+        U = read_units(res.factors[0], order, n)
         alpha, _ = gram_lstsq(U, coeffs.rank_one(K, U), K)
         noise = max(float(coeffs.noise.get(K, 0.0)), 1e-300)
         cands.extend((abs(al) / noise, u) for al, u in zip(alpha, U))

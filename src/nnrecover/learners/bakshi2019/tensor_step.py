@@ -207,13 +207,13 @@ def decompose_projected(T: np.ndarray, k: int, *, method: str = "joint", rng: An
         diag["initialisation_notes"] = [str(w.message) for w in caught
                                         if issubclass(w.category, CertificateWarning)]
         diag["method"] = "joint"
-        return res.factors, diag
+        return res.factors[0], diag
     if method == "jennrich":
         res = jennrich(np.ascontiguousarray(slices.transpose(1, 2, 0)), k, rng=rng, n_draws=n_draws,
                        symmetric=True, warn=False)
         diag = {key: val for key, val in res.diagnostics.items() if key != "per_draw"}
         diag["method"] = "jennrich"
-        return res.factors, diag
+        return res.factors[0], diag
     if method == "whiten":
         return _whiten_decompose(slices, k, check_random_state(rng), n_draws)
     raise InputError(f"method must be 'joint', 'jennrich' or 'whiten', got {method!r}.")
@@ -239,7 +239,7 @@ def _whiten_decompose(slices: np.ndarray, k: int, gen: np.random.Generator, n_dr
     if best <= 1e-3:                                        # none definite enough: θ with λ(θ) = 1
         init = jennrich(np.ascontiguousarray(slices.transpose(1, 2, 0)), k, rng=gen, n_draws=n_draws,
                         symmetric=True, warn=False)
-        W0 = init.factors
+        W0 = init.factors[0]
         G = np.linalg.pinv(W0)
         Lam = np.einsum("ia,sab,jb->sij", G, slices, G)[:, np.arange(k), np.arange(k)]   # (S, k)
         th = np.linalg.lstsq(Lam.T, np.ones(k), rcond=None)[0]
