@@ -1,4 +1,4 @@
-"""Tests of the Awasthi-Tang-Vijayaraghavan 2021 learner (specs/001).
+"""Tests of the Awasthi-Tang-Vijayaraghavan 2021 learner (Awasthi et al. 2021, NeurIPS).
 
 Structure: exact / population tests to round-off (Algorithms 1-3, both tensors, l = 1 and l = 2), one
 test per erratum showing why the corrected form is needed, noisy-population linearity, finite samples,
@@ -306,7 +306,7 @@ def test_smoothed_instance_restores_rank():
 
 def test_noisy_population_error_is_linear_in_noise():
     # First-order perturbation: adding symmetric noise of size eta to every exact tensor moves the
-    # recovered parameters by O(eta) (spec 4.4: error ~ (2-6) eta). We check error / eta stays
+    # recovered parameters by O(eta) (Theorem 3.1: error O(eta); measured ~ (2-6) eta). We check error / eta stays
     # bounded (< 100) and roughly constant (within a factor 10) over four decades of eta.
     truth = _teacher(6, 4, 21, bias_range=(-1.0, 1.0), rows="orthonormal")
     exact = atv.hermite_coefficients(truth, 1, 4)

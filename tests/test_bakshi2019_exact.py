@@ -29,7 +29,7 @@ def _data(net, ell, seed):
 
 
 def _perturbed(V, eps, seed):
-    """Rows ξ_i V*_i + eps g_i/||g_i|| with random signs ξ_i (spec 004 §5.4 test 1)."""
+    """Rows ξ_i V*_i + eps g_i/||g_i|| with random signs ξ_i."""
     g = np.random.default_rng(seed)
     G = g.standard_normal(V.shape)
     G /= np.linalg.norm(G, axis=1, keepdims=True)
@@ -51,14 +51,14 @@ def test_algorithm5_margin_exact(teacher, eps):
     assert np.max(np.abs(res.output_weights - teacher.output_weights)) < 1e-11
     units = res.diagnostics["units"]
     assert [u["sign"] for u in units] == xi.astype(int).tolist()
-    # right sign: null ratio at round-off; wrong sign: Θ(1) (spec 004 §5.5 measured 0.3-0.46)
+    # right sign: null ratio at round-off; wrong sign: Θ(1) (measured 0.3-0.46)
     assert max(u["null_ratio"] for u in units) < 1e-12
     assert min(u["wrong_sign_null_ratio"] for u in units) > 0.01
     assert res.diagnostics["residual"] < 1e-13
 
 
 def test_algorithm5_threshold_form_needs_tiny_error_margin_form_does_not(teacher):
-    """Erratum (spec 004 §5.3 pitfall 3): the paper's zero set {f(v x) <= τ} contains every true positive
+    """Erratum to Algorithm 5 (docs errata page): the paper's zero set {f(v x) <= τ} contains every true positive
     entry below τ + |(v - V*) x|. With ε = 1e-9 and τ = 0.1/ℓ the expected number of such entries per unit
     is about ℓ (τ + ε E||x||) φ(0) 2 ≈ 0.1, so the paper's form works; with ε = 1e-2 it is about ℓ ε √d 0.8
     ≈ 70, and the true system becomes infeasible, while the margin form (zero set {v x < -τ}) is exact."""

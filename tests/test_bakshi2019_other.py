@@ -265,7 +265,7 @@ def test_pv_halfspace_estimator():
 
 def test_algorithm8_selects_oracle_and_is_competitive():
     """E = Student-t(2) + bias 0.5, independent of X. With the oracle (SU*)^† among perturbed distractors
-    the selection by residual picks it and ||A - U f(VX)||_F / ||E||_F <= 1 (spec 004 §5.5 measured 0.995)."""
+    the selection by residual picks it and ||A - U f(VX)||_F / ||E||_F <= 1 (measured 0.995)."""
     net = nr.random_network(10, 3, 20, rng=0).canonical()
     g = np.random.default_rng(2)
     X = g.standard_normal((20_000, 10))
@@ -483,7 +483,7 @@ def test_bad_inputs_raise_clear_errors(case):
 def test_algorithm8_noisy_candidates_gaussian_sketch():
     """Default candidate generator ((S Û)^† from the noisy pipeline + perturbations) with a Gaussian sketch
     S (20 x 40, N(0, 1/k) entries, step 1) and heavy-tailed biased noise E = t_3 + 0.5 independent of X:
-    the selected network is competitive, ||A - U f(VX)||_F <= ||E||_F (spec 004 §5.5 measured 0.995 with
+    the selected network is competitive, ||A - U f(VX)||_F <= ||E||_F (measured 0.995 with
     an oracle), and the directions carry the right signs (the labels sign(M S A) are positive where the unit
     is active) with an error of the PV estimator's order, well below 0.3 at n = 5000 (measured 0.19)."""
     net = nr.random_network(8, 2, 40, rng=0).canonical()

@@ -332,7 +332,7 @@ def test_compare_learners_reads_applies_to():
 # ------------------------------------------------------------------------------------ errata 2 and 8
 
 def test_order2_slice_combination_is_indefinite_unless_one_sign():
-    """Erratum 2 (spec 004 §2.4.2 item 2): M_2(θ) = c_2 sum_j <θ, U*_j> V*_j^T V*_j restricted to the span is
+    """Erratum to Algorithm 4 (whitening): M_2(θ) = c_2 sum_j <θ, U*_j> V*_j^T V*_j restricted to the span is
     definite iff all <θ, U*_j> share one sign (Sylvester's law of inertia), so JSA15's PSD whitening of a
     random M_2(θ) is invalid; nnrecover.tensor.whiten refuses such a matrix, and the "whiten"
     decomposition only whitens a checked definite combination (population moments, round-off)."""
@@ -373,7 +373,7 @@ def test_ica_sources_are_super_gaussian_and_signs_fixed_by_skewness():
     var = m2 - m1 ** 2
     skew = (m3 - 3 * m1 * m2 + 2 * m1 ** 3) / var ** 1.5
     kurt = (m4 - 4 * m1 * m3 + 6 * m1 ** 2 * m2 - 3 * m1 ** 4) / var ** 2 - 3
-    assert skew == pytest.approx(1.64, abs=5e-3) and kurt == pytest.approx(2.41, abs=5e-3)   # spec 004 §2.3
+    assert skew == pytest.approx(1.64, abs=5e-3) and kurt == pytest.approx(2.41, abs=5e-3)   # skewness and kurtosis of the ReLU output
     net = nr.random_network(6, 3, 4, rng=4, rows="orthonormal").canonical()
     X, Y = nr.sample(net, GAUSS(6), 50_000, rng=5)
     M, diag = ica_unmixing(X, Y, 3, rng=0)

@@ -2,7 +2,7 @@
 
 Exactness tests use antithetic samples (every x with -x): the empirical law is then exactly symmetric,
 every identity of the paper (Lemmas 1-10) holds for the empirical measure, and the algorithms must
-recover the teacher to round-off (spec 003 section 2.13).
+recover the teacher to round-off (Theorems 4-6 on exact moments).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def test_linearization_T_vecstar_equals_f(rng, noise_correction):
         u = rng.standard_normal(k)
         f = ge.detector_value(X, Y, u, noise_correction=noise_correction)
         np.testing.assert_allclose(T @ sy.vec_star(np.outer(u, u)), f, atol=1e-12 * np.abs(f).max())
-    # the factor 2 on the off-diagonal columns (spec 2.2 step 7) is needed: without it Eq. 10 fails
+    # the factor 2 on the off-diagonal columns (Eq. 10's vech packing) is needed: without it Eq. 10 fails
     iu = np.triu_indices(k)
     T_wrong = T / np.where(iu[0] == iu[1], 1.0, 2.0)
     assert np.abs(T_wrong @ sy.vec_star(np.outer(u, u)) - f).max() > 1e-3 * np.abs(f).max()

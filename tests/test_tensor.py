@@ -126,7 +126,7 @@ def test_jennrich_exact_symmetric(n, p, r):
 @pytest.mark.parametrize("p_kind", ["d", "d2"])
 def test_jennrich_exact_ell2_shapes(p_kind):
     # Awasthi et al. ell = 2: T = sum beta_i (w_i⊗w_i) ⊗ (w_i⊗w_i) ⊗ z_i, n = d^2, z_i = w_i or w_i⊗w_i,
-    # overcomplete m > d (spec 001 §3.1)
+    # overcomplete m > d (Jennrich needs linearly independent factors only in the flattened modes)
     d, m = 5, 8
     rng = np.random.default_rng(7)
     W = rng.standard_normal((d, m))

@@ -4,7 +4,7 @@ Every learner built on a provable algorithm can finish with this step (``refine=
 gradient-descent baseline is nothing but random starts followed by it. The provable algorithms give a
 start inside the basin of the true parameters; local optimisation then removes the estimation error
 that the moment-based method leaves (for noiseless data, down to round-off). This is the "optional
-refinement" of specs/001 section 6.1 item 3 and the local-convergence regime of Awasthi et al.
+refinement" of the learners' provable estimates and the local-convergence regime of Awasthi et al.
 Appendix B (Prop. B.1: the population squared loss is a sum of tensor-decomposition objectives), applied
 on the empirical loss.
 

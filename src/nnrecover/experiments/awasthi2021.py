@@ -1,4 +1,4 @@
-"""Experiments for Awasthi, Tang, Vijayaraghavan 2021 (the paper itself reports none; specs/001 section 5).
+"""Experiments for Awasthi, Tang, Vijayaraghavan 2021 (the paper itself reports none: these check its theorems' claims).
 
 ``awasthi2021-samples``
     Must show 2 and 3 of issue 3. (a) Noiseless samples, d = 10, m = 5, biases U[-1.5, 1.5],

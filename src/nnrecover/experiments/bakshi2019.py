@@ -1,4 +1,4 @@
-"""Experiments for Bakshi, Jayaram, Woodruff (COLT 2019). The paper reports no experiments (spec 004 §4);
+"""Experiments for Bakshi, Jayaram, Woodruff (COLT 2019). The paper reports no experiments;
 these measure its claims with the implementation in :mod:`nnrecover.learners.bakshi2019`.
 
 ``bakshi2019-exact``

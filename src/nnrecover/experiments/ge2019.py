@@ -1,6 +1,6 @@
 """Experiments of Ge, Kuditipudi, Li, Wang (ICLR 2019), Section 4: Figures 2, 3 and 4.
 
-Common protocol (paper Section 4 and spec 003 section 4.1): ``A`` and ``W`` are random orthonormal
+Common protocol (paper Section 4): ``A`` and ``W`` are random orthonormal
 ``k x k`` / ``k x d`` matrices (Haar, :func:`scipy.stats.ortho_group`) with ``d = k`` and ``k`` outputs,
 no biases; every point averages 5 trials, each with a fresh teacher and fresh i.i.d. samples (not
 antithetic). Two stages of :class:`nnrecover.learners.PureNeuronLearner` are reported per trial:
@@ -98,7 +98,7 @@ def conditioned_matrix(k: int, kappa: float, gen: np.random.Generator) -> np.nda
     """``U Sigma V^T`` with Haar ``U``, ``V`` and ``Sigma_ii = lambda^{-i}``, ``lambda = kappa^{1/(k-1)}``.
 
     The condition number is ``lambda^{k-1} = kappa`` (paper Section 4.3). Note ``sigma_1 = 1/lambda``,
-    so the scale shrinks as ``kappa`` grows (spec 003 section 4.4).
+    so the scale shrinks as ``kappa`` grows (Section 4, Figure 4).
     """
     kappa = float(kappa)
     lam = kappa ** (1.0 / (k - 1)) if k > 1 else 1.0

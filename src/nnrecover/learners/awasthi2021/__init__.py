@@ -3,7 +3,7 @@
 
 Every algorithm of the paper is a plain function here (re-exported from the private package
 :mod:`nnrecover.learners.awasthi2021`) and :class:`HermiteTensorLearner` wraps them into a
-scikit-learn style estimator. Specification with the paper's errata: specs/001.
+scikit-learn style estimator. The paper's errata, implemented in corrected form, are on the docs' errata page.
 
 ==================================  =====================================  ==============================
 paper                               function                               notes

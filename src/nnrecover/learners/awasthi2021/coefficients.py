@@ -1,7 +1,7 @@
 """Hermite coefficient tensors ``f^_k = E[f(x) He_k(x)]`` for the Awasthi et al. learner: exact
 (Lemma 3.5) or estimated from samples (eq. (6)), in a small space (internal).
 
-Design (specs/001 sections 2.4, 2.5 and 6.1 item 10):
+Design (Lemma 3.5 and the estimator of eq. (6)):
 
 * order ``l = 1``: every tensor is projected onto the ``m``-dimensional range of ``T_2`` (which is
   ``span{w_i}``: ``f^_2 = sum_i a_i phi(b_i) w_i w_i^T`` and ``phi > 0``). For a matrix ``P`` with
@@ -17,7 +17,7 @@ Raw moments ``S_r = (1/N) sum y z^{(x) r}`` are accumulated packed over multiset
 moment once (:meth:`~.symtensor.Monomials.add_moment_sums`: one small GEMM per coordinate of ``z``),
 per row group (blocks of 4096 rows dealt to 8 groups in turn; even groups form half A, odd ones
 half B); the halves give the split-sample spectral noise estimates of Algorithm 4's thresholds
-(specs/001 section 3.5), the groups the standard deviations of the scalar estimates, and their sum
+(the noise-adaptive thresholds of Algorithm 4), the groups the standard deviations of the scalar estimates, and their sum
 the estimate itself. Hermite tensors are assembled from raw moments by the matching
 formula (:func:`~.symtensor.hermite_from_raw`).
 """
@@ -74,7 +74,7 @@ class HermiteCoefficients:
     residual_second_moment : float
         ``E[(y - p(x))^2]`` for the control variate ``p`` the estimates used (see
         :func:`estimate_coefficients`); equals ``y_second_moment`` without one. It sets the variance of
-        rank-one contractions (specs/001 section 2.5).
+        rank-one contractions (eq. (6)).
     noise : dict k -> float
         Spectral noise ``sigma^_k`` of the flattening used for rank selection (``k = 2l+1``:
         ``flatten(T_k, l, l+1)``; ``k = 2l+2``: ``flatten(T_k, l, l+2)``; other ``k``:
@@ -144,7 +144,7 @@ class HermiteCoefficients:
 
     def rank_one_std(self, k: int) -> float:
         """Standard deviation of a rank-one contraction ``T_k(u, ..., u)`` for a unit ``u`` if ``r`` and
-        ``He_k(u.z)`` were independent: ``sqrt(E[r^2] k! / N)`` (specs/001 section 2.5), with ``r = y - p(x)``
+        ``He_k(u.z)`` were independent: ``sqrt(E[r^2] k! / N)`` (the variance of eq. (6)), with ``r = y - p(x)``
         the residual of the control variate for ``k >= 3`` and ``r = y`` otherwise; 0 for exact
         coefficients. With the control variate the residual is concentrated along the ``w_i`` and this
         underestimates the error of contractions along them (measured 1.2-5.5x): prefer

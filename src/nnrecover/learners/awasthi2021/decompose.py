@@ -18,7 +18,7 @@ Jennrich's algorithm                                       :func:`nnrecover.tens
                                                            ``HermiteRecovery.W`` (input space)
 =========================================================  ==========================================
 
-Noise-adaptive thresholds (default, specs/001 section 3.5): ``eta_1 = eta_2 = snr * sigma^_K`` with the
+Noise-adaptive thresholds (default; the eta_1, eta_2 of Algorithm 4 set from the measured noise): ``eta_1 = eta_2 = snr * sigma^_K`` with the
 split-sample spectral noise ``sigma^_K`` of the flattening, ``eta_3 = 0.25``; candidates are
 deduplicated up to sign in decreasing SNR order, so a unit seen by both tensors keeps the better
 estimate. The paper's thresholds (Theorem D.1 chain) are :func:`paper_thresholds`.
@@ -123,7 +123,7 @@ def paper_thresholds(epsilon: float, bound: float, m: int, order: int, s_min: fl
 
 
 def read_units(X: np.ndarray, order: int, n: int) -> np.ndarray:
-    """Step 5(a) of the Jennrich read-off (specs/001 section 3.1): ``u_i`` from ``x_i ~ +-u_i^{(x) l}``.
+    """The read-off after Jennrich's algorithm (Claim 4.4): ``u_i`` from ``x_i ~ +-u_i^{(x) l}``.
 
     ``l = 1``: ``u_i = x_i``. ``l >= 2``: top left singular vector of ``reshape(x_i, n, n^{l-1})``
     (Claim D.6 makes this stable). ``X`` has the factors as columns; returns unit rows.
@@ -161,7 +161,7 @@ def _tensor_candidates(coeffs: HermiteCoefficients, K: int, order: int, m: int, 
         warnings.simplefilter("always", CertificateWarning)
         if decomposer == "joint":
             # Jennrich's pencil on random combinations of all slices, then ALS over all n^{K-2l}
-            # slices T(., ., e_c) jointly ([S]: specs/001 section 6.1 item 3; averages the slice noise)
+            # slices T(., ., e_c) jointly (not in the paper: averaging the slice noise beats one random pair)
             res = joint_diagonalize(np.moveaxis(T3, 2, 0), k, rng=rng, n_draws=n_draws, symmetric=True,
                                     rank_tol=0.0)
             jd = dict(res.diagnostics)
@@ -181,7 +181,7 @@ def _tensor_candidates(coeffs: HermiteCoefficients, K: int, order: int, m: int, 
     diag["jennrich_warnings"] = [str(w.message) for w in caught]
     U = read_units(res.factors[0], order, n)
     alpha, cond = gram_lstsq(U, coeffs.rank_one(K, U), K)
-    if K % 2:  # (alpha', u) ~ (-alpha', -u): convention alpha' >= 0 (specs/001 section 3.1 step 6)
+    if K % 2:  # (alpha', u) ~ (-alpha', -u): convention alpha' >= 0 (the sign is fixed later by FIXSIGNS, Algorithm 3)
         flip = np.where(alpha < 0, -1.0, 1.0)
         U, alpha = U * flip[:, None], alpha * flip
     diag["gram_condition"] = cond
@@ -287,7 +287,7 @@ def _zeta_std(coeffs: HermiteCoefficients, U: np.ndarray, j: int) -> np.ndarray:
     variate the residual ``r`` is concentrated along the ``w_i`` themselves, so the independence
     formula below was measured 1.2-5.5x too small). Otherwise (``j = 2``, whose full estimate is not
     grouped): :meth:`HermiteCoefficients.rank_one_std` (``sqrt(E[y^2] j! / N)`` for ``j = 2``) per
-    rank-one contraction (specs/001 section 2.5), propagated through ``(G^{o j})^{-1}`` (diagonal)."""
+    rank-one contraction (eq. (6)), propagated through ``(G^{o j})^{-1}`` (diagonal)."""
     if j <= 1:
         return np.zeros(U.shape[0])
     G_inv = linalg.pinvh((U @ U.T) ** j)
@@ -306,7 +306,7 @@ def _scalar_filter(coeffs: HermiteCoefficients, U: np.ndarray, order: int, sc, m
     ``sigma_b = sqrt(s_{q+1}^2 + (q-2)^2 s_{q-1}^2 + b~^2 s_q^2) / |zeta_q|`` (``s_j`` the standard
     deviation of ``zeta_j``), and ``a~ ~ zeta_q exp(b~^2 / 2) / He_{q-2}(b~)`` gives
     ``rel(a~) ~ s_q / |zeta_q| + |b~ - He'_{q-2}/He_{q-2}| sigma_b``. This is what blows up for large
-    ``|b|`` (``exp(b^2/2)``, specs/001 section 6.1 item 5): such units go to the linear part instead.
+    ``|b|`` (``exp(b^2/2)`` in RECOVERSCALARS): such units go to the linear part instead.
     """
     ok = np.isfinite(sc.a) & np.isfinite(sc.b) & (np.abs(sc.b) <= max_bias)
     rel = np.zeros(U.shape[0])
@@ -348,13 +348,13 @@ def algorithm4(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, thresh
         Random slice pairs per Jennrich call (best kept).
     max_bias : float
         Units with ``|b~| > max_bias`` are dropped (left to the linear part of Algorithm 5):
-        guards the ``exp(b^2/2)`` amplification of RECOVERSCALARS (specs/001 section 6.1 item 5).
+        guards the ``exp(b^2/2)`` amplification of RECOVERSCALARS.
     scalar_snr : float
         From samples, drop units whose ``a~`` has a predicted relative error above ``1 / scalar_snr``
         (first-order propagation of the contraction noise through RECOVERSCALARS).
     max_gram_condition : float
         If a Gram matrix of RECOVERSCALARS is worse conditioned, the lower-SNR unit of the closest
-        pair is removed and the read-out repeated (specs/001 section 3.5).
+        pair is removed and the read-out repeated (Algorithm 4, step 4).
     single_tensor : {None, "odd", "even"}
         Ablation: decompose only ``T_{2l+1}`` ("odd") or ``T_{2l+2}`` ("even") instead of both.
     decomposer : {"joint", "jennrich"}
@@ -435,7 +435,7 @@ def _apply_fixsigns(coeffs: HermiteCoefficients, rec: HermiteRecovery, *, consis
     the ``n_hidden`` units was recovered, a unit with ``|z_i| > 1 + 3 std`` is not explained by ``T_1``
     -- its direction or scalars are wrong (it also spoils the other units' ``z`` through the
     least-squares coupling). The most inconsistent such unit is left to the linear part, the scalars of
-    the others are recomputed, and FIXSIGNS stops (specs/001 section 3.4 [S]). With units missing, the
+    the others are recomputed, and FIXSIGNS (Algorithm 3) stops. With units missing, the
     undetected (nearly linear, large ``|b|``) units add their own ``a_j Phi(b_j) w_j`` to ``T_1``, so
     ``|z_i| > 1`` says nothing against unit ``i``: it is kept (flagged ``consistent = False``). Its sign
     matters little then: the output carries a linear part (closed form or Algorithm 5), which absorbs
@@ -513,7 +513,7 @@ def algorithm1(coeffs: HermiteCoefficients, order: int, n_hidden: int, *, rng=No
 
 def complete_units(coeffs: HermiteCoefficients, rec: HermiteRecovery, order: int, n_hidden: int, *, rng=None,
                    n_draws: int = 5, dedup: float = 0.25, max_bias: float = 4.0) -> HermiteRecovery | None:
-    """Candidate units for the ones Algorithm 4 did not detect ([S], used only by ``refine=True``).
+    """Candidate units for the ones Algorithm 4 did not detect (beyond the paper, used only by ``refine=True``).
 
     Each of ``T_{2l+1}``, ``T_{2l+2}`` is decomposed with the largest rank ``min(m, n^l)`` regardless of
     the noise threshold; components farther than ``dedup`` (up to sign) from every known unit are

@@ -225,7 +225,7 @@ class HermiteTensorLearner(BaseLearner):
         Target accuracy and ``B`` for ``thresholds="paper"`` (``epsilon`` also sets Algorithm 5's
         truncation radius, default 1e-2).
     max_bias : float, default 4.0
-        Recovered units with ``|b| > max_bias`` are left to the linear part (specs/001 section 6.1 item 5).
+        Recovered units with ``|b| > max_bias`` are left to the linear part (RECOVERSCALARS amplifies their noise by ``exp(b^2/2)``).
     decomposer : {"joint", "jennrich"}
         "joint" (default): Jennrich's pencil, then least squares over all slices; "jennrich": the
         paper's single pencil.
@@ -242,7 +242,7 @@ class HermiteTensorLearner(BaseLearner):
         needs the signs, so order 1 only; no pass over the data). "auto": closed form for order 1,
         regression for order 2.
     feature_map : {"reduced", "coordinated", "general"}
-        Algorithm 5 features (specs/001 section 3.6).
+        Algorithm 5 features.
     regression_rows : {"all", "second_half"}
         Rows of the Algorithm 5 regression; the paper uses the half not used for the tensors.
     range_method : {"auto", "full", "sketch"}

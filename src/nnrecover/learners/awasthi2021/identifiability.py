@@ -2,7 +2,7 @@
 Theorem 3.4 (corrected second equation), the construction of Claim 4.8, the smoothed instances of
 Appendix E with ``s_m(W^{(.)l})``, and the root-separation constant of Lemma 4.3 (corrected).
 
-Erratum E3 (specs/001 section 8): a sign vector ``xi`` (flip set ``F = {i : xi_i = -1}``) gives the same
+Erratum to eq. (2) of Theorem 3.4 (docs errata page): a sign vector ``xi`` (flip set ``F = {i : xi_i = -1}``) gives the same
 function iff
 
     sum_{i in F} a_i w_i = 0   and   sum_{i in F} a_i b_i = 0,
@@ -135,7 +135,7 @@ def khatri_rao_smin(W: Any, order: int) -> float:
 
 
 def adversarial_weights(kind: str, d: int, m: int, rng=None, *, spread: float = 0.05) -> np.ndarray:
-    """Degenerate weight matrices for the smoothed analysis (specs/001 section 3.8), unit rows.
+    """Degenerate weight matrices for the smoothed analysis (Appendix E), unit rows.
 
     ``"subspace"``: every row in one random 2-D subspace (``W^{(.)2}`` has rank <= 3);
     ``"clustered"``: rows in ``ceil(m / 3)`` tight clusters of angular width ``spread``;

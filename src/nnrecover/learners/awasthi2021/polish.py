@@ -1,4 +1,4 @@
-"""Hermite-loss polish of recovered units (internal; an [S] extension, run only with ``refine=True``).
+"""Hermite-loss polish of recovered units (internal; an extension beyond the paper, run only with ``refine=True``).
 
 Appendix B of Awasthi et al. (Prop. B.1): the population squared loss of a model network ``g`` is
 

@@ -15,7 +15,7 @@ paper                                            here
 ``kappa(b, c, rho) = E[relu(z1) relu(z2)]``      :func:`nnrecover.metrics.relu_kernel`
 ===============================================  ===========================================
 
-Feature maps (specs/001 section 3.6): ``"general"`` (Lemma D.12: 8 features per unit,
+Feature maps (Algorithm 5): ``"general"`` (Lemma D.12: 8 features per unit,
 ``xi_3 a~_j relu(xi_1 w~_j^T x + xi_2 b~_j)``), ``"coordinated"`` (footnote 4: 2 per unit,
 ``a~_j relu(+-(w~_j^T x + b~_j))``) and ``"reduced"`` (default, 1 per unit): since
 ``relu(-z) = relu(z) - z`` and ``(x, 1)`` are features, ``{relu(z_j), x, 1}`` spans the same space as
@@ -398,7 +398,7 @@ def population_regression(units, truth, *, linear: str = "output_bias", rcond: f
 
 
 def linear_correction(units, t0: float, t1: Any, *, linear: str = "output_bias"):
-    """Closed-form low-L2 network when the signs are known (specs/001 section 3.6):
+    """Closed-form low-L2 network when the signs are known (Algorithm 5, linear part in closed form):
     ``g = sum_S a~ relu(w~ x + b~) + (T_1 - sum_S a~ Phi(b~) w~)^T x + (T_0 - sum_S a~ c_0(b~))``.
 
     The bracket terms are the best linear approximation ``h^_0 + h^_1^T x`` of the residual ``h``

@@ -14,7 +14,7 @@ paper                                       here
 ``z_i`` in FIXSIGNS                         ``SignFix.z``, ``z*_i = xi_i Phi(b_i)``
 ==========================================  ==========================================
 
-Erratum E1 (specs/001 section 8): the printed Algorithm 2 for ``l > 1`` uses the multiplier ``q`` and
+Erratum to Algorithm 2 (docs errata page): the printed Algorithm 2 for ``l > 1`` uses the multiplier ``q`` and
 ``He_q``; Lemma 4.5 applied to ``gamma_t = zeta_{t+2}`` gives ``q - 2`` and ``He_{q-2}``:
 
     b~ = -(zeta_{q+1} + (q - 2) zeta_{q-1}) / zeta_q,
@@ -77,7 +77,7 @@ def gram_lstsq(U: Any, values: Any, j: int, *, rcond: float = 1e-13) -> tuple[np
 
     With ``G = U U^T`` the normal equations are ``(G^{o j}) zeta = r``, ``r_i = T_j(u_i, ..., u_i)``
     (``G^{o j}`` the entrywise power), exactly equivalent to the paper's ``vec`` system
-    (specs/001 section 3.0) and needing only rank-one contractions.
+    (the Gram least squares of Algorithms 2 and 5) and needing only rank-one contractions.
 
     Parameters
     ----------

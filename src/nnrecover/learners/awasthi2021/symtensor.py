@@ -7,12 +7,12 @@ order ``<= 2l + 2`` are cheap (``m**4`` or ``d**6`` entries) and make every late
 slices, rank-one contractions, Gram least squares, split-sample noise estimates -- a matter of
 reshapes, with no further pass over the data.
 
-Symbols (specs/001 sections 2.2 and 2.5):
+Symbols (Definition A.2 and eq. (6)):
 
 * raw moment ``S_r = (1/N) sum_n y_n z_n^{(x) r}``, stored packed over multisets (monomials)
   while accumulating and unpacked here;
 * Hermite tensor ``T_k = sum_j (-1)^j sum_{j-matchings M} I^{(x) j} (x) S_{k-2j}`` (the matching /
-  Wick form, specs/001 section 2.2 form 2), assembled by :func:`nnrecover.hermite.assemble_hermite_tensor`.
+  Wick form of Definition A.2), assembled by :func:`nnrecover.hermite.assemble_hermite_tensor`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ __all__ = ["rank_one_sum", "contract_rank_one", "Monomials", "hermite_from_raw"]
 
 def hermite_from_raw(raw: dict[int, np.ndarray], k: int) -> np.ndarray:
     """``T_k`` (dense ``n**k``) from dense raw moments ``S_r = E[y z^{(x) r}]``, ``r = k, k-2, ...``
-    (matching form of specs/001 section 2.2, via :func:`nnrecover.hermite.assemble_hermite_tensor`)."""
+    (matching form of Definition A.2, via :func:`nnrecover.hermite.assemble_hermite_tensor`)."""
     if k == 0:
         return np.asarray(raw[0], dtype=np.float64).copy()
     return assemble_hermite_tensor({r: raw[r] for r in range(k, -1, -2)}, k)

@@ -35,7 +35,7 @@ certificate of a returned network (not in paper)   :func:`unit_error_bound` (Gau
                                                    region; ``max_unit_error`` of both learners)
 =================================================  =====================================================
 
-Errata of the paper, implemented in corrected form (spec 004 §5.3), each with a test in
+Errata of the paper, implemented in corrected form (also on the docs' errata page), each with a test in
 ``tests/test_bakshi2019_*.py``:
 
 * Algorithm 4 uses the order-3 score tensor, whose expectation is ``c_3(f) sum_j <θ, U*_j> V*_j^{⊗3}`` and

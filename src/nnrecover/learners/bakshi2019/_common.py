@@ -128,7 +128,7 @@ def row_space_basis(Y_bar: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Orthonormal basis ``B`` (k, ℓ) of the paper's rowspan(Ā) (= column span of ``Y_bar``).
 
     The paper takes k linearly independent rows of Ā; the top-k right singular vectors of Ā span the
-    same space when rank(Ā) = k and are better conditioned (spec 004 §2.1 step 1, §2.2 R0).
+    same space when rank(Ā) = k and are better conditioned (Algorithm 2; the null-space read-out of Lemma 10).
 
     Returns
     -------
@@ -182,10 +182,10 @@ def fit_unit(y_pos: np.ndarray, X_pos: np.ndarray, act: Activation) -> tuple[np.
     Appendix 9.1 for a rectified ``φ``: ``φ^{-1}((W_i)_S) = V_i X̄_S``.
 
     * ReLU and ``relu_power(p)`` (homogeneous of degree q): ``φ^{-1}(y / c) = c^{-1/q} φ^{-1}(y)``, so the
-      scale passes through and the row is normalised to unit norm (spec 004 §2.11 (ii)).
+      scale passes through and the row is normalised to unit norm (Appendix 9.1).
     * Non-homogeneous ``φ`` (e.g. ``exp_minus_one``): the row norm is identifiable and ``c`` is not
       known. ``c`` is found by a 1-D search on ``log c`` minimising the relative least-squares residual
-      of ``φ^{-1}(y_S / c) ∈ rowspace(X̄_S)`` (spec 004 §2.11 (i)); the row is not normalised.
+      of ``φ^{-1}(y_S / c) ∈ rowspace(X̄_S)`` (Appendix 9.1); the row is not normalised.
 
     Returns
     -------

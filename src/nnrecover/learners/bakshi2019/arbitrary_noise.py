@@ -3,14 +3,14 @@
 Model: ``A = U* f(V* X) + E`` with any ``E`` independent of ``X`` (heavy tails, bias, structure). Goal:
 ``||A - U f(V X)||_F <= ||E||_F + O([σ ε √(nm) ||E||_2]^{1/2})`` (Theorem 13).
 
-Algorithm 8, as implemented (spec 004 §2.9):
+Algorithm 8, as implemented:
 
 1. Sketch ``S`` (r x m) with i.i.d. ``N(0, 1/k)`` entries (a subspace embedding for col(U*), Prop. 4);
-   [S] ``S = I_m`` when ``m <= 100 k``.
+   ``S = I_m`` when ``m <= 100 k``.
 2. Candidates ``M`` (k x r) for ``(S U*)^{-1}``. The paper enumerates every matrix with entries
    ``(1/σ_min)(1 + ε^4/(c k^4))^{-i}``, ``0 <= i <= c' k^8 ε^{-8} κ^8`` — ``ν = 2^{O(k^2 log(kκ/ε))}``
    matrices, astronomically many even for k = 1: **the exhaustive grid is infeasible beyond toy sizes**.
-   The grid as written is also positive only, while ``(S U*)^{-1}`` has entries of both signs; [S] the
+   The grid as written is also positive only, while ``(S U*)^{-1}`` has entries of both signs; the
    grid here includes ``±`` and 0 (erratum 7). Candidate generators: :func:`grid_candidates` (toy sizes,
    refuses beyond ``max_candidates``), ``"noisy"`` (``(S Û)^†`` from the noisy pipeline plus random
    perturbations), or any explicit list (e.g. an oracle ``(S U*)^† + Λ`` in tests).
@@ -24,7 +24,7 @@ Algorithm 8, as implemented (spec 004 §2.9):
 
 The recovered ``V`` has ``O(n^{-1/4})``-type accuracy (Theorem 12), not exact. The paper's guarantee
 (Eq. (3) / Theorem 13) is stated with ``σ_max(U*)`` in the introduction and ``σ_min(U*)`` in Section 7; the
-proof rescales ``ε`` by ``1/(κ^2 k)`` and ends with ``σ_min`` (spec 004 §2.9, erratum 7).
+proof rescales ``ε`` by ``1/(κ^2 k)`` and ends with ``σ_min`` (Algorithm 8, erratum 7).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def grid_candidates(k: int, r: int, *, sigma_min: float, levels: int, ratio: flo
     count = (2 * levels + 1) ** (k * r)
     if count > max_candidates:
         raise InputError(f"the exhaustive grid has (2 levels + 1)^(k r) = {count} candidates (> max_candidates="
-                         f"{max_candidates}); the paper's grid is infeasible beyond toy sizes (spec 004 §2.9). Use "
+                         f"{max_candidates}); the paper's grid is infeasible beyond toy sizes (Algorithm 8). Use "
                          "candidates='noisy' or pass explicit candidates.")
     mags = (1.0 / sigma_min) * ratio ** (-np.arange(levels, dtype=float))
     values = np.concatenate([[0.0], mags, -mags])
@@ -130,7 +130,7 @@ def algorithm8(X: Any, Y: Any, n_hidden: int, *, candidates: "str | Iterable" = 
         :func:`.noisy.noisy_pipeline` and ``n_perturb`` multiplicative perturbations of relative size
         ``perturb_scale``; "grid": :func:`grid_candidates` with ``grid_options``.
     sketch : "auto", "identity", "gaussian" or array (r, m)
-        ``S``; "auto" is the identity when ``m <= 100 k`` (spec 004 Appendix C), else Gaussian.
+        ``S``; "auto" is the identity when ``m <= 100 k`` (a sketch only pays when there are many more outputs than units), else Gaussian.
     smoothing : bool, default True
         Add the Gaussian ``G`` (step 3a) with ``η = 2^j ||M S A||_F / √n`` for ``n_guesses`` values of j
         (plus the unsmoothed labels); without it only unsmoothed labels are used.

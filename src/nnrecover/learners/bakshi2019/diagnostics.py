@@ -1,4 +1,4 @@
-"""Diagnostics of the combinatorial facts behind the exact algorithms (spec 004 F29).
+"""Diagnostics of the combinatorial facts behind the exact algorithms (Lemmas 7, 8, 19, 21).
 
 * Lemma 8: for a Gaussian column x, ``Pr[(V x)_i < 0 < (V x)_j] = θ_ij / (2π)`` (θ_ij the angle between
   rows i and j), so every ordered pair of units "disagrees" on a constant fraction of columns;

@@ -10,7 +10,7 @@ patterns of ``f(V* X̄)`` on ℓ refinement samples ``X̄``:
 * (F4) on the support ``S`` of row ``i``, ``(W_i)_S = V_i X̄_S`` (``φ^{-1}`` applied for other rectified
   activations, Appendix 9.1) has a unique solution once ``|S| >= d``.
 
-Primitive R0 (spec 004 §2.2): :func:`row_from_zero_set` finds the row-span vector vanishing on a zero
+Primitive R0 (Algorithm 5 step 3, Lemma 10): :func:`row_from_zero_set` finds the row-span vector vanishing on a zero
 set, by the SVD of the basis restricted to that set, with the null-space certificate
 ``σ_k(B_Z)/σ_1(B_Z)`` (solvable) and ``σ_{k-1}(B_Z)/σ_1(B_Z)`` (unique up to scale).
 
@@ -21,10 +21,10 @@ Two forms of Algorithm 5 (:func:`algorithm5`):
     w_r = 1`` solved in order, FAIL if both or neither sign is solvable, then ``z_i X̄_S = (w Ā)_S``.
     Correct when no true positive entry of ``f(V*_i X̄)`` lies below ``τ + |(v_i - V*_i) x_j|``. In
     floating point with ``ε = ||v_i - V*_i||`` around 1e-2 this fails for any ℓ large enough to
-    determine the systems (erratum 15 / pitfall 3 of spec 004 §5.3): a true positive in ``(0, τ]``
+    determine the systems (see the errata page): a true positive in ``(0, τ]``
     is put in the zero set and the true system becomes infeasible.
 
-``form="margin"`` (the robust variant R2' of spec 004 §2.4.3, recommended)
+``form="margin"`` (a robust variant of Algorithm 5, recommended)
     ``Pos_i = {v_i x_j > τ}``, ``Neg_i = {v_i x_j < -τ}``, the ambiguous band ``|v_i x_j| <= τ`` is
     dropped; sign ``+`` uses zero set ``Neg_i`` and positive set ``Pos_i``, sign ``-`` swaps them. The
     right sign has null ratio at round-off, the wrong one Θ(1). ``τ`` climbs a ladder of quantiles of
@@ -54,7 +54,7 @@ from ._common import (EPS, ExactResult, check_hidden_estimate, check_rectified, 
 __all__ = ["row_from_zero_set", "algorithm5", "refine_from_unmixing", "refine_from_output_weights",
            "MARGIN_QUANTILES", "certify_or_raise"]
 
-#: τ ladder of the margin form: quantiles of |v_i X̄| (spec 004 §2.4.3 suggests 5% to 50%; the upper
+#: τ ladder of the margin form: quantiles of |v_i X̄| (Algorithm 5 suggests 5% to 50%; the upper
 #: rungs serve approximate weights with errors up to ~0.4)
 MARGIN_QUANTILES = (0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
@@ -66,7 +66,7 @@ def row_from_zero_set(B: np.ndarray, zero: np.ndarray, positive: np.ndarray | No
     Solves ``(w B)_j = 0`` for ``j`` in ``zero`` (``w ∈ R^k``, ``B`` a (k, ℓ) orthonormal basis of the
     row span) through the SVD of ``B_Z``: ``w`` is the left singular vector of the smallest singular
     value. The paper normalises ``w_r = 1`` and tries r = 1..k; the SVD gives the same solution with a
-    scale-free certificate (spec 004 §2.2, R0 step 2).
+    scale-free certificate (Algorithm 5 step 3, Lemma 10).
 
     Parameters
     ----------
@@ -199,7 +199,7 @@ def algorithm5(V_approx: Any, X_bar: Any, Y_bar: Any, *, activation: Any = "relu
         Rows ``v_i`` with ``||v_i - ξ_i V*_i|| <= ε`` for unknown signs ``ξ_i ∈ {±1}`` (normalised here).
     X_bar : array (ℓ, d)
         Refinement inputs (the paper's first ℓ columns of X). For the margin form they should be
-        independent of ``V_approx`` (sample splitting, spec 004 §2.4.3).
+        independent of ``V_approx`` (sample splitting, Algorithm 5).
     Y_bar : array (ℓ,) or (ℓ, m)
         Noiseless outputs ``Ā^T = f(X̄ V*^T) U*^T``; ``U*`` of full column rank ``k <= m``.
     activation : str or Activation, default "relu"
@@ -330,9 +330,9 @@ def _unit_threshold(i, t, B, X_bar, act, tau, tol_null, tol_consistency, ell) ->
         sols[q] = (S, _paper_system(B, ~S, tol_null))
     solv = [q for q in "+-" if sols[q][1]["solvable"]]
     info = {"tau": tv, "residual_plus": sols["+"][1]["residual"], "residual_minus": sols["-"][1]["residual"]}
-    if len(solv) != 1:                         # step 4: FAIL if both (or, [S], neither) are solvable
+    if len(solv) != 1:                         # step 4: FAIL if both (or, our addition, neither) are solvable
         info.update(ok=False, v=None, reason="both signs solvable (FAIL)" if solv else
-                    "no sign solvable (a true positive entry fell below τ, spec 004 §5.3 pitfall 3)")
+                    "no sign solvable (a true positive entry fell below τ; see the errata of Algorithm 5)")
         return info
     q = solv[0]
     S, sol = sols[q]
@@ -363,7 +363,7 @@ def refine_from_unmixing(M: Any, X_bar: Any, Y_bar: Any, *, activation: Any = "r
     ``form="threshold"`` is the paper: entries of ``Z`` at most ``τ`` are rounded to 0 (step 4, default
     ``τ = 0.1 / ℓ``), each row's support gives the system of step 5 solved for the first solvable
     ``r``, rows flipped non-negative (step 7) and ``V`` from ``(W_i)_{S_i} = V_i X̄_{S_i}`` (step 8).
-    ``form="margin"`` is the bridge of spec 004 §2.3: ``v_i`` by least squares on the confidently
+    ``form="margin"`` is the bridge of Algorithm 3: ``v_i`` by least squares on the confidently
     positive entries of ``Z_i`` (top quarter), then :func:`algorithm5` in margin form; it avoids the
     requirement that no true positive entry falls below ``τ``.
 
@@ -435,7 +435,7 @@ def refine_from_unmixing(M: Any, X_bar: Any, Y_bar: Any, *, activation: Any = "r
 def refine_from_output_weights(U_approx: Any, X_bar: Any, Y_bar: Any, **options) -> ExactResult:
     """Exact recovery from approximate output weights ``Û ≈ U* Π D`` (Corollary 5, Remark 6).
 
-    The paper multiplies ``Ā`` by ``Û^{-1}`` (``Û^†`` when m > k, spec 004 §2.5) and runs Algorithm 3
+    The paper multiplies ``Ā`` by ``Û^{-1}`` (``Û^†`` when m > k, Corollary 5) and runs Algorithm 3
     steps 4-8 without the sketch ``T``; this is :func:`refine_from_unmixing` with ``M = Û^†``.
     ``D`` must be positive (column signs of ``Û`` right), as in Theorem 8.
     """

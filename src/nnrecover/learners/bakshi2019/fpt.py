@@ -6,14 +6,14 @@ positive-parallel columns (one class per unit), reads ``U_{:,i}`` off a represen
 ``w_i x_j = c_{i,j}`` on the class (``c_{i,j} > 0`` with ``A_{:,j} = c_{i,j} U_{:,i}``), normalises, and
 solves ``U f(V X) = A`` (unique since ``f(V* X)`` has rank k, Lemma 4, even when m < k).
 
-Corrected condition (spec 004 §2.8 erratum, erratum 6): the paper allows columns ``[u, -u]`` ("no two
+Corrected condition (erratum to Algorithm 7): the paper allows columns ``[u, -u]`` ("no two
 columns are non-negative multiples"), but then every sample with only units 0 and 1 active has output
 ``(f_0 - f_1) u``, parallel to ``±u``, and those 2-sparse columns fall into the classes of units 0 and
 1. The correct requirement is that **no two columns of U* are collinear (multiples of either sign)**,
 and the grouping uses ``c > 0`` only (the paper's step 2 says ``c != 0``). :func:`algorithm7` detects
 antipodal classes and raises :class:`~nnrecover.errors.AssumptionError` naming this condition.
 
-Grouping [S]: unit directions ``A_{:,j}/||A_{:,j}||`` are sorted by their projection on a random
+Grouping: unit directions ``A_{:,j}/||A_{:,j}||`` are sorted by their projection on a random
 direction and consecutive directions within ``tol`` (relative) are merged, then checked coordinate-wise:
 ``O(n m + n log n)``, not the ``O(n^2 m)`` pairwise comparison. Classes with fewer than ``d`` members
 cannot determine ``w_i`` ("insufficient samples"; Lemma 21 needs ``n = Ω(d log(k/δ) (kκ)^{2k})``; in
@@ -88,7 +88,7 @@ def _refuse_antipodal(Y: np.ndarray, classes: list) -> None:
             "opposite directions, so U* has columns [u, -c u] (c > 0): Algorithm 7 needs no two columns of "
             "U* to be collinear (scalar multiples of either sign). The paper's condition (no two columns are "
             "non-negative multiples) is insufficient: samples where only these two units are active give "
-            "outputs (f_i - f_j) u, parallel to ±u, which corrupt both classes (spec 004 §2.8 erratum; Bakshi "
+            "outputs (f_i - f_j) u, parallel to ±u, which corrupt both classes (erratum to Algorithm 7; Bakshi "
             "et al. Theorem 11).")
 
 
@@ -104,7 +104,7 @@ def algorithm7(X: Any, Y: Any, n_hidden: int | None = None, *, activation: Any =
         Noiseless outputs ``f(X V*^T) U*^T``; ``U*`` may have ``m < k`` (any m >= 1) but no two columns
         collinear (corrected condition, module docstring); ``V*`` of rank k.
     n_hidden : int, optional
-        ``k``; by default the number of classes with at least ``d`` members (k is read off, spec 004 §2.8).
+        ``k``; by default the number of classes with at least ``d`` members (k is read off, Algorithm 7).
     activation : str or Activation, default "relu"
         Rectified activation; ``c_{i,j} = U-scale * φ(V_i x_j)`` is inverted with ``φ^{-1}``.
     tol : float, default 1e-10
@@ -141,7 +141,7 @@ def algorithm7(X: Any, Y: Any, n_hidden: int | None = None, *, activation: Any =
     if m == 1 and k is not None and k > 1:
         raise AssumptionError("Algorithm 7 with one output (m = 1) can only work for k = 1: every output is a "
                               "non-negative multiple of the same direction, so the units cannot be told apart "
-                              "(the corrected condition needs non-collinear columns of U*, spec 004 §2.8).")
+                              "(the corrected condition needs non-collinear columns of U*, Algorithm 7).")
     classes, cinfo = parallel_classes(Y, tol=tol, rng=rng)
     big = [c for c in classes if c.size >= d]
     k_used = len(big) if k is None else k
@@ -154,7 +154,7 @@ def algorithm7(X: Any, Y: Any, n_hidden: int | None = None, *, activation: Any =
                          f"columns but needs {k_used or 'at least one'}: insufficient samples (Lemma 21 needs "
                          f"n = Ω(d log(k/δ) (kκ)^(2k)); about k 2^-k of the samples are 1-sparse). Pass more "
                          "samples. (If two columns of U* are positive multiples of each other, their units share one "
-                         "class and cannot be separated: the corrected condition of spec 004 §2.8 excludes it.)")
+                         "class and cannot be separated: the corrected condition of Algorithm 7 excludes it.)")
     chosen = big[:k_used]
     dirs = np.array([Y[c[0]] / np.linalg.norm(Y[c[0]]) for c in chosen])
     V = np.empty((k_used, d))

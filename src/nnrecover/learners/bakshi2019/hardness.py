@@ -1,6 +1,6 @@
 """Hardness and lower bounds as builders with checkers (Section 3: Theorem 2, Props 1-2; Lemma 16).
 
-NP-hardness chain (spec 004 §3.1): reversible 6-SAT (Definition 4, Prop 1) -> ReLU-separability
+NP-hardness chain (Theorem 2, Propositions 1-2): reversible 6-SAT (Definition 4, Prop 1) -> ReLU-separability
 (Definition 5, Prop 2) -> "is there V with α f(V X) = A" (Theorem 2, k = 2, α fixed or variable).
 Every map here is constructive and comes with a checker, so tests can verify on tiny formulas that a
 satisfying assignment gives an exact network and, by brute force over ``{±1}^n``, that the equivalence

@@ -1,7 +1,7 @@
 """Sub-Gaussian label noise: Algorithm 6 (signs by projections) and Lemma 20 (regression for U).
 
 Model (Section 5): ``A = U* f(V* X) + E`` with i.i.d. mean-zero sub-Gaussian ``E`` of variance σ².
-Pipeline (Theorem 10, spec 004 §2.7):
+Pipeline (Algorithm 6, Theorem 10):
 
 1. (Remark 5) scale ``A`` by ``1 / max_j ||A_{:,j}||`` (kept in ``diagnostics['scale']``, undone at the end);
 2. the tensor step gives ``v_i ≈ ξ_i V*_i`` (:mod:`.tensor_step`; it tolerates mean-zero noise);
@@ -9,13 +9,13 @@ Pipeline (Theorem 10, spec 004 §2.7):
    the other units, so their unknown signs do not matter),
    ``a_i^± = sum_j ||Ā_{j,*} (I - P_{S_{i,±}})||^2`` and ``V_i = v_i`` iff ``a_i^+ < a_i^-``.
    The paper writes ``A`` instead of ``Ā`` in ``a^+`` (erratum 5); both use ``Ā``.
-   Efficient form [S]: ``a^± = ||Ā||_F^2 - ||Ā Q_±||_F^2`` with ``Q_±`` an orthonormal basis (QR) of the
+   Efficient form (equivalent, cheaper): ``a^± = ||Ā||_F^2 - ||Ā Q_±||_F^2`` with ``Q_±`` an orthonormal basis (QR) of the
    2k-1 rows: ``O(ℓ k^2 + m ℓ k)`` per unit, never an ℓ x ℓ projection;
-4. (Lemma 20) ``U = argmin ||U f(V X̄) - Ā||_F = Ā f(VX̄)^T [f(VX̄) f(VX̄)^T]^{-1}``; [S] over all n
+4. (Lemma 20) ``U = argmin ||U f(V X̄) - Ā||_F = Ā f(VX̄)^T [f(VX̄) f(VX̄)^T]^{-1}``; here over all n
    samples (streamed normal equations), which lowers the variance. Lemma 20's error term is
    ``O(1) √ℓ ε``, not ``√(ℓ ε)`` (erratum 11).
 
-No step refines ``V`` beyond the tensor estimate (spec 004 §2.7 [S]): the ε accuracy is that of the
+No step refines ``V`` beyond the tensor estimate (as in Theorem 10): the ε accuracy is that of the
 approximate step, ``O(n^{-1/2})``.
 """
 
@@ -169,7 +169,7 @@ def noisy_pipeline(X: Any, Y: Any = None, n_hidden: int | None = None, *, activa
         Rows reserved for Algorithm 6 (the paper's ℓ; default ``min(n // 4, 100000)``); the tensor step
         uses the rest (sample splitting).
     regression : {"all", "sign"}, default "all"
-        Solve Lemma 20 on all n samples [S] or only on the Algorithm 6 rows (the paper's ``X̄``).
+        Solve Lemma 20 on all n samples (our default) or only on the Algorithm 6 rows (the paper's ``X̄``).
     order, span, whiten, control_variates, n_draws, decomposition, chunk_size, rng
         As in :func:`.pipeline.gaussian_pipeline`.
 

@@ -1,15 +1,15 @@
 """The noiseless Gaussian pipelines: Algorithm 4 (tensor step + Algorithm 5) and Algorithm 3 (ICA).
 
-Both have two phases (spec 004 §2 dependency overview):
+Both have two phases (Algorithms 3-5):
 
 1. approximate: hidden directions from moments (:mod:`.tensor_step`, Theorem 5 / Options A-C) or an
    unmixing matrix from ICA on the sketched outputs ``T A`` (Algorithm 3 steps 1-3);
 2. exact: sparsity-pattern linear systems (:mod:`.exact`; Algorithm 5 or Algorithm 3 steps 4-8), then
    ``A = U f(V X)``.
 
-Sample splitting [S]: the first ``n_refine`` rows are the refinement sample ``X̄`` (the paper's "first ℓ
+Sample splitting: the first ``n_refine`` rows are the refinement sample ``X̄`` (the paper's "first ℓ
 columns"); the moments / ICA use the remaining rows, so the approximate weights are independent of
-``X̄`` (spec 004 §5.3 item 15). The refinement tries ``ℓ`` = 1000·2^j rows (at least ``20 (d + k)``) up
+``X̄`` (see the errata of Algorithm 5). The refinement tries ``ℓ`` = 1000·2^j rows (at least ``20 (d + k)``) up
 to ``n_refine`` until the certificates hold.
 """
 
@@ -167,7 +167,7 @@ def algorithm4(X: Any, Y: Any = None, n_hidden: int | None = None, **options) ->
 
     Equivalent to :func:`gaussian_pipeline` with ``order=3``. Raises
     :class:`~nnrecover.errors.AssumptionError` for ReLU, whose third Hermite coefficient is zero (the
-    expected tensor vanishes, spec 004 §2.4.2 item 1); works for activations with ``c_3 != 0`` such as
+    expected tensor vanishes, erratum to Algorithm 4); works for activations with ``c_3 != 0`` such as
     ``relu_power(2)`` or ``exp_minus_one``.
     """
     if "order" in options:
@@ -178,7 +178,7 @@ def algorithm4(X: Any, Y: Any = None, n_hidden: int | None = None, **options) ->
 # ------------------------------------------------------------------------------------------------ ICA
 
 def _skew_contrast(x: np.ndarray):
-    """FastICA contrast ``g(u) = u^2`` (``G(u) = u^3/3``, a skewness contrast; spec 004 §5.5 found it best
+    """FastICA contrast ``g(u) = u^2`` (``G(u) = u^3/3``, a skewness contrast; in our runs it was the best
     for rectified-Gaussian sources, which are super-Gaussian and skewed, erratum 8)."""
     return x * x, (2.0 * x).mean(axis=-1)
 
@@ -189,11 +189,11 @@ def ica_unmixing(X: Any, Y: Any = None, n_hidden: int | None = None, *, sketch: 
     """Algorithm 3 steps 1-3: the unmixing ``M = (\\widehat{TU})^{-1} T`` from ICA on ``T A``.
 
     Step 1 sketches the outputs to k dimensions, ``T A`` with ``T`` (k x m): ``sketch="gaussian"`` is the
-    paper's i.i.d. N(0, 1) ``T`` (Lemma 6: ``κ(TU*) <= (k^2 m/δ) κ(U*)``), ``sketch="svd"`` [S] the top-k
+    paper's i.i.d. N(0, 1) ``T`` (Lemma 6: ``κ(TU*) <= (k^2 m/δ) κ(U*)``), ``sketch="svd"`` the top-k
     left singular vectors of ``A`` (``κ(TU*) = κ(U*)``). Steps 2-3 run scikit-learn's FastICA on the
     columns of ``T A`` (``y = (TU*) s``, ``s = f(V* x)`` with independent coordinates when ``V*`` has
     orthonormal rows); the mixing estimate's column signs are fixed so that every recovered source has
-    positive skewness, which makes ``D`` positive as Theorem 3 assumes (spec 004 §2.3).
+    positive skewness, which makes ``D`` positive as Theorem 3 assumes (Algorithm 3).
 
     Returns
     -------
@@ -260,7 +260,7 @@ def algorithm3(X: Any, Y: Any = None, n_hidden: int | None = None, *, activation
 
     Preconditions (Section 4.1): ``x ~ N(0, I)`` (identity covariance: whitening would destroy the
     orthonormality), ``V*`` with orthonormal rows (so the sources ``f(V* x)`` are independent), ``U*`` of
-    rank k. ``form="margin"`` bridges to Algorithm 5 (spec 004 §2.3 "robust bridge"); ``"threshold"`` is
+    rank k. ``form="margin"`` bridges to Algorithm 5 (a robust bridge between Algorithms 3 and 5); ``"threshold"`` is
     the paper's rounding at ``τ``. Other parameters as :func:`gaussian_pipeline` and
     :func:`ica_unmixing`. The certificates reject the answer when ``V*`` is not orthonormal and ICA
     returns mixtures.

@@ -7,15 +7,15 @@ values). ``M = U* f(V* X)`` has rank k and, for ``U*`` with orthonormal μ-incoh
     min ||M||_* + λ ||E||_1   subject to   M + E = A
 
 recovers ``M`` and ``E`` exactly (Candès-Li-Ma-Wright 2011, Theorem 14). The paper's display omits the
-weight; [S] PCP needs ``λ = 1/√max(m, n)`` (erratum 12). Corollary 8 then runs the noiseless algorithm on
+weight; PCP needs ``λ = 1/√max(m, n)`` (see the errata page). Corollary 8 then runs the noiseless algorithm on
 ``M``.
 
-Solver [S]: the inexact augmented Lagrangian method (ADMM; Lin, Chen, Ma 2010):
+Solver (not specified by the paper): the inexact augmented Lagrangian method (ADMM; Lin, Chen, Ma 2010):
 ``M ← SVT_{1/μ}(A - E + Λ/μ)``, ``E ← shrink_{λ/μ}(A - M + Λ/μ)``, ``Λ ← Λ + μ (A - M - E)``,
 ``μ ← ρ μ``,
 stopped at ``||A - M - E||_F / ||A||_F < tol``. Its precision is that of the solver (about 1e-9), not
-exact; the exact pipeline's certificates (null ratios at 1e-10) need better. Polish [S] (spec 004
-§2.10): entries with ``|Ê|`` at the solver's noise level are clean, so ``A`` equals ``M`` there
+exact; the exact pipeline's certificates (null ratios at 1e-10) need better. Polish (beyond the paper):
+entries with ``|Ê|`` at the solver's noise level are clean, so ``A`` equals ``M`` there
 exactly; the rank-k ``M`` is re-fitted on the clean entries by alternating least squares (batched
 normal equations), the clean set is re-estimated from the refit's residuals, and this repeats until
 the residual on the clean entries is at round-off. The exact pipeline then certifies the result.

@@ -1,13 +1,13 @@
-"""Approximate hidden weights from Gaussian moments (Bakshi et al. 2019, Section 4.2; spec 004 §2.4.2).
+"""Approximate hidden weights from Gaussian moments (Bakshi et al. 2019, Section 4.2; Algorithm 4 steps 1-4, Theorem 5).
 
-Stein's identity for ``x ~ N(0, I_d)`` and unit rows ``V*_j`` (Appendix A of spec 004):
+Stein's identity for ``x ~ N(0, I_d)`` and unit rows ``V*_j`` (Bakshi et al. Section 4.2):
 
     E[y He_r(x)] = sum_j c_r(f) U*_{:,j} ⊗ V*_j^{⊗r},     c_r(f) = E_z[f(z) He_r(z)],
 
 so every order ``r`` with ``c_r(f) != 0`` gives a tensor whose CP factors are the hidden directions.
 The paper's Algorithm 4 uses ``r = 3`` (the score tensor ``S_3``). For ReLU ``c_3 = 0`` (``relu(z) =
 z/2 + |z|/2`` and ``|z|`` is even), so that tensor vanishes in expectation and Algorithm 4 cannot work
-as written (spec 004 §2.4.2 item 1, erratum 1): :func:`choose_order` raises
+as written (erratum to Algorithm 4): :func:`choose_order` raises
 :class:`~nnrecover.errors.AssumptionError` for ``order=3`` with ReLU and picks the order from the first
 non-zero Hermite coefficient otherwise.
 
@@ -17,25 +17,25 @@ Estimators (all return unit vectors ``v_j ≈ ±V*_j`` in unknown order and sign
     ``T_2 = E[y ⊗ He_2(x)] = c_2 sum_j U*_j ⊗ V*_j ⊗ V*_j`` (m x d x d), decomposed by joint
     diagonalisation of its projected slices (Jennrich pencil + ALS over all slices,
     :func:`nnrecover.tensor.joint_diagonalize`). Plain single-pair Jennrich varies widely between
-    draws (spec 004 §5.5); the indefinite whitening of JSA15 is invalid (§2.4.2 item 2).
+    draws; the indefinite whitening of JSA15 is invalid (erratum to Algorithm 4).
 ``order=4`` (Option B, any m including m = 1)
     ``T_4 = E[y ⊗ He_4(x̃)]`` in the k-dimensional span ``x̃ = P^T x``; its k² mode-(3, 4) slices
     ``c_4 sum_j <θ, U*_j> w_ja w_jc w_j w_j^T`` are jointly diagonalised.
 ``order=3`` (Algorithm 4 / Option C, activations with ``c_3 != 0`` such as ``relu_power(2)``)
     the projected ``T_3`` with its k·K slices, same decomposition.
 
-Span ``P`` (d x k) of the hidden rows [S]: ``"linear"`` uses ``E[y x^T] = c_1 U* V*`` (top-k right
+Span ``P`` (d x k) of the hidden rows: ``"linear"`` uses ``E[y x^T] = c_1 U* V*`` (top-k right
 singular vectors; needs ``c_1 != 0`` and ``m >= k``; one cheap pass), ``"second"`` uses the top-k
-eigenvectors of ``sum_r M_r^2`` with ``M_r = E[y_r He_2(x)]`` (spec 004 Option A step 2; costs
+eigenvectors of ``sum_r M_r^2`` with ``M_r = E[y_r He_2(x)]`` (Algorithm 4, Option A step 2; costs
 ``O(n m d^2)``). With the linear span the outputs are also compressed to the k-dimensional column span
 of ``E[y x^T]``. Only ``O(n k^r)`` work is then done per order-``r`` statistic, and no tensor in d
 dimensions is ever formed.
 
-Control variates [S]: ``He_r`` (r >= 2) is orthogonal to every polynomial of degree <= 1, so
+Control variates: ``He_r`` (r >= 2) is orthogonal to every polynomial of degree <= 1, so
 replacing ``y`` by ``y - E[y] - E[y x^T] x`` leaves ``E[y He_r(x)]`` unchanged and removes the variance
 of the constant and linear parts of the network (about half of the variance for ReLU).
 
-Non-identity covariance (Remark 3, spec 004 §2.6): with ``whiten=True`` the inputs are whitened with
+Non-identity covariance (Remark 3): with ``whiten=True`` the inputs are whitened with
 the estimated ``Σ^{-1/2}`` (``x' = Σ^{-1/2} x``, ``V' = V* Σ^{1/2}``) and the directions mapped back as
 ``V ∝ V' Σ^{-1/2}``.
 
@@ -112,7 +112,7 @@ def choose_order(activation: Any, n_outputs: int, order: "int | str" = "auto") -
             if nonzero[r] and (r > 2 or n_outputs >= 2):
                 return r, coeffs
         raise AssumptionError(f"activation {act.spec!r} has c_2 = c_3 = c_4 = 0 (or c_2 only, with one output): "
-                              "no moment tensor of order <= 4 identifies the hidden units (spec 004 §2.4.2).")
+                              "no moment tensor of order <= 4 identifies the hidden units (Algorithm 4, Theorem 5).")
     if isinstance(order, bool) or not isinstance(order, (int, np.integer)) or order not in (2, 3, 4):
         raise InputError(f"order must be 'auto', 2, 3 or 4, got {order!r}.")
     r = int(order)
@@ -120,7 +120,7 @@ def choose_order(activation: Any, n_outputs: int, order: "int | str" = "auto") -
     if not nonzero[r]:
         extra = (" For ReLU, c_3 = E[relu(z) He_3(z)] = E[z^4; z > 0] - 3 E[z^2; z > 0] = 3/2 - 3/2 = 0, so the "
                  "third-order score tensor of Algorithm 4 vanishes in expectation for every U*, V* and the "
-                 "algorithm cannot work as written (spec 004 §2.4.2 item 1, erratum 1); use order=2 "
+                 "algorithm cannot work as written (erratum to Algorithm 4); use order=2 "
                  "(Option A) or order=4 (Option B).") if act.name == "relu" and r == 3 else ""
         raise AssumptionError(f"order={r} needs the Hermite coefficient c_{r}(f) = E[f(z) He_{r}(z)] to be "
                               f"non-zero, but c_{r}({act.spec}) = {shown:.3g}.{extra}")
@@ -177,9 +177,9 @@ def decompose_projected(T: np.ndarray, k: int, *, method: str = "joint", rng: An
         joint diagonalisation of all slices (:func:`nnrecover.tensor.joint_diagonalize`: Jennrich
         pencil start, ALS over every slice);
     ``"jennrich"``
-        plain Jennrich, the best of ``n_draws`` random pencils (spec 004 Option A step 4);
+        plain Jennrich, the best of ``n_draws`` random pencils (Algorithm 4, Option A step 4);
     ``"whiten"``
-        spec 004 Option A step 5: find ``θ`` with ``N(θ) = sum_s θ_s N_s`` definite (``λ(θ)`` of one
+        Algorithm 4, Option A step 5: find ``θ`` with ``N(θ) = sum_s θ_s N_s`` definite (``λ(θ)`` of one
         sign: random trials, then, if none is definite, ``θ`` solving ``λ(θ) = 1`` for the Jennrich
         estimate of the ``λ_{s,j}``), whiten with ``N(θ)^{-1/2}`` (:func:`nnrecover.tensor.whiten`), and
         take the orthogonal eigenvectors ``R`` of the whitened ``N(θ')`` with the best eigen-gap over
@@ -230,7 +230,7 @@ def _whiten_decompose(slices: np.ndarray, k: int, gen: np.random.Generator, n_dr
         return float(lam[0] / lam[-1]) if lam[-1] > 0 else -np.inf
 
     best_theta, best = None, -np.inf
-    for _ in range(64):                                     # random trials (spec 004 §2.4.2 item 2)
+    for _ in range(64):                                     # random trials for a definite combination
         th = gen.standard_normal(S)
         val = definiteness(th)
         if val > best:

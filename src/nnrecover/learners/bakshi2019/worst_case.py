@@ -17,10 +17,10 @@ this is for small ``n`` only (tests use ``n <= 12``).
   basis is used and no n x n matrix is formed beyond the n x d constraint block.
 * Algorithm 2 (:func:`algorithm2`): k rounds of Algorithm 1 over 𝒮, then ``A = U f(Y)``, ``Y = V X``.
 
-[S] After each LP the solution is polished: the equalities (C3) and the tight (C2) constraints are
+ After each LP the solution is polished: the equalities (C3) and the tight (C2) constraints are
 imposed exactly by projecting ``(w, z)`` on their null space, so the returned factorisation holds to
 round-off rather than to the LP tolerance. The result satisfies ``A = U f(V X)`` but need **not** equal
-``(U*, V*)``: Theorem 1 does not claim identifiability (spec 004 §5.3 item 13). When ``rank(A) < k`` the
+``(U*, V*)``: Theorem 1 does not claim identifiability. When ``rank(A) < k`` the
 problem is NP-hard (Theorem 2) and :func:`algorithm2` refuses with
 :class:`~nnrecover.errors.AssumptionError`.
 """

@@ -25,7 +25,7 @@ estimator                                 :class:`PureNeuronLearner` (certificat
                                           unit_error_bound`; Lemma 14's gap is a stage check)
 ========================================  ================================================================
 
-Errata of the paper text (spec 003 section 7), implemented in their corrected form:
+Errata of the paper text (also on the docs' errata page), implemented in their corrected form:
 
 - Theorem 2 (informal) bounds ``||A s(W x) - A^ s(W^ x)||`` (the text has ``A s(W^ x)``); our
   ``diagnostics_`` and the experiments measure the output error against the true ``A s(W x)``.

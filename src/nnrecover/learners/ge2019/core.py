@@ -302,7 +302,7 @@ def _real_eigenbasis(mu: np.ndarray, vecs: np.ndarray) -> np.ndarray:
     """Real basis of the eigenvectors of a real matrix: ``Re v`` for real eigenvalues, and for a complex
     conjugate pair ``(v, conj v)`` (LAPACK returns them adjacent) the pair ``(Re v, Im v)``, which spans
     the same real invariant plane. Taking ``Re`` of both members would give the same vector twice and a
-    singular ``Z`` (spec 003 section 2.4 note)."""
+    singular ``Z`` (SimDiag, Algorithm 2 steps 7-8)."""
     R = np.real(vecs).copy()
     i = 0
     while i < len(mu) - 1:

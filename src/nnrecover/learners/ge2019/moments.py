@@ -68,7 +68,7 @@ class DetectorMoments:
     Either the raw moments ``h3``, ``g4`` (one pass; any ``B``), or, when ``B = E[y x^T] Sigma^{-1}``
     (and Algorithm 4's ``P``) were known before the pass, the contracted coefficient array
     ``K[a, b, rs] = E[(y_a z_b + y_b z_a - y_a y_b) x_r x_s]``, ``z = B x``, ``y`` projected by ``P``
-    (spec 003 section 2.2 steps 4-5), which is 2-3 times cheaper to accumulate.
+    (BuildT, Eq. 10), which is 2-3 times cheaper to accumulate.
     """
 
     n: int | None
