@@ -695,3 +695,31 @@ def test_experiments_quick(name, columns):
         assert not exact.loc[("T4 only", 1.0), "recovered"] and not exact.loc[("T4 only", -1.0), "recovered"]
     if name == "awasthi2021-overcomplete":
         assert df["exact_error"].max() < 1e-9
+
+
+def test_output_stage_functions_on_their_own_inputs():
+    """The stages the estimator chains are public: exact coefficients -> Algorithm 6 -> output_network
+    gives the teacher to round-off; reduce_to_width of a network with two redundant linear units returns
+    n_hidden units and the same function; polish_units keeps exact units where they are."""
+    from nnrecover.learners.awasthi2021 import (algorithm6, exact_coefficients, output_network, polish_units,
+                                                reduce_to_width)
+
+    t = nr.random_network(8, 3, rng=4, bias_range=(-0.5, 0.5))
+    coeffs = exact_coefficients(t, 1, 3, basis="range")
+    rec = algorithm6(coeffs, 3, rng=0)
+    net, info = output_network(rec, coeffs, 1, 3, truth=t)
+    assert "parameters" in info["output"]
+    assert nr.metrics.parameter_error(net, t)["max_unit_error"] < 1e-9
+    # a linear function written as two ReLU units (relu(v.x) - relu(-v.x) = v.x) on top of the teacher
+    v = np.ones(8) / np.sqrt(8)
+    padded = nr.TwoLayerNetwork(np.vstack([t.hidden_weights, v, -v]), np.r_[t.hidden_bias, 0, 0],
+                                np.c_[t.output_weights, [[0.0, 0.0]]], t.output_bias)
+    diag: dict = {}
+    reduced = reduce_to_width(padded, coeffs, 3, diagnostics=diag)
+    assert reduced.n_hidden == 3 and "unit_reduction" in diag
+    X = np.random.default_rng(1).standard_normal((2000, 8))
+    np.testing.assert_allclose(reduced.predict(X), t.predict(X), atol=1e-9)
+    polished, report = polish_units(coeffs, rec, 1, 3, rng=0)
+    assert polished is None or nr.metrics.parameter_error(
+        output_network(polished, coeffs, 1, 3, truth=t)[0], t)["max_unit_error"] < 1e-8
+    assert "time" in report

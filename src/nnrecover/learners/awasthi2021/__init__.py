@@ -22,6 +22,11 @@ Thm 4.2, SQ regression              :func:`population_regression`
 closed-form linear part             :func:`linear_correction`              signs known
 Theorem 3.4 (sign-flip sets)        :func:`sign_flip_sets`                 corrected eq. (2) (E3)
 Theorem 3.4 + Lemma D.13 + D.14     :func:`reduce_network`                 ``<= m`` units when identifiable
+Algorithms 4-6 output, Claim D.14   :func:`output_network`                 parameters / linear part /
+                                                                           Algorithm 5 regression
+Proposition B.1 (``refine=True``)   :func:`polish_units`                   truncated Hermite loss in
+                                                                           moment space + completion
+Lemma D.13, Theorem 3.4             :func:`reduce_to_width`                ``<= m`` units, sign flips
 Lemma 3.5 (certificate)             :func:`hermite_fit`                    ``g^_k`` vs ``T_k``, 3 sigma
 Claim 4.8                           :func:`claim48_instance`
 Appendix E (smoothed instances)     :func:`smoothed_instance`,             ``s_m(W^{(.)l})``

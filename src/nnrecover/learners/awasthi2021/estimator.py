@@ -22,6 +22,8 @@ from .identifiability import (adversarial_weights, claim48_instance, flip_units,
                                        khatri_rao_smin, sign_flip_sets, smoothed_instance)
 from .regression import (RegressionResult, algorithm5_regression, consolidate, linear_correction,
                                   population_regression, relu_features)
+from .certificates import HERMITE_FIT_MEANING, RESIDUAL_FIT_MEANING, hermite_fit, residual_lack_of_fit
+from .output import output_network, polish_units, reduce_to_width
 from .polish import hermite_loss_polish, truncated_hermite_loss
 from .reduce import UnitReduction, nonlinear_part, reduce_network
 from .scalars import RecoveredScalars, SignFix, fix_signs, gram_lstsq, recover_scalars
@@ -35,7 +37,8 @@ __all__ = ["HermiteTensorLearner", "hermite_coefficients", "HermiteCoefficients"
            "RegressionResult", "sign_flip_sets", "flip_units", "claim48_instance", "smoothed_instance",
            "khatri_rao_smin", "adversarial_weights", "hermite_separation", "order_limit", "min_samples",
            "hermite_loss_polish", "reduce_network", "UnitReduction", "nonlinear_part", "hermite_fit",
-           "HERMITE_FIT_MEANING", "residual_lack_of_fit", "RESIDUAL_FIT_MEANING"]
+           "HERMITE_FIT_MEANING", "residual_lack_of_fit", "RESIDUAL_FIT_MEANING",
+           "output_network", "polish_units", "reduce_to_width"]
 
 
 def order_limit(d: int, order: int) -> int:
@@ -397,56 +400,28 @@ class HermiteTensorLearner(BaseLearner):
         self._record_units(coeffs, rec, order, m, diagnostics)
 
         t1 = time.perf_counter()
-        provable, out = self._output_network(rec, coeffs, order, source, truth)
+        output_opts = dict(source=source, truth=truth, output=self.output, linear_part=self.linear_part,
+                           feature_map=self.feature_map, regression_rows=self.regression_rows,
+                           epsilon=self.epsilon, bound=self.bound, chunk_size=self.chunk_size)
+        provable, out = output_network(rec, coeffs, order, m, **output_opts)
         diagnostics.update(out)
         diagnostics["timings"]["output_stage"] = time.perf_counter() - t1
         self.provable_network_ = provable
         diagnostics["provable_network_units"] = provable.n_hidden
         start = provable
         if self.refine and not coeffs.exact and rec.n_units:
-            # Hermite-loss polish (Prop. B.1 truncated at order 2l + 2): moment space, no data pass. It
-            # starts from every detected unit, also those whose scalars were too inaccurate for the
-            # paper's output: the joint fit repairs scalars, which the refinement needs for all m units
-            t2 = time.perf_counter()
-            base = _with_inaccurate_units(rec, coeffs, m)
-            polished, report = hermite_loss_polish(coeffs, base, order, m)
-            max_bias = float(self.max_bias)
-            if not _detectable(polished, max_bias):
-                # the moment fit drove a unit to |b| > max_bias (or a non-finite value): such a unit is
-                # nearly never active (b < -max_bias) or nearly linear (b > max_bias), i.e. its orders >= 2
-                # are below the noise, and fitting noise with it degenerates (|a| -> inf, |b| -> inf);
-                # keep the provable units
-                report["kept"] = "start"
-                report["rejected"] = f"a polished unit has |b| > max_bias = {max_bias:g} or is not finite"
-            if order == 1 and base.n_units < m:
-                # undetected units: try m units (the missing ones from forced-rank decompositions) against
-                # the units + linear part, and keep the smaller truncated Hermite loss -- unless a completed
-                # unit ends up undetectable itself (|b| > max_bias: a rarely active unit fitted to noise,
-                # which the samples cannot correct either)
-                alt = complete_units(coeffs, base, order, m, rng=rng, n_draws=self.n_draws, max_bias=max_bias)
-                if alt is not None:
-                    alt_pol, alt_rep = hermite_loss_polish(coeffs, alt, order, m)
-                    loss_lin = report.get("full_fit", {}).get("loss_end", np.inf)
-                    if report.get("kept") != "polished":  # compare with what is kept: the provable units
-                        loss_lin = truncated_hermite_loss(coeffs, base, order, linear_part=True)
-                    loss_alt = alt_rep.get("full_fit", {}).get("loss_end", np.inf)
-                    plausible = _detectable(alt_pol, max_bias)
-                    chosen = bool(plausible and loss_alt < loss_lin)
-                    report["completion"] = {"units_added": alt.n_units - base.n_units, "loss_linear_part": loss_lin,
-                                            "loss_completed": loss_alt, "completed_units_detectable": plausible,
-                                            "chosen": chosen}
-                    if chosen:
-                        polished = alt_pol
-                        report["kept"] = "polished"
-            report["time"] = time.perf_counter() - t2
+            polished, report = polish_units(coeffs, rec, order, m, rng=rng, n_draws=self.n_draws,
+                                            max_bias=float(self.max_bias))
             diagnostics["hermite_polish"] = report
-            if report.get("kept") == "polished":
-                start, _ = self._output_network(polished, coeffs, order, source, truth)
+            if polished is not None:
+                start, _ = output_network(polished, coeffs, order, m, **output_opts)
         else:
             diagnostics["hermite_polish"] = {"ran": False, "reason": "refine=False" if not self.refine else
                                              "exact coefficients" if coeffs.exact else "no unit"}
         fitted = self._maybe_refine(start, source, rng, diagnostics)
-        out = self._reduce(fitted, coeffs, source, rng, diagnostics)
+        out = reduce_to_width(fitted, coeffs, m, source=source, rng=rng,
+                              refinement=diagnostics.get("refinement", {}), refine_options=self._refine_kwargs(),
+                              diagnostics=diagnostics)
         self._certify_output(out, coeffs, order, source, diagnostics)
         return out
 
@@ -485,129 +460,6 @@ class HermiteTensorLearner(BaseLearner):
             self._certify("residual_fit", detail["passed"], detail, diagnostics)
             diagnostics["certificates"]["residual_fit"]["meaning"] = RESIDUAL_FIT_MEANING
 
-    def _reduce(self, fitted: TwoLayerNetwork, coeffs: HermiteCoefficients, source, rng,
-                diagnostics: dict) -> TwoLayerNetwork:
-        """At most ``n_hidden`` units whenever the function allows it (:func:`reduce_network`): fold
-        linearisable units (Lemma D.13), merge units on one line, resolve sign flips against the linear
-        part (Theorem 3.4, corrected eq. (2)); warn when more units remain or the flip set is not unique.
-
-        A rewrite that changed the function by more than round-off (noisy data: within the estimation
-        error) is refined again on the samples when the refinement ran, so that the returned ``n_hidden``
-        units are themselves a least-squares fit."""
-        m = int(self.n_hidden)
-        refinement = diagnostics.get("refinement", {})
-        atol, basis = _reduction_budget(fitted, coeffs, refinement)
-        red = reduce_network(fitted, m, atol=atol)
-        info = red.as_dict()
-        info["budget_basis"] = basis
-        info["units_before"] = fitted.n_hidden
-        diagnostics["unit_reduction"] = info
-        out = red.network
-        from ...metrics import relu_second_moment
-
-        can_refit = bool(refinement.get("ran") and source is not None and source.info.reiterable)
-        if can_refit and red.within_limit and red.l2_change > 1e-8 * math.sqrt(relu_second_moment(fitted)):
-            from ...refine import refine_network
-
-            again = refine_network(out, source, rng=rng, **self._refine_kwargs())
-            info["refit"] = again.as_dict()
-            out = again.network
-        elif can_refit and not red.within_limit:
-            forced = reduce_network(fitted, m, atol=atol, force=True)
-            test = self._refit_paired(forced.network, fitted, source, rng)
-            test["forced"] = forced.forced
-            test["flipped"] = forced.flip.get("flipped")
-            info["forced_refit"] = test
-            if test["accepted"]:
-                red = forced
-                info.update(forced.as_dict())
-                out = test.pop("network")
-            else:
-                test.pop("network")
-                red.reason += (f"; refitted with {m} units it is worse on held-out rows (mean squared "
-                               f"error {test['holdout_mse_candidate']:.3g} vs {test['holdout_mse_fitted']:.3g}, "
-                               f"paired z = {test['z']:.1f})")
-        flip = red.flip
-        if red.within_limit and flip.get("unique") is False:
-            sets = [flip["flipped"]] + flip["alternatives"]
-            diagnostics["sign_flip_sets"] = sets
-            warnings.warn(
-                f"HermiteTensorLearner: {len(sets)} sign-flip sets {sets[:6]} give {m}-unit networks with the "
-                f"same function up to a constant (Theorem 3.4: the flips differ on sets F with sum_F a_i w_i = 0, "
-                f"possible when the w_i are linearly dependent); returned the one with the smallest output bias.",
-                AssumptionWarning, stacklevel=4)
-        elif red.within_limit and flip.get("unique") is None and flip.get("flipped"):
-            # flips were needed and found by rounding; with no linear part to explain, the empty flip set is
-            # kept without a word (a generic network has no subset F with sum_F a_i w_i = 0)
-            diagnostics["sign_flip_sets"] = [flip["flipped"]]
-            warnings.warn(
-                f"HermiteTensorLearner: the sign flips were resolved by rounding the minimum-norm solution; the "
-                f"null space of [a_i w_i] has dimension {flip['null_dimension']}, too large to check that no other "
-                f"flip set explains the linear part (Theorem 3.4).", AssumptionWarning, stacklevel=4)
-        info["reason"] = red.reason if not red.within_limit else ""
-        return out
-
-    def _refit_paired(self, candidate: TwoLayerNetwork, fitted: TwoLayerNetwork, source, rng) -> dict:
-        """Refine ``candidate`` and ``fitted`` on the training share of the samples and compare them on the
-        held-out share (:func:`_paired_holdout`)."""
-        from ...refine import gather_samples, refine_network
-
-        kwargs = self._refine_kwargs()
-        frac = float(kwargs.pop("holdout_fraction", 0.2)) or 0.2
-        X, Y, _ = gather_samples(source, int(kwargs.pop("max_samples", 200_000)), rng=rng)
-        n_hold = max(int(round(frac * X.shape[0])), 1)
-        perm = rng.permutation(X.shape[0])
-        hold, train = perm[:n_hold], perm[n_hold:]
-        # both networks are refined on the same training rows and compared as refined (the start of
-        # ``fitted`` was trained on rows that are held out here)
-        res = refine_network(candidate, (X[train], Y[train]), validation_data=(X[hold], Y[hold]), rng=rng,
-                             **kwargs)
-        ref = refine_network(fitted, (X[train], Y[train]), validation_data=(X[hold], Y[hold]), rng=rng, **kwargs)
-        test = _paired_holdout(res.refined, ref.refined, X[hold], Y[hold])
-        test["refinement"] = res.as_dict()
-        test["refinement_fitted"] = ref.as_dict()
-        test["network"] = res.refined
-        return test
-
-    def _output_network(self, rec: HermiteRecovery, coeffs: HermiteCoefficients, order: int, source, truth):
-        """The paper's output network for the recovered units (see the class docstring)."""
-        m = int(self.n_hidden)
-        out: dict = {}
-        fs = rec.diagnostics.get("fixsigns") or {}
-        unreliable = [i for i, ok in enumerate(fs.get("reliable", [])) if not ok]
-        if unreliable:
-            out["unreliable_signs"] = unreliable
-        # with a sign that T_1 cannot decide, the units alone may be off by a linear function; the
-        # linear part absorbs a wrong sign exactly (relu(t) - relu(-t) = t)
-        use_params = (self.output == "parameters" or
-                      (self.output == "auto" and order == 1 and rec.n_units == m and not rec.dropped
-                       and not unreliable))
-        if use_params:
-            if rec.n_units == 0:
-                raise AssumptionError("no unit was recovered above the noise level (Algorithm 4); supply more "
-                                      "samples or use output='regression'.")
-            out["output"] = "Algorithm 6 parameters" if order == 1 else "Algorithm 4 parameters"
-            return rec.network(), out
-        units = (rec.a, rec.b, rec.W)
-        how = self.linear_part
-        if how == "auto":
-            how = "closed_form" if order == 1 else "regression"
-        if how == "closed_form" and order != 1:
-            raise AssumptionError("the closed-form linear part needs known signs, i.e. order 1 (FIXSIGNS); "
-                                  "use linear_part='regression' (Algorithm 5) for order 2.")
-        if how == "closed_form":
-            out["output"] = "recovered units + closed-form linear part (T_0, T_1; Claim D.14)"
-            return linear_correction(units, coeffs.t0, coeffs.t1), out
-        if truth is not None:
-            reg = population_regression(units, truth)
-        else:
-            reg = algorithm5_regression(source, units, feature_map=self.feature_map, rows=self.regression_rows,
-                                        epsilon=self.epsilon or 1e-2, bound=self.bound, n_hidden=m,
-                                        chunk_size=self.chunk_size)
-        out["output"] = "Algorithm 5 regression (Claim D.14 consolidation)"
-        out["regression"] = {"loss": reg.loss, "n_units": reg.network.n_hidden, **reg.info}
-        return reg.network, out
-
     @staticmethod
     def _record_units(coeffs: HermiteCoefficients, rec: HermiteRecovery, order: int, m: int,
                       diagnostics: dict) -> None:
@@ -636,184 +488,6 @@ class HermiteTensorLearner(BaseLearner):
         })
         if "input_deviation" in coeffs.info:
             diagnostics["input_deviation"] = coeffs.info["input_deviation"]
-
-
-HERMITE_FIT_MEANING = (
-    "bounds the Hermite orders of the error that the data measures: for each order k = 1, 3 .. 2l+2 the "
-    "spectral norm of flatten(g^_k - T_k) (g^_k: exact Hermite coefficients of the returned network by "
-    "Lemma 3.5, T_k: the estimate of eq. (6), in the learner's working coordinates; the Euclidean norm for "
-    "k = 1) is at most 3 sigma^_k + 1e-8 ||T_k||, sigma^_k the size of the sampling error of T_k (split "
-    "halves for k >= 2, sqrt((d + 2) E[y^2] / N) for k = 1; 0 with exact coefficients). k = 1 checks the "
-    "signs and the linear part (a wrong flip moves T_1 by a_i w_i), k >= 2 the units (a missing or wrong "
-    "unit whose |a_i c_k(b_i)| is above the noise of some order fails). Not seen: orders above 2l+2 and "
-    "units whose coefficients are below the noise (|b_i| large: nearly linear or never active, Lemma "
-    "D.13). A network equal to the truth has residual ~ sigma^_k, a third of the threshold; with "
-    "refine=False the paper's output carries its own estimation error, which can exceed T_1's noise, "
-    "and the check then says the data disagree with it. T_2 is not checked: for l = 1 its top eigenvectors "
-    "are the working coordinates, which bias it towards its own noise")
-
-
-RESIDUAL_FIT_MEANING = (
-    "tests that the residual r = y - g(x) of the returned network on the samples is label noise "
-    "independent of x, as far as the Hermite polynomials of orders 0, 1, 2 see: with the orthonormal "
-    "features 1, x_i, x_i x_j (i < j), (x_i^2 - 1)/sqrt(2) (J of them) and s^2 = mean(r^2), "
-    "Q = n sum_j mean(r phi_j)^2 / s^2 is chi-square with J degrees of freedom when it is, plus at most "
-    "about 2 P from the network's own least-squares error (P parameters, trained on 80% of the rows); it "
-    "fails when z = (Q - J - 2 P)/sqrt(2 J) > 4, i.e. when the "
-    "network misses a part of the target whose order <= 2 Hermite component exceeds about "
-    "s (2 J)^{1/4} / sqrt(n) in L2 (a local minimum, a missing or wrong unit; a ReLU unit keeps "
-    "a large share of its energy in orders 1 and 2). A residual below 1e-10 times the RMS of y passes "
-    "(exact to round-off). Misfits orthogonal to all polynomials of degree <= 2 are not seen")
-
-
-def residual_lack_of_fit(network: TwoLayerNetwork, source, *, chunk_size: int | None = None,
-                         z_max: float = 4.0) -> dict:
-    """Lack-of-fit test of ``network`` on the samples of ``source`` (see ``RESIDUAL_FIT_MEANING``).
-
-    One pass accumulating ``sum r``, ``sum r x`` and ``sum r x x^T``, from which the projections on the
-    orthonormal Hermite features of orders 0-2 (``J = 1 + d + d (d + 1) / 2``) follow; memory ``O(d^2)``.
-
-    Returns
-    -------
-    dict
-        ``passed``, ``z``, ``Q``, ``J``, ``P``, ``n``, ``residual_rms``, ``y_rms``, ``exact``.
-    """
-    d = network.n_inputs
-    iu = np.triu_indices(d, 1)
-    J = 1 + d + d + iu[0].size
-    # sums of r, r x and r x x^T (a d x d matrix, never the n x J feature matrix)
-    s0, s1, S2 = 0.0, np.zeros(d), np.zeros((d, d))
-    n, rr, yy = 0, 0.0, 0.0
-    for X, Y in source.chunks(chunk_size):
-        y = np.asarray(Y, dtype=np.float64).reshape(X.shape[0], -1)[:, 0]
-        X = np.asarray(X, dtype=np.float64)
-        r = y - network.predict(X).reshape(-1)
-        s0 += float(r.sum())
-        s1 += X.T @ r
-        S2 += (X * r[:, None]).T @ X
-        n += X.shape[0]
-        rr += float(r @ r)
-        yy += float(y @ y)
-    proj = np.concatenate([[s0], s1, (np.diag(S2) - s0) / math.sqrt(2.0), S2[iu]])
-    s2 = rr / max(n, 1)
-    y_rms = math.sqrt(yy / max(n, 1))
-    out = {"n": int(n), "J": int(J), "residual_rms": math.sqrt(s2), "y_rms": y_rms}
-    if math.sqrt(s2) <= 1e-10 * max(y_rms, 1e-300):
-        out.update(Q=0.0, z=-math.sqrt(J / 2.0), passed=True, exact=True)
-        return out
-    Q = float(np.sum((proj / n) ** 2) * n / s2)
-    # the network's own estimation error delta (least squares, P parameters) adds n ||proj delta||^2 / s^2,
-    # about P n / n_train <= 2 P (the refinement trains on 80% of the rows), to the chi-square's mean
-    P = network.hidden_weights.size + 2 * network.n_hidden + 1
-    z = (Q - J - 2 * P) / math.sqrt(2.0 * J)
-    out.update(Q=Q, P=int(P), z=float(z), passed=bool(z <= z_max), exact=False)
-    return out
-
-
-def hermite_fit(network: TwoLayerNetwork, coeffs: HermiteCoefficients, order: int) -> dict:
-    """Compare the exact Hermite coefficients of ``network`` (Lemma 3.5) with the estimated ``T_1`` and
-    ``T_3, ..., T_{2l+2}`` in the coordinates of ``coeffs`` (see ``HERMITE_FIT_MEANING``).
-
-    Returns
-    -------
-    dict
-        ``passed``; per order ``"T<k>"``: ``residual`` (spectral norm of the flattened difference; the
-        Euclidean norm for ``k = 1``), ``noise`` (``sigma^_k``), ``threshold`` and ``ratio``
-        (``residual / threshold``).
-    """
-    from ...hermite import network_hermite_expansion
-    from ...tensor import flatten
-    from .coefficients import _flat_shape
-
-    K = 2 * order + 2
-    expansion = network_hermite_expansion(network, K)
-    out: dict = {}
-    passed = True
-    d = coeffs.n_inputs
-    for k in [1] + list(range(3, K + 1)):
-        if k == 1:
-            diff = np.asarray(expansion.tensor(1)[0]) - coeffs.t1
-            residual = float(np.linalg.norm(diff))
-            size = float(np.linalg.norm(coeffs.t1))
-            noise = 0.0 if coeffs.exact else math.sqrt((d + 2) * max(coeffs.y_second_moment, 0.0)
-                                                       / max(int(coeffs.n_samples or 1), 1))
-        else:
-            t1, t2 = _flat_shape(k, order)
-            est = coeffs.tensor(k)
-            diff = flatten(expansion.tensor(k, coeffs.basis)[0] - est, t1, t2)
-            residual = float(np.linalg.norm(diff, 2))
-            size = float(np.linalg.norm(flatten(est, t1, t2), 2))
-            noise = 0.0 if coeffs.exact else float(coeffs.noise.get(k, 0.0))
-        threshold = 3.0 * noise + 1e-8 * max(size, 1e-300)
-        ok = residual <= threshold
-        passed &= ok
-        out[f"T{k}"] = {"residual": residual, "noise": noise, "threshold": threshold,
-                        "ratio": residual / threshold, "passed": bool(ok)}
-    out["passed"] = bool(passed)
-    return out
-
-
-def _paired_holdout(candidate: TwoLayerNetwork, fitted: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray) -> dict:
-    """Paired comparison of the squared errors of two networks on the same held-out rows: the candidate
-    is accepted unless its mean squared error is larger by more than three standard errors of the
-    mean of the per-row differences (a one-sided paired z-test at about 0.1%)."""
-    y = Y.reshape(-1)
-    diff = (candidate.predict(X).reshape(-1) - y) ** 2 - (fitted.predict(X).reshape(-1) - y) ** 2
-    n = diff.shape[0]
-    mean = float(diff.mean())
-    se = float(diff.std(ddof=1) / math.sqrt(n)) if n > 1 else float("inf")
-    z = mean / se if se > 0 else (0.0 if mean <= 0 else float("inf"))
-    return {"holdout_mse_candidate": float(np.mean((candidate.predict(X).reshape(-1) - y) ** 2)),
-            "holdout_mse_fitted": float(np.mean((fitted.predict(X).reshape(-1) - y) ** 2)),
-            "n_holdout": int(n), "z": float(z), "accepted": bool(z <= 3.0)}
-
-
-def _reduction_budget(net: TwoLayerNetwork, coeffs: HermiteCoefficients, refinement: dict) -> tuple[float, str]:
-    """L2 budget of :func:`reduce_network`: the accuracy the fitted network has anyway.
-
-    Exact coefficients: ``1e-8 sqrt(E g^2)`` (round-off of the population solve). Refined on samples: three
-    times ``sqrt(mse P / n)``, the L2 estimation error of a least-squares fit of ``P`` parameters to ``n`` rows
-    with held-out mean squared error ``mse`` (noiseless data: ``mse`` ~ 1e-30, so only round-off-sized
-    changes pass). Not refined: three times ``sqrt(d E[y^2] / N)``, the L2 error of ``T_1`` that sets the
-    linear part.
-    """
-    from ...metrics import relu_second_moment
-
-    floor = 1e-8 * math.sqrt(relu_second_moment(net))
-    if coeffs.exact:
-        return floor, "round-off: 1e-8 sqrt(E g^2)"
-    if refinement.get("ran"):
-        kept = refinement.get("kept", "refined")
-        mse = refinement.get(f"holdout_loss_{kept}", float("nan"))
-        if not np.isfinite(mse):
-            mse = refinement.get(f"train_loss_{kept}", float("nan"))
-        n = max(int(refinement.get("n_samples_used", 0)), 1)
-        P = net.hidden_weights.size + 2 * net.n_hidden + 1
-        if np.isfinite(mse):
-            return max(floor, 3.0 * math.sqrt(max(mse, 0.0) * P / n)), "3 sqrt(mse P / n) of the refinement"
-    N = max(int(coeffs.n_samples or 1), 1)
-    return (max(floor, 3.0 * math.sqrt(coeffs.n_inputs * max(coeffs.y_second_moment, 0.0) / N)),
-            "3 sqrt(d E[y^2] / N), the L2 error of T_1")
-
-
-def _detectable(rec: HermiteRecovery, max_bias: float) -> bool:
-    """Every unit has finite parameters and ``|b| <= max_bias`` (the detectability limit)."""
-    return bool(np.all(np.isfinite(rec.a)) and np.all(np.isfinite(rec.b)) and np.all(np.isfinite(rec.U))
-                and np.all(np.abs(rec.b) <= max_bias))
-
-
-def _with_inaccurate_units(rec: HermiteRecovery, coeffs: HermiteCoefficients, m: int) -> HermiteRecovery:
-    """``rec`` plus the units dropped only for inaccurate scalars (finite, |b| <= max_bias), up to m."""
-    from dataclasses import replace
-
-    extra = [d for d in rec.dropped if d.get("scalars_inaccurate")][: max(0, m - rec.n_units)]
-    if not extra:
-        return rec
-    U = np.vstack([rec.U] + [np.asarray(d["u"])[None, :] for d in extra])
-    return replace(rec, a=np.concatenate([rec.a, [d["a"] for d in extra]]),
-                   b=np.concatenate([rec.b, [d["b"] for d in extra]]), U=U, W=coeffs.lift(U),
-                   source=rec.source + [d["source"] for d in extra], also_in=rec.also_in + [[] for _ in extra],
-                   snr=np.concatenate([rec.snr, [d["snr"] for d in extra]]))
 
 
 def _peek_source(source, order):
@@ -867,3 +541,15 @@ register("awasthi2021-smoothed-instance", paper=_PAPER, algorithm="Appendix E (C
          description="smoothed instances and s_m(W^(.)l)")
 register("awasthi2021-hermite-separation", paper=_PAPER, algorithm="Lemma 4.3", target=hermite_separation,
          description="min_x max(|He_k|, |He_{k+1}|) (corrected constant)")
+
+register("awasthi2021-output-network", paper=_PAPER, algorithm="Algorithms 4-6 output, Claim D.14, Algorithm 5",
+         target=output_network, assumptions=(_GAUSS,),
+         description="the output network of recovered units: parameters, closed-form linear part or regression")
+register("awasthi2021-polish-units", paper=_PAPER, algorithm="Proposition B.1 (truncated Hermite loss)",
+         target=polish_units, assumptions=(_GAUSS,),
+         description="moment-space polish of recovered units with completion of undetected ones (refine=True)")
+register("awasthi2021-reduce-to-width", paper=_PAPER, algorithm="Lemma D.13, Theorem 3.4 (corrected eq. (2))",
+         target=reduce_to_width, assumptions=(_GAUSS,),
+         description="at most n_hidden units: fold linearisable units, merge, resolve sign flips")
+register("awasthi2021-hermite-fit", paper=_PAPER, algorithm="Lemma 3.5 (certificate)", target=hermite_fit,
+         assumptions=(_GAUSS,), description="certificate: exact Hermite coefficients of a network against T_k")

@@ -1,0 +1,135 @@
+"""Certificates of a returned network (not in the paper): does it agree with what the data measure?
+
+* :func:`hermite_fit`: the exact Hermite coefficients ``g^_k`` of the network (Lemma 3.5) against the
+  estimates ``T_k`` of eq. (6), order by order, within three times their noise.
+* :func:`residual_lack_of_fit`: a chi-square test that the residual ``y - g(x)`` has no component along
+  the Hermite polynomials of orders 0, 1, 2 (what a missing or wrong unit leaves).
+
+Each has a ``*_MEANING`` string stored beside its result in ``diagnostics_["certificates"]``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...network import TwoLayerNetwork
+from .coefficients import HermiteCoefficients
+
+__all__ = ["hermite_fit", "residual_lack_of_fit", "HERMITE_FIT_MEANING", "RESIDUAL_FIT_MEANING"]
+
+
+HERMITE_FIT_MEANING = (
+    "bounds the Hermite orders of the error that the data measures: for each order k = 1, 3 .. 2l+2 the "
+    "spectral norm of flatten(g^_k - T_k) (g^_k: exact Hermite coefficients of the returned network by "
+    "Lemma 3.5, T_k: the estimate of eq. (6), in the learner's working coordinates; the Euclidean norm for "
+    "k = 1) is at most 3 sigma^_k + 1e-8 ||T_k||, sigma^_k the size of the sampling error of T_k (split "
+    "halves for k >= 2, sqrt((d + 2) E[y^2] / N) for k = 1; 0 with exact coefficients). k = 1 checks the "
+    "signs and the linear part (a wrong flip moves T_1 by a_i w_i), k >= 2 the units (a missing or wrong "
+    "unit whose |a_i c_k(b_i)| is above the noise of some order fails). Not seen: orders above 2l+2 and "
+    "units whose coefficients are below the noise (|b_i| large: nearly linear or never active, Lemma "
+    "D.13). A network equal to the truth has residual ~ sigma^_k, a third of the threshold; with "
+    "refine=False the paper's output carries its own estimation error, which can exceed T_1's noise, "
+    "and the check then says the data disagree with it. T_2 is not checked: for l = 1 its top eigenvectors "
+    "are the working coordinates, which bias it towards its own noise")
+
+
+RESIDUAL_FIT_MEANING = (
+    "tests that the residual r = y - g(x) of the returned network on the samples is label noise "
+    "independent of x, as far as the Hermite polynomials of orders 0, 1, 2 see: with the orthonormal "
+    "features 1, x_i, x_i x_j (i < j), (x_i^2 - 1)/sqrt(2) (J of them) and s^2 = mean(r^2), "
+    "Q = n sum_j mean(r phi_j)^2 / s^2 is chi-square with J degrees of freedom when it is, plus at most "
+    "about 2 P from the network's own least-squares error (P parameters, trained on 80% of the rows); it "
+    "fails when z = (Q - J - 2 P)/sqrt(2 J) > 4, i.e. when the "
+    "network misses a part of the target whose order <= 2 Hermite component exceeds about "
+    "s (2 J)^{1/4} / sqrt(n) in L2 (a local minimum, a missing or wrong unit; a ReLU unit keeps "
+    "a large share of its energy in orders 1 and 2). A residual below 1e-10 times the RMS of y passes "
+    "(exact to round-off). Misfits orthogonal to all polynomials of degree <= 2 are not seen")
+
+
+def residual_lack_of_fit(network: TwoLayerNetwork, source, *, chunk_size: int | None = None,
+                         z_max: float = 4.0) -> dict:
+    """Lack-of-fit test of ``network`` on the samples of ``source`` (see ``RESIDUAL_FIT_MEANING``).
+
+    One pass accumulating ``sum r``, ``sum r x`` and ``sum r x x^T``, from which the projections on the
+    orthonormal Hermite features of orders 0-2 (``J = 1 + d + d (d + 1) / 2``) follow; memory ``O(d^2)``.
+
+    Returns
+    -------
+    dict
+        ``passed``, ``z``, ``Q``, ``J``, ``P``, ``n``, ``residual_rms``, ``y_rms``, ``exact``.
+    """
+    d = network.n_inputs
+    iu = np.triu_indices(d, 1)
+    J = 1 + d + d + iu[0].size
+    # sums of r, r x and r x x^T (a d x d matrix, never the n x J feature matrix)
+    s0, s1, S2 = 0.0, np.zeros(d), np.zeros((d, d))
+    n, rr, yy = 0, 0.0, 0.0
+    for X, Y in source.chunks(chunk_size):
+        y = np.asarray(Y, dtype=np.float64).reshape(X.shape[0], -1)[:, 0]
+        X = np.asarray(X, dtype=np.float64)
+        r = y - network.predict(X).reshape(-1)
+        s0 += float(r.sum())
+        s1 += X.T @ r
+        S2 += (X * r[:, None]).T @ X
+        n += X.shape[0]
+        rr += float(r @ r)
+        yy += float(y @ y)
+    proj = np.concatenate([[s0], s1, (np.diag(S2) - s0) / math.sqrt(2.0), S2[iu]])
+    s2 = rr / max(n, 1)
+    y_rms = math.sqrt(yy / max(n, 1))
+    out = {"n": int(n), "J": int(J), "residual_rms": math.sqrt(s2), "y_rms": y_rms}
+    if math.sqrt(s2) <= 1e-10 * max(y_rms, 1e-300):
+        out.update(Q=0.0, z=-math.sqrt(J / 2.0), passed=True, exact=True)
+        return out
+    Q = float(np.sum((proj / n) ** 2) * n / s2)
+    # the network's own estimation error delta (least squares, P parameters) adds n ||proj delta||^2 / s^2,
+    # about P n / n_train <= 2 P (the refinement trains on 80% of the rows), to the chi-square's mean
+    P = network.hidden_weights.size + 2 * network.n_hidden + 1
+    z = (Q - J - 2 * P) / math.sqrt(2.0 * J)
+    out.update(Q=Q, P=int(P), z=float(z), passed=bool(z <= z_max), exact=False)
+    return out
+
+
+def hermite_fit(network: TwoLayerNetwork, coeffs: HermiteCoefficients, order: int) -> dict:
+    """Compare the exact Hermite coefficients of ``network`` (Lemma 3.5) with the estimated ``T_1`` and
+    ``T_3, ..., T_{2l+2}`` in the coordinates of ``coeffs`` (see ``HERMITE_FIT_MEANING``).
+
+    Returns
+    -------
+    dict
+        ``passed``; per order ``"T<k>"``: ``residual`` (spectral norm of the flattened difference; the
+        Euclidean norm for ``k = 1``), ``noise`` (``sigma^_k``), ``threshold`` and ``ratio``
+        (``residual / threshold``).
+    """
+    from ...hermite import network_hermite_expansion
+    from ...tensor import flatten
+    from .coefficients import _flat_shape
+
+    K = 2 * order + 2
+    expansion = network_hermite_expansion(network, K)
+    out: dict = {}
+    passed = True
+    d = coeffs.n_inputs
+    for k in [1] + list(range(3, K + 1)):
+        if k == 1:
+            diff = np.asarray(expansion.tensor(1)[0]) - coeffs.t1
+            residual = float(np.linalg.norm(diff))
+            size = float(np.linalg.norm(coeffs.t1))
+            noise = 0.0 if coeffs.exact else math.sqrt((d + 2) * max(coeffs.y_second_moment, 0.0)
+                                                       / max(int(coeffs.n_samples or 1), 1))
+        else:
+            t1, t2 = _flat_shape(k, order)
+            est = coeffs.tensor(k)
+            diff = flatten(expansion.tensor(k, coeffs.basis)[0] - est, t1, t2)
+            residual = float(np.linalg.norm(diff, 2))
+            size = float(np.linalg.norm(flatten(est, t1, t2), 2))
+            noise = 0.0 if coeffs.exact else float(coeffs.noise.get(k, 0.0))
+        threshold = 3.0 * noise + 1e-8 * max(size, 1e-300)
+        ok = residual <= threshold
+        passed &= ok
+        out[f"T{k}"] = {"residual": residual, "noise": noise, "threshold": threshold,
+                        "ratio": residual / threshold, "passed": bool(ok)}
+    out["passed"] = bool(passed)
+    return out
