@@ -149,7 +149,7 @@ def test_n_matchings_counts_partial_matchings():
         def count(items):
             if not items:
                 return 1
-            first, rest = items[0], items[1:]
+            rest = items[1:]
             return count(rest) + sum(count(rest[:i] + rest[i + 1:]) for i in range(len(rest)))
         return count(list(range(k)))
     assert [h.n_matchings(k) for k in range(10)] == [brute(k) for k in range(10)]

@@ -26,7 +26,6 @@ import json
 import math
 import os
 import platform
-import sys
 import time
 from importlib import metadata as _metadata
 from pathlib import Path

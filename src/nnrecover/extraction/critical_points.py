@@ -859,7 +859,6 @@ class CriticalPointExtractor:
         self.stage = "search"
         self._search()
         d = self.d
-        p = self.oracle.n_outputs
         k = 0 if self.units is None else self.units.W.shape[0]
         if k == 0:
             seen = sum(rec["kinks"] for rec in self.lines)

@@ -44,7 +44,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from .._threads import blas_threads
-from .._validation import Interval, Options, as_2d_float, check_positive_int, check_random_state, validate_params
+from .._validation import Interval, Options, as_2d_float, check_random_state, validate_params
 from ..errors import CertificateWarning, ConvergenceError, InputError, NotFittedError
 from ..network import TwoLayerNetwork
 from ._width import choose_width, is_auto

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import abc
 import copy
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

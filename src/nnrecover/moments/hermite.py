@@ -441,7 +441,7 @@ class HermiteVectorSliceStatistic(_HermiteStatistic):
 
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
         Y = self._prepare(X, Y)
-        f, s = self.order - 1, self.g.shape[0]
+        f = self.order - 1
         W = (Y[:, :, None] * (X @ self.g.T)[:, None, :]).reshape(X.shape[0], -1)  # (n, p*s)
         _raw_sums(X, W, _parity_orders(f), self._acc, "R")
         _raw_sums(X, Y, _parity_orders(f - 1), self._acc, "S")
@@ -588,7 +588,7 @@ class HermitePartialContractionStatistic(_HermiteStatistic):
             _raw_sums(X, W, orders, self._acc, ("R",) + R)
 
     def _finalize(self) -> np.ndarray:
-        (s, c, d), p, n, f = self.V.shape, self._p, self.n, self.free
+        (s, _, d), p, n, f = self.V.shape, self._p, self.n, self.free
         D = {}
         for R, ms in self._needed.items():
             for m in ms:

@@ -25,7 +25,7 @@ import numpy as np
 from .._validation import check_positive_int, check_random_state
 from ..errors import ConvergenceError, InputError
 from .result import DecompositionResult
-from .utils import _as_real_array, _cp_dense, cp_reconstruct, normalize_columns
+from .utils import _as_real_array, _cp_dense, normalize_columns
 
 __all__ = ["cp_als", "CPResult"]
 

@@ -41,8 +41,11 @@ Symbols -> names: the paper's columns ``w_i`` are our rows ``hidden_weights[i]``
 
 from .estimator import *  # noqa: F401,F403  (the public API of the paper)
 from .estimator import __all__  # noqa: F401
+from .estimator import HermiteTensorLearner
 # stage helpers the estimator module has always exposed by name
-from .estimator import (complete_units, estimate_coefficients, exact_coefficients, truncated_hermite_loss)  # noqa: F401
+from .coefficients import estimate_coefficients, exact_coefficients  # noqa: F401
+from .decompose import complete_units  # noqa: F401
+from .polish import truncated_hermite_loss  # noqa: F401
 
 # the estimator is documented and reported under the package, the name users import it by
 HermiteTensorLearner.__module__ = __name__

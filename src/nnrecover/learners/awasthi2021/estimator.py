@@ -17,14 +17,14 @@ from ...errors import AssumptionError, AssumptionWarning, InputError
 from ...network import TwoLayerNetwork
 from .coefficients import HermiteCoefficients, estimate_coefficients, exact_coefficients, min_samples
 from .decompose import (HermiteRecovery, Thresholds, adaptive_thresholds, algorithm1, algorithm4,
-                                 algorithm6, complete_units, paper_thresholds)
+                                 algorithm6, paper_thresholds)
 from .identifiability import (adversarial_weights, claim48_instance, flip_units, hermite_separation,
                                        khatri_rao_smin, sign_flip_sets, smoothed_instance)
 from .regression import (RegressionResult, algorithm5_regression, consolidate, linear_correction,
                                   population_regression, relu_features)
 from .certificates import HERMITE_FIT_MEANING, RESIDUAL_FIT_MEANING, hermite_fit, residual_lack_of_fit
 from .output import output_network, polish_units, reduce_to_width
-from .polish import hermite_loss_polish, truncated_hermite_loss
+from .polish import hermite_loss_polish
 from .reduce import UnitReduction, nonlinear_part, reduce_network
 from .scalars import RecoveredScalars, SignFix, fix_signs, gram_lstsq, recover_scalars
 from .._registry import register

@@ -113,7 +113,7 @@ def unit_error_bound(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *,
     """
     net = network.canonical()
     act = net.activation
-    W, b, A, c = net.hidden_weights, net.hidden_bias, net.output_weights, net.output_bias
+    W, b, A = net.hidden_weights, net.hidden_bias, net.output_weights
     k, d = W.shape
     p = A.shape[0]
     X = np.asarray(X, dtype=np.float64)
@@ -262,7 +262,6 @@ def _lack_of_fit(net: TwoLayerNetwork, X: np.ndarray, R: np.ndarray, dWb: np.nda
     Vu = np.maximum(V[iu], np.finfo(float).tiny)
     S = n / sigma2 * float(np.sum(M[:, iu[0], iu[1]] ** 2 / Vu))
     return float(chi2.sf(S, p * iu[0].size))
-    return out
 
 
 def check_certificate_params(learner: Any) -> None:

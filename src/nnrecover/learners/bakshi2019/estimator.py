@@ -14,7 +14,7 @@ from ...errors import InputError
 from ...network import TwoLayerNetwork
 from ._common import ExactResult
 from .arbitrary_noise import algorithm8, gaussian_sketch, grid_candidates, pv_halfspace
-from .certificate import (MEANING, certificate_rows, check_certificate_params, held_assumption_warnings,
+from .certificate import (MEANING, certificate_rows, held_assumption_warnings,
                                      unit_error_bound)
 from .diagnostics import sign_pattern_statistics
 from .exact import (MARGIN_QUANTILES, algorithm5, refine_from_output_weights, refine_from_unmixing,

@@ -47,15 +47,19 @@ Modules
   population factorisation ``T = M B C F`` (Lemma 14) and the smoothed perturbations (Appendix C);
 - :mod:`.core`            Algorithm 1, BuildT, NullSpan, SimDiag, SignFix, the CP-ALS slice decomposition and
   the gradient fit of ``W`` with ``A`` fixed (Section 4);
-- :mod:`.estimator`       Algorithms 2-4 and the Section 4 variant chained from those stages, and
-  :class:`PureNeuronLearner`.
+- :mod:`.algorithms`      Algorithms 2-4 and the Section 4 variant chained from those stages, the data
+  symmetrisation and the paper's error metric;
+- :mod:`.estimator`       :class:`PureNeuronLearner` (validates, calls, stores).
 """
 
 from .estimator import *  # noqa: F401,F403  (the public API of the paper)
 from .estimator import __all__  # noqa: F401
-# stage helpers the estimator module has always exposed by name
-from .estimator import (GAP_WARNING, PureNeuronMoments, PureNeuronStatistic, certificate_rows, certify_max_unit_error,
-                        check_certificate_params, check_second_moment, output_projection, readout)  # noqa: F401
+from .estimator import PureNeuronLearner
+# stage helpers the package has always exposed by name
+from ..bakshi2019.certificate import certificate_rows, certify_max_unit_error, check_certificate_params  # noqa: F401
+from .algorithms import GAP_WARNING  # noqa: F401
+from .core import check_second_moment, output_projection, readout  # noqa: F401
+from .moments import PureNeuronMoments, PureNeuronStatistic  # noqa: F401
 
 # the estimator is documented and reported under the package, the name users import it by
 PureNeuronLearner.__module__ = __name__

@@ -22,15 +22,13 @@ and the reason is recorded in ``diagnostics_["refinement"]``.
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from numbers import Integral, Real
-from typing import Any
 
 import numpy as np
 
-from ..._validation import Interval, Options, check_positive_int, check_random_state
+from ..._validation import Interval, Options, check_random_state
 from ...errors import AssumptionError, AssumptionWarning, InputError
 from ...moments.base import accumulate
 from ...moments.statistics import CovarianceStatistic, input_deviation_from_standard
