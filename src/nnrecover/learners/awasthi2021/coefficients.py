@@ -290,8 +290,7 @@ def _add_signed_gram(G: np.ndarray, X: np.ndarray, w: np.ndarray) -> None:
 
     A symmetric rank-k update (BLAS ``dsyrk``, half the flops of a GEMM) needs a sign-definite weight,
     so the rows with ``w >= 0`` add ``A^T A`` and those with ``w < 0`` subtract it, with
-    ``A = diag(sqrt|w|) X`` of that group (measured 1.2x faster than ``(X^T diag(w)) X`` with one BLAS
-    thread at d = 100, gathers included)."""
+    ``A = diag(sqrt|w|) X`` of that group (faster than ``(X^T diag(w)) X``, gathers included)."""
     from scipy.linalg import blas
 
     neg = w < 0
@@ -326,8 +325,8 @@ class RangeStatistic(_InputCheck, Statistic):
     Per chunk two GEMMs read ``X`` (plus one pass for ``sum x**2``): ``M = [Omega, Omega_c]^T X^T`` with
     the rows ``y * (x^T Omega)``, ``x^T Omega_c``, ``y``, ``1``, then ``M X``, which gives
     ``sum y x x^T Omega``, the covariance probes, ``sum y x`` and ``sum x`` at once. Both products put
-    the long sample dimension ``N`` on the outside of a (short, wide) times (tall) product, the BLAS
-    orientation measured ~1.7x faster than ``X^T M^T`` with one thread (benchmarks/README.md).
+    the long sample dimension ``N`` on the outside of a (short, wide) times (tall) product, the faster
+    BLAS orientation than ``X^T M^T`` (benchmarks/README.md).
     ``method="full"`` adds ``sum y x x^T`` by two symmetric rank-k updates (:func:`_add_signed_gram`,
     upper triangle).
     """
@@ -755,9 +754,9 @@ def _chunk_rows(chunk_size: int | None, d: int) -> int:
     """Rows per chunk of the passes over an array: ``chunk_size`` if given, else about
     ``CHUNK_BYTES`` of ``X`` (between 1024 and 65536 rows), rounded down to a multiple of
     ``SPLIT_BLOCK`` when larger (so pass 2 sees whole split blocks). A chunk is read several times
-    (the finite check, two GEMMs, ``sum x**2`` in pass 1; the finite check and one GEMM in pass 2), so it should stay in cache: at d = 100, m = 10 (one BLAS thread) 4096-row chunks (3.2 MiB)
-    made pass 1 13% faster than the engine's 8 MiB chunks and pass 2 26% faster than 63550-row chunks
-    (the previous defaults); 2048 rows were as fast, 8192 slower."""
+    (the finite check, two GEMMs, ``sum x**2`` in pass 1; the finite check and one GEMM in pass 2), so it
+    should stay in cache: chunks of a few MiB beat both the engine's 8 MiB chunks and much larger ones
+    (benchmarks/bench_awasthi2021.py)."""
     if chunk_size:
         return int(chunk_size)
     rows = int(min(1 << 16, max(1024, CHUNK_BYTES // (8 * (d + 1)))))

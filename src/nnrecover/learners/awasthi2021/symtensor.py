@@ -83,9 +83,8 @@ class Monomials:
           cols  z^beta,         beta of degree top with first index >= g (a tail of F's top block),
 
       so each ``(alpha, g, beta)`` is one multiset, once. For ``n = 10, top = 2`` that is ``~2000``
-      flops per sample instead of ``~7300`` for the Gram blocks: measured ~2x faster than
-      :meth:`weighted_gram` on 4096-sample blocks, features included (one BLAS thread), and 1.6x
-      faster than symmetric rank-k updates of the Gram matrix (which also need the samples split by
+      flops per sample instead of ``~7300`` for the Gram blocks: faster than
+      :meth:`weighted_gram` on 4096-sample blocks, features included, and than symmetric rank-k updates of the Gram matrix (which also need the samples split by
       the sign of ``y``).
     """
 
