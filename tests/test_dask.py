@@ -208,3 +208,59 @@ def test_local_cluster_progress_and_errors(client, monkeypatch):
     Xbad[7, 0] = np.inf
     with pytest.raises(InputError, match="infinite"):
         accumulate(MeanStatistic(), (da.from_array(Xbad, chunks=(2_500, 3)), Yd))
+
+
+def _learner_cases():
+    import nnrecover as nr
+    from nnrecover.learners.goel2019 import HighThresholdNetwork, UpperPolynomial, random_unit_weights
+
+    t = nr.random_network(8, 3, n_outputs=4, rng=0)
+    X, Y = nr.sample(t, nr.distributions.StandardGaussian(8), 40_000, rng=1)
+    g = HighThresholdNetwork(random_unit_weights(3, 8, rng=0), 2.0, "step",
+                             UpperPolynomial.linear(np.array([1.0, 0.8, 1.2]), 0.3))
+    Xg = np.random.default_rng(2).standard_normal((200_000, 8))
+    L = nr.learners
+    return [("ExactReLULearner", lambda: L.ExactReLULearner(3, random_state=0), X, Y),
+            ("NoisyReLULearner", lambda: L.NoisyReLULearner(3, random_state=0), X, Y),
+            ("PureNeuronLearner", lambda: L.PureNeuronLearner(3, random_state=0), X, Y),
+            ("HermiteTensorLearner", lambda: L.HermiteTensorLearner(3, random_state=0), X, Y[:, 0]),
+            ("GradientDescentLearner", lambda: L.GradientDescentLearner(3, random_state=0, n_restarts=2), X, Y),
+            ("HighThresholdLearner", lambda: L.HighThresholdLearner(3, threshold=2.0, random_state=0), Xg,
+             g.predict(Xg))]
+
+
+@pytest.mark.filterwarnings("ignore::nnrecover.errors.CertificateWarning")
+def test_every_learner_fits_on_the_cluster_like_in_process(client):
+    """Each learner's fit on dask arrays, with the LocalCluster's client active, equals its fit on the same
+    numbers in memory. The statistics are merged in another order (a tree of block results instead of a
+    chunk sequence), so the two agree to round-off of the sums, amplified by the conditioning of the
+    solves: 1e-10 on these unit-scale weights."""
+    for name, make, X, Y in _learner_cases():
+        ref = make().fit(X, Y)
+        Xd = da.from_array(X, chunks=(8192, X.shape[1]))
+        Yd = da.from_array(Y, chunks=(8192,) + Y.shape[1:])
+        got = make().fit(Xd, Yd)
+        for field in ("hidden_weights", "hidden_bias", "output_weights", "output_bias"):
+            a, b = getattr(ref.network_, field), getattr(got.network_, field)
+            assert a.shape == b.shape and np.max(np.abs(a - b), initial=0.0) < 1e-10, (name, field)
+
+
+@pytest.mark.filterwarnings("ignore::nnrecover.errors.CertificateWarning")
+def test_exact_relu_fit_on_the_cluster_keeps_the_data_on_the_workers(client):
+    """ExactReLULearner on 48 MB generated on the workers: the client holds statistics and a bounded
+    sample of rows (the certificate's and the refinement's, 20,000 x 13 doubles = 2.1 MB), never the
+    data: the client's traced peak stays below one block (16 MB)."""
+    import nnrecover as nr
+
+    t = nr.random_network(10, 3, n_outputs=3, rng=3)
+    n = 400_000
+    Xd = da.random.RandomState(7).standard_normal((n, 10), chunks=(200_000, 10))  # 16 MB blocks
+    Yd = da.maximum(Xd @ t.hidden_weights.T, 0.0) @ t.output_weights.T
+    tracemalloc.start()
+    try:
+        est = nr.learners.ExactReLULearner(3, random_state=0).fit(Xd, Yd)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert nr.metrics.parameter_error(est.network_, t)["max_unit_error"] < 1e-9
+    assert peak < 16_000_000, f"client peak traced memory {peak / 1e6:.1f} MB"

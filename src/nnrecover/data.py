@@ -394,6 +394,16 @@ class _DaskSource(DataSource):
         yb = [None] * len(xb) if self.Y is None else self.Y.to_delayed().ravel()
         return [(x, y, f" (dask block {i})") for i, (x, y) in enumerate(zip(xb, yb))]
 
+    def take_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rows ``rows`` (sorted indices) of ``X`` and ``Y``, gathered on the workers: only those rows
+        travel to the client, validated like every chunk."""
+        import dask
+
+        rows = np.asarray(rows, dtype=np.int64)
+        Xs, Ys = dask.compute(self.X[rows], None if self.Y is None else self.Y[rows])
+        Xs, Ys = _validate_chunk(Xs, Ys, f" (rows gathered from the dask arrays)")
+        return Xs, Ys
+
     def _raw_chunks(self, chunk_size):
         # iteration on the client, block by block (used by chunks(); accumulate_dask never does this)
         import dask

@@ -233,6 +233,8 @@ def gather_samples(data: Any, max_samples: int = 200_000, *, rng=None, chunk_siz
     gen = check_random_state(rng)
     source = as_data_source(data)
     source.require_targets("refinement")
+    if source.is_dask and source.n_samples is not None:
+        return _gather_dask_rows(source, max_samples, gen)
     # chunks are collected and pruned to the max_samples smallest keys only when twice that many are
     # held: O(N) copying in all (concatenating at every chunk would copy O(N^2 / chunk) rows)
     parts: list = []
@@ -277,6 +279,26 @@ def gather_samples(data: Any, max_samples: int = 200_000, *, rng=None, chunk_siz
         raise InputError("the data are empty: refinement needs samples (X, Y).")
     order = np.argsort(keep_idx, kind="stable")
     return Xr[order], Yr[order], seen
+
+
+def _gather_dask_rows(source, max_samples: int, gen: np.random.Generator) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`gather_samples` for dask arrays: the same keys, drawn in row order from ``gen`` (so the same
+    rows as the chunk pass), chosen on the client in blocks of 2^20 keys; only the chosen rows are then
+    gathered on the workers and sent to the client."""
+    n = int(source.n_samples)
+    if n == 0:
+        raise InputError("the data are empty: refinement needs samples (X, Y).")
+    best_keys = np.empty(0)
+    best_idx = np.empty(0, dtype=np.int64)
+    for start in range(0, n, 1 << 20):
+        keys = gen.random(min(1 << 20, n - start))
+        best_keys = np.concatenate([best_keys, keys])
+        best_idx = np.concatenate([best_idx, np.arange(start, start + keys.size, dtype=np.int64)])
+        if best_keys.size > max_samples:
+            sel = np.argpartition(best_keys, max_samples - 1)[:max_samples]
+            best_keys, best_idx = best_keys[sel], best_idx[sel]
+    X, Y = source.take_rows(np.sort(best_idx))
+    return X, Y, n
 
 
 def _check_xy(X, Y, network: TwoLayerNetwork, name: str) -> tuple[np.ndarray, np.ndarray]:

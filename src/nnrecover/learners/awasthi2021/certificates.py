@@ -14,10 +14,11 @@ import math
 
 import numpy as np
 
+from ...moments.base import Statistic
 from ...network import TwoLayerNetwork
 from .coefficients import HermiteCoefficients
 
-__all__ = ["hermite_fit", "residual_lack_of_fit", "HERMITE_FIT_MEANING", "RESIDUAL_FIT_MEANING"]
+__all__ = ["hermite_fit", "residual_lack_of_fit", "ResidualMomentStatistic", "HERMITE_FIT_MEANING", "RESIDUAL_FIT_MEANING"]
 
 
 HERMITE_FIT_MEANING = (
@@ -48,6 +49,39 @@ RESIDUAL_FIT_MEANING = (
     "(exact to round-off). Misfits orthogonal to all polynomials of degree <= 2 are not seen")
 
 
+class ResidualMomentStatistic(Statistic):
+    """Sums of ``r``, ``r x``, ``r x x^T``, ``r^2`` and ``y^2`` for the residual ``r = y - g(x)`` of a fixed
+    network on the first output (a monoid, so the pass streams, runs in worker threads and on Dask)."""
+
+    def __init__(self, network: TwoLayerNetwork) -> None:
+        self.network = network
+        super().__init__()
+
+    def _reset(self) -> None:
+        d = self.network.n_inputs
+        self.s0, self.s1, self.S2 = 0.0, np.zeros(d), np.zeros((d, d))
+        self.rr, self.yy = 0.0, 0.0
+
+    def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        y = Y[:, 0]
+        r = y - self.network.predict(X).reshape(X.shape[0], -1)[:, 0]
+        self.s0 += float(r.sum())
+        self.s1 += X.T @ r
+        self.S2 += (X * r[:, None]).T @ X
+        self.rr += float(r @ r)
+        self.yy += float(y @ y)
+
+    def _merge(self, other: "ResidualMomentStatistic") -> None:
+        self.s0 += other.s0
+        self.s1 += other.s1
+        self.S2 += other.S2
+        self.rr += other.rr
+        self.yy += other.yy
+
+    def finalize(self) -> dict:
+        return {"s0": self.s0, "s1": self.s1, "S2": self.S2, "rr": self.rr, "yy": self.yy, "n": self.n}
+
+
 def residual_lack_of_fit(network: TwoLayerNetwork, source, *, chunk_size: int | None = None,
                          z_max: float = 4.0) -> dict:
     """Lack-of-fit test of ``network`` on the samples of ``source`` (see ``RESIDUAL_FIT_MEANING``).
@@ -60,22 +94,13 @@ def residual_lack_of_fit(network: TwoLayerNetwork, source, *, chunk_size: int | 
     dict
         ``passed``, ``z``, ``Q``, ``J``, ``P``, ``n``, ``residual_rms``, ``y_rms``, ``exact``.
     """
+    from ...data import accumulate
+
     d = network.n_inputs
     iu = np.triu_indices(d, 1)
     J = 1 + d + d + iu[0].size
-    # sums of r, r x and r x x^T (a d x d matrix, never the n x J feature matrix)
-    s0, s1, S2 = 0.0, np.zeros(d), np.zeros((d, d))
-    n, rr, yy = 0, 0.0, 0.0
-    for X, Y in source.chunks(chunk_size):
-        y = np.asarray(Y, dtype=np.float64).reshape(X.shape[0], -1)[:, 0]
-        X = np.asarray(X, dtype=np.float64)
-        r = y - network.predict(X).reshape(-1)
-        s0 += float(r.sum())
-        s1 += X.T @ r
-        S2 += (X * r[:, None]).T @ X
-        n += X.shape[0]
-        rr += float(r @ r)
-        yy += float(y @ y)
+    stat = accumulate(ResidualMomentStatistic(network), source, chunk_size=chunk_size)
+    n, s0, s1, S2, rr, yy = stat.n, stat.s0, stat.s1, stat.S2, stat.rr, stat.yy
     proj = np.concatenate([[s0], s1, (np.diag(S2) - s0) / math.sqrt(2.0), S2[iu]])
     s2 = rr / max(n, 1)
     y_rms = math.sqrt(yy / max(n, 1))

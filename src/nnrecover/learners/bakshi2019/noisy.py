@@ -32,7 +32,7 @@ from ...errors import InputError
 from ...moments.base import Statistic, accumulate
 from ._common import ExactResult, check_hidden_estimate, check_rectified, check_samples
 from .pipeline import _prepare, split_refinement
-from .tensor_step import _Tail, approximate_hidden_weights
+from .tensor_step import _tail, approximate_hidden_weights
 
 __all__ = ["algorithm6", "regression_output_weights", "noisy_pipeline", "OutputRegressionStatistic"]
 
@@ -199,7 +199,7 @@ def noisy_pipeline(X: Any, Y: Any = None, n_hidden: int | None = None, *, activa
                                         rng=gen)
     V, sdiag = algorithm6(approx.hidden_weights, Xb, Yb * scale, activation=act)
     if regression == "all":
-        stat = accumulate(OutputRegressionStatistic(V, act), _Tail(source, 0, None, chunk_size))
+        stat = accumulate(OutputRegressionStatistic(V, act), _tail(source, 0, None, chunk_size))
     else:
         stat = OutputRegressionStatistic(V, act).update(Xb, Yb)
     U, rdiag = stat.finalize()

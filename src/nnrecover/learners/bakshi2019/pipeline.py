@@ -29,7 +29,7 @@ from ...data import as_data_source
 from ...moments.statistics import SecondMoment
 from ._common import ExactResult, check_rectified, check_tol
 from .exact import algorithm5, certify_or_raise, refine_from_unmixing
-from .tensor_step import _Tail, approximate_hidden_weights
+from .tensor_step import _Tail, _tail, approximate_hidden_weights
 
 __all__ = ["gaussian_pipeline", "algorithm4", "algorithm3", "ica_unmixing", "split_refinement",
            "default_n_refine", "refinement_ladder"]
@@ -52,7 +52,10 @@ def refinement_ladder(n_refine: int, d: int, k: int) -> list[int]:
 
 def split_refinement(source, n_refine: int, *, name: str = "n_refine", purpose: str = "the exact step"
                      ) -> tuple[np.ndarray, np.ndarray]:
-    """The first ``n_refine`` rows of a data source, in memory (the refinement sample X̄, Ā^T)."""
+    """The first ``n_refine`` rows of a data source, in memory (the refinement sample X̄, Ā^T); for dask
+    arrays only these rows are gathered from the workers."""
+    if getattr(source, "is_dask", False) and source.n_samples is not None and source.n_samples >= n_refine:
+        return source.take_rows(np.arange(n_refine))
     xs, ys, have = [], [], 0
     for X, Y in source.chunks(progress=False):
         take = min(n_refine - have, X.shape[0])
@@ -223,7 +226,7 @@ def ica_unmixing(X: Any, Y: Any = None, n_hidden: int | None = None, *, sketch: 
         fun = _skew_contrast
     tail = _Tail(source, skip, None, chunk_size)
     if sketch == "svd":
-        sec = accumulate(SecondMoment(), tail).finalize()
+        sec = accumulate(SecondMoment(), _tail(source, skip, None, chunk_size)).finalize()
         lam, vec = np.linalg.eigh(0.5 * (sec.yy + sec.yy.T))
         T = vec[:, np.argsort(-lam)[:k]].T
     else:

@@ -151,6 +151,31 @@ class _Tail:
             yield (X, Y) if self.transform is None else self.transform(X, Y)
 
 
+def _tail(source, skip: int, transform: Callable | None = None, chunk_size: int | None = None):
+    """The rows after the first ``skip`` of ``source``, transformed chunk by chunk, as data for ``accumulate``.
+
+    For dask arrays the rows stay on the workers (sliced dask arrays, the transform applied per block), so
+    the statistics pass runs on the cluster; other sources are read through :class:`_Tail`.
+    """
+    if not getattr(source, "is_dask", False):
+        return _Tail(source, skip, transform, chunk_size)
+    import dask
+    import dask.array as da
+
+    X, Y = source.X[skip:], source.Y[skip:]
+    if Y.ndim == 1:
+        Y = Y[:, None]
+    if transform is None:
+        return X, Y
+    px, py = transform(np.zeros((1, X.shape[1])), np.zeros((1, Y.shape[1])))  # output widths
+    xs, ys = [], []
+    for xb, yb, rows in zip(X.to_delayed().ravel(), Y.to_delayed().ravel(), X.chunks[0]):
+        pair = dask.delayed(transform, nout=2, pure=True)(xb, yb)
+        xs.append(da.from_delayed(pair[0], (rows, px.shape[1]), dtype=np.float64))
+        ys.append(da.from_delayed(pair[1], (rows, py.shape[1]), dtype=np.float64))
+    return da.concatenate(xs), da.concatenate(ys)
+
+
 def _top_right(B: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     U, s, Vt = scipy.linalg.svd(B, full_matrices=False, check_finite=False)
     return U[:, :k], s, Vt[:k].T
@@ -344,7 +369,7 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
     noise_seed = int(gen.integers(0, 2**63)) if paper_noise else None
 
     # pass 1: E[x], E[y], E[x x^T], E[y x^T] on the moment rows
-    base = _Tail(source, skip, _noise_fn(noise_seed), chunk_size)
+    base = _tail(source, skip, _noise_fn(noise_seed), chunk_size)
     mean, second, fourth = accumulate([MeanStatistic(), SecondMoment(), _FourthMoment()], base)
     n_mom = int(mean.n or 0)
     if n_mom == 0:
@@ -400,7 +425,7 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
         diag["span_gap"] = float(s[k] / s[k - 1]) if s.size > k else 0.0
     else:
         Qout = None
-        full = accumulate(HermiteTensorStatistic(2), _Tail(source, skip, resid_fn(None), chunk_size))
+        full = accumulate(HermiteTensorStatistic(2), _tail(source, skip, resid_fn(None), chunk_size))
         M2 = full.finalize()                   # (m, d, d)
         P, s = _span_second(M2, k)
         diag["span_singular_values"] = s[: k + 1].copy()
@@ -408,7 +433,7 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
         if r == 2:
             T = np.einsum("da,rde,eb->rab", P, M2, P)
     if use == "linear" or r != 2:
-        stat = accumulate(HermiteTensorStatistic(r, basis=P), _Tail(source, skip, resid_fn(Qout), chunk_size))
+        stat = accumulate(HermiteTensorStatistic(r, basis=P), _tail(source, skip, resid_fn(Qout), chunk_size))
         T = stat.finalize()
     W, jd = decompose_projected(T, k, method=decomposition, rng=gen, n_draws=n_draws)
     diag["decomposition"] = jd
