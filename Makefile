@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: demo test test-fast bench install install-test clean experiments docs docs-figures
+.PHONY: demo test test-fast bench bench-moments install install-test clean experiments docs docs-figures
 
 # Exit status 0 iff nnrecover (this checkout, editable) and the requirements of pyproject.toml
 # (plus the optional groups given as arguments) are importable/installed. Versions are not compared.
@@ -64,7 +64,12 @@ docs-figures: $(STAMP)
 	  echo "== $$name"; $(VENV)/bin/nnrecover experiment $$name --quick --seed 0 --out build/docs-figures/$$name || exit 1; \
 	  cp build/docs-figures/$$name/figure.png docs/figures/$$name.png; done
 
+# every learner against numpy passes at growing sizes (benchmarks/README.md, section bench_growth; < 15 min)
 bench: $(STAMP)
+	$(PY) benchmarks/bench_growth.py
+
+# the moment engine against numpy passes (d up to 1000, an 8 GB memory map)
+bench-moments: $(STAMP)
 	$(PY) benchmarks/run.py
 
 # every registered experiment, full size, into results/NAME/ (long)
