@@ -496,29 +496,23 @@ def _fit_planes(Q, W, beta, ok, pn, noise, d, W_new, b_new, alpha, accepted, use
             wj = np.sign(W[j]) if W[j, 0] != 0 else np.ones(1)
             bj = -float(wj @ mu)
             r = np.abs(pts @ wj + bj)
-            if np.all(r <= 1e3 * loc[keep]):
-                W_new[j], b_new[j] = wj, bj
-                alpha[j] = np.median(beta[j][keep], axis=0)
-                accepted[j] = True
-                used[j] = int(keep.sum())
-                resid[j] = float(r.max())
-                tilt[j] = 0.0
-            continue
-        _, sv, Vt = np.linalg.svd(pts - mu, full_matrices=False)
-        wj = Vt[-1] if Vt[-1] @ W[j] >= 0 else -Vt[-1]
-        bj = -float(wj @ mu)
-        r = np.abs(pts @ wj + bj)
-        # coplanar: the smallest singular value (the residual) is at the located precision and the
-        # points span d - 1 directions well above it
-        if sv.size >= d and sv[d - 2] > 10 * sv[d - 1] \
-                and sv[d - 1] <= 10 * math.sqrt(keep.sum()) * float(np.median(loc[keep])) \
-                and np.all(r <= 1e3 * loc[keep]):
+            coplanar = True
+        else:
+            _, sv, Vt = np.linalg.svd(pts - mu, full_matrices=False)
+            wj = Vt[-1] if Vt[-1] @ W[j] >= 0 else -Vt[-1]
+            bj = -float(wj @ mu)
+            r = np.abs(pts @ wj + bj)
+            # coplanar: the smallest singular value (the residual) is at the located precision and the
+            # points span d - 1 directions well above it
+            coplanar = bool(sv.size >= d and sv[d - 2] > 10 * sv[d - 1]
+                            and sv[d - 1] <= 10 * math.sqrt(keep.sum()) * float(np.median(loc[keep])))
+        if coplanar and np.all(r <= 1e3 * loc[keep]):
             W_new[j], b_new[j] = wj, bj
             alpha[j] = np.median(beta[j][keep], axis=0)
             accepted[j] = True
             used[j] = int(keep.sum())
             resid[j] = float(r.max())
-            tilt[j] = float(sv[d - 1] / sv[d - 2])
+            tilt[j] = 0.0 if d == 1 else float(sv[d - 1] / sv[d - 2])
 
 
 # ----------------------------------------------------------------------------------- output layer

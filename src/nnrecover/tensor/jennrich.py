@@ -103,6 +103,14 @@ class JennrichResult(DecompositionResult):
         return self.diagnostics["eigenvalues"]
 
 
+def _refuse_or_warn(msg: str, strict: bool, warn: bool) -> None:
+    """An assumption Jennrich's algorithm needs looks violated: raise with ``strict``, else warn if asked."""
+    if strict:
+        raise AssumptionError(msg)
+    if warn:
+        warnings.warn(msg, CertificateWarning, stacklevel=3)
+
+
 def _top_left(M: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-``r`` left singular vectors and all singular values of ``M`` (LAPACK gesdd)."""
     try:
@@ -372,19 +380,13 @@ def jennrich(
         msg = (f"every draw has complex eigenvalues (best max |Im λ|/|λ| = {chosen['max_imag']:.3g} > "
                f"imag_tol={imag_tol:g}); the input is far from a real rank-{rank} tensor or two "
                "components are nearly inseparable. Real parts are used.")
-        if strict:
-            raise AssumptionError(msg)
-        if warn:
-            warnings.warn(msg, CertificateWarning, stacklevel=2)
+        _refuse_or_warn(msg, strict, warn)
     degenerate_gap = bool(real and chosen["eigenvalue_gap"] < gap_tol)
     if degenerate_gap:  # (with complex pairs the real-part gap is meaningless)
         msg = (f"relative eigenvalue gap {chosen['eigenvalue_gap']:.3g} < gap_tol={gap_tol:g} on the best of "
                f"{n_draws} draws: two components have (nearly) parallel mode-3 factors, so they are not "
                "identifiable by Jennrich's algorithm (Theorem A.5 of Awasthi et al.).")
-        if strict:
-            raise AssumptionError(msg)
-        if warn:
-            warnings.warn(msg, CertificateWarning, stacklevel=2)
+        _refuse_or_warn(msg, strict, warn)
 
     # step 4: factors
     R = chosen["R"]
