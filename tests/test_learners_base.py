@@ -337,3 +337,23 @@ def test_fit_population_hook(small_teacher):
     assert est.diagnostics_["refinement"]["ran"] is False
     with pytest.raises(InputError, match="TwoLayerNetwork"):
         _ShiftedTruthLearner(2, teacher=truth).fit_population(truth.hidden_weights)
+
+
+def test_registry_names_follow_the_paper_and_short_names_stay_valid():
+    """One name per paper in the listings (awasthi2021-*, ge2019-*, bakshi2019-*); the short prefixes of
+    earlier scripts (atv21-, ge19-, bjw19-) resolve to the same records, never listed twice."""
+    import importlib
+
+    from nnrecover.experiments import available_experiments, get_experiment
+    from nnrecover.learners import available, get_learner, resolve_name
+
+    names = [r.name for r in available()]
+    assert not any(n.startswith(("atv21-", "ge19-", "bjw19-")) for n in names)
+    assert len(names) == len(set(names))
+    assert resolve_name("atv21-algorithm1") == "awasthi2021-algorithm1"
+    assert get_learner("bjw19-noisy") is get_learner("bakshi2019-noisy") is nr.learners.NoisyReLULearner
+    assert get_experiment("ge19-fig2").name == "ge2019-fig2"
+    assert all(not r.name.startswith(("atv21-", "ge19-", "bjw19-")) for r in available_experiments())
+    for old, new in (("atv21", "awasthi2021"), ("ge19", "ge2019"), ("bjw19", "bakshi2019")):
+        assert importlib.import_module(f"nnrecover.experiments.{old}").__all__ == \
+            importlib.import_module(f"nnrecover.experiments.{new}").__all__
