@@ -178,3 +178,22 @@ def test_certificates_experiment_quick():
     assert fig.axes
     with pytest.raises(InputError, match="learners"):
         certificates_experiment(quick=True, learners=["nope"])
+
+
+def test_too_large_certificate_is_not_evaluated_and_claims_nothing():
+    """Above MAX_CERTIFICATE_FLOPS the Gauss-Newton matrix (P^2 entries, P^3 flops) is not formed: the
+    record says so with passed=None and the learner is not asked to certify (no warning, no error)."""
+    import nnrecover as nr
+    from nnrecover.learners.bakshi2019.certificate import MAX_CERTIFICATE_FLOPS, certify_max_unit_error
+
+    net = nr.random_network(200, 30, n_outputs=30, rng=0)
+    X = np.random.default_rng(0).standard_normal((100, 200))
+
+    class NoCertify:
+        def _certify(self, *args, **kwargs):
+            raise AssertionError("a skipped certificate must not be issued")
+
+    diag: dict = {}
+    assert certify_max_unit_error(NoCertify(), net, (X, net.predict(X)), diag, tol=0.1) is None
+    rec = diag["certificates"]["max_unit_error"]
+    assert rec["passed"] is None and rec["detail"].startswith("not evaluated") and MAX_CERTIFICATE_FLOPS > 0

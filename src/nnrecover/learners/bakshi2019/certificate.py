@@ -63,6 +63,13 @@ MEANING = ("max over matched units of ||w_i - w*_i|| + |b_i - b*_i| + ||a_i - a*
            "i.i.d. mean-zero label noise; passes when bound <= certificate_tol")
 
 _EPS = np.finfo(float).eps
+#: the certificate's Gauss-Newton matrix has P^2 entries (P parameters) and costs n (k (d + 1))^2 + P^3 flops;
+#: above this many flops it is not evaluated (a fit must stay near a few passes over the data): the record
+#: says so and claims nothing
+MAX_CERTIFICATE_FLOPS = 2e10
+#: rows the certificate uses at most per parameter and output (its noise term shrinks like 1/sqrt(rows);
+#: more rows than this add cost, not information, at the sizes where the cost matters)
+ROWS_PER_PARAMETER = 20
 #: the Gauss-Newton step estimates the error up to a relative term of the order of the error itself
 #: (the network is smooth in its parameters away from the kinks, which a Gaussian x meets with
 #: probability zero); doubling it covers that term while the bound is below ``LINEAR_REGIME``
@@ -301,7 +308,19 @@ def certify_max_unit_error(learner: Any, network: TwoLayerNetwork, rows, diagnos
             "passed": None, "detail": "not evaluated: the samples cannot be read again (one-pass iterator)",
             "meaning": MEANING, "bound": math.inf, "tolerance": float(tol), "stage": stage}
         return None
-    info = unit_error_bound(network, rows[0], rows[1], failure_probability=failure_probability)
+    k, d = network.hidden_weights.shape
+    p = network.n_outputs
+    P = k * d + k * p + p
+    n_rows = min(rows[0].shape[0], max(2000, -(-ROWS_PER_PARAMETER * P // p)))
+    flops = n_rows * float(k * (d + 1)) ** 2 + float(P) ** 3
+    if flops > MAX_CERTIFICATE_FLOPS:
+        diagnostics.setdefault("certificates", {})["max_unit_error"] = {
+            "passed": None, "meaning": MEANING, "bound": math.inf, "tolerance": float(tol), "stage": stage,
+            "detail": (f"not evaluated: {P} parameters; its Gauss-Newton matrix needs {flops:.1e} flops and "
+                       f"{8 * P * P / 2**30:.2g} GiB, more than the fit itself (the learner's own certificates "
+                       "still apply)")}
+        return None
+    info = unit_error_bound(network, rows[0][:n_rows], rows[1][:n_rows], failure_probability=failure_probability)
     bound = info["bound"]
     passed = bool(np.isfinite(bound) and bound <= tol)
     if np.isfinite(bound):
