@@ -120,7 +120,9 @@ def _environment(threads: int) -> list[str]:
 
 README_HEAD = """# Benchmarks
 
-`make bench` (not part of `make test`) runs `benchmarks/run.py`, which rewrites this file.
+`make bench` (not part of `make test`) runs the growth benchmark `benchmarks/bench_growth.py` (its section is
+`bench_growth` below). `make bench-moments` runs `benchmarks/run.py`, the moment engine against numpy,
+which rewrites the part above the first script section and keeps every marked section.
 
 ## Method
 
@@ -164,7 +166,7 @@ def write_readme(results: list[dict], command: str, env: list[str]) -> Path:
             f"| {r['d']} | {r['n']:.0e} | {r['gb']:.2f} GB | {r['chunk_rows']} | {r['sum']:.3f} | {r['mean']:.3f} | "
             f"{r['mean'] / r['sum']:.2f} | {r['second']:.3f} | {r['second'] / r['sum']:.1f} | {r['xtx']:.3f} | "
             f"{r['second'] / r['xtx']:.2f} |")
-    lines += ["", "Reproduce: `make bench` (about 5 minutes on 2 cores, 8 GB of free disk for the d = 1000 "
+    lines += ["", "Reproduce: `make bench-moments` (about 5 minutes on 2 cores, 8 GB of free disk for the d = 1000 "
               "memory map; `--tmpdir DIR` chooses where it goes), or "
               "`.venv/bin/python benchmarks/run.py --quick` for n = 10^5.", ""]
     out = HERE / "README.md"
