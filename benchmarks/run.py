@@ -21,7 +21,7 @@ Each pass is repeated ``--repeat`` times (default 2) and the fastest run is repo
 O(n d^2) passes at d >= 1000, which run once. BLAS is limited to ``--blas-threads`` threads
 (default 1, with threadpoolctl) so that numbers are per core and comparable on a shared machine.
 
-Run: ``make bench`` (or ``.venv/bin/python benchmarks/run.py``); ``--quick`` uses n = 10^5.
+Run: ``make bench-moments`` (or ``.venv/bin/python benchmarks/run.py``); ``--quick`` uses n = 10^5.
 """
 
 from __future__ import annotations
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             limit.restore_original_limits()
     if not args.no_write:
         argv_shown = " ".join(sys.argv[1:])
-        command = "make bench" if not argv_shown else f".venv/bin/python benchmarks/run.py {argv_shown}"
+        command = "make bench-moments" if not argv_shown else f".venv/bin/python benchmarks/run.py {argv_shown}"
         print("wrote", write_readme(results, command, _environment(args.blas_threads)))
     return 0
 
