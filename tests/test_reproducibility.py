@@ -27,7 +27,6 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 import nnrecover as nr
 from nnrecover.distributions import StandardGaussian

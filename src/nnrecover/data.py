@@ -401,7 +401,7 @@ class _DaskSource(DataSource):
 
         rows = np.asarray(rows, dtype=np.int64)
         Xs, Ys = dask.compute(self.X[rows], None if self.Y is None else self.Y[rows])
-        Xs, Ys = _validate_chunk(Xs, Ys, f" (rows gathered from the dask arrays)")
+        Xs, Ys = _validate_chunk(Xs, Ys, " (rows gathered from the dask arrays)")
         return Xs, Ys
 
     def _raw_chunks(self, chunk_size):
