@@ -879,6 +879,10 @@ def _fixed_hessian_steps(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.
     return theta, {"n_iter": steps, "message": message}
 
 
+#: mean squared residual, relative to E[y^2], below which a fit is at round-off: (64 eps)^2
+_ROUNDOFF_LOSS = (64 * np.finfo(float).eps) ** 2
+
+
 def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, method: str, max_iter,
                     tol: float, train: tuple[str, ...], jacobian_memory: int, full_samples: int
                     ) -> tuple[TwoLayerNetwork, dict]:
@@ -905,7 +909,11 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
     current, info = fit_least_squares(current, Xs, Ys, method=method, max_iter=max_iter, tol=tol, train=train,
                                       jacobian_memory=jacobian_memory)
     stages.append(dict(info, stage="full", time=time.perf_counter() - t0))
-    if Xs.shape[0] < n:  # the same least squares on all rows, with the subsample's normal matrix
+    if mean_squared_loss(current, X, Y) <= _ROUNDOFF_LOSS * float(np.mean(Y * Y)):
+        # the subsample's fit already fits every row to round-off (noiseless data): the all-rows
+        # stages below could only move it within round-off
+        stages[-1]["stopped"] = "fits all rows to round-off"
+    elif Xs.shape[0] < n:  # the same least squares on all rows, with the subsample's normal matrix
         t0 = time.perf_counter()
         model = _Model(current, train)
         theta, info = _fixed_hessian_steps(model, model.pack(current), X, Y, Xs, Ys, max_steps=_FULL_GRADIENT_STEPS,
@@ -915,9 +923,10 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
         stages.append(dict(info, stage="full-gradient", method="gn", n_samples_used=n, success=True, status=1,
                            train_loss_start=start_loss, train_loss_refined=mean_squared_loss(current, X, Y),
                            time=time.perf_counter() - t0))
-    current, info = _span_stage(current, X, Y, method=method, max_iter=max_iter, tol=tol, train=train,
-                                jacobian_memory=jacobian_memory)
-    stages.append(info)
+    if "stopped" not in stages[-1]:
+        current, info = _span_stage(current, X, Y, method=method, max_iter=max_iter, tol=tol, train=train,
+                                    jacobian_memory=jacobian_memory)
+        stages.append(info)
     last = stages[-1]
     summary = {"method": stages[1]["method"], "n_iter": sum(st["n_iter"] for st in stages), "n_samples_used": n,
                "success": last["success"], "status": last["status"],
