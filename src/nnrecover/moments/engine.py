@@ -1,4 +1,4 @@
-"""The data sources and the pass driver, :mod:`nnrecover.data`, under the import path scripts already use."""
+"""The data sources and the pass driver of :mod:`nnrecover.data`, kept importable for scripts that use it."""
 
 from ..data import *  # noqa: F401,F403
 from ..data import __all__  # noqa: F401
