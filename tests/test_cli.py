@@ -642,7 +642,8 @@ def test_time_budget_stops_gradient_descent_and_says_so(capsys, simulated):
     assert len(warning) == 1 and warning[0].startswith("nnrecover: warning: ")
     assert "after 1 of 4 restarts" in warning[0] and "TimeBudgetWarning" in warning[0]
     budget = json.loads(diag.read_text())["time_budget"]
-    assert budget == {"seconds": 0.0, "restarts_run": 1, "restarts_requested": 4, "exhausted": True}
+    assert budget == {"seconds": 0.0, "restarts_run": 1, "restarts_requested": 4, "exhausted": True,
+                      "interrupted": True}
 
 
 def test_demo_time_budget_reaches_gradient_descent(capsys, tmp_path):

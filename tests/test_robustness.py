@@ -300,12 +300,56 @@ def test_time_budget_stops_between_restarts():
         est = GradientDescentLearner(2, n_restarts=5, time_budget=0.0, random_state=0).fit(X, Y)
     assert [w.category for w in caught] == [TimeBudgetWarning]
     assert est.diagnostics_["time_budget"] == {"seconds": 0.0, "restarts_run": 1, "restarts_requested": 5,
-                                               "exhausted": True}
+                                               "exhausted": True, "interrupted": True}
     assert len(est.diagnostics_["restarts"]) == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning without a budget
         est = GradientDescentLearner(2, n_restarts=2, random_state=0).fit(X, Y)
     assert est.diagnostics_["time_budget"]["exhausted"] is False and len(est.diagnostics_["restarts"]) == 2
+    assert est.diagnostics_["time_budget"]["interrupted"] is False
+
+
+def test_time_budget_interrupts_a_running_restart():
+    import time
+    import warnings
+
+    from nnrecover.errors import TimeBudgetWarning
+    from nnrecover.learners import GradientDescentLearner
+    from nnrecover.network import random_network
+    from nnrecover.sampling import sample
+    from nnrecover.distributions import StandardGaussian
+
+    # one L-BFGS restart with an unreachable tolerance and 10^6 iterations on 2e4 rows, k = 8: minutes
+    # without a budget; with 0.5 s it must stop at its next loss evaluation (one pass, milliseconds)
+    teacher = random_network(12, 8, 1, rng=3)
+    X, Y = sample(teacher, StandardGaussian(12), 20_000, rng=4)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = GradientDescentLearner(8, n_restarts=3, method="lbfgs", max_iter=10**6, tol=1e-15, time_budget=0.5,
+                                     random_state=0).fit(X, Y)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 0.5 + 5.0, elapsed  # slack for sampling the rows and a loaded machine, not for the optimiser
+    budget = est.diagnostics_["time_budget"]
+    assert budget["interrupted"] is True and budget["exhausted"] is True and budget["restarts_run"] == 1
+    assert "stopped at the budget" in str([w.message for w in caught if w.category is TimeBudgetWarning][0])
+    record = est.diagnostics_["restarts"][0]
+    assert record["status"] == -2 and record["train_loss_refined"] <= record["train_loss_start"]
+
+
+def test_fit_least_squares_deadline_returns_the_start_when_already_passed():
+    import time
+
+    from nnrecover.network import random_network
+    from nnrecover.refine import fit_least_squares
+
+    _, X, Y = _teacher_data(n=500)
+    start = random_network(X.shape[1], 2, Y.shape[1] if Y.ndim == 2 else 1, rng=9)
+    for method in ("gn", "lbfgs"):
+        net, info = fit_least_squares(start, X, Y, method=method, deadline=time.perf_counter())
+        assert info["status"] == -2 and info["success"] is False and "deadline" in info["message"]
+        np.testing.assert_array_equal(net.hidden_weights, start.hidden_weights)
+        assert info["train_loss_refined"] == info["train_loss_start"]
 
 
 def test_fit_of_an_empty_list_names_the_empty_array():

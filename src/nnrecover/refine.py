@@ -545,8 +545,15 @@ def _chunk_rows(jacobian_memory: int, model: _Model) -> tuple[int, int]:
             max(1, int(budget // (8 * (2 * model.k + 2 * model.p)))))
 
 
+_DEADLINE_MESSAGE = "The deadline passed (time budget spent)."
+
+
+class _DeadlinePassed(Exception):
+    """Raised inside L-BFGS-B's objective to stop it at the deadline (its callback cannot stop it in every SciPy)."""
+
+
 def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarray, *, max_iter: int, tol: float,
-                  chunk_rows: int, loss_rows: int, lam0: float = _GN_LAMBDA0) -> dict:
+                  chunk_rows: int, loss_rows: int, lam0: float = _GN_LAMBDA0, deadline: float | None = None) -> dict:
     """Levenberg-Marquardt on the normal equations accumulated over all rows (method ``"gn"``).
 
     Minimises ``F(theta) = ||r||^2 / 2`` (``r`` = residuals / sqrt(n), so ``F`` is half the mean squared
@@ -573,7 +580,9 @@ def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarra
     (the cosine between ``r`` and each column of ``J``, MINPACK's ``gtol``; also an exact fit ``F = 0``),
     ``2`` the relative reduction test ``|actual| <= tol F`` and ``predicted <= tol F`` (MINPACK's ``ftol``),
     ``3`` the step test ``||h|| <= tol (||theta|| + tol)``, ``0`` ``max_iter`` trial steps, ``-1`` a
-    non-finite loss or normal matrix at an accepted point (the last finite iterate is returned).
+    non-finite loss or normal matrix at an accepted point (the last finite iterate is returned), ``-2``
+    the ``deadline`` (a ``time.perf_counter()`` value) passed; it is checked before every normal-equation
+    pass and every trial step, so the overrun is at most one pass over the rows.
 
     Memory: one Jacobian chunk (``chunk_rows p P`` doubles), ``J^T J`` (``P^2``) and a few arrays of the
     size of ``Y`` (the residuals of the current and the trial point, and temporaries of the reduction).
@@ -592,6 +601,9 @@ def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarra
         return {"theta": theta, "n_iter": 0, "n_jacobian": 0, "status": -1, "success": False,
                 "message": "The loss is not finite at the start."}
     while True:
+        if deadline is not None and time.perf_counter() >= deadline:
+            status, message = -2, _DEADLINE_MESSAGE
+            break
         JtJ, g = _normal_equations(model, theta, X, Y, R, chunk_rows)
         n_jac += 1
         if not (np.all(np.isfinite(JtJ)) and np.all(np.isfinite(g))):
@@ -612,6 +624,9 @@ def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarra
         while not accepted and not done:
             if n_iter >= max_iter:
                 done = True
+                break
+            if deadline is not None and time.perf_counter() >= deadline:
+                status, message, done = -2, _DEADLINE_MESSAGE, True
                 break
             n_iter += 1
             try:
@@ -647,6 +662,35 @@ def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarra
             "message": message}
 
 
+def _lbfgs(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarray, *, tol: float, max_iter: int,
+           deadline: float | None) -> tuple[np.ndarray, int, int, str, bool]:
+    """L-BFGS-B on the mean squared loss; past ``deadline`` the best point evaluated so far is returned.
+
+    The objective itself checks the clock (every evaluation is one pass over the rows) and raises
+    :class:`_DeadlinePassed`; the point with the smallest loss seen is kept, so an interrupted run returns
+    a point no worse than the start. Returns ``(theta, n_iter, status, message, success)``.
+    """
+    best = {"loss": np.inf, "theta": np.array(theta0, dtype=np.float64), "n_eval": 0}
+
+    def fun(th):
+        if deadline is not None and best["n_eval"] > 0 and time.perf_counter() >= deadline:
+            raise _DeadlinePassed
+        loss, grad = model.loss_and_grad(th, X, Y)
+        best["n_eval"] += 1
+        if loss < best["loss"]:
+            best["loss"], best["theta"] = loss, np.array(th, dtype=np.float64)
+        return loss, grad
+
+    try:
+        res = optimize.minimize(fun, theta0, args=(), jac=True, method="L-BFGS-B",
+                                options={"maxiter": max_iter, "ftol": tol, "gtol": tol, "maxcor": 20,
+                                         "maxfun": 2 * max_iter})
+    except _DeadlinePassed:
+        return best["theta"], best["n_eval"], -2, _DEADLINE_MESSAGE, False
+    message = res.message if isinstance(res.message, str) else str(res.message)
+    return res.x, int(res.nit), int(res.status), message, bool(res.success)
+
+
 def _minpack_lm(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarray, *, tol: float,
                 max_iter: int) -> tuple[np.ndarray, int, int, str, bool]:
     """MINPACK ``lmder`` (``least_squares(method="lm")``) on the parameters plus one inert parameter.
@@ -674,7 +718,8 @@ def _minpack_lm(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarray,
 
 def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", max_iter: int | None = None,
                       tol: float = 1e-15, train: Sequence[str] = BLOCKS,
-                      jacobian_memory: int = _JACOBIAN_MEMORY) -> tuple[TwoLayerNetwork, dict]:
+                      jacobian_memory: int = _JACOBIAN_MEMORY,
+                      deadline: float | None = None) -> tuple[TwoLayerNetwork, dict]:
     """Minimise the mean squared loss over the ``train`` blocks from ``network`` on in-memory samples.
 
     No split and no comparison: this is the optimiser that :func:`refine_network` calls (and the
@@ -701,6 +746,11 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
         Bytes allowed for the dense Jacobian of ``lm``/``trf``: only the first ``jacobian_memory // (8 p
         P)`` rows are used by them. ``gn`` uses all rows and keeps one chunk of at most
         ``min(jacobian_memory, 8 MiB)``; ``"auto"`` needs ``J^T J`` (``8 P^2`` bytes) to fit it.
+    deadline : float, optional
+        A ``time.perf_counter()`` value. ``"gn"`` and ``"lbfgs"`` stop at their first check after it
+        (before each pass over the rows) and return the best iterate so far with ``status = -2`` and
+        ``success = False``; ``"lm"`` and ``"trf"`` (MINPACK / SciPy loops) cannot be interrupted and
+        ignore it.
 
     Returns
     -------
@@ -769,15 +819,12 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
     elif method == "gn":
         chunk_rows, loss_rows = _chunk_rows(jacobian_memory, model)
         out = _gauss_newton(model, theta0, X, Y, max_iter=max_iter, tol=tol, chunk_rows=chunk_rows,
-                            loss_rows=loss_rows)
+                            loss_rows=loss_rows, deadline=deadline)
         theta, n_iter, status, message, success, n_jac = (out["theta"], out["n_iter"], out["status"],
                                                           out["message"], out["success"], out["n_jacobian"])
     else:
-        res = optimize.minimize(model.loss_and_grad, theta0, args=(X, Y), jac=True, method="L-BFGS-B",
-                                options={"maxiter": max_iter, "ftol": tol, "gtol": tol, "maxcor": 20,
-                                         "maxfun": 2 * max_iter})
-        theta, n_iter, status, success = res.x, int(res.nit), int(res.status), bool(res.success)
-        message = res.message if isinstance(res.message, str) else str(res.message)
+        theta, n_iter, status, message, success = _lbfgs(model, theta0, X, Y, tol=tol, max_iter=max_iter,
+                                                         deadline=deadline)
     refined = model.network(theta)
     info = {"method": method, "n_iter": n_iter, "n_samples_used": int(X.shape[0]), "success": success,
             "status": status, "message": message, "train_loss_start": loss0,
@@ -791,7 +838,7 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
         gn_max_iter = _DEFAULT_MAX_ITER["gn"] if user_max_iter is None else user_max_iter
         chunk_rows, loss_rows = _chunk_rows(jacobian_memory, model)
         out = _gauss_newton(model, theta, X_all, Y_all, max_iter=gn_max_iter, tol=tol, chunk_rows=chunk_rows,
-                            loss_rows=loss_rows)
+                            loss_rows=loss_rows, deadline=deadline)
         refined = model.network(out["theta"])
         gn_info = {"method": "gn", "n_iter": out["n_iter"], "n_jacobian": out["n_jacobian"],
                    "n_samples_used": n, "success": out["success"], "status": out["status"],

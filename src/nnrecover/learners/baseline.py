@@ -23,9 +23,11 @@ so the returned network is the one fitted on the rescaled data, exactly, and dat
 ``1e-300`` are fitted as well as data at scale 1. A network that cannot be represented at the data's
 scale (a parameter overflows) and a fit whose every restart has a non-finite loss are errors.
 
-Time. With ``time_budget`` no new restart starts once that many seconds have passed since ``fit``
-began (the first restart always runs, and a running restart is not interrupted); the learner then
-warns (:class:`~nnrecover.errors.TimeBudgetWarning`) and records the stop in ``diagnostics_``.
+Time. With ``time_budget`` the fit stops once that many seconds have passed since ``fit`` began: no
+new restart starts, and the running one stops at its optimiser's next check of the clock (``"gn"`` and
+``"lbfgs"`` check before every pass over the rows; ``"lm"``/``"trf"`` cannot be interrupted), keeping
+its best iterate. At least one restart always starts. The learner then warns
+(:class:`~nnrecover.errors.TimeBudgetWarning`) and records the stop in ``diagnostics_``.
 """
 
 from __future__ import annotations
@@ -129,7 +131,8 @@ def fit_random_restarts(X: np.ndarray, Y: np.ndarray, n_hidden: int, *, activati
     method, max_iter, tol, jacobian_memory : see :func:`nnrecover.refine.fit_least_squares`
     rng : int, Generator or None
     deadline : float, optional
-        A ``time.perf_counter()`` value after which no new restart starts (the first always runs).
+        A ``time.perf_counter()`` value after which no new restart starts (the first always starts) and
+        the running one stops (see ``deadline`` of :func:`nnrecover.refine.fit_least_squares`).
 
     Returns
     -------
@@ -137,8 +140,9 @@ def fit_random_restarts(X: np.ndarray, Y: np.ndarray, n_hidden: int, *, activati
         The restart with the smallest training loss.
     info : dict
         ``restarts`` (one record per restart: training loss before/after, iterations, method, success,
-        message, time), ``best_restart``, ``train_loss`` and ``stopped_by_deadline`` (restarts that did
-        not run because the deadline had passed; 0 when all ran).
+        message, time), ``best_restart``, ``train_loss``, ``stopped_by_deadline`` (restarts that did
+        not run because the deadline had passed; 0 when all ran) and ``interrupted`` (whether the last
+        restart that ran was stopped by the deadline).
 
     Raises
     ------
@@ -159,7 +163,7 @@ def fit_random_restarts(X: np.ndarray, Y: np.ndarray, n_hidden: int, *, activati
         start = random_start(X, Y2, n_hidden, activation=activation, init_scale=init_scale, bias_scale=bias_scale,
                              rng=gen, jacobian_memory=jacobian_memory)
         net, info = fit_least_squares(start, X, Y2, method=method, max_iter=max_iter, tol=tol,
-                                      jacobian_memory=jacobian_memory)
+                                      jacobian_memory=jacobian_memory, deadline=deadline)
         info["time"] = time.perf_counter() - t0
         info["restart"] = r
         records.append(info)
@@ -171,7 +175,8 @@ def fit_random_restarts(X: np.ndarray, Y: np.ndarray, n_hidden: int, *, activati
         raise ConvergenceError(f"every one of the {len(records)} random restart(s) ended with a non-finite training "
                                "loss; rescale the data to values of order 1 or lower init_scale.")
     return nets[best], {"restarts": records, "best_restart": best, "train_loss": float(losses[best]),
-                        "stopped_by_deadline": n_restarts - len(records)}
+                        "stopped_by_deadline": n_restarts - len(records),
+                        "interrupted": records[-1]["status"] == -2}
 
 
 class GradientDescentLearner(BaseLearner):
@@ -203,9 +208,9 @@ class GradientDescentLearner(BaseLearner):
         Memory budget of the dense Jacobian (``lm``/``trf``) and of the random-feature matrix
         ``act(X W^T + b)`` of each start (checked before it is formed).
     time_budget : float, optional
-        Seconds from the start of ``fit`` after which no new restart starts (the first restart always
-        runs; a running one is not interrupted). Stopping early warns with
-        :class:`~nnrecover.errors.TimeBudgetWarning` and is recorded in ``diagnostics_["time_budget"]``.
+        Seconds from the start of ``fit`` after which no new restart starts and the running one stops at
+        its optimiser's next check (module docstring; at least one restart starts). Stopping early warns
+        with :class:`~nnrecover.errors.TimeBudgetWarning` and is recorded in ``diagnostics_["time_budget"]``.
     random_state : int, Generator or None
 
     Attributes
@@ -222,7 +227,7 @@ class GradientDescentLearner(BaseLearner):
         rows used, original scale; ``inf`` only when it exceeds the float64 range, the loss on the
         rescaled data is that of the best restart), ``data_scaling`` (the exponents ``e_x``, ``e_y``:
         the fit ran on ``X 2^-e_x``, ``Y 2^-e_y``; see the module docstring), ``time_budget`` (``seconds``,
-        ``restarts_run``, ``restarts_requested``, ``exhausted``), ``n_samples_seen``,
+        ``restarts_run``, ``restarts_requested``, ``exhausted``, ``interrupted``), ``n_samples_seen``,
         ``n_samples_used``, ``refinement`` (the best restart's optimiser record), ``fit_time``.
     """
 
@@ -273,6 +278,7 @@ class GradientDescentLearner(BaseLearner):
             jacobian_memory=self.jacobian_memory, rng=rng, deadline=deadline)
         net = _undo_scaling(net, ex, ey)
         skipped = info.pop("stopped_by_deadline")
+        interrupted = info.pop("interrupted")
         diagnostics.update(info)
         with np.errstate(over="ignore"):  # a loss beyond 1.8e308 (|Y| ~ 1e154 and more) is reported as inf
             diagnostics["train_loss"] = float(np.ldexp(info["train_loss"], 2 * ey))
@@ -280,10 +286,11 @@ class GradientDescentLearner(BaseLearner):
         ran = len(info["restarts"])
         diagnostics["time_budget"] = {"seconds": None if self.time_budget is None else float(self.time_budget),
                                       "restarts_run": ran, "restarts_requested": int(self.n_restarts),
-                                      "exhausted": skipped > 0}
-        if skipped:
+                                      "exhausted": bool(skipped > 0 or interrupted), "interrupted": interrupted}
+        if skipped or interrupted:
+            cut = " (the last one stopped at the budget)" if interrupted else ""
             warnings.warn(f"GradientDescentLearner: time_budget={float(self.time_budget):g} s was spent after "
-                          f"{ran} of {self.n_restarts} restarts; returning the best of those {ran}.",
+                          f"{ran} of {self.n_restarts} restarts{cut}; returning the best of those {ran}.",
                           TimeBudgetWarning, stacklevel=3)
         diagnostics["n_samples_seen"] = int(seen)
         diagnostics["n_samples_used"] = int(X.shape[0])
