@@ -652,7 +652,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the refine=False runs (the papers' algorithms without local refinement)")
     p.add_argument("--time-budget", type=_nonneg_float, default=20.0, metavar="SECONDS",
                    help="seconds per learner for the learners that run random restarts (gradient-descent): no "
-                        "new restart starts after it, and the log says when one stopped early (default 20). "
+                        "new restart starts after it and the running one stops at its optimiser's next pass over "
+                        "the rows; the log says when one stopped early (default 20). "
                         "The provable learners run a fixed number of steps and do not take it")
     p.add_argument("--noise", type=_nonneg_float, default=0.0, help="label-noise standard deviation (default 0)")
     p.add_argument("--inputs", "-d", type=_pos_int, default=10, help="input dimension d (default 10)")
