@@ -20,10 +20,50 @@ Appendix B.1.1 ``T = M B C F``            :func:`population_detector_matrix`
 Eq. 18 smoothed ``W + rho E``             :func:`perturb_weights` (``D_{Q,lambda}``:
                                           :class:`nnrecover.distributions.PerturbedSymmetric`)
 Section 4.1 error metric                  :func:`paper_error`
+span reduction (Lemma 1 + Section 2's     :func:`span_basis` (``Q`` from ``E[y x^T] Sigma^{-1} = A W / 2``);
+symmetric-input model; not in the paper)  ``PureNeuronLearner(span="auto")``; ``PureNeuronStatistic(
+                                          input_projection=Q, halves=True)``
 estimator                                 :class:`PureNeuronLearner` (certificate ``max_unit_error`` of
                                           the returned network: :func:`nnrecover.learners.bakshi2019.
                                           unit_error_bound`; Lemma 14's gap is a stage check)
 ========================================  ================================================================
+
+Span reduction
+--------------
+The paper's detector statistics are moments of ``x`` up to order four in all ``d`` dimensions
+(``O(k^2 d^2)`` memory, ``O(n k^2 d^2)`` flops; BuildT). Its model (Section 2: ``y = A relu(W x) + xi``,
+``x`` symmetric, no biases, ``k <= d``, rank ``A = k``) lets the same algorithm run in ``k``
+dimensions instead:
+
+1. For a symmetric input ``E[relu(w.x) x] = Sigma w / 2`` (Lemma 1, from Lemma 6), so
+   ``E[y x^T] Sigma^{-1} = A W / 2``. When ``A`` and ``W`` have rank ``k`` (Theorems 4-6 assume it) its
+   row space is the row space of ``W``; ``Q`` (``d x k``, orthonormal) is its top-``k`` right singular
+   space, from the first pass over the data (``Sigma`` and ``E[y x^T]``, ``O(d^2)`` memory).
+2. Then ``W = W Q Q^T``, so ``y = A relu((W Q) z) + xi`` with ``z = Q^T x``: the same model in ``k``
+   dimensions with hidden weights ``W Q``. ``z`` is symmetric (a linear image of a symmetric law),
+   ``E[z z^T] = Q^T Sigma Q`` is full rank and the noise is still independent of ``z``, so Section 2's
+   assumptions hold for ``(z, y)`` and Algorithms 2-4 apply unchanged: BuildT, NullSpan, SimDiag and
+   SignFix run on the moments of ``z``, accumulated in a second pass that streams ``z = X Q`` chunk by
+   chunk (``O(n (d k + k^4))`` flops, ``O(k^4)`` memory).
+3. The pure-neuron directions ``z_i`` live in the output space, so they are the same for ``x`` and
+   ``z``; Algorithm 1 then reads ``v_i = 2 Sigma^{-1} E[(z_i^T y) x]`` from the first pass's moments of
+   ``x``. Without a sample split this equals mapping the ``z``-space readout back, ``v_i = v_i^z Q^T``.
+
+The detector of ``z`` is the detector of ``x`` restricted to the ``Q (x) Q`` block of its rows:
+``f_z(u) = (Q^T (x) Q^T) f_x(u)`` identically whenever the rows of ``B = E[y x^T] Sigma^{-1}`` lie in
+``span Q`` (then ``B x = B_z z`` and ``B_z Sigma_z B_z^T = B Sigma B^T``; always so in the population,
+and for ``l = k`` also on a sample, since ``Q`` then spans the rows of the same ``B``), so its null
+space contains ``span{vec*(z_i z_i^T)}`` and Lemma 10 needs the augmented distinguishing matrix of
+``z`` to have full column rank, ``k_2 + 1 <= k (k + 1) / 2`` columns, which holds for ``d = k`` as in
+the paper's own experiments (Section 4). For a Gaussian input the rows outside that block vanish for
+Eq. 11's detector (``N_ij - m_ij vec(Sigma)`` lives in the ``Q (x) Q`` block), so ``T_z`` and ``T_x``
+have the same singular values, and the noiseless detector gains only the rows ``m_ij (I - Q Q^T)``;
+no margin of extra directions is therefore used. With exact or exactly symmetric (antithetic) data
+``E^[y x^T] = A W E^[x x^T] / 2`` holds exactly, so the reduction keeps the exact-recovery guarantees;
+from an i.i.d. sample ``Q`` carries a sampling error of order ``||E^ - E|| / s_k`` (Wedin), estimated
+from two halves of the sample and reported in ``diagnostics_["span"]``. Rank ``A W < k`` (e.g. two
+equal columns of ``A``) would lose a hidden direction: ``span=True`` refuses it (AssumptionError),
+``span="auto"`` warns (AssumptionWarning) and runs the full-dimension statistics.
 
 Errata of the paper text (also on the docs' errata page), implemented in their corrected form:
 

@@ -1,6 +1,11 @@
 """Algorithms 2-4 and the Section 4 variant of Ge, Kuditipudi, Li, Wang (2019), chained from the stages in
 :mod:`.core` (BuildT, NullSpan, SimDiag, SignFix) and :mod:`.moments`, plus the paper's data symmetrisation
-(Section 1) and error metric (Section 4.1). :class:`~nnrecover.learners.ge2019.PureNeuronLearner` calls these."""
+(Section 1) and error metric (Section 4.1). :class:`~nnrecover.learners.ge2019.PureNeuronLearner` calls these.
+
+The span reduction (:func:`span_basis`; ``span=`` of :func:`_run` and of the learner) runs the same
+stages on ``z = Q^T x``, where ``Q`` spans the row space of ``W``; why that is exact is explained in
+the package docstring.
+"""
 
 from __future__ import annotations
 
@@ -13,20 +18,28 @@ import numpy as np
 
 from ..._validation import as_2d_float, as_targets, check_positive_int, check_random_state
 from ...distributions import Distribution, Gaussian, StandardGaussian
-from ...errors import AssumptionError, CertificateWarning, ConvergenceError, InputError
+from ...errors import AssumptionError, AssumptionWarning, CertificateWarning, ConvergenceError, InputError
 from ...network import TwoLayerNetwork
 from .core import (build_detector_matrix, check_second_moment, cp_slices, fit_hidden_given_output, null_span,
                    output_projection, readout, sign_fix, sim_diag)
 from .moments import PureNeuronMoments, PureNeuronStatistic
 
-__all__ = ["PureNeuronResult", "algorithm2", "algorithm3", "algorithm4", "section4_variant", "pure_neuron_moments",
-           "paper_error", "symmetrize", "SYMMETRY_ALPHA", "GAP_WARNING"]
+__all__ = ["PureNeuronResult", "SpanBasis", "span_basis", "algorithm2", "algorithm3", "algorithm4", "section4_variant",
+           "pure_neuron_moments", "paper_error", "symmetrize", "SYMMETRY_ALPHA", "GAP_WARNING", "SPAN_GAP_MIN"]
 
 #: default significance level of the symmetry test (AssumptionError when the p-value is below it)
 SYMMETRY_ALPHA = 1e-6
 #: warn (CertificateWarning) when the null-space gap ratio s_{k2} / s_{k2+1} of T is below this; by
 #: Wedin's theorem the sine of the angle between the estimated and true null spaces is about its inverse
 GAP_WARNING = 5.0
+
+#: refuse the span reduction when the k-th singular value of E[y x^T] Sigma^{-1} is below this multiple of
+#: its estimated sampling error: by Wedin's theorem the sine of the angle between the estimated and the
+#: true row space of W is at most about the inverse of the ratio, so below 2 the estimated span may miss
+#: a whole hidden direction (a rank-deficient A or W gives ratios near 1)
+SPAN_GAP_MIN = 2.0
+#: relative size below which a singular value of E[y x^T] Sigma^{-1} counts as zero (exact moments)
+_RANK_TOL = 1e-12
 
 # roles of the parts of each split layout: (projection part, detector part, readout part)
 _ROLES = {"none": (0, 0, 0), "alg3": (0, 0, 1), "alg4": (0, 1, 2)}
@@ -57,6 +70,130 @@ class PureNeuronResult:
         return TwoLayerNetwork(self.hidden_weights, None, self.output_weights).canonical()
 
 
+@dataclass
+class SpanBasis:
+    """The row space of ``W`` estimated from the low-order moments (:func:`span_basis`).
+
+    Attributes
+    ----------
+    basis : (d, k) array ``Q`` with orthonormal columns: the top-``k`` right singular vectors of
+        ``E[y x^T] Sigma^{-1}`` (``= A W / 2``, Lemma 1).
+    singular_values : all singular values of ``E[y x^T] Sigma^{-1}``, descending.
+    noise : estimate of the spectral norm of its sampling error (0 for exact moments; NaN when the
+        halves of the sample were too small to estimate it).
+    gap_ratio : ``s_k / noise`` (``inf`` for exact moments); Wedin's bound on the sine of the angle
+        between ``span Q`` and the row space of ``W`` is about its inverse.
+    """
+
+    basis: np.ndarray
+    singular_values: np.ndarray
+    noise: float
+    gap_ratio: float
+
+    def as_dict(self) -> dict:
+        """The diagnostics record (without the basis)."""
+        return dict(dimension=int(self.basis.shape[1]), singular_values=self.singular_values.tolist(),
+                    noise=self.noise, gap_ratio=self.gap_ratio)
+
+
+class _SpanRankError(AssumptionError):
+    """``E[y x^T] Sigma^{-1}`` has rank < k to round-off (``span="auto"`` then falls back)."""
+
+
+def _solve_cross(part_second: np.ndarray, cross: np.ndarray) -> np.ndarray:
+    return np.linalg.solve(part_second, cross.T).T
+
+
+def span_basis(part, k: int, *, strict: bool = False) -> SpanBasis:
+    """Orthonormal basis ``Q`` of the row space of ``W`` from ``E[x x^T]`` and ``E[y x^T]`` of one part.
+
+    For a symmetric input ``E[relu(w.x) x] = Sigma w / 2`` (Lemma 1, from Lemma 6), so
+    ``E[y x^T] Sigma^{-1} = A W / 2``: rank ``k`` when ``A`` and ``W`` have rank ``k`` (Theorems 4-6), with
+    the row space of ``W``. ``Q`` holds its top-``k`` right singular vectors.
+
+    Parameters
+    ----------
+    part : PartMoments
+        Low-order moments; with ``halves`` (from ``PureNeuronStatistic(halves=True)``) the sampling
+        error is estimated as ``||B_0 - B_1|| sqrt(n_0 n_1) / n`` from the estimates ``B_0``, ``B_1`` of
+        the two halves (independent copies, so ``B_0 - B_1`` has the covariance of the error of the
+        pooled ``B`` times ``n^2 / (n_0 n_1)``).
+    k : int
+    strict : bool, default False
+        Raise instead of warning when ``s_k`` is not separated from the sampling error.
+
+    Returns
+    -------
+    SpanBasis
+
+    Raises
+    ------
+    AssumptionError
+        When ``s_k`` is zero to round-off: ``A`` or ``W`` of rank < ``k`` (noiseless labels keep that
+        exact in any sample, since ``E^[y x^T] = A E^[relu(W x) x^T]``); with ``strict``, also when
+        ``s_k`` is below :data:`SPAN_GAP_MIN` times the estimated sampling error.
+
+    Warns
+    -----
+    AssumptionWarning
+        When ``s_k`` is below :data:`SPAN_GAP_MIN` times the estimated sampling error (and not
+        ``strict``): the sample cannot tell ``rank A W = k`` from a smaller rank.
+    """
+    k = check_positive_int(k, "n_hidden")
+    check_second_moment(part.second)
+    B = _solve_cross(part.second, part.cross)  # (l, d) = A W / 2 in the population
+    _, s, Vt = np.linalg.svd(B, full_matrices=False)
+    if s.size < k:
+        raise AssumptionError(f"E[y x^T] has only {s.size} singular values; n_hidden = {k} needs k <= d and at "
+                              "least k outputs (Ge et al. 2019, Section 2.1).")
+    noise = 0.0
+    if part.halves is not None:
+        (n0, S0, C0), (n1, S1, C1) = part.halves
+        try:
+            check_second_moment(S0)
+            check_second_moment(S1)
+            diff = _solve_cross(S0, C0) - _solve_cross(S1, C1)
+            noise = float(np.linalg.norm(diff, 2) * np.sqrt(n0 * n1) / (n0 + n1))
+        except (InputError, np.linalg.LinAlgError):  # a half with fewer rows than d: nothing to estimate
+            noise = float("nan")
+    sk = float(s[k - 1])
+    gap = float("inf") if noise == 0 else (sk / noise if np.isfinite(noise) else float("nan"))
+    what = ("E[y x^T] E[x x^T]^-1 (= A W / 2 for a symmetric input, Lemma 1)")
+    if not sk > _RANK_TOL * s[0]:
+        raise _SpanRankError(
+            f"{what} has rank < n_hidden = {k} (singular values {np.array2string(s[:k + 1], precision=3)}): A or "
+            "W is rank deficient, e.g. two equal columns of A. Ge et al. 2019 need A and W of rank k "
+            "(Theorems 4-6); use fewer hidden units or another learner.")
+    if gap < SPAN_GAP_MIN:
+        msg = (f"the k-th singular value of {what} is not separated from its sampling error: s_k = {sk:.3g}, "
+               f"estimated error {noise:.3g} (ratio {gap:.3g} < {SPAN_GAP_MIN:g}), so its top-k right singular "
+               "vectors need not span the rows of W. Either A or W is (nearly) rank deficient (Ge et al. 2019 "
+               "need rank A = rank W = k, Theorems 4-6) or there are too few samples for this k: pass more "
+               "samples, fewer hidden units, or span=False for the paper's statistics in all d dimensions.")
+        if strict:
+            raise AssumptionError(msg)
+        warnings.warn(msg, AssumptionWarning, stacklevel=4)
+    return SpanBasis(Vt[:k].T.copy(), s, noise, gap)
+
+
+def _use_span(span, k: int, d: int | None, reiterable: bool) -> tuple[bool, str]:
+    """The rule of ``span="auto"`` (and the checks of ``span=True``): ``(use it, why)``."""
+    if span is False:
+        return False, "span=False: the paper's statistics in all d dimensions"
+    if not reiterable:
+        if span is True:
+            raise InputError("span=True reads the data twice (the span of W first, then the detector on z = "
+                             "Q^T x), but a one-pass iterator was given; pass arrays, a list of chunks or an "
+                             "nnrecover.SampleStream, or span='auto' / False.")
+        return False, ("one-pass iterator: the detector moments are accumulated in the same pass as the "
+                       "span's, so in all d dimensions")
+    if span is True:
+        return True, "span=True"
+    if d is not None and k >= d:
+        return False, "k = d: the row space of W is the whole input space"
+    return True, "k < d: the detector on z = Q^T x costs O(n (d k + k^4)) instead of O(n k^2 d^2)"
+
+
 # ============================================================================================ data
 def _source(X, Y=None):
     """The data source of ``fit(X, Y)``-style arguments and its output dimension ``l``."""
@@ -80,7 +217,8 @@ def _materialize(X, Y=None) -> tuple[np.ndarray, np.ndarray]:
 
 def pure_neuron_moments(X, Y=None, *, split: str = "none", symmetry: bool = True, chunk_size: int | None = None,
                         detector: bool = True, B: np.ndarray | None = None,
-                        projection: np.ndarray | None = None) -> PureNeuronMoments:
+                        projection: np.ndarray | None = None, input_projection: np.ndarray | None = None,
+                        halves: bool = False) -> PureNeuronMoments:
     """One pass over the data: every moment Algorithms 1-4 need (see :class:`PureNeuronStatistic`).
 
     Parameters
@@ -94,15 +232,15 @@ def pure_neuron_moments(X, Y=None, *, split: str = "none", symmetry: bool = True
         Also compute the symmetry test.
     chunk_size : int, optional
         Rows per chunk for in-memory arrays.
-    detector, B, projection
+    detector, B, projection, input_projection, halves
         See :class:`PureNeuronStatistic` (``detector=False``: low-order moments only; ``B`` given: the
-        contracted detector ``K`` of a second pass).
+        contracted detector ``K`` of a second pass; ``input_projection=Q``: moments of ``z = Q^T x``).
     """
     from ...moments import accumulate
 
     detector_part = _ROLES[split][1] if split in _ROLES else 0
     stat = PureNeuronStatistic(split=split, detector_part=detector_part, symmetry=symmetry, detector=detector,
-                               B=B, projection=projection)
+                               B=B, projection=projection, input_projection=input_projection, halves=halves)
     source, _ = _source(X, Y)
     accumulate(stat, source, chunk_size=chunk_size)
     if stat.n == 0:
@@ -132,8 +270,13 @@ def _check_assumptions(mom: PureNeuronMoments, k: int, *, check_symmetry: bool, 
 # ============================================================================================ pipeline
 def _pipeline(mom: PureNeuronMoments, k: int, *, noise_correction: bool, decomposition: str, rng,
               n_tries: int = 20, n_slices: int | None = None, n_restarts: int = 10, cp_iter_max: int = 1000,
-              strict: bool = False, roles: tuple[int, int, int] = (0, 0, 0), warn: bool = True) -> PureNeuronResult:
-    """Alg. 2/3 steps 2-13 (and Alg. 4 steps 2-4) on precomputed moments."""
+              strict: bool = False, roles: tuple[int, int, int] = (0, 0, 0), warn: bool = True,
+              readout_part=None) -> PureNeuronResult:
+    """Alg. 2/3 steps 2-13 (and Alg. 4 steps 2-4) on precomputed moments.
+
+    ``readout_part`` (the span route): the ``x``-space moments of the readout part, so that Algorithm 1
+    runs on ``(x, z_i^T y)`` unchanged while the detector moments ``mom`` are those of ``Q^T x``.
+    """
     gen = check_random_state(rng)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -182,7 +325,7 @@ def _pipeline(mom: PureNeuronMoments, k: int, *, noise_correction: bool, decompo
     mean_y = read_part.mean_y if projection is None else projection.T @ read_part.mean_y
     Z, margins = sign_fix(Z, mean_y)
     diag["sign_margins"] = margins.tolist()
-    V = readout(Z, read_part, projection)
+    V = readout(Z, read_part if readout_part is None else readout_part, projection)
     Zinv = np.linalg.inv(Z)
     out_w = Zinv if projection is None else projection @ Zinv
     diag["timings"] = timings
@@ -200,6 +343,67 @@ def _projection(part, k: int, l: int):
     return P, sv_cross
 
 
+def _span_or_fallback(part, k: int, span, strict: bool, reason: str) -> tuple[SpanBasis | None, str]:
+    """:func:`span_basis`, or with ``span="auto"`` and ``rank E[y x^T] < k`` a warning and ``None``: the
+    paper's statistics see all of ``x``, so no hidden direction can be lost, and their own checks
+    (gap of ``T``, the certificate) judge the result."""
+    try:
+        return span_basis(part, k, strict=strict), reason
+    except _SpanRankError as exc:
+        if span != "auto":
+            raise
+        warnings.warn(f"{exc} The span reduction does not apply; span='auto' runs the paper's statistics in "
+                      "all d dimensions instead.", AssumptionWarning, stacklevel=4)
+        return None, "rank E[y x^T] < k: the span reduction does not apply (AssumptionWarning)"
+
+
+def _span_record(used: bool, reason: str, sb: SpanBasis | None, d: int) -> dict:
+    record = dict(used=bool(used), reason=reason, input_dimension=int(d))
+    if sb is not None:
+        record.update(sb.as_dict())
+        record["gap_threshold"] = SPAN_GAP_MIN
+    else:
+        record["dimension"] = int(d)
+    return record
+
+
+def _population_pipeline(W: np.ndarray, A: np.ndarray, cov: np.ndarray | None, k: int, *, span,
+                         noise_correction: bool, decomposition: str, rng, check: bool = True,
+                         **options) -> PureNeuronResult:
+    """Algorithms 2-4 on the exact moments of ``y = A relu(W x)``, ``x ~ N(0, cov)`` (population mode).
+
+    With the span reduction the detector moments are the exact ones of ``z = Q^T x ~ N(0, Q^T cov Q)``
+    and hidden weights ``W Q`` (:func:`gaussian_population_moments` in ``k`` dimensions, ``O(k^4)``
+    memory instead of ``O(l d^3)``), ``Q`` from the exact ``E[y x^T] Sigma^{-1} = A W / 2``; Algorithm 1
+    reads the exact ``x``-space moments ``Sigma`` and ``E[y x^T] = A W Sigma / 2``.
+    """
+    from .moments import PartMoments, gaussian_population_moments
+
+    d = W.shape[1]
+    use_span, reason = _use_span(span, k, d, True)
+    readout_part, sb = None, None
+    if use_span:
+        Sigma = np.eye(d) if cov is None else np.asarray(cov, dtype=np.float64)
+        part = PartMoments(None, np.zeros(d), Sigma, 0.5 * A @ (W @ Sigma), None, None)
+        if check:
+            _check_assumptions(PureNeuronMoments([part], None, 0), k, check_symmetry=False, symmetry_alpha=0.0)
+        sb, reason = _span_or_fallback(part, k, span, options.get("strict", False), reason)
+        use_span = sb is not None
+    if use_span:
+        Q = sb.basis
+        mom = gaussian_population_moments(W @ Q, A, Q.T @ Sigma @ Q)
+        part.yy, part.mean_y = mom.parts[0].yy, mom.parts[0].mean_y  # moments of y alone
+        readout_part = part
+    else:
+        mom = gaussian_population_moments(W, A, cov)
+        if check:
+            _check_assumptions(mom, k, check_symmetry=False, symmetry_alpha=0.0)
+    res = _pipeline(mom, k, noise_correction=noise_correction, decomposition=decomposition, rng=rng,
+                    readout_part=readout_part, **options)
+    res.diagnostics["span"] = _span_record(use_span, reason, sb, d)
+    return res
+
+
 def _layout(split: bool, l: int, k: int) -> str:
     if not split:
         return "none"
@@ -208,7 +412,7 @@ def _layout(split: bool, l: int, k: int) -> str:
 
 def _run(X, Y, n_hidden, *, noise_correction, split, decomposition, rng, check_symmetry, symmetry_alpha,
          n_tries=20, n_slices=None, n_restarts=10, cp_iter_max=1000, strict=False, chunk_size=None,
-         require_square=False, warn=True):
+         require_square=False, warn=True, span=False):
     k = check_positive_int(n_hidden, "n_hidden")
     source, l = _source(X, Y)
     d = source.n_inputs
@@ -223,24 +427,41 @@ def _run(X, Y, n_hidden, *, noise_correction, split, decomposition, rng, check_s
                               "use algorithm4 for more outputs.")
     layout = _layout(split, l, k)
     roles = _ROLES[layout]
+    use_span, reason = _use_span(span, k, d, source.info.reiterable)
+    readout_part, sb = None, None
     if source.info.reiterable:
         # two passes: low-order moments first (and every cheap check), then the detector contracted
         # with the now known B = E[y x^T] Sigma^{-1} (and Algorithm 4's P): 2-3 times fewer flops
         mom = pure_neuron_moments(source, split=layout, symmetry=check_symmetry, chunk_size=chunk_size,
-                                  detector=False)
+                                  detector=False, halves=use_span)
         _check_assumptions(mom, k, check_symmetry=check_symmetry, symmetry_alpha=symmetry_alpha)
         P, _ = _projection(mom.parts[roles[0]], k, l)
         det = mom.parts[roles[1]]
         cross = det.cross if P is None else P.T @ det.cross
-        B = np.linalg.solve(det.second, cross.T).T
-        mom.detector = pure_neuron_moments(source, split=layout, symmetry=False, chunk_size=chunk_size,
-                                           B=B, projection=P).detector
+        if use_span:
+            sb, reason = _span_or_fallback(mom.parts[roles[0]], k, span, strict, reason)
+            use_span = sb is not None
+        if use_span:
+            # y depends on x only through z = Q^T x, and z is symmetric again: the detector pass runs in
+            # k dimensions, streaming z = X Q chunk by chunk (package docstring, "Span reduction")
+            Q = sb.basis
+            B = np.linalg.solve(Q.T @ det.second @ Q, (cross @ Q).T).T
+            first = mom
+            mom = pure_neuron_moments(source, split=layout, symmetry=False, chunk_size=chunk_size, B=B,
+                                      projection=P, input_projection=Q)
+            mom.symmetry = first.symmetry
+            readout_part = first.parts[roles[2]]
+        else:
+            B = np.linalg.solve(det.second, cross.T).T
+            mom.detector = pure_neuron_moments(source, split=layout, symmetry=False, chunk_size=chunk_size,
+                                               B=B, projection=P).detector
     else:  # a one-pass iterator: raw third/fourth-order moments in the same pass
         mom = pure_neuron_moments(source, split=layout, symmetry=check_symmetry, chunk_size=chunk_size)
         _check_assumptions(mom, k, check_symmetry=check_symmetry, symmetry_alpha=symmetry_alpha)
     res = _pipeline(mom, k, noise_correction=noise_correction, decomposition=decomposition, rng=rng,
                     n_tries=n_tries, n_slices=n_slices, n_restarts=n_restarts, cp_iter_max=cp_iter_max,
-                    strict=strict, roles=roles, warn=warn)
+                    strict=strict, roles=roles, warn=warn, readout_part=readout_part)
+    res.diagnostics["span"] = _span_record(use_span, reason, sb, d if d is not None else mom.n_inputs)
     res.diagnostics["split"] = layout
     if mom.symmetry is not None:
         res.diagnostics["symmetry_p_value"] = mom.symmetry.p_value

@@ -15,8 +15,9 @@ from ...sampling import sample
 from .._registry import register
 from ..bakshi2019.certificate import certificate_rows, certify_max_unit_error
 from ..base import BaseLearner
-from .algorithms import (GAP_WARNING, SYMMETRY_ALPHA, PureNeuronResult, _check_assumptions, _pipeline, _population_cov,
-                         _run, algorithm2, algorithm3, algorithm4, paper_error, pure_neuron_moments, section4_variant, symmetrize)
+from .algorithms import (GAP_WARNING, SPAN_GAP_MIN, SYMMETRY_ALPHA, PureNeuronResult, SpanBasis, _population_cov,
+                         _population_pipeline, _run, algorithm2, algorithm3, algorithm4, paper_error,
+                         pure_neuron_moments, section4_variant, span_basis, symmetrize)
 from .core import (algorithm1, build_detector_matrix, cp_slices, detector_value, fit_hidden_given_output, null_span,
                    purity_score, sign_fix, sim_diag)
 from .distinguishing import (distinguishing_matrix, gaussian_distinguishing_matrix, leave_one_out_distance,
@@ -29,7 +30,8 @@ __all__ = ["PureNeuronLearner", "PureNeuronResult", "algorithm1", "algorithm2", 
            "sign_fix", "cp_slices", "fit_hidden_given_output", "detector_value", "purity_score",
            "distinguishing_matrix", "gaussian_distinguishing_matrix", "population_detector_matrix",
            "perturb_weights", "leave_one_out_distance", "symmetry_test", "gaussian_population_moments",
-           "paper_error", "symmetrize", "vec_star", "mat_star", "duplication_matrix", "SYMMETRY_ALPHA"]
+           "paper_error", "symmetrize", "vec_star", "mat_star", "duplication_matrix", "SYMMETRY_ALPHA",
+           "span_basis", "SpanBasis", "SPAN_GAP_MIN"]
 
 
 class PureNeuronLearner(BaseLearner):
@@ -86,6 +88,18 @@ class PureNeuronLearner(BaseLearner):
         :class:`~nnrecover.errors.CertificateWarning`).
     chunk_size : int, optional
         Rows per chunk when accumulating moments from arrays.
+    span : {"auto", True, False}, default "auto"
+        The span reduction: estimate the row space of ``W`` as the top-``k`` right singular space ``Q``
+        of ``E[y x^T] E[x x^T]^{-1}`` (``= A W / 2``, Lemma 1) in the first pass, then run the paper's
+        detector, NullSpan, SimDiag and SignFix on ``z = Q^T x`` (``k`` dimensions) in a second pass,
+        and Algorithm 1 on ``x``. Exact for symmetric inputs (package docstring); memory
+        ``O(d^2 + k^4)`` and ``O(n (d^2 + d k + k^4))`` flops instead of ``O(k^2 d^2)`` and
+        ``O(n k^2 d^2)``. ``"auto"``: used when ``k < d`` and the data can be read twice (always in
+        ``fit_population`` when ``k < d``); a one-pass iterator or ``k = d`` takes the paper's
+        full-dimension route. ``True`` forces it (InputError for a one-pass iterator); ``False`` is
+        the paper's statistics in all ``d`` dimensions. Refused (AssumptionError) when the ``k``-th
+        singular value is zero or below ``SPAN_GAP_MIN`` times its estimated sampling error (``A`` or
+        ``W`` of rank < ``k``).
     random_state : int, Generator or None
 
     Attributes
@@ -99,7 +113,10 @@ class PureNeuronLearner(BaseLearner):
     diagnostics_ : dict
         Singular values of ``T``, gap ratio, SimDiag/CP-ALS scores, sign margins, symmetry p-value,
         ``certificates`` (``max_unit_error``: ``meaning``, ``bound``, ``tolerance``, verdict; the only
-        check that warns), ``stage_checks`` (``null_gap_ratio``: a check of the provable stage only,
+        check that warns), ``span`` (``used``, ``reason``, ``dimension``, ``input_dimension``, and when
+        used the ``singular_values`` of ``E[y x^T] Sigma^{-1}`` that chose ``Q``, the estimated
+        sampling ``noise`` and ``gap_ratio = s_k / noise``), ``stage_checks`` (``null_gap_ratio``: a
+        check of the provable stage only,
         Lemma 14, recorded and never warned about: the refinement usually repairs a poorly separated
         null space), timings, and ``refinement`` (what ran).
 
@@ -120,7 +137,7 @@ class PureNeuronLearner(BaseLearner):
                  gd_max_iter: int = 500, check_symmetry: bool = True, symmetry_alpha: float = SYMMETRY_ALPHA,
                  refine: bool = True, refine_options: dict | None = None, certificate_tol: float = 0.1,
                  certificate_rows: int = 20_000, strict: bool = False, chunk_size: int | None = None,
-                 random_state=None):
+                 span: bool | str = "auto", random_state=None):
         self.n_hidden = n_hidden
         self.method = method
         self.noise_correction = noise_correction
@@ -137,6 +154,7 @@ class PureNeuronLearner(BaseLearner):
         self.certificate_rows = certificate_rows
         self.strict = strict
         self.chunk_size = chunk_size
+        self.span = span
         self.random_state = random_state
 
     # ------------------------------------------------------------------ validation
@@ -147,6 +165,7 @@ class PureNeuronLearner(BaseLearner):
         "n_slices": [None, Interval(Integral, 1, None)], "chunk_size": [None, Interval(Integral, 1, None)],
         "symmetry_alpha": [Interval(Real, 0, 1, closed="neither")],
         "certificate_tol": [Interval(Real, 0, None, closed="neither")], "certificate_rows": [Interval(Integral, 1, None)],
+        "span": ["boolean", Options("auto")],
     }
 
     # ------------------------------------------------------------------ fitting
@@ -161,7 +180,7 @@ class PureNeuronLearner(BaseLearner):
                    decomposition="cp-als" if practical else "simdiag", rng=rng,
                    check_symmetry=self.check_symmetry, symmetry_alpha=float(self.symmetry_alpha),
                    n_tries=self.n_tries, n_slices=self.n_slices, n_restarts=self.n_restarts,
-                   strict=self.strict, chunk_size=self.chunk_size, warn=False)
+                   strict=self.strict, chunk_size=self.chunk_size, warn=False, span=_span_value(self.span))
         if practical:
             V, info = fit_hidden_given_output(Xa, Ya, res.output_weights, res.hidden_weights,
                                               max_iter=self.gd_max_iter)
@@ -196,13 +215,12 @@ class PureNeuronLearner(BaseLearner):
             raise AssumptionError("Ge et al. 2019's model has no biases (y = A relu(W x)); the teacher has "
                                   "non-zero biases.")
         cov = _population_cov(distribution, truth.n_inputs)
-        mom = gaussian_population_moments(truth.hidden_weights, truth.output_weights, cov)
         k = check_positive_int(self.n_hidden, "n_hidden")
-        _check_assumptions(mom, k, check_symmetry=False, symmetry_alpha=float(self.symmetry_alpha))
-        res = _pipeline(mom, k, noise_correction=self.noise_correction,
-                        decomposition="cp-als" if self.method == "practical" else "simdiag", rng=rng,
-                        n_tries=self.n_tries, n_slices=self.n_slices, n_restarts=self.n_restarts,
-                        strict=self.strict, warn=False)
+        res = _population_pipeline(truth.hidden_weights, truth.output_weights, cov, k, span=_span_value(self.span),
+                                   noise_correction=self.noise_correction,
+                                   decomposition="cp-als" if self.method == "practical" else "simdiag", rng=rng,
+                                   n_tries=self.n_tries, n_slices=self.n_slices, n_restarts=self.n_restarts,
+                                   strict=self.strict, warn=False)
         dist = distribution if distribution is not None else StandardGaussian(truth.n_inputs)
         rows = sample(truth, dist, int(self.certificate_rows), rng=rng)
         return self._finish(res, None, rng, diagnostics, rows=rows)
@@ -216,6 +234,14 @@ class PureNeuronLearner(BaseLearner):
             "meaning": "sine of the angle between the estimated and the true null space of T <~ 1 / ratio "
                        "(Wedin; Lemma 14); says nothing about the refined network",
             "detail": f"s_k2 / s_k2+1 = {gap:.3g} (well separated when >= {GAP_WARNING:g})"}}
+        span = res.diagnostics.get("span", {})
+        if span.get("used"):
+            ratio = span["gap_ratio"]
+            diagnostics["stage_checks"]["span_gap_ratio"] = {
+                "passed": bool(not ratio < GAP_WARNING), "stage": "span of W (before the detector)",
+                "meaning": "sine of the angle between span Q and the row space of W <~ 1 / ratio (Wedin); "
+                           f"the fit refuses below {SPAN_GAP_MIN:g}",
+                "detail": f"s_k / estimated sampling error = {ratio:.3g}"}
         net = self._maybe_refine(res.network(), source, rng, diagnostics).canonical()
         if rows is None:
             rows = certificate_rows(source, rng, int(self.certificate_rows))
@@ -237,6 +263,11 @@ class PureNeuronLearner(BaseLearner):
         if network.activation.name != "relu":
             return False, f"activation {network.activation.name!r} (Ge et al. 2019 learn ReLU networks)"
         return True, "symmetric input, k <= d, l >= k, ReLU"
+
+
+def _span_value(span):
+    """``span`` as ``"auto"``, ``True`` or ``False`` (numpy booleans included)."""
+    return span if isinstance(span, str) else bool(span)
 
 
 # ============================================================================================ registry

@@ -14,6 +14,14 @@ Paper symbol -> name here (Ge, Kuditipudi, Li, Wang 2019, Algorithms 1-4):
 The last index of ``h3``/``g4`` runs over pairs ``r <= s`` (``numpy.triu_indices(d)``); the fourth-order
 moments are symmetric in ``(r, s)`` so nothing is lost.
 
+Span reduction (the learner's ``span`` option, see the package docstring): with ``input_projection=Q``
+(``d x m``, orthonormal columns) every chunk is replaced by ``z = X Q`` before anything is accumulated, so
+the detector moments live in ``m`` dimensions (``O(m^4)`` memory, ``O(n (d m + k^2 m^2 / 4))`` flops)
+and the data are still read chunk by chunk (on a dask array, on the workers). ``halves=True`` also keeps
+the low-order sums of the odd-numbered pairs of every part (``PartMoments.halves``), from which the
+sampling error of ``E[y x^T] Sigma^{-1}`` is estimated without any distributional assumption (the two
+halves are independent copies of the same estimator).
+
 :class:`PureNeuronStatistic` accumulates all of them in one pass (a :class:`nnrecover.moments.Statistic`:
 ``update``/``merge``/``finalize``, picklable) and routes rows to the parts of the paper's sample split.
 Rows are assigned **by pairs** ``(2j, 2j+1)``: pair ``j`` goes to part ``layout[j % len(layout)]``. An
@@ -59,6 +67,9 @@ class PartMoments:
     cross: np.ndarray
     yy: np.ndarray
     mean_y: np.ndarray
+    #: ``((n_0, second_0, cross_0), (n_1, second_1, cross_1))`` of the even- and odd-numbered pairs of the
+    #: part (only with ``PureNeuronStatistic(halves=True)``): two independent copies of the estimator
+    halves: tuple | None = None
 
 
 @dataclass
@@ -134,16 +145,24 @@ class PureNeuronStatistic(Statistic):
         accumulated instead of ``h3``/``g4``.
     projection : (l, k) array, optional
         Algorithm 4's ``P`` (with ``B``): ``y`` is replaced by ``P^T y`` in ``K``.
+    input_projection : (d, m) array, optional
+        Orthonormal columns ``Q``: every chunk ``X`` is replaced by ``z = X Q`` first (the span
+        reduction); all moments, ``B`` and the dimensions are then those of ``z``.
+    halves : bool, default False
+        Also accumulate ``sum x x^T`` and ``sum y x^T`` of the odd-numbered pairs of every part (pair
+        ``j`` of a part is in half ``j % 2``), for the sampling error of ``E[y x^T] Sigma^{-1}``.
 
     Notes
     -----
     One-pass detector moments cost ``O(n l d (d^2 / 2) + n l^2 d^2 / 4)`` flops and
     ``O(l d^3 / 2 + l^2 d^2 / 4)`` memory; with ``B`` given, ``O(n k^2 d^2 / 4)`` flops and memory
-    ``O(k^2 d^2 / 4)``. Dimensions are fixed by the first chunk.
+    ``O(k^2 d^2 / 4)``; with ``input_projection`` ``d`` becomes ``m`` in these counts, plus ``O(n d m)``
+    flops for ``X Q``. Dimensions are fixed by the first chunk.
     """
 
     def __init__(self, split: str = "none", detector_part: int = 0, symmetry: bool = True, detector: bool = True,
-                 B: np.ndarray | None = None, projection: np.ndarray | None = None) -> None:
+                 B: np.ndarray | None = None, projection: np.ndarray | None = None,
+                 input_projection: np.ndarray | None = None, halves: bool = False) -> None:
         if split not in SPLIT_LAYOUTS:
             raise InputError(f"split must be one of {sorted(SPLIT_LAYOUTS)}, got {split!r}.")
         self.split = split
@@ -158,6 +177,10 @@ class PureNeuronStatistic(Statistic):
         self.projection = None if projection is None else np.asarray(projection, dtype=np.float64)
         if self.projection is not None and self.B is None:
             raise InputError("projection is used together with B (the two-pass detector).")
+        self.input_projection = None if input_projection is None else np.asarray(input_projection, dtype=np.float64)
+        if self.input_projection is not None and self.input_projection.ndim != 2:
+            raise InputError(f"input_projection must be a (d, m) matrix, got shape {self.input_projection.shape}.")
+        self.halves = bool(halves)
         super().__init__()
 
     # ---------------------------------------------------------------- Statistic protocol
@@ -165,6 +188,7 @@ class PureNeuronStatistic(Statistic):
         self.dims: tuple[int, int] | None = None
         self._row = 0  # running row counter: pairs are (2j, 2j+1)
         self._parts: list[dict] | None = None
+        self._odd: list[dict] | None = None
         self._det: dict | None = None
         self._sym: dict | None = None
 
@@ -173,6 +197,10 @@ class PureNeuronStatistic(Statistic):
         n_parts = max(self.layout) + 1
         self._parts = [dict(n=0, sx=np.zeros(d), sxx=np.zeros((d, d)), syx=np.zeros((l, d)),
                             syy=np.zeros((l, l)), sy=np.zeros(l)) for _ in range(n_parts)]
+        # odd-numbered pairs only; the even half is the part minus this, so the part's own sums (and
+        # their round-off) are those of a pass without halves
+        self._odd = ([dict(n=0, sxx=np.zeros((d, d)), syx=np.zeros((l, d))) for _ in range(n_parts)]
+                     if self.halves else None)
         D2 = n_sym(d)
         if not self.detector:
             self._det = None
@@ -188,6 +216,11 @@ class PureNeuronStatistic(Statistic):
             self._sym = dict(n=0, sg=np.zeros(2 * d), sgg=np.zeros((2 * d, 2 * d)))
 
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        if self.input_projection is not None:
+            if X.shape[1] != self.input_projection.shape[0]:
+                raise InputError(f"the chunk has {X.shape[1]} inputs but input_projection has "
+                                 f"{self.input_projection.shape[0]} rows.")
+            X = X @ self.input_projection
         n, d = X.shape
         l = Y.shape[1]
         if l == 0:
@@ -198,7 +231,9 @@ class PureNeuronStatistic(Statistic):
             raise InputError(f"chunk has {d} inputs and {l} outputs, earlier chunks had {self.dims}.")
         rows = self._row + np.arange(n)
         self._row += n
-        part_of_row = np.asarray(self.layout)[(rows // 2) % len(self.layout)]
+        pairs = rows // 2
+        part_of_row = np.asarray(self.layout)[pairs % len(self.layout)]
+        odd_row = (pairs // len(self.layout)) % 2 == 1 if self._odd is not None else None
         for p, acc in enumerate(self._parts):
             sel = part_of_row == p
             if not sel.any():
@@ -210,6 +245,13 @@ class PureNeuronStatistic(Statistic):
             acc["syx"] += Yp.T @ Xp
             acc["syy"] += Yp.T @ Yp
             acc["sy"] += Yp.sum(axis=0)
+            if self._odd is not None:
+                odd = odd_row & sel
+                if odd.any():
+                    Xo, Yo = X[odd], Y[odd]
+                    self._odd[p]["n"] += Xo.shape[0]
+                    self._odd[p]["sxx"] += Xo.T @ Xo
+                    self._odd[p]["syx"] += Yo.T @ Xo
             if p == self.detector_part and self._det is not None:
                 self._update_detector(Xp, Yp)
         if self._sym is not None:
@@ -236,8 +278,8 @@ class PureNeuronStatistic(Statistic):
             self._det["kc"] += C.T @ phi
 
     def _merge(self, other: "PureNeuronStatistic") -> None:
-        if (other.split, other.detector_part, other.symmetry, other.detector) != (
-                self.split, self.detector_part, self.symmetry, self.detector):
+        if (other.split, other.detector_part, other.symmetry, other.detector, other.halves) != (
+                self.split, self.detector_part, self.symmetry, self.detector, self.halves):
             raise InputError("cannot merge pure-neuron statistics with different settings.")
         if other.dims is None:
             return
@@ -245,7 +287,7 @@ class PureNeuronStatistic(Statistic):
             self._allocate(*other.dims)
         elif self.dims != other.dims:
             raise InputError(f"cannot merge statistics of dimensions {other.dims} into {self.dims}.")
-        for mine, theirs in zip(self._parts, other._parts):
+        for mine, theirs in zip(self._parts + (self._odd or []), other._parts + (other._odd or [])):
             for key in mine:
                 mine[key] = mine[key] + theirs[key]
         for acc, oth in ((self._det, other._det), (self._sym, other._sym)):
@@ -265,8 +307,16 @@ class PureNeuronStatistic(Statistic):
             if m < 2:
                 raise InputError(f"part {p} of the sample split received {m} samples; more samples are "
                                  "needed (or use split=False).")
+            halves = None
+            if self._odd is not None:
+                odd = self._odd[p]
+                m1 = odd["n"]
+                m0 = m - m1
+                if min(m0, m1) >= 1:
+                    halves = ((m0, (acc["sxx"] - odd["sxx"]) / m0, (acc["syx"] - odd["syx"]) / m0),
+                              (m1, odd["sxx"] / m1, odd["syx"] / m1))
             parts.append(PartMoments(m, acc["sx"] / m, acc["sxx"] / m, acc["syx"] / m, acc["syy"] / m,
-                                     acc["sy"] / m))
+                                     acc["sy"] / m, halves))
         det = None
         if self._det is not None:
             m = self._det["n"]
