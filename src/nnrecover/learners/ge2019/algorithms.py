@@ -178,6 +178,10 @@ def span_basis(part, k: int, *, strict: bool = False) -> SpanBasis:
 
 def _use_span(span, k: int, d: int | None, reiterable: bool) -> tuple[bool, str]:
     """The rule of ``span="auto"`` (and the checks of ``span=True``): ``(use it, why)``."""
+    if isinstance(span, (bool, np.bool_)):
+        span = bool(span)
+    elif not (isinstance(span, str) and span == "auto"):
+        raise InputError(f"span must be True, False or 'auto', got {span!r}.")
     if span is False:
         return False, "span=False: the paper's statistics in all d dimensions"
     if not reiterable:
@@ -350,7 +354,7 @@ def _span_or_fallback(part, k: int, span, strict: bool, reason: str) -> tuple[Sp
     try:
         return span_basis(part, k, strict=strict), reason
     except _SpanRankError as exc:
-        if span != "auto":
+        if not (isinstance(span, str) and span == "auto"):
             raise
         warnings.warn(f"{exc} The span reduction does not apply; span='auto' runs the paper's statistics in "
                       "all d dimensions instead.", AssumptionWarning, stacklevel=4)
@@ -470,7 +474,7 @@ def _run(X, Y, n_hidden, *, noise_correction, split, decomposition, rng, check_s
 
 # ============================================================================================ functions
 def algorithm2(X, Y, n_hidden: int, *, rng=None, n_tries: int = 20, check_symmetry: bool = True,
-               symmetry_alpha: float = SYMMETRY_ALPHA, strict: bool = False) -> PureNeuronResult:
+               symmetry_alpha: float = SYMMETRY_ALPHA, strict: bool = False, span: bool | str = False) -> PureNeuronResult:
     """Algorithm 2: learn ``y = A relu(W x)`` (noiseless, ``A`` square) by the pure-neuron detector.
 
     Steps: moments up to order 4; BuildT with Corollary 1's detector; NullSpan; SimDiag; SignFix;
@@ -491,6 +495,9 @@ def algorithm2(X, Y, n_hidden: int, *, rng=None, n_tries: int = 20, check_symmet
     check_symmetry, symmetry_alpha : symmetry test of the input (AssumptionError when p < alpha).
     strict : bool
         Raise :class:`ConvergenceError` instead of warning when the null-space gap certificate fails.
+    span : {False, True, "auto"}, default False
+        False: the paper's statistics in all ``d`` dimensions. True / "auto": the span reduction of
+        :class:`PureNeuronLearner` (detector on ``z = Q^T x``; see the package docstring).
 
     Returns
     -------
@@ -498,12 +505,12 @@ def algorithm2(X, Y, n_hidden: int, *, rng=None, n_tries: int = 20, check_symmet
     """
     return _run(X, Y, n_hidden, noise_correction=False, split=False, decomposition="simdiag", rng=rng,
                 check_symmetry=check_symmetry, symmetry_alpha=symmetry_alpha, n_tries=n_tries, strict=strict,
-                require_square=True)
+                require_square=True, span=span)
 
 
 def algorithm3(X, Y, n_hidden: int, *, split: bool = True, rng=None, n_tries: int = 20,
                check_symmetry: bool = True, symmetry_alpha: float = SYMMETRY_ALPHA,
-               strict: bool = False) -> PureNeuronResult:
+               strict: bool = False, span: bool | str = False) -> PureNeuronResult:
     """Algorithm 3: learn ``y = A relu(W x) + xi`` (zero-mean noise independent of ``x``; ``A`` square).
 
     BuildT uses Eq. 11's noise-corrected detector, whose null space is unaffected by the noise
@@ -515,12 +522,12 @@ def algorithm3(X, Y, n_hidden: int, *, split: bool = True, rng=None, n_tries: in
     """
     return _run(X, Y, n_hidden, noise_correction=True, split=split, decomposition="simdiag", rng=rng,
                 check_symmetry=check_symmetry, symmetry_alpha=symmetry_alpha, n_tries=n_tries, strict=strict,
-                require_square=True)
+                require_square=True, span=span)
 
 
 def algorithm4(X, Y, n_hidden: int, *, split: bool = True, noise_correction: bool = True, rng=None,
                n_tries: int = 20, check_symmetry: bool = True, symmetry_alpha: float = SYMMETRY_ALPHA,
-               strict: bool = False) -> PureNeuronResult:
+               strict: bool = False, span: bool | str = False) -> PureNeuronResult:
     """Algorithm 4 (Appendix A.3): ``A`` of shape ``(l, k)``, ``l >= k``.
 
     ``P`` = top-``k`` left singular vectors of ``E[y x^T]`` (``= A W Sigma / 2``, so ``col P = col A``);
@@ -532,7 +539,7 @@ def algorithm4(X, Y, n_hidden: int, *, split: bool = True, noise_correction: boo
     """
     return _run(X, Y, n_hidden, noise_correction=noise_correction, split=split, decomposition="simdiag",
                 rng=rng, check_symmetry=check_symmetry, symmetry_alpha=symmetry_alpha, n_tries=n_tries,
-                strict=strict)
+                strict=strict, span=span)
 
 
 def section4_variant(X, Y, n_hidden: int, *, rng=None, noise_correction: bool = True, split: bool = False,
