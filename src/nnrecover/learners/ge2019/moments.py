@@ -255,7 +255,7 @@ class PureNeuronStatistic(Statistic):
             if p == self.detector_part and self._det is not None:
                 self._update_detector(Xp, Yp)
         if self._sym is not None:
-            g = np.hstack([X, X ** 3])
+            g = _odd_features(X)
             self._sym["n"] += n
             self._sym["sg"] += g.sum(axis=0)
             self._sym["sgg"] += g.T @ g
@@ -342,6 +342,18 @@ def _unpack_pairs(packed: np.ndarray, k: int) -> np.ndarray:
 
 
 # -------------------------------------------------------------------------------------------- symmetry
+def _odd_features(X: np.ndarray) -> np.ndarray:
+    """``g(x) = (x, x**3)`` row by row. The cube is two products: ``np.power`` costs about 50 times
+    more and dominated a whole fit at d = 100; ``(-x) (-x) (-x) = -(x x x)`` stays exact, so an
+    antithetic sample still has odd sums of exactly zero."""
+    n, d = X.shape
+    g = np.empty((n, 2 * d))
+    g[:, :d] = X
+    np.multiply(X, X, out=g[:, d:])
+    g[:, d:] *= X
+    return g
+
+
 def _symmetry_from_sums(n: int, sg: np.ndarray, sgg: np.ndarray) -> SymmetryTest:
     gbar = sg / n
     cov = sgg / n - np.outer(gbar, gbar)
@@ -376,7 +388,7 @@ def symmetry_test(X: np.ndarray) -> SymmetryTest:
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2 or X.shape[0] < 2:
         raise InputError(f"symmetry_test needs X of shape (n >= 2, d), got {X.shape}.")
-    g = np.hstack([X, X ** 3])
+    g = _odd_features(X)
     return _symmetry_from_sums(X.shape[0], g.sum(axis=0), g.T @ g)
 
 
