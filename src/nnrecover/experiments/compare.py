@@ -8,15 +8,13 @@ is drawn and every method is fitted on the **same** samples:
   ``refine=True`` (plus the shared local refinement); a learner whose assumptions the cell violates
   refuses with :class:`~nnrecover.errors.AssumptionError` and is reported as "not applicable";
 * the baselines people use: :class:`~nnrecover.learners.GradientDescentLearner` (random starts + the
-  same second-order least-squares optimiser that refines the provable estimates) and scikit-learn's
-  ``MLPRegressor`` with L-BFGS (best training loss of ``restarts`` random starts) and with Adam.
+  same second-order least-squares optimiser that refines the provable estimates), scikit-learn's
+  ``MLPRegressor`` with L-BFGS (best training loss of ``restarts`` random starts) and with Adam, and
+  PyTorch's L-BFGS and Adam (optional ``torch`` extra). How each is configured, and why, is in
+  :mod:`nnrecover.experiments.training`.
 
-How the scikit-learn baselines are configured, and why: one hidden layer of ``k`` ReLU units,
-``alpha=0`` (no weight penalty: the teacher is exactly representable), float64. L-BFGS: ``max_iter=5000``,
-``max_fun=10**6`` and ``tol=0`` (scikit-learn passes ``tol`` to SciPy's gradient test only; the run then
-ends on SciPy's own relative-reduction test ``ftol = 2.2e-9``, which scikit-learn does not expose, so
-a noiseless teacher can stop short of round-off). Adam: ``learning_rate_init=1e-3``, ``batch_size=256``,
-``max_iter`` epochs (default 200), ``n_iter_no_change=max_iter`` (no early stop on a plateau).
+:func:`compare_budget_experiment` (experiment ``compare-budget``) asks the other question: given the wall
+time the provable learner took, how often does training from random starts recover the teacher?
 
 Per method and cell: success rate (max unit error < ``success_tol`` = 1e-6 after matching units),
 median max unit error, median relative L2 function error, median wall time, samples used. The
@@ -39,60 +37,22 @@ import numpy as np
 from .._validation import check_positive_int, check_random_state
 from ..errors import InputError
 from .registry import experiment
+from .training import SKLEARN_BASELINES, TORCH_BASELINES, TRAINING_BASELINES, sklearn_baseline, torch_baseline, \
+    train_baseline
 
-__all__ = ["compare_experiment", "sklearn_baseline", "SKLEARN_BASELINES"]
-
-SKLEARN_BASELINES = ("sklearn-lbfgs", "sklearn-adam")
+__all__ = ["compare_experiment", "compare_budget_experiment", "sklearn_baseline", "torch_baseline",
+           "SKLEARN_BASELINES", "TORCH_BASELINES"]
 _INPUTS = ("gaussian", "mixture")
 _OUTPUTS = ("scalar", "vector")
 
 
-def sklearn_baseline(method: str, X: np.ndarray, Y: np.ndarray, n_hidden: int, *, random_state: int,
-                     restarts: int = 3, max_iter: int | None = None):
-    """Fit scikit-learn's ``MLPRegressor`` as configured in the module docstring.
+def _have_torch(log) -> bool:
+    import importlib.util
 
-    Parameters
-    ----------
-    method : {"sklearn-lbfgs", "sklearn-adam"}
-    X, Y : arrays
-    n_hidden : int
-    random_state : int
-        Seed of the first start; start ``r`` uses ``random_state + r``.
-    restarts : int
-        L-BFGS starts (the one with the smallest training loss is kept); Adam uses one.
-    max_iter : int, optional
-        L-BFGS iterations (default 5000) or Adam epochs (default 200).
-
-    Returns
-    -------
-    (TwoLayerNetwork, dict)
-        The fitted network and ``{"n_iter": ..., "loss": ...}`` of the kept start.
-    """
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.neural_network import MLPRegressor
-
-    from ..network import TwoLayerNetwork
-
-    if method not in SKLEARN_BASELINES:
-        raise InputError(f"unknown scikit-learn baseline {method!r}; use one of {SKLEARN_BASELINES}.")
-    y = Y if Y.ndim == 1 or Y.shape[1] > 1 else Y[:, 0]
-    best = None
-    starts = restarts if method == "sklearn-lbfgs" else 1
-    for r in range(starts):
-        if method == "sklearn-lbfgs":
-            model = MLPRegressor(hidden_layer_sizes=(n_hidden,), activation="relu", solver="lbfgs", alpha=0.0,
-                                 max_iter=max_iter or 5000, max_fun=10**6, tol=0.0, random_state=random_state + r)
-        else:
-            epochs = max_iter or 200
-            model = MLPRegressor(hidden_layer_sizes=(n_hidden,), activation="relu", solver="adam", alpha=0.0, batch_size=256,
-                                 learning_rate_init=1e-3, max_iter=epochs, n_iter_no_change=epochs, tol=0.0,
-                                 random_state=random_state + r)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            model.fit(X, y)
-        if best is None or model.loss_ < best.loss_:
-            best = model
-    return TwoLayerNetwork.from_sklearn(best), {"n_iter": int(best.n_iter_), "loss": float(best.loss_)}
+    found = importlib.util.find_spec("torch") is not None
+    if log and not found:
+        log("PyTorch is not installed: the torch baselines are left out (pip install 'nnrecover[torch]').")
+    return found
 
 
 def _teacher(d: int, k: int, bias: bool, output: str, inputs: str, gen: np.random.Generator):
@@ -130,9 +90,10 @@ def compare_experiment(*, rng: Any = None, quick: bool = False, dims: Sequence[i
                        outputs: Sequence[str] = _OUTPUTS, inputs: Sequence[str] = _INPUTS,
                        noises: Sequence[float] = (0.0, 0.1), n_samples: Sequence[int] | None = None,
                        seeds: int | None = None, learners: Sequence[str] | None = None,
-                       baselines: Sequence[str] = ("gradient-descent", *SKLEARN_BASELINES),
+                       baselines: Sequence[str] | None = None,
                        restarts: int = 3, adam_epochs: int = 200, success_tol: float = 1e-6,
-                       eval_samples: int = 50_000, log: Callable[[str], None] | None = None):
+                       eval_samples: int = 50_000, torch_threads: int | None = 1,
+                       log: Callable[[str], None] | None = None):
     """Provable learners against random-start training over a grid of teachers (see the module docstring).
 
     Parameters
@@ -153,13 +114,17 @@ def compare_experiment(*, rng: Any = None, quick: bool = False, dims: Sequence[i
     learners : sequence of str, optional
         nnrecover learners to run (default: every registered learner except the baseline).
     baselines : sequence of str
-        Among ``"gradient-descent"``, ``"sklearn-lbfgs"``, ``"sklearn-adam"``.
+        Among ``"gradient-descent"``, ``"sklearn-lbfgs"``, ``"sklearn-adam"``, ``"torch-lbfgs"``,
+        ``"torch-adam"`` (:mod:`nnrecover.experiments.training`). Default: all of them, the PyTorch ones
+        only when PyTorch is installed.
     restarts, adam_epochs : int
-        L-BFGS starts and Adam epochs of the scikit-learn baselines.
+        Starts of scikit-learn's L-BFGS and epochs of both Adam baselines.
     success_tol : float
         A fit succeeds when its max unit error is below this.
     eval_samples : int
         Monte-Carlo samples of the function error.
+    torch_threads : int or None, default 1
+        PyTorch threads (see :func:`compare_budget_experiment`).
     log : callable, optional
         Receives progress lines.
 
@@ -186,9 +151,11 @@ def compare_experiment(*, rng: Any = None, quick: bool = False, dims: Sequence[i
         bad = [v for v in values if v not in allowed]
         if bad:
             raise InputError(f"{name} must be among {allowed}, got {bad}.")
-    unknown = [b for b in baselines if b not in ("gradient-descent", *SKLEARN_BASELINES)]
+    if baselines is None:
+        baselines = ("gradient-descent", *SKLEARN_BASELINES, *(TORCH_BASELINES if _have_torch(log) else ()))
+    unknown = [b for b in baselines if b not in ("gradient-descent", *TRAINING_BASELINES)]
     if unknown:
-        raise InputError(f"unknown baseline(s) {unknown}; use gradient-descent, sklearn-lbfgs, sklearn-adam.")
+        raise InputError(f"unknown baseline(s) {unknown}; use gradient-descent or one of {TRAINING_BASELINES}.")
     if learners is None:
         # Goel-Panigrahy's learner recovers threshold units under an unknown upper network: another model
         learners = [r.name for r in available(learners_only=True) if r.paper not in ("baseline", "goel2019")]
@@ -210,7 +177,7 @@ def compare_experiment(*, rng: Any = None, quick: bool = False, dims: Sequence[i
                 rows.append({**cell, "method": r["learner"], "refine": r["refine"], "status": r["status"],
                              "max_unit_error": r["max_unit_error"], "function_error": r["function_error"],
                              "time_s": r["fit_time_s"], "samples_used": r["n_samples"]})
-            sk = [b for b in baselines if b in SKLEARN_BASELINES]
+            sk = [b for b in baselines if b in TRAINING_BASELINES]
             if sk:
                 # the same rows compare_learners streamed: its generator draws one seed, then the samples
                 g = np.random.default_rng(data_seed)
@@ -218,8 +185,10 @@ def compare_experiment(*, rng: Any = None, quick: bool = False, dims: Sequence[i
                 X, Y = sample(teacher, dist, N, noise=noise, rng=g)
             for method in sk:
                 t0 = time.perf_counter()
-                net, info = sklearn_baseline(method, X, Y, k, random_state=s, restarts=restarts,
-                                             max_iter=adam_epochs if method == "sklearn-adam" else None)
+                net, info = train_baseline(method, X, Y, k, random_state=s,
+                                           restarts=restarts if method == "sklearn-lbfgs" else 1,
+                                           max_iter=adam_epochs if method.endswith("-adam") else None,
+                                           torch_threads=torch_threads)
                 elapsed = time.perf_counter() - t0
                 max_err, fe = _score(net, teacher, dist, eval_seed, eval_samples)
                 status = ("failed" if not (fe <= FAILED_FUNCTION_ERROR and max_err <= FAILED_UNIT_ERROR) else "ok")
@@ -262,5 +231,184 @@ def _figure(df, success_tol: float):
         if x in ("d", "n_samples"):
             ax.set_xscale("log")
     axes[0].legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def _budget_teacher(d: int, k: int, output: str, bias: bool, gen: np.random.Generator):
+    from ..network import random_network
+
+    return random_network(d, k, 1 if output == "scalar" else k, rng=gen, bias_range=(-1.0, 1.0) if bias else 0.0)
+
+
+@experiment("compare-budget", paper="baseline",
+            description="success rate against k: a provable learner + refinement against training from random "
+                        "starts (nnrecover, scikit-learn, PyTorch) given the same wall time")
+def compare_budget_experiment(*, rng: Any = None, quick: bool = False, d: int = 20,
+                              widths: Sequence[int] = (2, 5, 10, 15, 20), output: str = "scalar", bias: bool = True,
+                              n_samples: int = 100_000, seeds: int = 4, budget_factors: Sequence[float] = (1.0, 10.0),
+                              learner: str | None = None, methods: Sequence[str] | None = None,
+                              success_tol: float = 1e-6, eval_samples: int = 50_000, torch_threads: int | None = 1,
+                              log: Callable[[str], None] | None = None):
+    """Success against width at equal wall-time budgets: provable learner + refinement vs random starts.
+
+    For every width ``k`` and seed one ReLU teacher (``d`` inputs, ``k`` units, hidden biases uniform in
+    [-1, 1] when ``bias``, ``x ~ N(0, I)``, noiseless) gives ``n_samples`` rows. The provable learner
+    (Awasthi et al.'s ``hermite-tensor`` for a scalar output, Bakshi et al.'s ``exact-relu`` for ``k``
+    outputs) runs with ``refine=True``; its wall time ``t`` sets the budget. Every random-start method
+    then gets ``factor * t`` seconds for each ``factor`` in ``budget_factors`` (``1``: the same time) and
+    runs as many random starts as fit into it, keeping the one with the smallest training loss:
+    ``GradientDescentLearner`` (its ``time_budget``) and the scikit-learn and PyTorch baselines of
+    :mod:`nnrecover.experiments.training` (their ``deadline``). Success: max unit error below
+    ``success_tol`` after matching units.
+
+    Parameters
+    ----------
+    rng : int, Generator or None
+    quick : bool
+        d = 6, k in (2, 3), 20000 rows, one seed, budget factor 1, GD and torch-lbfgs: seconds.
+    d : int
+    widths : sequence of int
+        Widths ``k <= d``.
+    output : {"scalar", "vector"}
+    bias : bool
+    n_samples : int
+    seeds : int
+        Teachers per width.
+    budget_factors : sequence of float
+        Multiples of the provable learner's time given to each random-start method.
+    learner : str, optional
+        Registry name of the provable learner (default by ``output``, see above).
+    methods : sequence of str, optional
+        Random-start methods among ``"gradient-descent"`` and
+        :data:`~nnrecover.experiments.training.TRAINING_BASELINES` (default: all; the PyTorch ones only
+        when PyTorch is installed).
+    success_tol : float
+    eval_samples : int
+        Monte-Carlo samples of the function error.
+    torch_threads : int or None, default 1
+        PyTorch threads (``None``: PyTorch's default, one per core). One by default because the study
+        shares its cores with other work, where PyTorch's default spins (see
+        :func:`~nnrecover.experiments.training.torch_baseline`); numpy's BLAS keeps its own default.
+    log : callable, optional
+        Receives progress lines.
+
+    Returns
+    -------
+    (pandas.DataFrame, matplotlib.figure.Figure)
+        One row per (k, seed, method, budget factor): ``budget_s``, ``time_s`` (used), ``starts``,
+        ``max_unit_error``, ``function_error``, ``success``; and the figure (success rate against ``k``,
+        one panel per budget factor).
+    """
+    import pandas as pd
+
+    from ..distributions import StandardGaussian
+    from ..errors import TimeBudgetWarning
+    from ..learners import GradientDescentLearner, get_learner
+    from ..sampling import sample
+
+    gen = check_random_state(rng)
+    if quick:
+        d, widths, n_samples, seeds, budget_factors, eval_samples = 6, (2, 3), 20_000, 1, (1.0,), 20_000
+        methods = methods or ("gradient-descent", "torch-lbfgs")
+    d = check_positive_int(d, "d")
+    widths = tuple(check_positive_int(k, "widths") for k in widths)
+    if any(k > d for k in widths):
+        raise InputError(f"widths must be <= d = {d} (the provable learners need k <= d); got {list(widths)}.")
+    if output not in _OUTPUTS:
+        raise InputError(f"output must be one of {_OUTPUTS}, got {output!r}.")
+    n_samples = check_positive_int(n_samples, "n_samples")
+    seeds = check_positive_int(seeds, "seeds")
+    factors = tuple(float(f) for f in budget_factors)
+    if not factors or any(not (f > 0 and np.isfinite(f)) for f in factors):
+        raise InputError(f"budget_factors must be positive numbers, got {list(budget_factors)}.")
+    if methods is None:
+        methods = ("gradient-descent", *SKLEARN_BASELINES, *(TORCH_BASELINES if _have_torch(log) else ()))
+    unknown = [m for m in methods if m not in ("gradient-descent", *TRAINING_BASELINES)]
+    if unknown:
+        raise InputError(f"unknown method(s) {unknown}; use gradient-descent or one of {TRAINING_BASELINES}.")
+    for m in methods:
+        if m in TORCH_BASELINES:
+            # one untimed call first: PyTorch's import and one-off initialisation of autograd and the
+            # optimisers take seconds that no budget should be charged with
+            warm = np.random.default_rng(0).standard_normal((64, 2))
+            torch_baseline(m, warm, warm[:, 0], 1, random_state=0, max_iter=2, threads=torch_threads)
+    learner = learner or ("hermite-tensor" if output == "scalar" else "exact-relu")
+    provable = get_learner(learner)
+    dist = StandardGaussian(d)
+    rows = []
+    for k in widths:
+        for s in range(seeds):
+            teacher = _budget_teacher(d, k, output, bias, gen)
+            X, Y = sample(teacher, dist, n_samples, rng=int(gen.integers(0, 2**63 - 1)))
+            eval_seed = int(gen.integers(0, 2**63 - 1))
+            fit_seed = int(gen.integers(0, 2**31 - 1))
+            base = {"d": d, "k": k, "outputs": output, "bias": bias, "n_samples": n_samples, "seed": s}
+            t0 = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    net = provable(k, refine=True, random_state=fit_seed).fit(X, Y).network_
+                except Exception as exc:  # a refusal is a result of the study, kept in the table
+                    net = None
+                    status = f"{type(exc).__name__}: {exc}"
+            t_provable = time.perf_counter() - t0
+            max_err, fe = _score(net, teacher, dist, eval_seed, eval_samples) if net is not None else (np.inf, np.inf)
+            for f in factors:
+                rows.append({**base, "method": f"{learner} (refine=True)", "budget_factor": f, "budget_s": t_provable,
+                             "time_s": t_provable, "starts": 1, "max_unit_error": max_err, "function_error": fe,
+                             "status": "ok" if net is not None else status})
+            if log:
+                log(f"[k={k}, seed {s}] {learner}: {t_provable:.2f} s, max unit error {max_err:.2g}")
+            for f in factors:
+                budget = f * t_provable
+                for method in methods:
+                    t0 = time.perf_counter()
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", TimeBudgetWarning)
+                        if method == "gradient-descent":
+                            est = GradientDescentLearner(k, n_restarts=1 << 20, time_budget=budget,
+                                                         random_state=fit_seed).fit(X, Y)
+                            net, starts = est.network_, est.diagnostics_["time_budget"]["restarts_run"]
+                        else:
+                            net, info = train_baseline(method, X, Y, k, random_state=fit_seed, restarts=None,
+                                                       deadline=t0 + budget, torch_threads=torch_threads)
+                            starts = info["starts"]
+                    used = time.perf_counter() - t0
+                    max_err, fe = _score(net, teacher, dist, eval_seed, eval_samples)
+                    rows.append({**base, "method": method, "budget_factor": f, "budget_s": budget, "time_s": used,
+                                 "starts": int(starts), "max_unit_error": max_err, "function_error": fe, "status": "ok"})
+                    if log:
+                        log(f"[k={k}, seed {s}] {method} at {f:g}x ({budget:.2f} s): {used:.2f} s, {starts} start(s), "
+                            f"max unit error {max_err:.2g}")
+    df = pd.DataFrame(rows)
+    df["success"] = df["max_unit_error"] < float(success_tol)
+    return df, _budget_figure(df, success_tol)
+
+
+def _budget_figure(df, success_tol: float):
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    factors = sorted(df["budget_factor"].unique())
+    fig, axes = plt.subplots(1, len(factors), figsize=(5.2 * len(factors), 4.0), squeeze=False, sharey=True)
+    n_teachers = df.groupby("k")["seed"].nunique().min()
+    for ax, f in zip(axes[0], factors):
+        part = df[df["budget_factor"] == f]
+        for method, g in part.groupby("method", sort=False):
+            rate = g.groupby("k")["success"].mean()
+            provable = "refine=True" in method
+            ax.plot(rate.index, rate.values, marker="s" if provable else "o", lw=2.5 if provable else 1.2,
+                    label=method)
+        ax.set_xlabel("hidden units k")
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_title(f"budget = {f:g} x the provable learner's time", fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(f"success rate (max unit error < {success_tol:g}), {n_teachers} teachers per k")
+    axes[0][0].legend(fontsize=7, loc="best")
+    d = int(df["d"].iloc[0])
+    fig.suptitle(f"d = {d}, {df['outputs'].iloc[0]} output, N = {int(df['n_samples'].iloc[0])}, noiseless", fontsize=10)
     fig.tight_layout()
     return fig
