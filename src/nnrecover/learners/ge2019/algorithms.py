@@ -33,10 +33,11 @@ SYMMETRY_ALPHA = 1e-6
 #: Wedin's theorem the sine of the angle between the estimated and true null spaces is about its inverse
 GAP_WARNING = 5.0
 
-#: refuse the span reduction when the k-th singular value of E[y x^T] Sigma^{-1} is below this multiple of
-#: its estimated sampling error: by Wedin's theorem the sine of the angle between the estimated and the
-#: true row space of W is at most about the inverse of the ratio, so below 2 the estimated span may miss
-#: a whole hidden direction (a rank-deficient A or W gives ratios near 1)
+#: warn (AssumptionWarning; AssumptionError with strict=True) when the k-th singular value of
+#: E[y x^T] Sigma^{-1} is below this multiple of its estimated sampling error: by Wedin's theorem the sine
+#: of the angle between the estimated and the true row space of W is at most about the inverse of the
+#: ratio, so below 2 the estimated span may miss a whole hidden direction (a rank-deficient A with label
+#: noise gives ratios well below 1)
 SPAN_GAP_MIN = 2.0
 #: relative size below which a singular value of E[y x^T] Sigma^{-1} counts as zero (exact moments)
 _RANK_TOL = 1e-12
@@ -158,7 +159,7 @@ def span_basis(part, k: int, *, strict: bool = False) -> SpanBasis:
             noise = float("nan")
     sk = float(s[k - 1])
     gap = float("inf") if noise == 0 else (sk / noise if np.isfinite(noise) else float("nan"))
-    what = ("E[y x^T] E[x x^T]^-1 (= A W / 2 for a symmetric input, Lemma 1)")
+    what = "E[y x^T] E[x x^T]^-1 (= A W / 2 for a symmetric input, Lemma 1)"
     if not sk > _RANK_TOL * s[0]:
         raise _SpanRankError(
             f"{what} has rank < n_hidden = {k} (singular values {np.array2string(s[:k + 1], precision=3)}): A or "
@@ -372,8 +373,7 @@ def _span_record(used: bool, reason: str, sb: SpanBasis | None, d: int) -> dict:
 
 
 def _population_pipeline(W: np.ndarray, A: np.ndarray, cov: np.ndarray | None, k: int, *, span,
-                         noise_correction: bool, decomposition: str, rng, check: bool = True,
-                         **options) -> PureNeuronResult:
+                         noise_correction: bool, decomposition: str, rng, **options) -> PureNeuronResult:
     """Algorithms 2-4 on the exact moments of ``y = A relu(W x)``, ``x ~ N(0, cov)`` (population mode).
 
     With the span reduction the detector moments are the exact ones of ``z = Q^T x ~ N(0, Q^T cov Q)``
@@ -389,8 +389,7 @@ def _population_pipeline(W: np.ndarray, A: np.ndarray, cov: np.ndarray | None, k
     if use_span:
         Sigma = np.eye(d) if cov is None else np.asarray(cov, dtype=np.float64)
         part = PartMoments(None, np.zeros(d), Sigma, 0.5 * A @ (W @ Sigma), None, None)
-        if check:
-            _check_assumptions(PureNeuronMoments([part], None, 0), k, check_symmetry=False, symmetry_alpha=0.0)
+        _check_assumptions(PureNeuronMoments([part], None, 0), k, check_symmetry=False, symmetry_alpha=0.0)
         sb, reason = _span_or_fallback(part, k, span, options.get("strict", False), reason)
         use_span = sb is not None
     if use_span:
@@ -400,8 +399,7 @@ def _population_pipeline(W: np.ndarray, A: np.ndarray, cov: np.ndarray | None, k
         readout_part = part
     else:
         mom = gaussian_population_moments(W, A, cov)
-        if check:
-            _check_assumptions(mom, k, check_symmetry=False, symmetry_alpha=0.0)
+        _check_assumptions(mom, k, check_symmetry=False, symmetry_alpha=0.0)
     res = _pipeline(mom, k, noise_correction=noise_correction, decomposition=decomposition, rng=rng,
                     readout_part=readout_part, **options)
     res.diagnostics["span"] = _span_record(use_span, reason, sb, d)

@@ -97,9 +97,11 @@ class PureNeuronLearner(BaseLearner):
         ``O(n k^2 d^2)``. ``"auto"``: used when ``k < d`` and the data can be read twice (always in
         ``fit_population`` when ``k < d``); a one-pass iterator or ``k = d`` takes the paper's
         full-dimension route. ``True`` forces it (InputError for a one-pass iterator); ``False`` is
-        the paper's statistics in all ``d`` dimensions. Refused (AssumptionError) when the ``k``-th
-        singular value is zero or below ``SPAN_GAP_MIN`` times its estimated sampling error (``A`` or
-        ``W`` of rank < ``k``).
+        the paper's statistics in all ``d`` dimensions. When the ``k``-th singular value is zero (``A``
+        or ``W`` of rank < ``k``, e.g. two equal columns of ``A``) ``True`` raises AssumptionError and
+        ``"auto"`` warns (AssumptionWarning) and takes the full-dimension route; when it is below
+        ``SPAN_GAP_MIN`` times its estimated sampling error, AssumptionWarning (AssumptionError with
+        ``strict=True``).
     random_state : int, Generator or None
 
     Attributes
@@ -240,7 +242,7 @@ class PureNeuronLearner(BaseLearner):
             diagnostics["stage_checks"]["span_gap_ratio"] = {
                 "passed": bool(not ratio < GAP_WARNING), "stage": "span of W (before the detector)",
                 "meaning": "sine of the angle between span Q and the row space of W <~ 1 / ratio (Wedin); "
-                           f"the fit refuses below {SPAN_GAP_MIN:g}",
+                           f"AssumptionWarning below {SPAN_GAP_MIN:g}",
                 "detail": f"s_k / estimated sampling error = {ratio:.3g}"}
         net = self._maybe_refine(res.network(), source, rng, diagnostics).canonical()
         if rows is None:

@@ -119,6 +119,19 @@ class PureNeuronMoments:
         return self.parts[0].cross.shape[0]
 
 
+#: float64 values per temporary row block (8 MiB): the chunks of a stream can be much larger (65536 rows
+#: of d = 1000 are 0.5 GB), and the per-row features below are wider than x
+_BLOCK_VALUES = 1 << 20
+#: BLAS products keep their speed down to about this many rows
+_MIN_BLOCK_ROWS = 1024
+
+
+def _row_blocks(n: int, width: int) -> list[slice]:
+    """Row slices of a chunk such that a temporary of ``width`` values per row stays near 8 MiB."""
+    step = max(_MIN_BLOCK_ROWS, _BLOCK_VALUES // max(int(width), 1))
+    return [slice(s, min(n, s + step)) for s in range(0, n, step)]
+
+
 def _vech_products(X: np.ndarray) -> np.ndarray:
     """Rows ``(x_r x_s)_{r <= s}`` for every sample, shape (n, d(d+1)/2)."""
     iu = np.triu_indices(X.shape[1])
@@ -157,7 +170,9 @@ class PureNeuronStatistic(Statistic):
     One-pass detector moments cost ``O(n l d (d^2 / 2) + n l^2 d^2 / 4)`` flops and
     ``O(l d^3 / 2 + l^2 d^2 / 4)`` memory; with ``B`` given, ``O(n k^2 d^2 / 4)`` flops and memory
     ``O(k^2 d^2 / 4)``; with ``input_projection`` ``d`` becomes ``m`` in these counts, plus ``O(n d m)``
-    flops for ``X Q``. Dimensions are fixed by the first chunk.
+    flops for ``X Q``. The wide per-row temporaries (pair products, ``(x, x**3)``, the odd half) are
+    formed in row blocks of about 8 MiB, so their memory does not grow with the chunk. Dimensions are
+    fixed by the first chunk.
     """
 
     def __init__(self, split: str = "none", detector_part: int = 0, symmetry: bool = True, detector: bool = True,
@@ -247,35 +262,38 @@ class PureNeuronStatistic(Statistic):
             acc["sy"] += Yp.sum(axis=0)
             if self._odd is not None:
                 odd = odd_row & sel
-                if odd.any():
-                    Xo, Yo = X[odd], Y[odd]
+                for b in _row_blocks(n, d):
+                    Xo, Yo = X[b][odd[b]], Y[b][odd[b]]
                     self._odd[p]["n"] += Xo.shape[0]
                     self._odd[p]["sxx"] += Xo.T @ Xo
                     self._odd[p]["syx"] += Yo.T @ Xo
             if p == self.detector_part and self._det is not None:
                 self._update_detector(Xp, Yp)
         if self._sym is not None:
-            g = _odd_features(X)
             self._sym["n"] += n
-            self._sym["sg"] += g.sum(axis=0)
-            self._sym["sgg"] += g.T @ g
+            for b in _row_blocks(n, 2 * d):
+                g = _odd_features(X[b])
+                self._sym["sg"] += g.sum(axis=0)
+                self._sym["sgg"] += g.T @ g
 
     def _update_detector(self, Xp: np.ndarray, Yp: np.ndarray) -> None:
         m, d = Xp.shape
-        phi = _vech_products(Xp)
         self._det["n"] += m
-        if self.B is None:
-            l = Yp.shape[1]
-            yx = (Yp[:, :, None] * Xp[:, None, :]).reshape(m, l * d)
-            il = np.triu_indices(l)
-            self._det["h3"] += yx.T @ phi
-            self._det["g4"] += (Yp[:, il[0]] * Yp[:, il[1]]).T @ phi
-        else:
-            Yt = Yp if self.projection is None else Yp @ self.projection
-            Zb = Xp @ self.B.T
-            ia, ib = np.triu_indices(self.B.shape[0])
-            C = Yt[:, ia] * Zb[:, ib] + Yt[:, ib] * Zb[:, ia] - Yt[:, ia] * Yt[:, ib]
-            self._det["kc"] += C.T @ phi
+        for b in _row_blocks(m, n_sym(d)):
+            Xb, Yb = Xp[b], Yp[b]
+            phi = _vech_products(Xb)
+            if self.B is None:
+                l = Yb.shape[1]
+                yx = (Yb[:, :, None] * Xb[:, None, :]).reshape(Xb.shape[0], l * d)
+                il = np.triu_indices(l)
+                self._det["h3"] += yx.T @ phi
+                self._det["g4"] += (Yb[:, il[0]] * Yb[:, il[1]]).T @ phi
+            else:
+                Yt = Yb if self.projection is None else Yb @ self.projection
+                Zb = Xb @ self.B.T
+                ia, ib = np.triu_indices(self.B.shape[0])
+                C = Yt[:, ia] * Zb[:, ib] + Yt[:, ib] * Zb[:, ia] - Yt[:, ia] * Yt[:, ib]
+                self._det["kc"] += C.T @ phi
 
     def _merge(self, other: "PureNeuronStatistic") -> None:
         if (other.split, other.detector_part, other.symmetry, other.detector, other.halves) != (
