@@ -118,15 +118,18 @@ def test_budget_study_quick_runs_and_the_provable_learner_succeeds():
     from nnrecover.experiments.compare import compare_budget_experiment
 
     df, fig = compare_budget_experiment(rng=0, quick=True)
-    assert set(df["method"]) == {"hermite-tensor (refine=True)", "gradient-descent", "torch-lbfgs"}
-    prov = df[df["method"] == "hermite-tensor (refine=True)"]
+    assert set(df["method"]) == {"exact-relu (refine=True)", "gradient-descent", "torch-lbfgs"}
+    prov = df[df["method"] == "exact-relu (refine=True)"]
     assert prov["success"].all() and (prov["max_unit_error"] < 1e-9).all()
     # each random-start method got the provable learner's time (factor 1) and used about that much
-    for _, row in df[df["method"] != "hermite-tensor (refine=True)"].iterrows():
+    for _, row in df[df["method"] != "exact-relu (refine=True)"].iterrows():
         t = prov.loc[prov["k"] == row["k"], "time_s"].iloc[0]
         assert row["budget_s"] == t and row["time_s"] < t + 2.0 and row["starts"] >= 1
     assert (df["success"] == (df["max_unit_error"] < 1e-6)).all()
     assert len(fig.axes) == 1
+    scalar, _ = compare_budget_experiment(rng=0, quick=True, output="scalar", methods=("gradient-descent",))
+    prov = scalar[scalar["method"] == "hermite-tensor (refine=True)"]
+    assert len(prov) == 2 and (prov["max_unit_error"] < 1e-9).all()
     with pytest.raises(InputError, match="widths must be <= d"):
         compare_budget_experiment(d=3, widths=(5,))
     with pytest.raises(InputError, match="budget_factors"):
