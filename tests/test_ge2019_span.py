@@ -125,6 +125,17 @@ def test_antithetic_sample_exact_without_refinement():
     assert max_unit_error(res.network(), teacher) <= 1e-9
 
 
+@pytest.mark.parametrize("l, algorithm", [(4, "algorithm3"), (6, "algorithm4")])
+def test_sample_split_layouts_exact_on_antithetic_data(l, algorithm):
+    """Algorithms 3-4's splits keep +-x pairs inside a part, so every part is exactly symmetric: Q from
+    the first part, the detector on z of the detector part and Algorithm 1 on x of the readout part are
+    all exact (Theorems 5-6 on the empirical law)."""
+    teacher, X, Y = gaussian_data(20, 4, l, 40_000, seed=101 + l, antithetic=True)
+    res = getattr(ge, algorithm)(X, Y, 4, split=True, span=True, rng=0)
+    assert res.diagnostics["span"]["used"] and res.diagnostics["split"] in ("alg3", "alg4")
+    assert max_unit_error(res.network(), teacher) <= 1e-9
+
+
 @unrefined
 def test_streams_and_dask_match_arrays():
     """The projection pass streams z = X Q chunk by chunk (a SampleStream) and runs on the blocks of a
