@@ -85,7 +85,7 @@ def test_pure_neuron_refined_estimate_certified_despite_a_poor_gap():
     X, Y = nr.sample(truth, GAUSS(20), 20000, rng=10)
     with warnings.catch_warnings():
         warnings.simplefilter("error", CertificateWarning)
-        learner = PureNeuronLearner(10, random_state=0).fit(X, Y)
+        learner = PureNeuronLearner(10, random_state=0, span=False).fit(X, Y)  # the paper's d-dimensional detector
     stage = learner.diagnostics_["stage_checks"]["null_gap_ratio"]
     cert = learner.diagnostics_["certificates"]["max_unit_error"]
     assert stage["passed"] is False and "before refinement" in stage["stage"]
