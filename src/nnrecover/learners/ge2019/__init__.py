@@ -55,14 +55,17 @@ The detector of ``z`` is the detector of ``x`` restricted to the ``Q (x) Q`` blo
 and for ``l = k`` also on a sample, since ``Q`` then spans the rows of the same ``B``), so its null
 space contains ``span{vec*(z_i z_i^T)}`` and Lemma 10 needs the augmented distinguishing matrix of
 ``z`` to have full column rank, ``k_2 + 1 <= k (k + 1) / 2`` columns, which holds for ``d = k`` as in
-the paper's own experiments (Section 4). For a Gaussian input the rows outside that block vanish for
-Eq. 11's detector (``N_ij - m_ij vec(Sigma)`` lives in the ``Q (x) Q`` block), so ``T_z`` and ``T_x``
-have the same singular values, and the noiseless detector gains only the rows ``m_ij (I - Q Q^T)``;
-no margin of extra directions is therefore used. With exact or exactly symmetric (antithetic) data
+the paper's own experiments (Section 4). For ``x ~ N(0, I)`` the rows outside that block vanish for
+Eq. 11's detector (by Lemma 19 ``N_ij - m_ij vec(I)`` lives in the ``Q (x) Q`` block), so ``T_z`` and
+``T_x`` have the same singular values, and the noiseless detector gains only the rows
+``m_ij (I - Q Q^T)``; exactness therefore needs no margin of extra directions, and none is used. (On a
+finite sample, adding the directions in which the two half-sample estimates of ``B`` disagree most can
+lower the error of the unrefined estimate, but not consistently, at ``(1 + r / k)^2`` times the cost of
+the detector pass, and the refinement removes the difference.) With exact or exactly symmetric (antithetic) data
 ``E^[y x^T] = A W E^[x x^T] / 2`` holds exactly, so the reduction keeps the exact-recovery guarantees;
 from an i.i.d. sample ``Q`` carries a sampling error of order ``||E^ - E|| / s_k`` (Wedin), estimated
 from two halves of the sample and reported in ``diagnostics_["span"]``. Rank ``A W < k`` (e.g. two
-equal columns of ``A``) would lose a hidden direction: ``span=True`` refuses it (AssumptionError),
+equal columns of ``A``) can lose a hidden direction: ``span=True`` refuses it (AssumptionError),
 ``span="auto"`` warns (AssumptionWarning) and runs the full-dimension statistics.
 
 Errata of the paper text (also on the docs' errata page), implemented in their corrected form:
