@@ -454,3 +454,22 @@ def test_span_first_reaches_round_off_and_records_its_stages():
         refine_network(start, (X, Y), span="yes")
     with pytest.raises(InputError, match="full_samples"):
         refine_network(start, (X, Y), full_samples=0)
+
+
+def test_span_first_leaves_an_exact_start_alone_and_never_allocates_a_normal_matrix_beyond_the_budget():
+    truth = nr.random_network(20, 3, rng=95, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3))
+    X, Y = nr.sample(truth, StandardGaussian(20), 6000, rng=96)
+    # the teacher itself fits every row to round-off: nothing runs, the start comes back unchanged
+    res = refine_network(truth, (X, Y), full_samples=1500, rng=0)
+    assert res.extra["stages"] == [] and res.n_iter == 0 and "round-off" in res.message
+    np.testing.assert_array_equal(res.network.hidden_weights, truth.hidden_weights)
+    # a budget below J^T J of the full space (P = 67: 8 P^2 = 35912 bytes) but above the span stage's
+    # (P = 21): the full-space stage runs L-BFGS and the all-rows fixed-Hessian steps are skipped
+    Xn, Yn = nr.sample(truth, StandardGaussian(20), 6000, noise=0.05, rng=98)
+    start = _perturbed(truth, 1e-2, seed=97)
+    small = refine_network(start, (Xn, Yn), full_samples=1500, jacobian_memory=30_000, rng=0)
+    stages = small.extra["stages"]
+    assert [st["stage"] for st in stages] == ["span", "full", "span"]
+    assert stages[1]["method"] == "lbfgs" and "jacobian_memory" in stages[1]["skipped"]
+    # the estimation error of the fit, as in the test above: a few times 0.05 sqrt(67 / 4800) per unit
+    assert parameter_error(small.network, truth)["max_unit_error"] < 0.05

@@ -945,6 +945,13 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
     the last span stage, in the span of the corrected rows, polishes the in-span parameters on all rows.
     """
     n = X.shape[0]
+    start_loss = mean_squared_loss(network, X, Y)
+    if start_loss <= _ROUNDOFF_LOSS * float(np.mean(Y * Y)):
+        # an exact learner on noiseless data: every stage below could only move the fit within round-off,
+        # and at d = 1000, k = 50 the full-space ones cost minutes (one O(N d k) loss pass decides it)
+        return network.copy(), {"method": "gn", "n_iter": 0, "n_samples_used": n, "success": True, "status": 1,
+                                "message": "the start fits every row to round-off: nothing to refine",
+                                "train_loss_start": start_loss, "train_loss_refined": start_loss, "stages": []}
     stages = []
     first_iter = _SPAN_FIRST_STEPS if max_iter is None else min(max_iter, _SPAN_FIRST_STEPS)
     current, info = _span_stage(network, X, Y, method=method, max_iter=first_iter, tol=tol, train=train,
@@ -960,6 +967,11 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
         # the subsample's fit already fits every row to round-off (noiseless data): the all-rows
         # stages below could only move it within round-off
         stages[-1]["stopped"] = "fits all rows to round-off"
+    elif Xs.shape[0] < n and 8 * _Model(current, train).n_params ** 2 > jacobian_memory:
+        # the subsample's normal matrix (8 P^2 bytes) does not fit jacobian_memory: the full-space stage
+        # above ran L-BFGS, and the fixed-Hessian steps are skipped rather than allocating P^2 doubles
+        stages[-1]["skipped"] = (f"all-rows steps: J^T J of {_Model(current, train).n_params} parameters needs "
+                                 f"{8 * _Model(current, train).n_params ** 2 / 2**30:.1f} GiB > jacobian_memory")
     elif Xs.shape[0] < n:  # the same least squares on all rows, with the subsample's normal matrix
         t0 = time.perf_counter()
         model = _Model(current, train)
