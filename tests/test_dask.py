@@ -268,3 +268,28 @@ def test_exact_relu_fit_on_the_cluster_keeps_the_data_on_the_workers(client):
         tracemalloc.stop()
     assert nr.metrics.parameter_error(est.network_, t)["max_unit_error"] < 1e-9
     assert peak < 16_000_000, f"client peak traced memory {peak / 1e6:.1f} MB"
+
+
+@pytest.mark.filterwarnings("ignore::nnrecover.errors.CertificateWarning")
+def test_high_threshold_step2_reads_a_bounded_sample_on_the_cluster(client):
+    """Step 2 of Goel-Panigrahy holds at most max_rows rows: on a dask array generated on the workers only
+    that uniform subsample travels to the client (traced peak below the 12.8 MB of X), and it is the same
+    subsample, hence the same fit to round-off, as in process."""
+    import nnrecover as nr
+    from nnrecover.learners.goel2019 import HighThresholdNetwork, UpperPolynomial, random_unit_weights
+
+    g = HighThresholdNetwork(random_unit_weights(3, 8, rng=0), 2.0, "step",
+                             UpperPolynomial.linear(np.array([1.0, 0.8, 1.2]), 0.3))
+    Xd = da.random.RandomState(5).standard_normal((200_000, 8), chunks=(25_000, 8))
+    Yd = Xd.map_blocks(g.predict, drop_axis=1, dtype=float)
+    X, Y = Xd.compute(), Yd.compute()
+    ref = nr.learners.HighThresholdLearner(3, threshold=2.0, max_rows=30_000, random_state=0).fit(X, Y)
+    tracemalloc.start()
+    try:
+        got = nr.learners.HighThresholdLearner(3, threshold=2.0, max_rows=30_000, random_state=0).fit(Xd, Yd)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert got.diagnostics_["refinement"]["ran"] is not False
+    assert nr.metrics.parameter_error(got.network_, ref.network_)["max_unit_error"] < 1e-12
+    assert peak < X.nbytes, f"client peak traced memory {peak / 1e6:.1f} MB for {X.nbytes / 1e6:.1f} MB of X"

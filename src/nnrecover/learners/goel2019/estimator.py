@@ -107,7 +107,8 @@ class HighThresholdLearner(BaseLearner):
     step1_options : dict, optional
         Extra keyword arguments of the Step 1 route (``n_restarts``, ``lam``, ``gamma``, ...).
     max_rows : int, default 10_000_000
-        Memory guard on the stored active rows.
+        Memory guard on the stored active rows, and the most rows Step 2 holds in memory (a uniform
+        subsample of the data when there are more).
     strict : bool, default False
     random_state : None, int or Generator
 
@@ -246,7 +247,12 @@ class HighThresholdLearner(BaseLearner):
             return W
         from .step2 import SampleSlabs, refine_estimate
 
-        X, Y = source.to_arrays()
+        from ...refine import gather_samples
+
+        # Step 2 reads the samples in memory: at most max_rows of them, a uniform subsample when there are
+        # more (on a dask array only those rows travel to the client). The subsample's keys come from a
+        # spawned generator, so the draws of Step 2 itself are the same whatever the data size.
+        X, Y, _ = gather_samples(source, self.max_rows, rng=rng.spawn(1)[0])
         slabs = SampleSlabs.from_labels(X, Y[:, 0], baseline=self.baseline)
         opts = dict(mode="practical", slab_width=0.02, max_iter=100, max_rejections=30)
         opts.update(self.refine_options or {})
