@@ -136,3 +136,13 @@ def test_budget_study_quick_runs_and_the_provable_learner_succeeds():
         compare_budget_experiment(d=3, widths=(2,), budget_factors=(0.0,))
     with pytest.raises(InputError, match="unknown method"):
         compare_budget_experiment(d=3, widths=(2,), methods=("keras",))
+
+
+def test_a_baselines_only_grid_runs_on_the_same_teachers(quick):
+    # learners=[] with only library baselines: the teachers and rows are drawn exactly as in the full
+    # grid (the generator's draws do not depend on the methods), so rows can be added to an earlier run
+    df, _ = compare_experiment(rng=0, quick=True, learners=[], baselines=("sklearn-lbfgs",))
+    full, _ = quick
+    assert list(df["method"]) == ["sklearn-lbfgs"]
+    ref = full[full["method"] == "sklearn-lbfgs"].iloc[0]
+    assert df.iloc[0]["function_error"] == ref["function_error"]

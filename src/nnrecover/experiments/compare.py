@@ -172,8 +172,9 @@ def compare_experiment(*, rng: Any = None, quick: bool = False, dims: Sequence[i
             if log:
                 log(f"[cell {ci}/{len(cells)}, seed {s}] d={d} k={k} bias={bias} {output} {inp} noise={noise} N={N}")
             df = compare_learners(teacher, dist, N, rng=data_seed, learners=nn_methods, noise=noise,
-                                  eval_samples=eval_samples, with_unrefined=True, max_outputs=DEMO_MAX_OUTPUTS)
-            for r in df.to_dict("records"):
+                                  eval_samples=eval_samples, with_unrefined=True,
+                                  max_outputs=DEMO_MAX_OUTPUTS) if nn_methods else None
+            for r in ([] if df is None else df.to_dict("records")):
                 rows.append({**cell, "method": r["learner"], "refine": r["refine"], "status": r["status"],
                              "max_unit_error": r["max_unit_error"], "function_error": r["function_error"],
                              "time_s": r["fit_time_s"], "samples_used": r["n_samples"]})
