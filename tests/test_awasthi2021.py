@@ -640,8 +640,8 @@ def test_bad_inputs():
         HermiteTensorLearner(2).fit(X[:500], Y[:500])
     t6 = nr.random_network(6, 8, rng=0)
     X6, Y6 = nr.sample(t6, nr.distributions.StandardGaussian(6), 3000, rng=0)
-    with pytest.raises(InputError, match="at least 4620"):  # l = 2, d = 6: 10 * C(11, 6)
-        HermiteTensorLearner(8).fit(X6, Y6)
+    with pytest.raises(InputError, match="at least 2160"):  # l = 2, d = 6: 10 * 6^3 (min_samples)
+        HermiteTensorLearner(8).fit(X6[:2000], Y6[:2000])
     with pytest.raises(InputError, match="one output"):
         HermiteTensorLearner(2).fit(X, np.c_[Y, Y])
     with pytest.raises(InputError, match="decomposer"):
@@ -723,3 +723,21 @@ def test_output_stage_functions_on_their_own_inputs():
     assert polished is None or nr.metrics.parameter_error(
         output_network(polished, coeffs, 1, 3, truth=t)[0], t)["max_unit_error"] < 1e-8
     assert "time" in report
+
+
+def test_sample_rule_is_spectral_and_refuses_before_reading_the_data():
+    import dask.array as da
+
+    from nnrecover.learners.awasthi2021 import min_samples
+
+    # ten samples per row of the square flattening of T_4 (k^2 rows for order 1), at least 1000
+    assert min_samples(1, 50) == 25_000 and min_samples(1, 5) == 1000 and min_samples(2, 10) == 10_000
+    # a data set of known size below the rule is refused before any block is computed: every block of
+    # this dask array raises when read, so reaching the data would give a different error
+    def unreadable(block):
+        raise RuntimeError("the data were read")
+
+    X = da.zeros((20_000, 60), chunks=(5_000, 60)).map_blocks(unreadable, dtype=float)
+    y = da.zeros(20_000, chunks=5_000)
+    with pytest.raises(InputError, match=r"need at least 25000 \(ten per row of the 50\^2-row square flattening"):
+        HermiteTensorLearner(50, random_state=0).fit(X, y)

@@ -598,10 +598,22 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
 
 
 def min_samples(order: int, n_dim: int) -> int:
-    """Smallest sample size accepted: ten samples per distinct entry of the top tensor
-    ``T_{2l+2}`` in the ``n``-dimensional working space, and at least 1000."""
-    K = 2 * order + 2
-    return max(1000, 10 * math.comb(n_dim + K - 1, K))
+    """Smallest sample size accepted: ten samples per row of the square flattening of ``T_{2l+2}`` in
+    the ``n``-dimensional working space (``n^(l+1)`` rows), and at least 1000.
+
+    Why this and not a count of tensor entries: the algorithm uses ``T_{2l+2}`` only through its square
+    flattening (``n^(l+1) x n^(l+1)``: its range, SVD and contractions with it), so what matters is the
+    flattening's *spectral* sampling error. The estimate is a mean of ``N`` independent matrices
+    ``y He(z) He(z)^T`` of dimension ``D = n^(l+1)``; by the matrix Bernstein inequality (Tropp 2012,
+    Theorem 1.6) its spectral error is ``O(sigma sqrt(D log D / N))``, with ``sigma^2`` the per-sample
+    variance scale, so ``N = 10 D`` is the least for which that error falls below about a third of
+    ``sigma`` (up to the log factor). Whether it is also small against the signal (the units'
+    singular values) depends on the network and is measured after the pass: the spread of the row
+    groups gives the spectral noise of each flattening (``diagnostics_["noise"]``), which the scalar
+    filter, the unit count and the certificates compare with the signal. Ten samples per distinct
+    entry of ``T_{2l+2}`` (``10 C(n + 3, 4)`` for order 1: 2.9e6 at n = 50) would bound the entrywise
+    error, a requirement the algorithm, which never reads single entries, does not have."""
+    return max(1000, 10 * n_dim ** (order + 1))
 
 
 def _noise_from_halves(halves: tuple[dict, dict], counts: tuple[int, int], order: int) -> dict:
@@ -690,6 +702,8 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
         if method not in ("full", "sketch"):
             raise InputError(f"range_method must be 'auto', 'full' or 'sketch', got {range_method!r}.")
         omega = gen.standard_normal((d, r)) if method == "sketch" else None
+        if data.n_samples is not None:  # known size: refuse before reading anything
+            _check_n(int(data.n_samples), order, min(n_components, d), min_n)
         center = _pilot_mean(data)
         info["t2_center"] = center
         stat1 = accumulate(RangeStatistic(d, method=method, omega=omega, omega_cov=omega_cov, center=center), data,
@@ -818,8 +832,10 @@ def _open_source(data: Any, order: int):
 def _check_n(n: int, order: int, n_dim: int, min_n: int | None) -> None:
     need = min_samples(order, n_dim) if min_n is None else int(min_n)
     if n < need:
-        raise InputError(f"too few samples for order l = {order}: got {n}, need at least {need} "
-                         f"(ten per distinct entry of T_{2 * order + 2} in dimension {n_dim}); "
+        rule = ("min_n" if min_n is not None else
+                f"ten per row of the {n_dim}^{order + 1}-row square flattening of T_{2 * order + 2} in "
+                f"dimension {n_dim}, whose spectral sampling error it bounds")
+        raise InputError(f"too few samples for order l = {order}: got {n}, need at least {need} ({rule}); "
                          "supply more samples.")
 
 
