@@ -271,11 +271,12 @@ def test_exact_relu_fit_on_the_cluster_keeps_the_data_on_the_workers(client):
 
 
 @pytest.mark.filterwarnings("ignore::nnrecover.errors.CertificateWarning")
-def test_high_threshold_step2_reads_a_bounded_sample_on_the_cluster(client):
-    """Step 2 of Goel-Panigrahy holds at most max_rows rows: on a dask array generated on the workers only
-    that uniform subsample travels to the client (traced peak below the 12.8 MB of X), and it is the same
+def test_high_threshold_step2_reads_a_bounded_sample_on_the_cluster(client, monkeypatch):
+    """Step 2 of Goel-Panigrahy holds at most max_rows rows: on a dask array generated on the workers the
+    client never iterates over the blocks (only the chosen rows are gathered), and it is the same
     subsample, hence the same fit to round-off, as in process."""
     import nnrecover as nr
+    from nnrecover.data import _DaskSource
     from nnrecover.learners.goel2019 import HighThresholdNetwork, UpperPolynomial, random_unit_weights
 
     g = HighThresholdNetwork(random_unit_weights(3, 8, rng=0), 2.0, "step",
@@ -284,12 +285,33 @@ def test_high_threshold_step2_reads_a_bounded_sample_on_the_cluster(client):
     Yd = Xd.map_blocks(g.predict, drop_axis=1, dtype=float)
     X, Y = Xd.compute(), Yd.compute()
     ref = nr.learners.HighThresholdLearner(3, threshold=2.0, max_rows=30_000, random_state=0).fit(X, Y)
+
+    def client_side_iteration(self, chunk_size):
+        raise AssertionError("the blocks were iterated on the client")
+
+    monkeypatch.setattr(_DaskSource, "_raw_chunks", client_side_iteration)
+    got = nr.learners.HighThresholdLearner(3, threshold=2.0, max_rows=30_000, random_state=0).fit(Xd, Yd)
+    assert got.diagnostics_["refinement"]["ran"] is not False
+    assert nr.metrics.parameter_error(got.network_, ref.network_)["max_unit_error"] < 1e-12
+
+
+def test_peek_computes_only_the_first_rows_of_a_large_block():
+    """peek() on a dask source returns the rows an in-memory array's peek returns and computes only those:
+    a first block of 400,000 x 10 (32 MB) never reaches the client whole."""
+    from nnrecover.data import as_data_source
+
+    Xd = da.random.RandomState(3).standard_normal((400_000, 10), chunks=(400_000, 10))
+    Yd = Xd[:, :2] ** 2
+    X, Y = Xd.compute(), Yd.compute()
     tracemalloc.start()
     try:
-        got = nr.learners.HighThresholdLearner(3, threshold=2.0, max_rows=30_000, random_state=0).fit(Xd, Yd)
+        Xp, Yp = as_data_source(Xd, Yd).peek()
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert got.diagnostics_["refinement"]["ran"] is not False
-    assert nr.metrics.parameter_error(got.network_, ref.network_)["max_unit_error"] < 1e-12
-    assert peak < X.nbytes, f"client peak traced memory {peak / 1e6:.1f} MB for {X.nbytes / 1e6:.1f} MB of X"
+    Xa, Ya = as_data_source(X, Y).peek()
+    np.testing.assert_array_equal(Xp, Xa)
+    np.testing.assert_array_equal(Yp, Ya)
+    assert Xp.shape[0] < X.shape[0] and peak < X.nbytes / 2, peak
+    with pytest.raises(InputError, match="empty"):
+        as_data_source(Xd[:0], Yd[:0]).peek()

@@ -404,6 +404,19 @@ class _DaskSource(DataSource):
         Xs, Ys = _validate_chunk(Xs, Ys, " (rows gathered from the dask arrays)")
         return Xs, Ys
 
+    def peek(self) -> tuple[np.ndarray, np.ndarray]:
+        """The first ``default_chunk_rows(d + p)`` rows, the rows an in-memory array's ``peek`` returns:
+        only they are computed and sent to the client, whatever the size of the first block."""
+        import dask
+
+        n, d = self.X.shape
+        if n == 0:
+            raise InputError("the data source is empty: pass at least one sample.")
+        p = 0 if self.Y is None else (1 if self.Y.ndim == 1 else int(self.Y.shape[1]))
+        m = min(int(n), default_chunk_rows(int(d) + p))
+        Xc, Yc = dask.compute(self.X[:m], None if self.Y is None else self.Y[:m])
+        return _validate_chunk(Xc, Yc, " (first rows of the dask arrays)")
+
     def _raw_chunks(self, chunk_size):
         # iteration on the client, block by block (used by chunks(); accumulate_dask never does this)
         import dask
