@@ -398,7 +398,8 @@ def _budget_figure(df, success_tol: float):
 
     factors = sorted(df["budget_factor"].unique())
     fig, axes = plt.subplots(1, len(factors), figsize=(5.2 * len(factors), 4.0), squeeze=False, sharey=True)
-    n_teachers = df.groupby("k")["seed"].nunique().min()
+    per_k = df.groupby("k")["seed"].nunique()
+    n_teachers = f"{per_k.min()}" if per_k.min() == per_k.max() else f"{per_k.min()}-{per_k.max()}"
     for ax, f in zip(axes[0], factors):
         part = df[df["budget_factor"] == f]
         for method, g in part.groupby("method", sort=False):
