@@ -437,7 +437,7 @@ def test_span_first_reaches_round_off_and_records_its_stages():
     res = refine_network(start, (X, Y), full_samples=1500, rng=0)
     assert res.method == "gn" and res.kept == "refined"
     stages = res.extra["stages"]
-    assert [(st["stage"], st["n_samples_used"]) for st in stages[:2]] == [("span", 4800), ("full", 1200)]
+    assert [(st["stage"], st["n_samples_used"]) for st in stages[:2]] == [("span", 1200), ("full", 1200)]
     assert stages[-1].get("stopped") == "fits all rows to round-off"
     assert parameter_error(res.network, truth)["max_unit_error"] < 1e-10
     # with label noise no subsample fits every row, so the all-rows stages run; the estimation error of a
