@@ -303,7 +303,8 @@ def _unit_margin(t, B, X_bar, act, tau, tol_null, tol_gap, tol_consistency, min_
             continue
         right, wrong, P = (plus, minus, pos) if plus["ok"] else (minus, plus, neg)
         y = right["y"]
-        v, sys_res, _ = fit_unit(y[P], X_bar[P], act)
+        # step 5 on 2d of the rows (consistent system: exact; the residual is checked on all of them)
+        v, sys_res, _ = fit_unit(y[P], X_bar[P], act, solve_rows=2 * X_bar.shape[1])
         cons = unit_consistency(y, X_bar, v, act)
         att.update(system_residual=sys_res, consistency=cons["consistency"])
         if sys_res <= tol_consistency and cons["consistency"] <= tol_consistency:
