@@ -220,3 +220,26 @@ def test_refinement_on_symmetric_mixture_inputs():
     res = refine_from_output_weights(Ua, X, Y)
     assert res.certified
     assert nr.metrics.parameter_error(res.network, net)["max_unit_error"] < 1e-11
+
+
+def test_fit_unit_on_a_row_subset_is_exact_on_consistent_systems_and_certifies_on_all_rows():
+    from nnrecover.activations import get_activation
+    from nnrecover.learners.bakshi2019._common import fit_unit
+
+    rng = np.random.default_rng(4)
+    d = 30
+    v = rng.standard_normal(d)
+    v /= np.linalg.norm(v)
+    X = rng.standard_normal((3000, d))
+    X = X[X @ v > 0]  # the positive set of the unit: y = 2.5 relu(v x) there
+    y = 2.5 * (X @ v)
+    act = get_activation("relu")
+    full, res_full, _ = fit_unit(y, X, act)
+    sub, res_sub, _ = fit_unit(y, X, act, solve_rows=2 * d)
+    assert np.max(np.abs(sub - v)) < 1e-12 and np.max(np.abs(full - v)) < 1e-12
+    assert res_sub < 1e-12 and res_full < 1e-12
+    # one row outside the solved subset breaks the system: the residual over all rows shows it
+    y_bad = y.copy()
+    y_bad[1] += 1.0
+    _, res_bad, _ = fit_unit(y_bad, X, act, solve_rows=2 * d)
+    assert res_bad > 1e-4
