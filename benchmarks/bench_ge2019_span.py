@@ -84,18 +84,9 @@ def main() -> None:
              "(the estimated span carries a sampling error); refinement removes it."]
     section = "\n".join(header + lines + notes) + "\n<!-- bench_ge2019_span: end -->\n"
     if args.write:
-        from pathlib import Path
+        from _timing import write_readme_section
 
-        readme = Path(__file__).with_name("README.md")
-        text = readme.read_text()
-        start, end = "<!-- bench_ge2019_span: start -->", "<!-- bench_ge2019_span: end -->\n"
-        if start in text:
-            text = text[:text.index(start)] + section + text[text.index(end) + len(end):]
-        else:
-            text = text.rstrip("\n") + "\n\n" + section
-        tmp = readme.with_suffix(".md.tmp")
-        tmp.write_text(text)
-        tmp.replace(readme)
+        write_readme_section("bench_ge2019_span", section)
 
 
 if __name__ == "__main__":

@@ -55,18 +55,9 @@ def main() -> None:
         "instead of an exact one.",
         "<!-- bench_noisy_route: end -->", ""])
     if args.write:
-        from pathlib import Path
+        from _timing import write_readme_section
 
-        readme = Path(__file__).with_name("README.md")
-        text = readme.read_text()
-        start, end = "<!-- bench_noisy_route: start -->", "<!-- bench_noisy_route: end -->\n"
-        if start in text:
-            text = text[:text.index(start)] + section + text[text.index(end) + len(end):]
-        else:
-            text = text.rstrip("\n") + "\n\n" + section
-        tmp = readme.with_suffix(".md.tmp")
-        tmp.write_text(text)
-        tmp.replace(readme)
+        write_readme_section("bench_noisy_route", section)
 
 
 if __name__ == "__main__":
