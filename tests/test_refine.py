@@ -473,3 +473,28 @@ def test_span_first_leaves_an_exact_start_alone_and_never_allocates_a_normal_mat
     assert stages[1]["method"] == "lbfgs" and "jacobian_memory" in stages[1]["skipped"]
     # the estimation error of the fit, as in the test above: a few times 0.05 sqrt(67 / 4800) per unit
     assert parameter_error(small.network, truth)["max_unit_error"] < 0.05
+
+
+def test_gather_samples_reads_only_the_chosen_rows_of_an_array():
+    # the same keys in the same order as the chunk pass over a list of chunks, so the same rows; memory
+    # is the output plus the keys, not twice the sample held and concatenated
+    from nnrecover.refine import gather_samples
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((100_000, 40))
+    Y = rng.standard_normal((100_000, 3))
+    chunks = [(X[i:i + 7000], Y[i:i + 7000]) for i in range(0, X.shape[0], 7000)]
+    Xc, Yc, seen_c = gather_samples(chunks, 10_000, rng=5)
+    tracemalloc.start()
+    try:
+        Xa, Ya, seen_a = gather_samples((X, Y), 10_000, rng=5)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(Xa, Xc)
+    np.testing.assert_array_equal(Ya, Yc)
+    assert seen_a == seen_c == 100_000
+    out = Xa.nbytes + Ya.nbytes  # 3.4 MB; the keys of one 2^20 block are 8 MB at most (here 0.8 MB)
+    assert peak < 2 * out + 8 * 2**20, peak
+    with pytest.raises(InputError, match="rows gathered"):  # the chosen rows are validated like chunks
+        gather_samples((np.full((50, 4), np.nan), np.zeros(50)), 10, rng=0)

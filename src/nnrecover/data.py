@@ -118,6 +118,8 @@ class DataSource(abc.ABC):
 
     kind: str = "abstract"
     is_dask: bool = False
+    #: ``take_rows(rows)`` reads just those rows (numpy arrays, memory maps, dask arrays)
+    supports_take_rows: bool = False
 
     # -- description
     @property
@@ -300,10 +302,18 @@ class _ArraySource(DataSource):
         self.X, self.Y = X, Y
         self.kind = "memmap" if isinstance(X, np.memmap) else "arrays"
         self._info = DataInfo(self.kind, int(X.shape[0]), int(X.shape[1]), _n_target_columns(Y), True)
+        # fancy indexing of h5py/zarr datasets has other rules and costs: those are read in chunks
+        self.supports_take_rows = isinstance(X, np.ndarray) and (Y is None or isinstance(Y, np.ndarray))
 
     @property
     def info(self) -> DataInfo:
         return self._info
+
+    def take_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rows ``rows`` (sorted indices) of ``X`` and ``Y``, validated like every chunk; a memory
+        map reads only those rows."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return _validate_chunk(self.X[rows], None if self.Y is None else self.Y[rows], " (rows gathered)")
 
     def _raw_chunks(self, chunk_size):
         n, d, p = self._info.n_samples, self._info.n_inputs, self._info.n_outputs
@@ -342,6 +352,7 @@ class _DaskSource(DataSource):
 
     kind = "dask"
     is_dask = True
+    supports_take_rows = True
 
     def __init__(self, X: Any, Y: Any) -> None:
         import dask.array as da

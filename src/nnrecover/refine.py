@@ -233,8 +233,8 @@ def gather_samples(data: Any, max_samples: int = 200_000, *, rng=None, chunk_siz
     gen = check_random_state(rng)
     source = as_data_source(data)
     source.require_targets("refinement")
-    if source.is_dask and source.n_samples is not None:
-        return _gather_dask_rows(source, max_samples, gen)
+    if source.supports_take_rows and source.n_samples is not None:
+        return _gather_rows_by_keys(source, max_samples, gen)
     # chunks are collected and pruned to the max_samples smallest keys only when twice that many are
     # held: O(N) copying in all (concatenating at every chunk would copy O(N^2 / chunk) rows)
     parts: list = []
@@ -281,10 +281,12 @@ def gather_samples(data: Any, max_samples: int = 200_000, *, rng=None, chunk_siz
     return Xr[order], Yr[order], seen
 
 
-def _gather_dask_rows(source, max_samples: int, gen: np.random.Generator) -> tuple[np.ndarray, np.ndarray, int]:
-    """:func:`gather_samples` for dask arrays: the same keys, drawn in row order from ``gen`` (so the same
-    rows as the chunk pass), chosen on the client in blocks of 2^20 keys; only the chosen rows are then
-    gathered on the workers and sent to the client."""
+def _gather_rows_by_keys(source, max_samples: int, gen: np.random.Generator) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`gather_samples` for sources that read given rows (numpy arrays, memory maps, dask arrays):
+    the same keys, drawn in row order from ``gen`` (so the same rows as the chunk pass), chosen in
+    blocks of 2^20 keys; then only the chosen rows are read (on a dask cluster: gathered on the workers
+    and sent to the client). Memory: the output and ``O(max_samples + 2^20)`` keys, instead of the
+    chunk pass's up to ``2 max_samples`` held rows and their concatenation."""
     n = int(source.n_samples)
     if n == 0:
         raise InputError("the data are empty: refinement needs samples (X, Y).")
