@@ -670,7 +670,8 @@ def _lbfgs(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarray, *, t
 
     The objective itself checks the clock (every evaluation is one pass over the rows) and raises
     :class:`_DeadlinePassed`; the point with the smallest loss seen is kept, so an interrupted run returns
-    a point no worse than the start. Returns ``(theta, n_iter, status, message, success)``.
+    a point no worse than the start. Returns ``(theta, n_iter, status, message, success)``; after a
+    deadline stop ``n_iter`` counts loss evaluations (SciPy's iteration count is not available then).
     """
     best = {"loss": np.inf, "theta": np.array(theta0, dtype=np.float64), "n_eval": 0}
 
@@ -951,7 +952,7 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
     start_loss = mean_squared_loss(network, X, Y)
     if start_loss <= _ROUNDOFF_LOSS * float(np.mean(Y * Y)):
         # an exact learner on noiseless data: every stage below could only move the fit within round-off,
-        # and at d = 1000, k = 50 the full-space ones cost minutes (one O(N d k) loss pass decides it)
+        # and the full-space ones cost O(m (k d)^2) per pass; one O(N d k) loss pass decides it
         return network.copy(), {"method": "gn", "n_iter": 0, "n_samples_used": n, "success": True, "status": 1,
                                 "message": "the start fits every row to round-off: nothing to refine",
                                 "train_loss_start": start_loss, "train_loss_refined": start_loss, "stages": []}
@@ -975,8 +976,9 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
     elif Xs.shape[0] < n and 8 * _Model(current, train).n_params ** 2 > jacobian_memory:
         # the subsample's normal matrix (8 P^2 bytes) does not fit jacobian_memory: the full-space stage
         # above ran L-BFGS, and the fixed-Hessian steps are skipped rather than allocating P^2 doubles
-        stages[-1]["skipped"] = (f"all-rows steps: J^T J of {_Model(current, train).n_params} parameters needs "
-                                 f"{8 * _Model(current, train).n_params ** 2 / 2**30:.1f} GiB > jacobian_memory")
+        P = _Model(current, train).n_params
+        stages[-1]["skipped"] = (f"all-rows steps: J^T J of {P} parameters needs {8 * P * P / 2**30:.1f} GiB "
+                                 "> jacobian_memory")
     elif Xs.shape[0] < n:  # the same least squares on all rows, with the subsample's normal matrix
         t0 = time.perf_counter()
         model = _Model(current, train)

@@ -307,7 +307,7 @@ def compare_budget_experiment(*, rng: Any = None, quick: bool = False, d: int = 
     import pandas as pd
 
     from ..distributions import StandardGaussian
-    from ..errors import TimeBudgetWarning
+    from ..errors import NNRecoverError, TimeBudgetWarning
     from ..learners import GradientDescentLearner, get_learner
     from ..sampling import sample
 
@@ -353,7 +353,7 @@ def compare_budget_experiment(*, rng: Any = None, quick: bool = False, d: int = 
                 warnings.simplefilter("ignore")
                 try:
                     net = provable(k, refine=True, random_state=fit_seed).fit(X, Y).network_
-                except Exception as exc:  # a refusal is a result of the study, kept in the table
+                except NNRecoverError as exc:  # a refusal or failure is a result of the study (other errors are bugs)
                     net = None
                     status = f"{type(exc).__name__}: {exc}"
             t_provable = time.perf_counter() - t0
