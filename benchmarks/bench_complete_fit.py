@@ -1,0 +1,111 @@
+"""Complete fits against one ``X.T @ X`` pass at one size, in one process (the "3x one X.T @ X" target).
+
+Builds the data of ``bench_growth.py`` once (its ``_data``: random unit rows, ``k`` outputs, no biases,
+N(0, I) inputs, noiseless rows in memory; default d = 100, k = 10, N = 1e6), times one ``X.T @ X`` pass
+over it chunk by chunk as ``bench_growth.py`` does (best of 3), then each chosen learner's provable
+(``refine=False``) and complete (``refine=True``) fit, and prints per fit the time, its ratio to the
+``X.T @ X`` pass, the peak memory allocated beyond the data (tracemalloc) and the max unit error against
+the teacher (``nnrecover.metrics.parameter_error``). ``HermiteTensorLearner`` fits the first output only
+(Awasthi et al.'s one-output model), as in ``bench_growth.py``. ``--profile`` writes one cProfile file
+per complete fit (timed without tracemalloc, whose hooks slow allocation-heavy code).
+
+Run: ``.venv/bin/python benchmarks/bench_complete_fit.py [--learners ExactReLULearner,...] [--threads 1]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import tracemalloc
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "src"))
+
+from _timing import best_of  # noqa: E402
+from bench_growth import _data  # noqa: E402
+
+LEARNERS = ["ExactReLULearner", "NoisyReLULearner", "PureNeuronLearner", "HermiteTensorLearner"]
+
+
+def xtx_seconds(X: np.ndarray, repeat: int = 3) -> float:
+    """Fastest of ``repeat`` chunked ``X.T @ X`` passes (the chunks of ``bench_growth._baselines``)."""
+    step = 1 << 16
+    chunks = [X[i:i + step] for i in range(0, X.shape[0], step)]
+    return best_of(lambda: [c.T @ c for c in chunks], repeat)[0]
+
+
+def run_fit(name: str, k: int, data, target, refine: bool, memory: bool = True) -> dict:
+    """One fit: seconds, tracemalloc peak in MB (``memory``) and the max unit error against ``target``."""
+    import nnrecover as nr
+
+    learner = getattr(nr.learners, name)(k, refine=refine, random_state=0)
+    if memory:
+        tracemalloc.start()
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        learner.fit(data)
+    seconds = time.perf_counter() - t0
+    peak = tracemalloc.get_traced_memory()[1] / 1e6 if memory else float("nan")
+    if memory:
+        tracemalloc.stop()
+    err = float(nr.metrics.parameter_error(learner.network_, target)["max_unit_error"])
+    return {"seconds": seconds, "peak_mb": peak, "max_unit_error": err}
+
+
+def main() -> None:
+    import nnrecover as nr
+    from threadpoolctl import threadpool_limits
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--d", type=int, default=100)
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--learners", default=",".join(LEARNERS), help="comma-separated learner class names")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="BLAS threads, and so chunk workers of the fits (default 1, as bench_growth.py)")
+    parser.add_argument("--provable", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time refine=False")
+    parser.add_argument("--profile", metavar="DIR", help="write DIR/<learner>.prof of each complete fit")
+    args = parser.parse_args()
+    names = [s for s in args.learners.split(",") if s]
+    with threadpool_limits(args.threads):
+        net, (X, Y) = _data(args.d, args.k, args.n, False)
+        base = xtx_seconds(X)
+        from nnrecover._threads import effective_n_jobs
+
+        print(f"d={args.d} k={args.k} N={args.n:.0e} BLAS threads={args.threads} (chunk workers of the fits: "
+              f"{effective_n_jobs(None)}): X.T @ X {base:.3f} s")
+        print("| learner | fit | time (s) | / X.T @ X | peak MB | max unit error |")
+        print("|---|---|---|---|---|---|")
+        for name in names:
+            target, data = net, (X, Y)
+            if name == "HermiteTensorLearner":  # one output (Awasthi et al.'s model), as in bench_growth.py
+                target = nr.TwoLayerNetwork(net.hidden_weights, net.hidden_bias, net.output_weights[:1],
+                                            net.output_bias[:1])
+                data = (X, Y[:, 0])
+            for refine in ([False, True] if args.provable else [True]):
+                r = run_fit(name, args.k, data, target, refine)
+                print(f"| {name} | {'complete' if refine else 'provable'} | {r['seconds']:.2f} | "
+                      f"{r['seconds'] / base:.1f}x | {r['peak_mb']:.0f} | {r['max_unit_error']:.1e} |", flush=True)
+            if args.profile:
+                import cProfile
+
+                out = Path(args.profile)
+                out.mkdir(parents=True, exist_ok=True)
+                prof = cProfile.Profile()
+                prof.enable()
+                r = run_fit(name, args.k, data, target, True, memory=False)
+                prof.disable()
+                prof.dump_stats(out / f"{name}.prof")
+                print(f"  profiled complete fit (no tracemalloc) {r['seconds']:.2f} s -> {out / (name + '.prof')}")
+
+
+if __name__ == "__main__":
+    main()
