@@ -498,3 +498,26 @@ def test_gather_samples_reads_only_the_chosen_rows_of_an_array():
     assert peak < 2 * out + 8 * 2**20, peak
     with pytest.raises(InputError, match="rows gathered"):  # the chosen rows are validated like chunks
         gather_samples((np.full((50, 4), np.nan), np.zeros(50)), 10, rng=0)
+
+
+def test_span_first_runs_a_coarse_full_space_stage_first_on_a_large_subsample():
+    # d = 20, k = 3, one output: P = 67, so the coarse stage has ceil(20 * 67 / 1) = 1340 rows; the strided
+    # subsample of 9600 training rows with full_samples = 6000 has 4800 >= 2 * 1340 rows, so the coarse stage
+    # runs first on every third of them (1600 rows). Noiseless: 1600 rows >> P determine the truth, so it
+    # reaches round-off on every row by itself and the polish ends there
+    truth = nr.random_network(20, 3, rng=95, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3))
+    X, Y = nr.sample(truth, StandardGaussian(20), 12_000, rng=96)
+    start = _perturbed(truth, 1e-2, seed=97)
+    res = refine_network(start, (X, Y), full_samples=6000, rng=0)
+    stages = res.extra["stages"]
+    assert [(st["stage"], st["n_samples_used"]) for st in stages] == [("span", 4800), ("full", 1600)]
+    assert stages[-1].get("stopped") == "fits all rows to round-off"
+    assert parameter_error(res.network, truth)["max_unit_error"] < 1e-10
+    # label noise: the full-space stage on all 4800 subsample rows and the all-rows stages follow the coarse
+    # one; a least-squares fit of P = 67 parameters to 9600 rows with noise 0.05 has an estimation error of
+    # about 0.05 sqrt(67 / 9600) = 4e-3 per parameter, a few times that per unit
+    Xn, Yn = nr.sample(truth, StandardGaussian(20), 12_000, noise=0.05, rng=98)
+    noisy = refine_network(start, (Xn, Yn), full_samples=6000, rng=0)
+    assert [(st["stage"], st["n_samples_used"]) for st in noisy.extra["stages"]] == [
+        ("span", 4800), ("full", 1600), ("full", 4800), ("full-gradient", 9600), ("span", 9600)]
+    assert parameter_error(noisy.network, truth)["max_unit_error"] < 0.05
