@@ -521,3 +521,20 @@ def test_span_first_runs_a_coarse_full_space_stage_first_on_a_large_subsample():
     assert [(st["stage"], st["n_samples_used"]) for st in noisy.extra["stages"]] == [
         ("span", 4800), ("full", 1600), ("full", 4800), ("full-gradient", 9600), ("span", 9600)]
     assert parameter_error(noisy.network, truth)["max_unit_error"] < 0.05
+
+
+def test_refine_network_reads_the_same_training_and_held_out_rows_from_arrays_as_from_chunks():
+    # arrays: the training and held-out rows are read from the data by index, without a gathered copy of
+    # all rows; a list of chunks goes through gather_samples. The keys and the split are the same draws, so
+    # the two runs see the same rows in the same order and return the same bits
+    truth = nr.random_network(8, 2, rng=11)
+    X, Y = nr.sample(truth, StandardGaussian(8), 5000, noise=0.05, rng=12)
+    start = _perturbed(truth, 1e-2, seed=13)
+    chunks = [(X[i:i + 700], Y[i:i + 700]) for i in range(0, 5000, 700)]
+    a = refine_network(start, (X, Y), max_samples=3000, rng=4)
+    b = refine_network(start, chunks, max_samples=3000, rng=4)
+    assert (a.n_samples_used, a.n_holdout, a.n_samples_seen) == (b.n_samples_used, b.n_holdout, 5000)
+    assert a.holdout_loss_start == b.holdout_loss_start and a.holdout_loss_refined == b.holdout_loss_refined
+    np.testing.assert_array_equal(a.network.hidden_weights, b.network.hidden_weights)
+    with pytest.raises(InputError, match="holdout_fraction"):
+        refine_network(start, (X[:1], Y[:1]), holdout_fraction=0.5)

@@ -295,6 +295,13 @@ def _gather_rows_by_keys(source, max_samples: int, gen: np.random.Generator) -> 
     blocks of 2^20 keys; then only the chosen rows are read (on a dask cluster: gathered on the workers
     and sent to the client). Memory: the output and ``O(max_samples + 2^20)`` keys, instead of the
     chunk pass's up to ``2 max_samples`` held rows and their concatenation."""
+    rows, n = _chosen_rows(source, max_samples, gen)
+    X, Y = source.take_rows(rows)
+    return X, Y, n
+
+
+def _chosen_rows(source, max_samples: int, gen: np.random.Generator) -> tuple[np.ndarray, int]:
+    """The sorted indices of the rows :func:`_gather_rows_by_keys` reads, and the number of rows."""
     n = int(source.n_samples)
     if n == 0:
         raise InputError("the data are empty: refinement needs samples (X, Y).")
@@ -307,8 +314,7 @@ def _gather_rows_by_keys(source, max_samples: int, gen: np.random.Generator) -> 
         if best_keys.size > max_samples:
             sel = np.argpartition(best_keys, max_samples - 1)[:max_samples]
             best_keys, best_idx = best_keys[sel], best_idx[sel]
-    X, Y = source.take_rows(np.sort(best_idx))
-    return X, Y, n
+    return np.sort(best_idx), n
 
 
 def _check_xy(X, Y, network: TwoLayerNetwork, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -1092,23 +1098,41 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
     if not 0.0 <= frac < 1.0:
         raise InputError(f"holdout_fraction must be in [0, 1), got {holdout_fraction!r}.")
     gen = check_random_state(rng)
-    X, Y, n_seen = gather_samples(data, max_samples, rng=gen)
-    X, Y = _check_xy(X, Y, network, "data")
+    from .data import as_data_source
+
+    source = as_data_source(data)
+    rows = None
+    if validation_data is None and source.supports_take_rows and source.n_samples is not None:
+        # the same rows as gather_samples, but the training and held-out parts are read from the data
+        # directly: no gathered copy of all rows next to its two parts
+        source.require_targets("refinement")
+        rows, n_seen = _chosen_rows(source, check_positive_int(max_samples, "max_samples"), gen)
+        n_rows = rows.size
+    else:
+        X, Y, n_seen = gather_samples(source, max_samples, rng=gen)
+        X, Y = _check_xy(X, Y, network, "data")
+        n_rows = X.shape[0]
     if validation_data is not None:
         if not (isinstance(validation_data, (tuple, list)) and len(validation_data) == 2):
             raise InputError("validation_data must be a pair (X, Y) of arrays.")
         Xv, Yv = _check_xy(validation_data[0], validation_data[1], network, "validation_data")
         Xt, Yt = X, Y
     else:
-        n_hold = int(round(frac * X.shape[0]))
+        n_hold = int(round(frac * n_rows))
         if frac > 0 and n_hold == 0:
             n_hold = 1
-        if n_hold >= X.shape[0]:
-            raise InputError(f"holdout_fraction={frac} leaves no training rows out of {X.shape[0]}; pass more "
+        if n_hold >= n_rows:
+            raise InputError(f"holdout_fraction={frac} leaves no training rows out of {n_rows}; pass more "
                              "samples or a smaller holdout_fraction.")
-        perm = gen.permutation(X.shape[0])
+        perm = gen.permutation(n_rows)
         hold, tr = np.sort(perm[:n_hold]), np.sort(perm[n_hold:])
-        Xv, Yv, Xt, Yt = X[hold], Y[hold], X[tr], Y[tr]
+        if rows is None:
+            Xv, Yv, Xt, Yt = X[hold], Y[hold], X[tr], Y[tr]
+        else:
+            Xt, Yt = _check_xy(*source.take_rows(rows[tr]), network, "data")
+            Xv, Yv = source.take_rows(rows[hold])
+            if n_hold:
+                Xv, Yv = _check_xy(Xv, Yv, network, "data")
 
     if not isinstance(span, (bool, np.bool_)):
         raise InputError(f"span must be True or False, got {span!r}.")
