@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import platform
+import sys
 import warnings
 
 import numpy as np
@@ -239,6 +241,66 @@ def test_lattice_reduction_and_wide_binary_solve():
     rhs = M @ t + 1e-13 * rng.standard_normal(m)
     tol = 1e-11 * (np.abs(M).sum(axis=1) + np.abs(rhs))
     assert np.array_equal(binary_solution(M, rhs, tol), t)
+
+
+def _subset_sum(m, k, noise, seed):
+    """An orientation system ``M t = rhs`` like the extractor's: unit rows times output weights, the
+    right-hand side off by ``noise`` relative to each equation's coefficient scale."""
+    rng = np.random.default_rng(seed)
+    W = rng.standard_normal((k, m))
+    W /= np.linalg.norm(W, axis=1, keepdims=True)
+    alpha = rng.uniform(0.5, 1.5, k) * rng.choice([-1, 1], k)
+    M = -(alpha[:, None] * W).T
+    t = rng.integers(0, 2, k)
+    scale = np.abs(M).sum(axis=1)
+    return M, M @ t + noise * scale * rng.standard_normal(m), t, scale, W, alpha
+
+
+@pytest.mark.parametrize("backend", ["numpy", "auto"])
+def test_lattice_backends_solve_the_same_subset_sum(backend):
+    from nnrecover.extraction._lattice import binary_solution, have_fpylll
+
+    if backend == "auto" and sys.platform == "linux" and platform.machine() == "x86_64":
+        assert have_fpylll(), "fpylll is a dependency of the test extra on Linux x86_64"
+    # m = 6 equations known to 1e-15 weighted at 1e-14, k = 40 unknowns: density 40 / (6 * 46) = 0.14,
+    # far below the 0.94 at which the solution is the lattice's shortest vector; the solution is unique
+    # with overwhelming probability (2^40 sums in a 6-dimensional box resolved to 1e-14), so both
+    # backends must return exactly t
+    M, rhs, t, scale, _, _ = _subset_sum(6, 40, 1e-15, seed=5)
+    info = {}
+    found = binary_solution(M, rhs, 1e-14 * scale, time_limit=60, backend=backend, info=info)
+    assert np.array_equal(found, t)
+    assert info["reduction"].endswith("(fplll)" if backend == "auto" and have_fpylll() else "(numpy)")
+    with pytest.raises(ValueError, match="backend"):
+        binary_solution(M, rhs, scale, backend="magic")
+
+
+def test_resolve_signs_weights_the_lattice_by_precision():
+    # d = 10 equations, k = 100 units: the extractor's case of a scalar output with k = 10 d. Weighted
+    # by the acceptance tolerance (1e-11) the subset sum has density 100 / (10 * 36) = 0.28, weighted by
+    # the coefficients' precision (1e-14) 0.22: the weight ladder must reach the solution, which meets
+    # the equations to the noise (1e-15) and therefore within rel_tol
+    _, _, t, _, W, alpha = _subset_sum(10, 100, 0.0, seed=7)
+    U = -(t[:, None] * alpha[:, None] * W).sum(axis=0)[None, :]
+    U = U * (1 + 1e-15 * np.random.default_rng(8).standard_normal(U.shape))
+    found, info = resolve_signs(W, alpha[:, None], U, rel_tol=1e-11, precision=1e-14, time_limit=120)
+    assert np.array_equal(found, t)
+    assert info["max_relative_residual"] <= 1e-11
+    assert info["lattice_weights_tried"][0] == 1e-14
+
+
+def test_wide_scalar_box_k_10d_is_oriented():
+    # d = 10, k = 100, scalar output: 10 equations for 100 orientations; solved by the lattice at the
+    # precision of a float64 box (max angle ~1e-14 and function ~1e-14 measured)
+    d, k = 10, 100
+    net = nr.random_network(d, k, rng=0, bias_range=(-1, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CertificateWarning)
+        res = extract(CountingModel(net), d, rng=0, sign_time_limit=60)
+    assert res.network_.n_hidden == k and res.diagnostics_["linear_units"] == 0
+    assert _angles(res.network_, net).max() < 1e-8
+    assert _rel_error(res.network_, net, d) < 1e-9
+    assert res.diagnostics_["signs"]["method"].startswith("0/1 solve by lattice")
 
 
 # ------------------------------------------------------------------------------------- validation
