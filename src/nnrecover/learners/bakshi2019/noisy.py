@@ -9,8 +9,9 @@ Pipeline (Algorithm 6, Theorem 10):
    the other units, so their unknown signs do not matter),
    ``a_i^± = sum_j ||Ā_{j,*} (I - P_{S_{i,±}})||^2`` and ``V_i = v_i`` iff ``a_i^+ < a_i^-``.
    The paper writes ``A`` instead of ``Ā`` in ``a^+`` (erratum 5); both use ``Ā``.
-   Efficient form (equivalent, cheaper): ``a^± = ||Ā||_F^2 - ||Ā Q_±||_F^2`` with ``Q_±`` an orthonormal basis (QR) of the
-   2k-1 rows: ``O(ℓ k^2 + m ℓ k)`` per unit, never an ℓ x ℓ projection;
+   Efficient form (equivalent, cheaper): ``a^± = ||Ā (I - Q_± Q_±^T)||_F^2`` with ``Q_±`` an orthonormal basis of
+   the 2k-1 rows, from one QR of all 2k rows ``f(±V X̄)``: ``O(ℓ k^2 + m ℓ k)`` in all, never an ℓ x ℓ
+   projection;
 4. (Lemma 20) ``U = argmin ||U f(V X̄) - Ā||_F = Ā f(VX̄)^T [f(VX̄) f(VX̄)^T]^{-1}``; here over all n
    samples (streamed normal equations), which lowers the variance. Lemma 20's error term is
    ``O(1) √ℓ ε``, not ``√(ℓ ε)`` (erratum 11).
@@ -61,15 +62,21 @@ def algorithm6(V_approx: Any, X_bar: Any, Y_bar: Any, *, activation: Any = "relu
     V = check_hidden_estimate(V_approx, None, X_bar.shape[1])
     k = V.shape[0]
     T = X_bar @ V.T                            # (ℓ, k)
-    Fp, Fm = act(T), act(-T)
-    total = float(np.sum(Y_bar * Y_bar))
+    # every S_{i,±} is a set of 2k - 1 of the 2k columns F = [f(V X̄), f(-V X̄)]: with one thin QR F = Q R,
+    # span(S) = Q span(R_S). With W = Q^T Ā^T and Q_S an orthonormal basis of the columns R_S of R, the
+    # residual energy splits (Pythagoras) into the part outside span(F) and the part inside it,
+    #     a = ||Ā^T - Q W||^2 + ||W - Q_S Q_S^T W||^2,
+    # each a sum of squares of residuals (no cancellation, so an exact fit gives a ≈ 0 to round-off
+    # squared): one O(ℓ k^2) QR, one O(ℓ k m) residual, then 2k QRs of 2k x (2k - 1) matrices
+    Q, R = np.linalg.qr(np.hstack([act(T), act(-T)]))
+    W = Q.T @ Y_bar
+    outside = float(np.sum((Y_bar - Q @ W) ** 2))
     a_plus, a_minus = np.empty(k), np.empty(k)
     for i in range(k):
-        others = [Fp[:, j] for j in range(k) if j != i] + [Fm[:, j] for j in range(k) if j != i]
-        for sgn, store in ((1, a_plus), (-1, a_minus)):
-            S = np.column_stack(others + [Fp[:, i] if sgn > 0 else Fm[:, i]])
-            Q, _ = np.linalg.qr(S)
-            store[i] = total - float(np.sum((Q.T @ Y_bar) ** 2))
+        others = [j for j in range(k) if j != i] + [k + j for j in range(k) if j != i]
+        for own, store in ((i, a_plus), (k + i, a_minus)):
+            Qs, _ = np.linalg.qr(R[:, others + [own]])
+            store[i] = outside + float(np.sum((W - Qs @ (Qs.T @ W)) ** 2))
     signs = np.where(a_plus < a_minus, 1.0, -1.0)
     margins = np.abs(a_minus - a_plus) / np.maximum(a_minus + a_plus, np.finfo(float).tiny)
     return V * signs[:, None], {"a_plus": a_plus, "a_minus": a_minus, "signs": signs, "margins": margins}
@@ -199,7 +206,8 @@ def noisy_pipeline(X: Any, Y: Any = None, n_hidden: int | None = None, *, activa
                                         rng=gen)
     V, sdiag = algorithm6(approx.hidden_weights, Xb, Yb * scale, activation=act)
     if regression == "all":
-        stat = accumulate(OutputRegressionStatistic(V, act), _tail(source, 0, None, chunk_size))
+        stat = accumulate(OutputRegressionStatistic(V, act), _tail(source, 0, None, chunk_size),
+                          chunk_size=chunk_size)
     else:
         stat = OutputRegressionStatistic(V, act).update(Xb, Yb)
     U, rdiag = stat.finalize()

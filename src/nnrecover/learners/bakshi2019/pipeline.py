@@ -53,9 +53,16 @@ def refinement_ladder(n_refine: int, d: int, k: int) -> list[int]:
 def split_refinement(source, n_refine: int, *, name: str = "n_refine", purpose: str = "the exact step"
                      ) -> tuple[np.ndarray, np.ndarray]:
     """The first ``n_refine`` rows of a data source, in memory (the refinement sample X̄, Ā^T); for dask
-    arrays only these rows are gathered from the workers."""
+    arrays only these rows are gathered from the workers; of numpy arrays in memory they are read-only
+    views (no copy)."""
     if getattr(source, "is_dask", False) and source.n_samples is not None and source.n_samples >= n_refine:
         return source.take_rows(np.arange(n_refine))
+    if source.kind == "arrays" and source.n_samples is not None and source.n_samples >= n_refine:
+        # an array source's chunk of n_refine rows is a validated view of its first rows
+        X, Y = next(iter(source.chunks(n_refine, progress=False)))
+        X, Y = X.view(), Y.view()
+        X.flags.writeable = Y.flags.writeable = False
+        return X, Y
     xs, ys, have = [], [], 0
     for X, Y in source.chunks(progress=False):
         take = min(n_refine - have, X.shape[0])
@@ -226,7 +233,7 @@ def ica_unmixing(X: Any, Y: Any = None, n_hidden: int | None = None, *, sketch: 
         fun = _skew_contrast
     tail = _Tail(source, skip, None, chunk_size)
     if sketch == "svd":
-        sec = accumulate(SecondMoment(), _tail(source, skip, None, chunk_size)).finalize()
+        sec = accumulate(SecondMoment(), _tail(source, skip, None, chunk_size), chunk_size=chunk_size).finalize()
         lam, vec = np.linalg.eigh(0.5 * (sec.yy + sec.yy.T))
         T = vec[:, np.argsort(-lam)[:k]].T
     else:

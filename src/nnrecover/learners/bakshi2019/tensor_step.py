@@ -155,8 +155,13 @@ def _tail(source, skip: int, transform: Callable | None = None, chunk_size: int 
     """The rows after the first ``skip`` of ``source``, transformed chunk by chunk, as data for ``accumulate``.
 
     For dask arrays the rows stay on the workers (sliced dask arrays, the transform applied per block), so
-    the statistics pass runs on the cluster; other sources are read through :class:`_Tail`.
+    the statistics pass runs on the cluster; numpy arrays and memory maps without a transform are sliced
+    (views: each chunk is validated once and never copied by the pass); other sources are read through
+    :class:`_Tail`. Pass ``chunk_size`` to ``accumulate`` too (it reads sliced arrays).
     """
+    if (transform is None and source.kind in ("arrays", "memmap") and isinstance(source.X, np.ndarray)
+            and isinstance(source.Y, np.ndarray)):
+        return source.X[skip:], source.Y[skip:]
     if not getattr(source, "is_dask", False):
         return _Tail(source, skip, transform, chunk_size)
     import dask
@@ -370,7 +375,8 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
 
     # pass 1: E[x], E[y], E[x x^T], E[y x^T] on the moment rows
     base = _tail(source, skip, _noise_fn(noise_seed), chunk_size)
-    mean, second, fourth = accumulate([MeanStatistic(), SecondMoment(), _FourthMoment()], base)
+    mean, second, fourth = accumulate([MeanStatistic(), SecondMoment(), _FourthMoment()], base,
+                                      chunk_size=chunk_size)
     n_mom = int(mean.n or 0)
     if n_mom == 0:
         raise InputError(f"the tensor step has no moment samples left (n_samples = {skip}, all reserved for the "
@@ -410,13 +416,22 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
                                       "plausible": deviation.plausible and kurtosis[0] <= kurtosis[1]},
                   "whitened": bool(whiten), "control_variates": bool(control_variates)}
 
-    def resid_fn(Qout):
+    def resid_fn(Qout, P=None):
+        # with a basis P (d, k) the chunk comes back projected, z = P^T x', with the control variate's
+        # linear part from the same product x' [P, B^T]: the statistic then works in k dimensions on
+        # (z, r), one O(n d (k + m)) product per chunk, and the pass carries n x (k + m) values, not n x d
+        Mp = None if P is None else np.hstack([P, cv_lin.T])
+
         def fn(Xc, Yc):
             if noise_seed is not None:
                 Xc, Yc = _noise_fn(noise_seed)(Xc, Yc)
             Xw = Xc if L is None else Xc @ L
-            R = Yc - cv_mean - Xw @ cv_lin.T
-            return Xw, (R if Qout is None else R @ Qout)
+            if Mp is None:
+                R = Yc - cv_mean - Xw @ cv_lin.T
+                return Xw, (R if Qout is None else R @ Qout)
+            ZB = Xw @ Mp
+            R = Yc - cv_mean - ZB[:, P.shape[1]:]
+            return np.ascontiguousarray(ZB[:, :P.shape[1]]), (R if Qout is None else R @ Qout)
         return fn
 
     if use == "linear":
@@ -425,7 +440,8 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
         diag["span_gap"] = float(s[k] / s[k - 1]) if s.size > k else 0.0
     else:
         Qout = None
-        full = accumulate(HermiteTensorStatistic(2), _tail(source, skip, resid_fn(None), chunk_size))
+        full = accumulate(HermiteTensorStatistic(2), _tail(source, skip, resid_fn(None), chunk_size),
+                          chunk_size=chunk_size)
         M2 = full.finalize()                   # (m, d, d)
         P, s = _span_second(M2, k)
         diag["span_singular_values"] = s[: k + 1].copy()
@@ -433,7 +449,10 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
         if r == 2:
             T = np.einsum("da,rde,eb->rab", P, M2, P)
     if use == "linear" or r != 2:
-        stat = accumulate(HermiteTensorStatistic(r, basis=P), _tail(source, skip, resid_fn(Qout), chunk_size))
+        # P has orthonormal columns, so T_r[P, ..., P] is the Hermite tensor of z = P^T x in k dimensions
+        # (HermiteTensorStatistic with a basis: He_r(x)[P, ..., P] = He_r(P^T x))
+        stat = accumulate(HermiteTensorStatistic(r), _tail(source, skip, resid_fn(Qout, P), chunk_size),
+                          chunk_size=chunk_size)
         T = stat.finalize()
     W, jd = decompose_projected(T, k, method=decomposition, rng=gen, n_draws=n_draws)
     diag["decomposition"] = jd
