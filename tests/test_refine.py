@@ -429,22 +429,23 @@ def test_structured_normal_equations_equal_dense_jacobian_products(train):
 
 def test_span_first_reaches_round_off_and_records_its_stages():
     # noiseless, d = 20 > k = 3: the span polish cannot reach the truth (the true rows leave the start's
-    # span by ~1e-2), the full-space stage on 1200 rows (>> P = 67 parameters: the noiseless least-squares
-    # minimiser is unique and is the truth) reaches round-off on every row, which ends the polish there
+    # span by ~1e-2), the full-space stage on 960 rows (>> P = 67 parameters: the noiseless least-squares
+    # minimiser is unique and is the truth) reaches round-off on every row, which ends the polish there.
+    # (960 rows are fewer than three times the coarse stage's max(5 * 67, 20 * 20) = 400: no coarse stage)
     truth = nr.random_network(20, 3, rng=95, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3))
     X, Y = nr.sample(truth, StandardGaussian(20), 6000, rng=96)
     start = _perturbed(truth, 1e-2, seed=97)
-    res = refine_network(start, (X, Y), full_samples=1500, rng=0)
+    res = refine_network(start, (X, Y), full_samples=1000, rng=0)
     assert res.method == "gn" and res.kept == "refined"
     stages = res.extra["stages"]
-    assert [(st["stage"], st["n_samples_used"]) for st in stages[:2]] == [("span", 1200), ("full", 1200)]
+    assert [(st["stage"], st["n_samples_used"]) for st in stages[:2]] == [("span", 960), ("full", 960)]
     assert stages[-1].get("stopped") == "fits all rows to round-off"
     assert parameter_error(res.network, truth)["max_unit_error"] < 1e-10
     # with label noise no subsample fits every row, so the all-rows stages run; the estimation error of a
     # least-squares fit of P = 67 parameters to 4800 rows with noise 0.05 is about 0.05 sqrt(67 / 4800)
     # = 6e-3 per parameter, a few times that per unit
     Xn, Yn = nr.sample(truth, StandardGaussian(20), 6000, noise=0.05, rng=98)
-    noisy = refine_network(start, (Xn, Yn), full_samples=1500, rng=0)
+    noisy = refine_network(start, (Xn, Yn), full_samples=1000, rng=0)
     assert [st["stage"] for st in noisy.extra["stages"]] == ["span", "full", "full-gradient", "span"]
     assert parameter_error(noisy.network, truth)["max_unit_error"] < 0.05
     json.dumps(res.as_dict())
@@ -501,25 +502,25 @@ def test_gather_samples_reads_only_the_chosen_rows_of_an_array():
 
 
 def test_span_first_runs_a_coarse_full_space_stage_first_on_a_large_subsample():
-    # d = 20, k = 3, one output: P = 67, so the coarse stage has ceil(20 * 67 / 1) = 1340 rows; the strided
-    # subsample of 9600 training rows with full_samples = 6000 has 4800 >= 2 * 1340 rows, so the coarse stage
-    # runs first on every third of them (1600 rows). Noiseless: 1600 rows >> P determine the truth, so it
-    # reaches round-off on every row by itself and the polish ends there
+    # d = 20, k = 3, one output: P = 67, so the coarse stage has max(5 * 67, 20 * 20) = 400 rows; the strided
+    # subsample of 4800 training rows with full_samples = 1500 has 1200 >= 3 * 400 rows, so the coarse stage
+    # runs first on every third of them. Noiseless: 400 rows (6 residuals per parameter) determine the
+    # truth, so it reaches round-off on every row by itself and the polish ends there
     truth = nr.random_network(20, 3, rng=95, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3))
-    X, Y = nr.sample(truth, StandardGaussian(20), 12_000, rng=96)
+    X, Y = nr.sample(truth, StandardGaussian(20), 6000, rng=96)
     start = _perturbed(truth, 1e-2, seed=97)
-    res = refine_network(start, (X, Y), full_samples=6000, rng=0)
+    res = refine_network(start, (X, Y), full_samples=1500, rng=0)
     stages = res.extra["stages"]
-    assert [(st["stage"], st["n_samples_used"]) for st in stages] == [("span", 4800), ("full", 1600)]
+    assert [(st["stage"], st["n_samples_used"]) for st in stages] == [("span", 1200), ("full", 400)]
     assert stages[-1].get("stopped") == "fits all rows to round-off"
     assert parameter_error(res.network, truth)["max_unit_error"] < 1e-10
-    # label noise: the full-space stage on all 4800 subsample rows and the all-rows stages follow the coarse
-    # one; a least-squares fit of P = 67 parameters to 9600 rows with noise 0.05 has an estimation error of
-    # about 0.05 sqrt(67 / 9600) = 4e-3 per parameter, a few times that per unit
-    Xn, Yn = nr.sample(truth, StandardGaussian(20), 12_000, noise=0.05, rng=98)
-    noisy = refine_network(start, (Xn, Yn), full_samples=6000, rng=0)
+    # label noise: the full-space stage on all 1200 subsample rows and the all-rows stages follow the coarse
+    # one; a least-squares fit of P = 67 parameters to 4800 rows with noise 0.05 has an estimation error of
+    # about 0.05 sqrt(67 / 4800) = 6e-3 per parameter, a few times that per unit
+    Xn, Yn = nr.sample(truth, StandardGaussian(20), 6000, noise=0.05, rng=98)
+    noisy = refine_network(start, (Xn, Yn), full_samples=1500, rng=0)
     assert [(st["stage"], st["n_samples_used"]) for st in noisy.extra["stages"]] == [
-        ("span", 4800), ("full", 1600), ("full", 4800), ("full-gradient", 9600), ("span", 9600)]
+        ("span", 1200), ("full", 400), ("full", 1200), ("full-gradient", 4800), ("span", 4800)]
     assert parameter_error(noisy.network, truth)["max_unit_error"] < 0.05
 
 

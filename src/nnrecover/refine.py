@@ -65,9 +65,9 @@ span the true rows, so the polish runs first in that span: ``W = V Q^T`` with ``
 orthonormal basis of the start's rows, the rows projected once (``z = Q^T x``, ``O(N d k)``), then
 ``k^2 + 2 k + p (k + 1)`` parameters at ``O(N k^4)`` per pass. The part of the true rows outside that
 span is removed by a full-space ``"gn"`` on at most ``full_samples`` evenly strided rows (preceded, when
-those hold at least twice ``20 P / p`` rows, by the same ``"gn"`` on an evenly strided ``20 P / p`` of them,
-which does the passes far from the answer at a fraction of the cost and, on noiseless data, already
-reaches round-off), followed by
+those hold at least three times ``m_c = max(5 P / p, 20 d)`` rows, by the same ``"gn"`` on an evenly strided
+``m_c`` of them, which does the passes far from the answer at a third of the cost or less and, on noiseless
+data, already reaches round-off), followed by
 steps with that subsample's ``J^T J`` and the gradient of ALL rows (``O(N d k)`` each; their fixed point
 is the least-squares fit of all rows, :func:`_fixed_hessian_steps`), and a last span polish in the span
 of the corrected rows (:func:`_span_then_full`). Noiseless data: round-off as before. Label noise
@@ -125,10 +125,12 @@ _GN_CHUNK_BYTES = 1 << 23  # largest Jacobian chunk of "gn" (8 MiB; see _chunk_r
 _JACOBIAN_MEMORY = 1 << 28  # 256 MiB
 _SPAN_FIRST_STEPS = 10  # trial steps of the first span stage (see _span_then_full)
 _FULL_GRADIENT_STEPS = 50  # steps of _fixed_hessian_steps (linear rate ~ sqrt(P / m) per step)
-#: residuals per parameter of the coarse full-space stage (see _span_then_full): with 20 P residuals the
-#: noiseless least-squares minimiser is the truth and Gauss-Newton is well conditioned, at a fraction of
-#: the cost of a pass over ``full_samples`` rows
-_COARSE_RESIDUALS_PER_PARAMETER = 20
+#: residuals per parameter of the coarse full-space stage (see _span_then_full), and rows per input: with
+#: 5 P residuals the Jacobian's extreme singular values are within a factor (1 + 5^-1/2) / (1 - 5^-1/2) = 2.6
+#: of each other for generic features (Marchenko-Pastur), and with 20 d rows each unit is active on about
+#: 10 d of them, so the noiseless least-squares minimiser is the truth and Gauss-Newton well conditioned
+_COARSE_RESIDUALS_PER_PARAMETER = 5
+_COARSE_ROWS_PER_INPUT = 20
 
 
 # =========================================================================== results
@@ -951,7 +953,7 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
                     tol: float, train: tuple[str, ...], jacobian_memory: int, full_samples: int
                     ) -> tuple[TwoLayerNetwork, dict]:
     """Span polish and full-space polish on an evenly strided subsample of at most ``full_samples`` rows
-    (after a coarse one of ``20 P / p`` rows when it holds twice that), then (unless that already fits
+    (after a coarse one of ``max(5 P / p, 20 d)`` rows when it holds three times that), then (unless that already fits
     every row to round-off) steps with its normal matrix and the gradient
     of all rows, and a span polish on all rows.
 
@@ -981,12 +983,14 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
                                 jacobian_memory=jacobian_memory)
     stages.append(info)
     # the Gauss-Newton passes far from the answer need not be over all m rows: a coarse stage on an evenly
-    # strided part of the subsample with 20 residuals per parameter does them at a fraction of the cost.
-    # On noiseless data it reaches round-off by itself (checked on all rows below); otherwise the stage on
-    # all m rows starts from it, near its own minimiser, and needs fewer passes
-    n_coarse = -(-_COARSE_RESIDUALS_PER_PARAMETER * _Model(current, train).n_params // Ys.shape[1])
+    # strided part of the subsample (5 residuals per parameter, 20 rows per input) does them at a third
+    # of the cost or less. On noiseless data it reaches round-off by itself (checked on all rows below);
+    # otherwise the stage on all m rows starts from it, near its own minimiser, and needs fewer passes
+    # (only for Gauss-Newton: when J^T J does not fit jacobian_memory the stage runs L-BFGS)
+    P = _Model(current, train).n_params
+    n_coarse = max(-(-_COARSE_RESIDUALS_PER_PARAMETER * P // Ys.shape[1]), _COARSE_ROWS_PER_INPUT * X.shape[1])
     fits_all = False
-    if Xs.shape[0] >= 2 * n_coarse:
+    if Xs.shape[0] >= 3 * n_coarse and 8 * P * P <= jacobian_memory:
         step = Xs.shape[0] // n_coarse
         t0 = time.perf_counter()
         current, info = fit_least_squares(current, Xs[::step], Ys[::step], method=method, max_iter=max_iter,
