@@ -143,6 +143,21 @@ def test_float32_black_box_precision_and_no_false_units():
     assert _rel_error(res.network_, net, d) < 1e-5
 
 
+def test_float32_box_d100_k50_reaches_round_off_with_every_unit():
+    # d = 100, k = 50: the box's own error against the float64 network is 2.3e-7 (measured); the rows
+    # come from total-least-squares fits through 4 d critical points each, whose normal error is
+    # about the location error (~1e-6 here) times sqrt(d) / (sqrt(m) - sqrt(d)) = 1 for m = 4 d;
+    # measured: rows within 3.3e-6 rad, function 1.9e-6. A refit through 1.25 d points (factor ~9)
+    # without the final polish measured 9.6e-5 rad and 2.7e-5, so the bounds below separate the two
+    d, k = 100, 50
+    net = nr.random_network(d, k, rng=0, bias_range=(-1, 1))
+    res = extract(CountingModel(net, np.float32), d, rng=0)
+    assert res.network_.n_hidden == k                          # every unit, none false
+    assert res.diagnostics_["certificate"]["passed"]
+    assert _angles(res.network_, net).max() < 3e-5
+    assert _rel_error(res.network_, net, d) < 1e-5
+
+
 def test_same_seed_same_result():
     d, k = 4, 6
     net = nr.random_network(d, k, rng=17, bias_range=(-1, 1))

@@ -90,7 +90,7 @@ def _check_positive(value: Any, name: str) -> float:
 def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int | str" = "auto",
             method: str = "auto", max_queries: int | None = None, rng: Any = None,
             input_scale: float = 1.0, radius: float | None = None, n_certify: int = 2000,
-            patience: int = 4, sign_time_limit: float = 120.0, n_samples: int | None = None,
+            patience: int | None = None, sign_time_limit: float = 120.0, n_samples: int | None = None,
             progress: bool = False,
             log: Callable[[str], None] | None = None) -> ExtractionResult:
     """Recover a one-hidden-layer ReLU network from queries of a black box.
@@ -122,8 +122,11 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
         times longer, to find rarely active units whose hyperplane is far from the origin).
     n_certify : int, default 2000
         Fresh Gaussian queries on which the recovered network is compared with the black box.
-    patience : int, default 4
-        With ``n_hidden="auto"``: stop after this many consecutive lines without a new unit.
+    patience : int, optional
+        With ``n_hidden="auto"``: stop after this many consecutive lines without a new unit. Default 4
+        for a box that evaluates to float64 round-off, 10 for a noisier one (float32): its gradient
+        jumps need longer steps, so among dense kinks (d = 10, k = 200) a unit's kink is unreadable on
+        more lines, and 4 quiet lines were measured to stop one unit short.
     sign_time_limit : float, default 120
         Seconds allowed to the 0/1 solve that orients the units when ``k > p d`` (scalar output, more
         units than inputs); if it finds no solution in time the linear part is kept as extra unit pairs
@@ -161,7 +164,7 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
     scale = _check_positive(input_scale, "input_scale")
     rad = None if radius is None else _check_positive(radius, "radius")
     n_cert = check_positive_int(n_certify, "n_certify", minimum=10)
-    pat = check_positive_int(patience, "patience")
+    pat = None if patience is None else check_positive_int(patience, "patience")
     sign_limit = _check_positive(sign_time_limit, "sign_time_limit")
     gen = check_random_state(rng)
     bar = None
