@@ -741,3 +741,29 @@ def test_sample_rule_is_spectral_and_refuses_before_reading_the_data():
     y = da.zeros(20_000, chunks=5_000)
     with pytest.raises(InputError, match=r"need at least 25000 \(ten per row of the 50\^2-row square flattening"):
         HermiteTensorLearner(50, random_state=0).fit(X, y)
+
+
+def test_hermite_polish_packed_residuals_give_the_dense_truncated_loss():
+    # the polish fits one residual per multiset mu with weight 1 / sqrt(prod_j c_j!): for symmetric tensors
+    # the sum of their squares is sum_k ||T_k - g^_k||_F^2 / k! (each of the k! / prod c_j! index tuples of
+    # the orbit of mu holds the same entry), to round-off
+    import itertools
+
+    from nnrecover.learners.awasthi2021.polish import _model_tensors, _multisets, _packed_model
+
+    rng = np.random.default_rng(3)
+    n, units, orders = 4, 3, [0, 1, 2, 3, 4]
+    a, b = rng.standard_normal(units), rng.standard_normal(units)
+    U = rng.standard_normal((units, n))
+    U /= np.linalg.norm(U, axis=1, keepdims=True)
+    targets = {}
+    for k in orders:  # random symmetric tensors: the mean of a random tensor over all axis permutations
+        G = rng.standard_normal((n,) * k)
+        targets[k] = sum(np.transpose(G, p) for p in itertools.permutations(range(k))) / math.factorial(k)
+    dense = _model_tensors(a, b, U, orders)
+    want = sum(np.sum((targets[k] - dense[k]) ** 2) / math.factorial(k) for k in orders)
+    monos = {k: _multisets(n, k)[0] for k in orders}
+    packed = _packed_model(a, b, U, orders, monos)
+    got = sum(np.sum((_multisets(n, k)[1] * (targets[k][tuple(monos[k].T)] - packed[k])) ** 2) for k in orders)
+    assert abs(got - want) <= 1e-13 * want
+    assert [monos[k].shape[0] for k in orders] == [math.comb(n + k - 1, k) for k in orders]
