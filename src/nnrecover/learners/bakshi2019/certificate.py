@@ -107,7 +107,7 @@ def unit_error_bound(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *,
     failure_probability : float, default 1e-3
         ``delta`` of the Laurent-Massart tail, shared by the ``k`` units.
     chunk_rows : int, optional
-        Rows per chunk of the Jacobian products (default: about 64 MB of ``f'(w_i x) x``).
+        Rows per chunk of the Jacobian products (default: about 8 MB of ``f'(w_i x) x``).
 
     Returns
     -------
@@ -139,7 +139,7 @@ def unit_error_bound(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *,
     out["relative_residual"] = float(np.linalg.norm(R) / ydev) if ydev > 0 else math.nan
     if act.degree is None or n * p <= P or not np.all(np.isfinite(R)):
         return out
-    chunk = chunk_rows or max(256, int(8_000_000 // max(k * e, 1)))
+    chunk = chunk_rows or max(256, int((1 << 20) // max(k * e, 1)))
     Gzz = np.zeros((k * e, k * e))
     Gzh = np.zeros((k * e, k))
     Ghh = np.zeros((k, k))
@@ -187,7 +187,9 @@ def unit_error_bound(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *,
                   [G_ta.T, G_aa, G_ac],
                   [G_tc.T, G_ac.T, G_cc]])
     g = np.concatenate([np.einsum("ica,ic->ia", Tb, g_w).reshape(k * d), g_a, r1])
-    G = 0.5 * (G + G.T)
+    del G_ww, G_tt, G_ta, G_tc
+    G += G.T
+    G *= 0.5
     lam = np.linalg.eigvalsh(G)
     if lam[-1] <= 0 or lam[0] <= P * _EPS * lam[-1]:
         return out
@@ -200,7 +202,7 @@ def unit_error_bound(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *,
     Ginv, info = scipy.linalg.lapack.dpotri(chol, lower=True)
     if info != 0:
         return out
-    Ginv = np.tril(Ginv) + np.tril(Ginv, -1).T
+    Ginv += np.tril(Ginv, -1).T                # dpotri fills the lower triangle; the upper one is zero
     step = Ginv @ g
     explained = float(step @ g)                # ||J delta^||^2
     rss = max(float(np.sum(R * R)) - explained, 0.0)
