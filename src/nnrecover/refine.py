@@ -1133,10 +1133,8 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
         if rows is None:
             Xv, Yv, Xt, Yt = X[hold], Y[hold], X[tr], Y[tr]
         else:
+            # the held-out rows are read after the optimisation, once the training rows are released
             Xt, Yt = _check_xy(*source.take_rows(rows[tr]), network, "data")
-            Xv, Yv = source.take_rows(rows[hold])
-            if n_hold:
-                Xv, Yv = _check_xy(Xv, Yv, network, "data")
 
     if not isinstance(span, (bool, np.bool_)):
         raise InputError(f"span must be True or False, got {span!r}.")
@@ -1147,6 +1145,11 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
     else:
         refined, info = fit_least_squares(network, Xt, Yt, method=method, max_iter=max_iter, tol=tol,
                                           train=train, jacobian_memory=jacobian_memory)
+    if rows is not None and validation_data is None:
+        del Xt, Yt
+        Xv, Yv = source.take_rows(rows[hold])
+        if n_hold:
+            Xv, Yv = _check_xy(Xv, Yv, network, "data")
     hold_start = mean_squared_loss(network, Xv, Yv)
     hold_ref = mean_squared_loss(refined, Xv, Yv)
     if Xv.shape[0]:
