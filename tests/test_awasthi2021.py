@@ -767,3 +767,20 @@ def test_hermite_polish_packed_residuals_give_the_dense_truncated_loss():
     got = sum(np.sum((_multisets(n, k)[1] * (targets[k][tuple(monos[k].T)] - packed[k])) ** 2) for k in orders)
     assert abs(got - want) <= 1e-13 * want
     assert [monos[k].shape[0] for k in orders] == [math.comb(n + k - 1, k) for k in orders]
+
+
+def test_residual_lack_of_fit_decides_an_exact_fit_from_the_residual_energy_alone():
+    # an exact network on its own outputs: the cheap pass of sum r^2 decides, with the sums (chunk by chunk, in
+    # order) of the full statistic, so the same residual RMS; label noise goes through the full statistic
+    from nnrecover.data import accumulate, as_data_source
+    from nnrecover.learners.awasthi2021.certificates import ResidualMomentStatistic, residual_lack_of_fit
+
+    teacher = nr.random_network(6, 2, rng=4)
+    X = np.random.default_rng(5).standard_normal((30_000, 6))
+    y = teacher.predict(X)
+    out = residual_lack_of_fit(teacher, as_data_source(X, y), chunk_size=4096)
+    full = accumulate(ResidualMomentStatistic(teacher), as_data_source(X, y), chunk_size=4096)
+    assert out["exact"] and out["passed"] and out["n"] == 30_000
+    assert out["residual_rms"] == np.sqrt(full.rr / full.n) and out["y_rms"] == np.sqrt(full.yy / full.n)
+    noisy = residual_lack_of_fit(teacher, as_data_source(X, y + 0.1 * np.random.default_rng(6).standard_normal(y.shape)))
+    assert not noisy["exact"] and noisy["passed"] and "Q" in noisy

@@ -18,7 +18,8 @@ from ...moments.base import Statistic
 from ...network import TwoLayerNetwork
 from .coefficients import HermiteCoefficients
 
-__all__ = ["hermite_fit", "residual_lack_of_fit", "ResidualMomentStatistic", "HERMITE_FIT_MEANING", "RESIDUAL_FIT_MEANING"]
+__all__ = ["hermite_fit", "residual_lack_of_fit", "ResidualMomentStatistic", "ResidualEnergyStatistic",
+           "HERMITE_FIT_MEANING", "RESIDUAL_FIT_MEANING"]
 
 
 HERMITE_FIT_MEANING = (
@@ -47,6 +48,37 @@ RESIDUAL_FIT_MEANING = (
     "s (2 J)^{1/4} / sqrt(n) in L2 (a local minimum, a missing or wrong unit; a ReLU unit keeps "
     "a large share of its energy in orders 1 and 2). A residual below 1e-10 times the RMS of y passes "
     "(exact to round-off). Misfits orthogonal to all polynomials of degree <= 2 are not seen")
+
+
+def _residual_energy(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray) -> tuple[float, float]:
+    """``sum r^2`` and ``sum y^2`` of the residual ``r = y - g(x)`` on the first output."""
+    y = Y[:, 0]
+    r = y - network.predict(X).reshape(X.shape[0], -1)[:, 0]
+    return float(r @ r), float(y @ y)
+
+
+class ResidualEnergyStatistic(Statistic):
+    """Sums of ``r^2`` and ``y^2`` for the residual ``r = y - g(x)`` of a fixed network on the first output
+    (the part of :class:`ResidualMomentStatistic` that decides whether the residual is at round-off)."""
+
+    def __init__(self, network: TwoLayerNetwork) -> None:
+        self.network = network
+        super().__init__()
+
+    def _reset(self) -> None:
+        self.rr, self.yy = 0.0, 0.0
+
+    def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        rr, yy = _residual_energy(self.network, X, Y)
+        self.rr += rr
+        self.yy += yy
+
+    def _merge(self, other: "ResidualEnergyStatistic") -> None:
+        self.rr += other.rr
+        self.yy += other.yy
+
+    def finalize(self) -> dict:
+        return {"rr": self.rr, "yy": self.yy, "n": self.n}
 
 
 class ResidualMomentStatistic(Statistic):
@@ -88,24 +120,42 @@ def residual_lack_of_fit(network: TwoLayerNetwork, source, *, chunk_size: int | 
 
     One pass accumulating ``sum r``, ``sum r x`` and ``sum r x x^T``, from which the projections on the
     orthonormal Hermite features of orders 0-2 (``J = 1 + d + d (d + 1) / 2``) follow; memory ``O(d^2)``.
+    A residual at round-off (an exact fit) is recognised by a cheaper pass of ``sum r^2`` alone when the
+    first chunk's residual is at round-off (re-iterable sources).
 
     Returns
     -------
     dict
         ``passed``, ``z``, ``Q``, ``J``, ``P``, ``n``, ``residual_rms``, ``y_rms``, ``exact``.
     """
-    from ...data import accumulate
+    from ...data import accumulate, as_data_source
 
     d = network.n_inputs
     iu = np.triu_indices(d, 1)
     J = 1 + d + d + iu[0].size
+    source = as_data_source(source)
+
+    def exact(rr, yy, n):
+        out = {"n": int(n), "J": int(J), "residual_rms": math.sqrt(rr / max(n, 1)), "y_rms": math.sqrt(yy / max(n, 1))}
+        return out, out["residual_rms"] <= 1e-10 * max(out["y_rms"], 1e-300)
+
+    if source.info.reiterable:
+        # a residual at round-off passes without its O(n d^2) moments: when the first chunk's residual is
+        # at round-off, one O(n d k) pass of the residual energy alone decides (the same sums, chunk by chunk,
+        # as the full statistic's); only a residual that is not at round-off needs the full pass
+        X0, Y0 = source.peek()
+        if exact(*_residual_energy(network, X0, Y0), X0.shape[0])[1]:
+            energy = accumulate(ResidualEnergyStatistic(network), source, chunk_size=chunk_size)
+            out, ok = exact(energy.rr, energy.yy, energy.n)
+            if ok:
+                out.update(Q=0.0, z=-math.sqrt(J / 2.0), passed=True, exact=True)
+                return out
     stat = accumulate(ResidualMomentStatistic(network), source, chunk_size=chunk_size)
     n, s0, s1, S2, rr, yy = stat.n, stat.s0, stat.s1, stat.S2, stat.rr, stat.yy
     proj = np.concatenate([[s0], s1, (np.diag(S2) - s0) / math.sqrt(2.0), S2[iu]])
     s2 = rr / max(n, 1)
-    y_rms = math.sqrt(yy / max(n, 1))
-    out = {"n": int(n), "J": int(J), "residual_rms": math.sqrt(s2), "y_rms": y_rms}
-    if math.sqrt(s2) <= 1e-10 * max(y_rms, 1e-300):
+    out, ok = exact(rr, yy, n)
+    if ok:
         out.update(Q=0.0, z=-math.sqrt(J / 2.0), passed=True, exact=True)
         return out
     Q = float(np.sum((proj / n) ** 2) * n / s2)
