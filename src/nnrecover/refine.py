@@ -594,7 +594,8 @@ def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarra
     proportional to the size of the step, so the gain ratio stays meaningful down to steps far below
     ``eps * F`` (a difference of two losses of ``n`` rows is only good to about ``eps log(n) F``).
 
-    Stops (scipy's status codes) with: ``1`` the gradient test ``max_j |g_j| / (||J_j|| ||r||) <= tol``
+    Stops (scipy's status codes) with: ``1`` the residuals at round-off (mean squared residual at most
+    ``(64 eps)^2`` times the mean square of ``Y``, checked before each normal-equation pass), or the gradient test ``max_j |g_j| / (||J_j|| ||r||) <= tol``
     (the cosine between ``r`` and each column of ``J``, MINPACK's ``gtol``; also an exact fit ``F = 0``),
     ``2`` the relative reduction test ``|actual| <= tol F`` and ``predicted <= tol F`` (MINPACK's ``ftol``),
     ``3`` the step test ``||h|| <= tol (||theta|| + tol)``, ``0`` ``max_iter`` trial steps, ``-1`` a
@@ -618,9 +619,15 @@ def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarra
     if not np.isfinite(F):
         return {"theta": theta, "n_iter": 0, "n_jacobian": 0, "status": -1, "success": False,
                 "message": "The loss is not finite at the start."}
+    # below this F the residuals are round-off of the model's own evaluation: a further normal-equation
+    # pass (O(n (k d)^2)) could only move the fit within round-off
+    roundoff = 0.5 * _ROUNDOFF_LOSS * float(np.mean(Y * Y))
     while True:
         if deadline is not None and time.perf_counter() >= deadline:
             status, message = -2, _DEADLINE_MESSAGE
+            break
+        if F <= roundoff:
+            status, message = 1, "The residuals are at round-off."
             break
         JtJ, g = _normal_equations(model, theta, X, Y, R, chunk_rows)
         n_jac += 1
