@@ -22,7 +22,7 @@ from ...errors import AssumptionError, AssumptionWarning, CertificateWarning, Co
 from ...network import TwoLayerNetwork
 from .core import (build_detector_matrix, check_second_moment, cp_slices, fit_hidden_given_output, null_span,
                    output_projection, readout, sign_fix, sim_diag)
-from .moments import PureNeuronMoments, PureNeuronStatistic
+from .moments import PureNeuronMoments, PureNeuronStatistic, SymmetryStatistic
 
 __all__ = ["PureNeuronResult", "SpanBasis", "span_basis", "algorithm2", "algorithm3", "algorithm4", "section4_variant",
            "pure_neuron_moments", "paper_error", "symmetrize", "SYMMETRY_ALPHA", "GAP_WARNING", "SPAN_GAP_MIN"]
@@ -244,13 +244,21 @@ def pure_neuron_moments(X, Y=None, *, split: str = "none", symmetry: bool = True
     from ...moments import accumulate
 
     detector_part = _ROLES[split][1] if split in _ROLES else 0
-    stat = PureNeuronStatistic(split=split, detector_part=detector_part, symmetry=symmetry, detector=detector,
-                               B=B, projection=projection, input_projection=input_projection, halves=halves)
+    # the symmetry test's sums as a statistic of their own: the same bits, and a pass with two workers
+    # computes its O(n (2 d)^2) Gram beside the part moments
+    separate = symmetry and input_projection is None
+    stat = PureNeuronStatistic(split=split, detector_part=detector_part, symmetry=symmetry and not separate,
+                               detector=detector, B=B, projection=projection, input_projection=input_projection,
+                               halves=halves)
     source, _ = _source(X, Y)
-    accumulate(stat, source, chunk_size=chunk_size)
+    sym = SymmetryStatistic() if separate else None
+    accumulate([stat] if sym is None else [stat, sym], source, chunk_size=chunk_size)
     if stat.n == 0:
         raise InputError("no samples were given.")
-    return stat.finalize()
+    mom = stat.finalize()
+    if sym is not None:
+        mom.symmetry = sym.finalize()
+    return mom
 
 
 def _check_assumptions(mom: PureNeuronMoments, k: int, *, check_symmetry: bool, symmetry_alpha: float) -> None:

@@ -49,7 +49,7 @@ from ...errors import InputError
 from ...moments import Statistic
 from .symmetric import n_sym
 
-__all__ = ["PartMoments", "DetectorMoments", "PureNeuronMoments", "PureNeuronStatistic",
+__all__ = ["PartMoments", "DetectorMoments", "PureNeuronMoments", "PureNeuronStatistic", "SymmetryStatistic",
            "SymmetryTest", "symmetry_test", "gaussian_population_moments", "SPLIT_LAYOUTS"]
 
 #: pair-to-part layouts: "none" one part; "alg3" halves (T | readout); "alg4" 1/2, 1/4, 1/4
@@ -270,11 +270,7 @@ class PureNeuronStatistic(Statistic):
             if p == self.detector_part and self._det is not None:
                 self._update_detector(Xp, Yp)
         if self._sym is not None:
-            self._sym["n"] += n
-            for b in _row_blocks(n, 2 * d):
-                g = _odd_features(X[b])
-                self._sym["sg"] += g.sum(axis=0)
-                self._sym["sgg"] += g.T @ g
+            _add_symmetry_sums(self._sym, X)
 
     def _update_detector(self, Xp: np.ndarray, Yp: np.ndarray) -> None:
         m, d = Xp.shape
@@ -348,6 +344,54 @@ class PureNeuronStatistic(Statistic):
         if self._sym is not None:
             sym = _symmetry_from_sums(self._sym["n"], self._sym["sg"], self._sym["sgg"])
         return PureNeuronMoments(parts, det, self.detector_part, sym, self.layout)
+
+
+class SymmetryStatistic(Statistic):
+    """The sums of :func:`symmetry_test` alone (``n``, ``sum g``, ``sum g g^T`` of ``g(x) = (x, x**3)``).
+
+    The same arithmetic, row block by row block, as :class:`PureNeuronStatistic` with ``symmetry=True``
+    (so the same bits); as a statistic of its own it runs on another worker in the same pass
+    (:func:`nnrecover.moments.accumulate`), its ``O(n (2 d)^2)`` Gram beside the part moments.
+    ``finalize()`` returns the :class:`SymmetryTest`.
+    """
+
+    def _reset(self) -> None:
+        self._sym: dict | None = None
+
+    def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        d = X.shape[1]
+        if self._sym is None:
+            self._sym = dict(n=0, sg=np.zeros(2 * d), sgg=np.zeros((2 * d, 2 * d)))
+        elif self._sym["sg"].shape[0] != 2 * d:
+            raise InputError(f"chunk has {d} inputs, earlier chunks had {self._sym['sg'].shape[0] // 2}.")
+        _add_symmetry_sums(self._sym, X)
+
+    def _merge(self, other: "SymmetryStatistic") -> None:
+        if other._sym is None:
+            return
+        if self._sym is None:
+            self._sym = {key: np.copy(val) if isinstance(val, np.ndarray) else val for key, val in other._sym.items()}
+            return
+        if self._sym["sg"].shape != other._sym["sg"].shape:
+            raise InputError("cannot merge symmetry statistics of different dimensions.")
+        for key in self._sym:
+            self._sym[key] = self._sym[key] + other._sym[key]
+
+    def finalize(self) -> SymmetryTest:
+        """The symmetry test of the rows seen."""
+        if self._sym is None:
+            raise InputError("no samples were seen; pass a non-empty data set.")
+        return _symmetry_from_sums(self._sym["n"], self._sym["sg"], self._sym["sgg"])
+
+
+def _add_symmetry_sums(acc: dict, X: np.ndarray) -> None:
+    """``n``, ``sum g`` and ``sum g g^T`` of ``g = (x, x**3)`` over the rows of ``X``, in row blocks."""
+    n, d = X.shape
+    acc["n"] += n
+    for b in _row_blocks(n, 2 * d):
+        g = _odd_features(X[b])
+        acc["sg"] += g.sum(axis=0)
+        acc["sgg"] += g.T @ g
 
 
 def _unpack_pairs(packed: np.ndarray, k: int) -> np.ndarray:
