@@ -290,6 +290,22 @@ def test_lattice_backends_solve_the_same_subset_sum(backend):
         binary_solution(M, rhs, scale, backend="magic")
 
 
+def test_lattice_falls_back_to_numpy_when_fplll_aborts(monkeypatch):
+    from nnrecover.extraction import _lattice
+
+    def abort(*args, **kwargs):
+        raise RuntimeError("Aborted")     # what cysignals raises for fplll's "infinite loop in babai"
+
+    monkeypatch.setattr(_lattice, "_solve_fpylll", abort)
+    monkeypatch.setattr(_lattice, "have_fpylll", lambda: True)
+    M, rhs, t, scale, _, _ = _subset_sum(6, 40, 1e-15, seed=5)
+    info = {}
+    assert np.array_equal(_lattice.binary_solution(M, rhs, 1e-14 * scale, info=info), t)
+    assert info["fplll_error"] == "Aborted" and info["reduction"] == "LLL (numpy)"
+    with pytest.raises(RuntimeError, match="Aborted"):
+        _lattice.binary_solution(M, rhs, 1e-14 * scale, backend="fpylll")
+
+
 def test_resolve_signs_weights_the_lattice_by_precision():
     # d = 10 equations, k = 100 units: the extractor's case of a scalar output with k = 10 d. Weighted
     # by the acceptance tolerance (1e-11) the subset sum has density 100 / (10 * 36) = 0.28, weighted by

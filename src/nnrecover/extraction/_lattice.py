@@ -168,8 +168,17 @@ def binary_solution(M: np.ndarray, rhs: np.ndarray, tol: np.ndarray, *, accept: 
     accept = tol if accept is None else accept
     B = _embedding(M, rhs, tol)
     use_fpylll = backend == "fpylll" or (backend == "auto" and have_fpylll())
+    t0 = time.perf_counter()
     if use_fpylll:
-        return _solve_fpylll(B, M, rhs, accept, time_limit, info)
-    R, _ = lll_reduce(B, time_limit=time_limit)
+        try:
+            return _solve_fpylll(B, M, rhs, accept, time_limit, info)
+        except RuntimeError as exc:
+            # fplll aborts (cysignals turns its C++ abort into RuntimeError) when its floating-point
+            # Gram-Schmidt cannot follow entries of this size ("infinite loop in babai"); the
+            # floating-point LLL below recomputes its Gram-Schmidt data by QR instead
+            info["fplll_error"] = str(exc) or type(exc).__name__
+            if backend == "fpylll":
+                raise
+    R, _ = lll_reduce(B, time_limit=max(time_limit - (time.perf_counter() - t0), 0.0))
     info["reduction"] = "LLL (numpy)"
     return _read_solution(R, M, rhs, accept)

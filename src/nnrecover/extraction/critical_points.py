@@ -627,6 +627,8 @@ def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: f
                 t = binary_solution(M, rhs, weight * scale, accept=rel_tol * scale,
                                     time_limit=left / (len(weights) - i), info=lattice_info)
                 info["lattice_weights_tried"].append(float(weight))
+                if "fplll_error" in lattice_info:
+                    info["fplll_error"] = lattice_info["fplll_error"]
                 if t is not None:
                     info.update(method=f"0/1 solve by lattice reduction ({lattice_info['reduction']})",
                                 lattice_weight=float(weight))
