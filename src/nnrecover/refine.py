@@ -998,10 +998,10 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
     n_coarse = max(-(-_COARSE_RESIDUALS_PER_PARAMETER * P // Ys.shape[1]), _COARSE_ROWS_PER_INPUT * X.shape[1])
     fits_all = False
     if Xs.shape[0] >= 3 * n_coarse and 8 * P * P <= jacobian_memory:
-        step = Xs.shape[0] // n_coarse
+        step = Xs.shape[0] // n_coarse         # the first n_coarse rows of the stride-step subsample
         t0 = time.perf_counter()
-        current, info = fit_least_squares(current, Xs[::step], Ys[::step], method=method, max_iter=max_iter,
-                                          tol=tol, train=train, jacobian_memory=jacobian_memory)
+        current, info = fit_least_squares(current, Xs[::step][:n_coarse], Ys[::step][:n_coarse], method=method,
+                                          max_iter=max_iter, tol=tol, train=train, jacobian_memory=jacobian_memory)
         stages.append(dict(info, stage="full", time=time.perf_counter() - t0))
         fits_all = mean_squared_loss(current, X, Y) <= _ROUNDOFF_LOSS * float(np.mean(Y * Y))
     if not fits_all:
