@@ -782,5 +782,6 @@ def test_residual_lack_of_fit_decides_an_exact_fit_from_the_residual_energy_alon
     full = accumulate(ResidualMomentStatistic(teacher), as_data_source(X, y), chunk_size=4096)
     assert out["exact"] and out["passed"] and out["n"] == 30_000
     assert out["residual_rms"] == np.sqrt(full.rr / full.n) and out["y_rms"] == np.sqrt(full.yy / full.n)
-    noisy = residual_lack_of_fit(teacher, as_data_source(X, y + 0.1 * np.random.default_rng(6).standard_normal(y.shape)))
+    y_noisy = y + 0.1 * np.random.default_rng(6).standard_normal(y.shape)
+    noisy = residual_lack_of_fit(teacher, as_data_source(X, y_noisy))
     assert not noisy["exact"] and noisy["passed"] and "Q" in noisy

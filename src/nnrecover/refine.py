@@ -595,7 +595,8 @@ def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarra
     ``eps * F`` (a difference of two losses of ``n`` rows is only good to about ``eps log(n) F``).
 
     Stops (scipy's status codes) with: ``1`` the residuals at round-off (mean squared residual at most
-    ``(64 eps)^2`` times the mean square of ``Y``, checked before each normal-equation pass), or the gradient test ``max_j |g_j| / (||J_j|| ||r||) <= tol``
+    ``(64 eps)^2`` times the mean square of ``Y``, checked before each normal-equation pass), or the
+    gradient test ``max_j |g_j| / (||J_j|| ||r||) <= tol``
     (the cosine between ``r`` and each column of ``J``, MINPACK's ``gtol``; also an exact fit ``F = 0``),
     ``2`` the relative reduction test ``|actual| <= tol F`` and ``predicted <= tol F`` (MINPACK's ``ftol``),
     ``3`` the step test ``||h|| <= tol (||theta|| + tol)``, ``0`` ``max_iter`` trial steps, ``-1`` a
@@ -960,9 +961,9 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
                     tol: float, train: tuple[str, ...], jacobian_memory: int, full_samples: int
                     ) -> tuple[TwoLayerNetwork, dict]:
     """Span polish and full-space polish on an evenly strided subsample of at most ``full_samples`` rows
-    (after a coarse one of ``max(5 P / p, 20 d)`` rows when it holds three times that), then (unless that already fits
-    every row to round-off) steps with its normal matrix and the gradient
-    of all rows, and a span polish on all rows.
+    (after a coarse one of ``max(5 P / p, 20 d)`` rows when it holds three times that), then (unless that
+    already fits every row to round-off) steps with its normal matrix and the gradient of all rows, and a
+    span polish on all rows.
 
     The true hidden rows leave the span of the start's rows by the start's error, which the span polish
     cannot remove: the span optimum has a nonzero residual, where Gauss-Newton converges only linearly,

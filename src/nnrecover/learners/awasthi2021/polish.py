@@ -107,8 +107,9 @@ def _least_squares_fit(coeffs: HermiteCoefficients, a, b, U, orders, linear: boo
     k_units, n = U.shape
     # the tensors are symmetric, so the loss sum_k ||T_k - g^_k||_F^2 / k! counts each entry of an orbit
     # (the index tuples that are permutations of one multiset mu) equally: it is the sum over multisets of
-    # (orbit size / k!) (T_k[mu] - g^_k[mu])^2, orbit size / k! = 1 / prod_j c_j!, with C(n+k-1, k) residuals instead of n^k (715 instead of
-    # 10^4 for k = 4, n = 10) and the same J^T J and J^T r, hence the same steps
+    # (orbit size / k!) (T_k[mu] - g^_k[mu])^2, orbit size / k! = 1 / prod_j c_j!, with C(n+k-1, k)
+    # residuals instead of n^k (715 instead of 10^4 for k = 4, n = 10) and the same J^T J and J^T r,
+    # hence the same steps
     monos, wts = {}, {}
     for k in orders:
         monos[k], wts[k] = _multisets(n, k)
@@ -135,7 +136,7 @@ def _least_squares_fit(coeffs: HermiteCoefficients, a, b, U, orders, linear: boo
         theta0[-1] = float(np.asarray(coeffs.tensor(0), float) - model[0])
     r0 = residual(theta0)
     loss0 = float(r0 @ r0)
-    if not np.isfinite(loss0) or theta0.size > sum(n ** k for k in orders):  # fewer tensor entries than unknowns
+    if not np.isfinite(loss0) or theta0.size > sum(n ** k for k in orders):  # fewer entries than unknowns
         return a, b, U, None, None, {"loss_start": loss0, "loss_end": loss0, "nfev": 0, "kept": "start"}
     # forward differences as a callable Jacobian, so that max_nfev bounds the iterations (residual
     # evaluations) in every SciPy version; a Jacobian costs theta.size more residuals
