@@ -66,8 +66,8 @@ orthonormal basis of the start's rows, the rows projected once (``z = Q^T x``, `
 ``k^2 + 2 k + p (k + 1)`` parameters at ``O(N k^4)`` per pass. The part of the true rows outside that
 span is removed by a full-space ``"gn"`` on at most ``full_samples`` evenly strided rows (preceded, when
 those hold at least three times ``m_c = max(5 P / p, 20 d)`` rows, by the same ``"gn"`` on an evenly strided
-``m_c`` of them, which does the passes far from the answer at a third of the cost or less and, on noiseless
-data, already reaches round-off), followed by
+``m_c`` of them, at most 10 trial steps, which does the passes far from the answer at a third of the cost or
+less and, on noiseless data, already reaches round-off), followed by
 steps with that subsample's ``J^T J`` and the gradient of ALL rows (``O(N d k)`` each; their fixed point
 is the least-squares fit of all rows, :func:`_fixed_hessian_steps`), and a last span polish in the span
 of the corrected rows (:func:`_span_then_full`). Noiseless data: round-off as before. Label noise
@@ -131,6 +131,10 @@ _FULL_GRADIENT_STEPS = 50  # steps of _fixed_hessian_steps (linear rate ~ sqrt(P
 #: 10 d of them, so the noiseless least-squares minimiser is the truth and Gauss-Newton well conditioned
 _COARSE_RESIDUALS_PER_PARAMETER = 5
 _COARSE_ROWS_PER_INPUT = 20
+#: trial steps of the coarse stage: Gauss-Newton's quadratic phase from a provable start reaches round-off
+#: on noiseless data in about five; with label noise (kinks, a nonzero residual) its steps slow down, and
+#: the stage on all the subsample's rows takes over
+_COARSE_STEPS = 10
 
 
 # =========================================================================== results
@@ -990,9 +994,9 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
     current, info = _span_stage(network, Xs, Ys, method=method, max_iter=first_iter, tol=tol, train=train,
                                 jacobian_memory=jacobian_memory)
     stages.append(info)
-    # the Gauss-Newton passes far from the answer need not be over all m rows: a coarse stage on an evenly
-    # strided part of the subsample (5 residuals per parameter, 20 rows per input) does them at a third
-    # of the cost or less. On noiseless data it reaches round-off by itself (checked on all rows below);
+    # the Gauss-Newton passes far from the answer need not be over all m rows: a coarse stage of at most
+    # _COARSE_STEPS trial steps on an evenly strided part of the subsample (5 residuals per parameter, 20
+    # rows per input) does them at a third of the cost or less. On noiseless data it reaches round-off by itself (checked on all rows below);
     # otherwise the stage on all m rows starts from it, near its own minimiser, and needs fewer passes
     # (only for Gauss-Newton: when J^T J does not fit jacobian_memory the stage runs L-BFGS)
     P = _Model(current, train).n_params
@@ -1000,9 +1004,11 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
     fits_all = False
     if Xs.shape[0] >= 3 * n_coarse and 8 * P * P <= jacobian_memory:
         step = Xs.shape[0] // n_coarse         # the first n_coarse rows of the stride-step subsample
+        coarse_iter = _COARSE_STEPS if max_iter is None else min(max_iter, _COARSE_STEPS)
         t0 = time.perf_counter()
         current, info = fit_least_squares(current, Xs[::step][:n_coarse], Ys[::step][:n_coarse], method=method,
-                                          max_iter=max_iter, tol=tol, train=train, jacobian_memory=jacobian_memory)
+                                          max_iter=coarse_iter, tol=tol, train=train,
+                                          jacobian_memory=jacobian_memory)
         stages.append(dict(info, stage="full", time=time.perf_counter() - t0))
         fits_all = mean_squared_loss(current, X, Y) <= _ROUNDOFF_LOSS * float(np.mean(Y * Y))
     if not fits_all:
