@@ -9,7 +9,7 @@ the teacher (``nnrecover.metrics.parameter_error``). ``HermiteTensorLearner`` fi
 (Awasthi et al.'s one-output model), as in ``bench_growth.py``. ``--profile`` writes one cProfile file
 per complete fit (timed without tracemalloc, whose hooks slow allocation-heavy code).
 
-Run: ``.venv/bin/python benchmarks/bench_complete_fit.py [--learners ExactReLULearner,...] [--threads 1]``
+Run: ``.venv/bin/python benchmarks/bench_complete_fit.py [--learners ExactReLULearner,...] [--threads 1] [--serial]``
 """
 
 from __future__ import annotations
@@ -73,7 +73,12 @@ def main() -> None:
     parser.add_argument("--provable", action=argparse.BooleanOptionalAction, default=True,
                         help="also time refine=False")
     parser.add_argument("--profile", metavar="DIR", help="write DIR/<learner>.prof of each complete fit")
+    parser.add_argument("--serial", action="store_true",
+                        help="one chunk worker: the limit also reaches SciPy's BLAS, whose thread count the fits' "
+                             "worker count follows (bench_growth.py's children import SciPy later: two workers)")
     args = parser.parse_args()
+    if args.serial:
+        import scipy.linalg  # noqa: F401  (loads SciPy's OpenBLAS before the limit below)
     names = [s for s in args.learners.split(",") if s]
     with threadpool_limits(args.threads):
         net, (X, Y) = _data(args.d, args.k, args.n, False)
