@@ -539,3 +539,22 @@ def test_refine_network_reads_the_same_training_and_held_out_rows_from_arrays_as
     np.testing.assert_array_equal(a.network.hidden_weights, b.network.hidden_weights)
     with pytest.raises(InputError, match="holdout_fraction"):
         refine_network(start, (X[:1], Y[:1]), holdout_fraction=0.5)
+
+
+def test_span_first_on_noiseless_arrays_never_holds_all_training_rows():
+    # d = 50, k = 3, one output, 1e5 rows: the 4e4 training rows take 16.3 MB; on noiseless data the subsample
+    # stages reach round-off, so only the 5000-row subsample (2 MB), loss chunks of 8192 rows (3.3 MB) and,
+    # after the optimisation, the 1e4 held-out rows (4.1 MB) are read: the peak is the subsample and one
+    # Gauss-Newton chunk (at most 8 MiB), below the training rows alone (the previous design: 50 MB)
+    truth = nr.random_network(50, 3, rng=21)
+    X, Y = nr.sample(truth, StandardGaussian(50), 100_000, rng=22)
+    start = _perturbed(truth, 1e-2, seed=23)
+    tracemalloc.start()
+    try:
+        res = refine_network(start, (X, Y), max_samples=50_000, full_samples=5000, rng=0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert res.extra["stages"][-1].get("stopped") == "fits all rows to round-off"
+    assert parameter_error(res.network, truth)["max_unit_error"] < 1e-10
+    assert res.n_samples_used == 40_000 and peak < 16e6

@@ -959,11 +959,63 @@ def _fixed_hessian_steps(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.
 
 #: mean squared residual, relative to E[y^2], below which a fit is at round-off: (64 eps)^2
 _ROUNDOFF_LOSS = (64 * np.finfo(float).eps) ** 2
+#: rows per chunk of the losses over training rows read from the data (about 8 MB of X at d = 100)
+_LOSS_CHUNK_ROWS = 1 << 13
 
 
-def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, method: str, max_iter,
-                    tol: float, train: tuple[str, ...], jacobian_memory: int, full_samples: int
-                    ) -> tuple[TwoLayerNetwork, dict]:
+class _TrainingRows:
+    """The training rows of the span path: arrays in memory, or rows of a data source (numpy array or
+    memory map) read on demand, so that on noiseless data, where the subsample stages reach round-off, only
+    the subsample is ever held and the losses over all rows are chunked passes (``O(chunk d)`` memory)."""
+
+    def __init__(self, X: np.ndarray | None = None, Y: np.ndarray | None = None, *, source=None,
+                 rows: np.ndarray | None = None, network: TwoLayerNetwork | None = None):
+        self.X, self.Y, self.source, self.rows, self.network = X, Y, source, rows, network
+        self.n = int(X.shape[0] if X is not None else rows.size)
+        self._msy: float | None = None
+
+    def _read(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return _check_xy(*self.source.take_rows(rows), self.network, "data")
+
+    def _chunks(self):
+        for s in range(0, self.n, _LOSS_CHUNK_ROWS):
+            yield self._read(self.rows[s:s + _LOSS_CHUNK_ROWS])
+
+    def mean_square_y(self) -> float:
+        """``mean(Y * Y)`` over all rows and outputs."""
+        if self._msy is None:
+            if self.X is not None:
+                self._msy = float(np.mean(self.Y * self.Y))
+            else:
+                total = sum(float(np.sum(Yc * Yc)) for _, Yc in self._chunks())
+                self._msy = total / (self.n * self.network.n_outputs)
+        return self._msy
+
+    def loss(self, network: TwoLayerNetwork) -> float:
+        """:func:`mean_squared_loss` over all rows (chunk by chunk when they are read on demand)."""
+        if self.X is not None:
+            return mean_squared_loss(network, self.X, self.Y)
+        total = 0.0
+        for Xc, Yc in self._chunks():
+            F = network.predict(Xc).reshape(Yc.shape)
+            total += float(np.sum((F - Yc) ** 2))
+        return total / self.n
+
+    def strided(self, stride: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every ``stride``-th row."""
+        if self.X is not None:
+            return self.X[::stride], self.Y[::stride]
+        return self._read(self.rows[::stride])
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """All rows in memory (read once)."""
+        if self.X is None:
+            self.X, self.Y = self._read(self.rows)
+        return self.X, self.Y
+
+
+def _span_then_full(network: TwoLayerNetwork, data: _TrainingRows, *, method: str, max_iter, tol: float,
+                    train: tuple[str, ...], jacobian_memory: int, full_samples: int) -> tuple[TwoLayerNetwork, dict]:
     """Span polish and full-space polish on an evenly strided subsample of at most ``full_samples`` rows
     (after a coarse one of ``max(5 P / p, 20 d)`` rows when it holds three times that), then (unless that
     already fits every row to round-off) steps with its normal matrix and the gradient of all rows, and a
@@ -976,10 +1028,12 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
     subsample (``O(m (k d)^2)`` per pass) removes it to the statistical error of ``m`` rows (to round-off
     on noiseless data); :func:`_fixed_hessian_steps` then moves to the least-squares fit of all rows, and
     the last span stage, in the span of the corrected rows, polishes the in-span parameters on all rows.
+    Only those all-rows stages hold all training rows in memory (:class:`_TrainingRows`).
     """
-    n = X.shape[0]
-    start_loss = mean_squared_loss(network, X, Y)
-    if start_loss <= _ROUNDOFF_LOSS * float(np.mean(Y * Y)):
+    n = data.n
+    start_loss = data.loss(network)
+    roundoff = _ROUNDOFF_LOSS * data.mean_square_y()
+    if start_loss <= roundoff:
         # an exact learner on noiseless data: every stage below could only move the fit within round-off,
         # and the full-space ones cost O(m (k d)^2) per pass; one O(N d k) loss pass decides it
         return network.copy(), {"method": "gn", "n_iter": 0, "n_samples_used": n, "success": True, "status": 1,
@@ -987,7 +1041,7 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
                                 "train_loss_start": start_loss, "train_loss_refined": start_loss, "stages": []}
     stages = []
     stride = -(-n // full_samples)
-    Xs, Ys = X[::stride], Y[::stride]
+    Xs, Ys = data.strided(stride)
     # the first span stage only has to bring the in-span parameters close for the full-space stage, which
     # works on the subsample anyway: on the subsample it costs 1/stride of an all-rows stage
     first_iter = _SPAN_FIRST_STEPS if max_iter is None else min(max_iter, _SPAN_FIRST_STEPS)
@@ -996,11 +1050,12 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
     stages.append(info)
     # the Gauss-Newton passes far from the answer need not be over all m rows: a coarse stage of at most
     # _COARSE_STEPS trial steps on an evenly strided part of the subsample (5 residuals per parameter, 20
-    # rows per input) does them at a third of the cost or less. On noiseless data it reaches round-off by itself (checked on all rows below);
-    # otherwise the stage on all m rows starts from it, near its own minimiser, and needs fewer passes
+    # rows per input) does them at a third of the cost or less. On noiseless data it reaches round-off by
+    # itself (checked on all rows below); otherwise the stage on all m rows starts from it, near its own
+    # minimiser, and needs fewer passes
     # (only for Gauss-Newton: when J^T J does not fit jacobian_memory the stage runs L-BFGS)
     P = _Model(current, train).n_params
-    n_coarse = max(-(-_COARSE_RESIDUALS_PER_PARAMETER * P // Ys.shape[1]), _COARSE_ROWS_PER_INPUT * X.shape[1])
+    n_coarse = max(-(-_COARSE_RESIDUALS_PER_PARAMETER * P // Ys.shape[1]), _COARSE_ROWS_PER_INPUT * Xs.shape[1])
     fits_all = False
     if Xs.shape[0] >= 3 * n_coarse and 8 * P * P <= jacobian_memory:
         step = Xs.shape[0] // n_coarse         # the first n_coarse rows of the stride-step subsample
@@ -1010,13 +1065,13 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
                                           max_iter=coarse_iter, tol=tol, train=train,
                                           jacobian_memory=jacobian_memory)
         stages.append(dict(info, stage="full", time=time.perf_counter() - t0))
-        fits_all = mean_squared_loss(current, X, Y) <= _ROUNDOFF_LOSS * float(np.mean(Y * Y))
+        fits_all = data.loss(current) <= roundoff
     if not fits_all:
         t0 = time.perf_counter()
         current, info = fit_least_squares(current, Xs, Ys, method=method, max_iter=max_iter, tol=tol,
                                           train=train, jacobian_memory=jacobian_memory)
         stages.append(dict(info, stage="full", time=time.perf_counter() - t0))
-        fits_all = mean_squared_loss(current, X, Y) <= _ROUNDOFF_LOSS * float(np.mean(Y * Y))
+        fits_all = data.loss(current) <= roundoff
     if fits_all:
         # the subsample's fit already fits every row to round-off (noiseless data): the all-rows
         # stages below could only move it within round-off
@@ -1029,15 +1084,17 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
                                  "> jacobian_memory")
     elif Xs.shape[0] < n:  # the same least squares on all rows, with the subsample's normal matrix
         t0 = time.perf_counter()
+        X, Y = data.arrays()
         model = _Model(current, train)
         theta, info = _fixed_hessian_steps(model, model.pack(current), X, Y, Xs, Ys, max_steps=_FULL_GRADIENT_STEPS,
                                            tol=tol, chunk_rows=_chunk_rows(jacobian_memory, model)[0])
-        start_loss = mean_squared_loss(current, X, Y)
+        stage_start = mean_squared_loss(current, X, Y)
         current = model.network(theta)
         stages.append(dict(info, stage="full-gradient", method="gn", n_samples_used=n, success=True, status=1,
-                           train_loss_start=start_loss, train_loss_refined=mean_squared_loss(current, X, Y),
+                           train_loss_start=stage_start, train_loss_refined=mean_squared_loss(current, X, Y),
                            time=time.perf_counter() - t0))
     if "stopped" not in stages[-1]:
+        X, Y = data.arrays()
         current, info = _span_stage(current, X, Y, method=method, max_iter=max_iter, tol=tol, train=train,
                                     jacobian_memory=jacobian_memory)
         stages.append(info)
@@ -1046,7 +1103,7 @@ def _span_then_full(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, m
                "success": last["success"], "status": last["status"],
                "message": "; ".join(f"{st['stage']} on {st['n_samples_used']} rows: {st['message']}"
                                     for st in stages),
-               "train_loss_start": mean_squared_loss(network, X, Y), "train_loss_refined": last["train_loss_refined"],
+               "train_loss_start": start_loss, "train_loss_refined": last["train_loss_refined"],
                "stages": stages}
     if all("n_jacobian" in st for st in stages if st["stage"] != "full-gradient"):
         summary["n_jacobian"] = sum(st.get("n_jacobian", 0) for st in stages)
@@ -1147,20 +1204,23 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
         if rows is None:
             Xv, Yv, Xt, Yt = X[hold], Y[hold], X[tr], Y[tr]
         else:
-            # the held-out rows are read after the optimisation, once the training rows are released
-            Xt, Yt = _check_xy(*source.take_rows(rows[tr]), network, "data")
+            # the training rows are read when a stage needs them (the span path on noiseless data: only its
+            # subsample and chunked losses), the held-out rows after the optimisation
+            _check_xy(*source.take_rows(rows[tr[:1]]), network, "data")
 
     if not isinstance(span, (bool, np.bool_)):
         raise InputError(f"span must be True or False, got {span!r}.")
     full_samples = check_positive_int(full_samples, "full_samples")
+    train_rows = (_TrainingRows(Xt, Yt) if rows is None else
+                  _TrainingRows(source=source, rows=rows[tr], network=network))
     if span and method in ("auto", "gn") and "hidden_weights" in train and network.n_hidden < network.n_inputs:
-        refined, info = _span_then_full(network, Xt, Yt, method=method, max_iter=max_iter, tol=tol, train=train,
-                                        jacobian_memory=jacobian_memory, full_samples=full_samples)
+        refined, info = _span_then_full(network, train_rows, method=method, max_iter=max_iter, tol=tol,
+                                        train=train, jacobian_memory=jacobian_memory, full_samples=full_samples)
     else:
-        refined, info = fit_least_squares(network, Xt, Yt, method=method, max_iter=max_iter, tol=tol,
+        refined, info = fit_least_squares(network, *train_rows.arrays(), method=method, max_iter=max_iter, tol=tol,
                                           train=train, jacobian_memory=jacobian_memory)
-    if rows is not None and validation_data is None:
-        del Xt, Yt
+    if rows is not None:
+        del train_rows
         Xv, Yv = source.take_rows(rows[hold])
         if n_hold:
             Xv, Yv = _check_xy(Xv, Yv, network, "data")
