@@ -982,23 +982,27 @@ class _TrainingRows:
             yield self._read(self.rows[s:s + _LOSS_CHUNK_ROWS])
 
     def mean_square_y(self) -> float:
-        """``mean(Y * Y)`` over all rows and outputs."""
+        """``mean(Y * Y)`` over all rows and outputs (from the first chunked loss pass when rows are read on
+        demand)."""
         if self._msy is None:
             if self.X is not None:
                 self._msy = float(np.mean(self.Y * self.Y))
             else:
-                total = sum(float(np.sum(Yc * Yc)) for _, Yc in self._chunks())
-                self._msy = total / (self.n * self.network.n_outputs)
+                self.loss(self.network)
         return self._msy
 
     def loss(self, network: TwoLayerNetwork) -> float:
         """:func:`mean_squared_loss` over all rows (chunk by chunk when they are read on demand)."""
         if self.X is not None:
             return mean_squared_loss(network, self.X, self.Y)
-        total = 0.0
+        total, yy = 0.0, 0.0
         for Xc, Yc in self._chunks():
             F = network.predict(Xc).reshape(Yc.shape)
             total += float(np.sum((F - Yc) ** 2))
+            if self._msy is None:
+                yy += float(np.sum(Yc * Yc))
+        if self._msy is None:
+            self._msy = yy / (self.n * self.network.n_outputs)
         return total / self.n
 
     def strided(self, stride: int) -> tuple[np.ndarray, np.ndarray]:
