@@ -55,15 +55,27 @@ def _multisets(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     return monos, weights
 
 
+@functools.lru_cache(maxsize=32)
+def _parents(n: int, k: int) -> np.ndarray:
+    """Index, among the multisets of order ``k - 1``, of each order-``k`` multiset without its last entry."""
+    lower = {tuple(mu): j for j, mu in enumerate(_multisets(n, k - 1)[0])}
+    return np.array([lower[tuple(mu[:-1])] for mu in _multisets(n, k)[0]], dtype=np.intp)
+
+
 def _packed_model(a, b, U, orders, monos):
-    """``g^_k`` of :func:`_model_tensors` at the multisets ``monos[k]`` only (one entry per orbit)."""
+    """``g^_k`` of :func:`_model_tensors` at the multisets ``monos[k]`` only (one entry per orbit).
+
+    The products ``prod_j u_{mu_j}`` of order ``k`` extend those of order ``k - 1`` by the last factor
+    (left to right, as a product of the factors in order)."""
     coef = get_activation("relu").hermite_coefficients(max(orders), b)
+    n = U.shape[1]
+    prod = np.ones((U.shape[0], 1))
     out = {}
-    for k in orders:
-        prod = np.ones((U.shape[0], monos[k].shape[0]))
-        for j in range(k):
-            prod *= U[:, monos[k][:, j]]
-        out[k] = (a * coef[:, k]) @ prod
+    for k in range(max(orders) + 1):
+        if k:
+            prod = prod[:, _parents(n, k)] * U[:, _multisets(n, k)[0][:, -1]]
+        if k in orders:
+            out[k] = (a * coef[:, k]) @ prod
     return out
 
 
