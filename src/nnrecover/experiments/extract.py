@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from .._validation import check_positive_int, check_random_state
-from ..errors import NNRecoverError
+from ..errors import InputError, NNRecoverError
 from .registry import experiment
 
 if TYPE_CHECKING:
@@ -55,6 +55,18 @@ def _max_angle(est, truth) -> float:
     return float(np.max(2 * np.arcsin(np.minimum(best, 2.0) / 2)))
 
 
+def _positive_ints(value, default, name: str) -> list[int]:
+    """``value`` as a list of positive integers: one integer (``--option dims=10``) or a sequence."""
+    if value is None:
+        return list(default)
+    if isinstance(value, (int, np.integer)):
+        value = [value]
+    if isinstance(value, str):
+        raise InputError(f"{name} must be an integer or a list of integers (on the command line: "
+                         f"--option {name}=[5,10]), got {value!r}.")
+    return [check_positive_int(v, name) for v in value]
+
+
 @experiment("extract", paper="baseline",
             description="black-box extraction by critical points: queries, time and precision vs width")
 def run_extract(*, rng, quick: bool = False, dims: Sequence[int] | None = None,
@@ -68,8 +80,8 @@ def run_extract(*, rng, quick: bool = False, dims: Sequence[int] | None = None,
     from ..network import random_network
 
     gen = check_random_state(rng)
-    dims = [check_positive_int(v, "dims") for v in (dims or ((10,) if quick else (10, 100)))]
-    widths = [check_positive_int(v, "widths") for v in (widths or ((5, 10) if quick else (5, 10, 20, 50, 100, 200)))]
+    dims = _positive_ints(dims, (10,) if quick else (10, 100), "dims")
+    widths = _positive_ints(widths, (5, 10) if quick else (5, 10, 20, 50, 100, 200), "widths")
     rows = []
     for d in dims:
         for k in widths:
