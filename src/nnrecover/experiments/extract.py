@@ -123,8 +123,17 @@ def run_extract(*, rng, quick: bool = False, dims: Sequence[int] | None = None,
         style = "-" if dt == "float64" else "--"
         axes[0].loglog(grp["k"], grp["queries"], style, marker="o", label=f"d={d}, {dt}")
         axes[1].loglog(grp["k"], grp["seconds"], style, marker="o", label=f"d={d}, {dt}")
-        axes[2].loglog(grp["k"], grp["function_error"].clip(lower=1e-17), style, marker="o",
-                       label=f"d={d}, {dt}")
+        line = axes[2].loglog(grp["k"], grp["function_error"].clip(lower=1e-17), style, marker="o",
+                              label=f"d={d}, {dt}")[0]
+        # a scalar output whose orientation (a subset sum) was not solved in sign_time_limit: the
+        # function is exact with its linear part kept as extra units, the time is mostly that limit
+        open_ = grp[grp["linear_units"] > 0]
+        for ax, col in ((axes[1], "seconds"), (axes[2], "function_error")):
+            ax.scatter(open_["k"], open_[col].clip(lower=1e-17), s=110, facecolors="none",
+                       edgecolors=line.get_color(), linewidths=1.5, zorder=3)
+    if (df.get("linear_units", 0) > 0).any():
+        axes[1].scatter([], [], s=110, facecolors="none", edgecolors="k",
+                        label="units not oriented in time\n(linear part kept as 2 units)")
     axes[0].set(xlabel="hidden units k", ylabel="queries", title="queries")
     axes[1].set(xlabel="hidden units k", ylabel="seconds", title="time")
     axes[2].set(xlabel="hidden units k", ylabel="relative L2 error", title="function error (fresh inputs)")
