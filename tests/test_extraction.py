@@ -312,7 +312,7 @@ def test_lattice_backends_solve_the_same_subset_sum(backend):
     found = binary_solution(M, rhs, 1e-14 * scale, time_limit=60, backend=backend, info=info)
     assert np.array_equal(found, t)
     assert info["reduction"].endswith("(fplll)" if backend == "auto" and have_fpylll() else "(numpy)")
-    with pytest.raises(ValueError, match="backend"):
+    with pytest.raises(InputError, match="backend"):
         binary_solution(M, rhs, scale, backend="magic")
 
 

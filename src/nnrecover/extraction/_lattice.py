@@ -30,6 +30,8 @@ import time
 
 import numpy as np
 
+from ..errors import InputError
+
 __all__ = ["lll_reduce", "binary_solution", "have_fpylll"]
 
 #: BKZ block sizes tried after LLL (each stops early when a tour changes nothing)
@@ -163,7 +165,7 @@ def binary_solution(M: np.ndarray, rhs: np.ndarray, tol: np.ndarray, *, accept: 
         Receives ``reduction`` (the last reduction run).
     """
     if backend not in ("auto", "fpylll", "numpy"):
-        raise ValueError(f"backend must be 'auto', 'fpylll' or 'numpy', got {backend!r}")
+        raise InputError(f"backend must be 'auto', 'fpylll' or 'numpy', got {backend!r}.")
     info = {} if info is None else info
     accept = tol if accept is None else accept
     B = _embedding(M, rhs, tol)
