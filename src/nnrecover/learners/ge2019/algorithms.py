@@ -22,7 +22,8 @@ from ...errors import AssumptionError, AssumptionWarning, CertificateWarning, Co
 from ...network import TwoLayerNetwork
 from .core import (build_detector_matrix, check_second_moment, cp_slices, fit_hidden_given_output, null_span,
                    output_projection, readout, sign_fix, sim_diag)
-from .moments import PureNeuronMoments, PureNeuronStatistic, SymmetryStatistic
+from .moments import (SYMMETRY_GRAM_ROWS, PureNeuronMoments, PureNeuronStatistic, SymmetryStatistic,
+                      symmetry_stride)
 
 __all__ = ["PureNeuronResult", "SpanBasis", "span_basis", "algorithm2", "algorithm3", "algorithm4", "section4_variant",
            "pure_neuron_moments", "paper_error", "symmetrize", "SYMMETRY_ALPHA", "GAP_WARNING", "SPAN_GAP_MIN"]
@@ -223,7 +224,8 @@ def _materialize(X, Y=None) -> tuple[np.ndarray, np.ndarray]:
 def pure_neuron_moments(X, Y=None, *, split: str = "none", symmetry: bool = True, chunk_size: int | None = None,
                         detector: bool = True, B: np.ndarray | None = None,
                         projection: np.ndarray | None = None, input_projection: np.ndarray | None = None,
-                        halves: bool = False) -> PureNeuronMoments:
+                        halves: bool = False, symmetry_gram_rows: int | None = SYMMETRY_GRAM_ROWS
+                        ) -> PureNeuronMoments:
     """One pass over the data: every moment Algorithms 1-4 need (see :class:`PureNeuronStatistic`).
 
     Parameters
@@ -240,18 +242,27 @@ def pure_neuron_moments(X, Y=None, *, split: str = "none", symmetry: bool = True
     detector, B, projection, input_projection, halves
         See :class:`PureNeuronStatistic` (``detector=False``: low-order moments only; ``B`` given: the
         contracted detector ``K`` of a second pass; ``input_projection=Q``: moments of ``z = Q^T x``).
+    symmetry_gram_rows : int or None, default ``SYMMETRY_GRAM_ROWS`` (20000)
+        When the number of rows is known and exceeds ``max(symmetry_gram_rows, 100 d)``, the symmetry
+        test takes the mean and variances of its odd features from every row and their correlations from
+        every ``s``-th row (:func:`.moments.symmetry_stride`; ``O(n d)`` instead of ``O(n (2 d)^2)``, the
+        power and p-value of :class:`.moments.SymmetryStatistic`). ``None``: the Gram of every row.
     """
     from ...moments import accumulate
 
     detector_part = _ROLES[split][1] if split in _ROLES else 0
-    # the symmetry test's sums as a statistic of their own: the same bits, and a pass with two workers
-    # computes its O(n (2 d)^2) Gram beside the part moments
+    # the symmetry test's sums as a statistic of their own, so a pass with two workers computes them beside
+    # the part moments; on large data its Gram sees only every stride-th row (O(n d) in all)
     separate = symmetry and input_projection is None
     stat = PureNeuronStatistic(split=split, detector_part=detector_part, symmetry=symmetry and not separate,
                                detector=detector, B=B, projection=projection, input_projection=input_projection,
                                halves=halves)
     source, _ = _source(X, Y)
-    sym = SymmetryStatistic() if separate else None
+    sym = None
+    if separate:
+        stride = 1 if symmetry_gram_rows is None else symmetry_stride(
+            source.n_samples, source.n_inputs, check_positive_int(symmetry_gram_rows, "symmetry_gram_rows"))
+        sym = SymmetryStatistic(stride)
     accumulate([stat] if sym is None else [stat, sym], source, chunk_size=chunk_size)
     if stat.n == 0:
         raise InputError("no samples were given.")
@@ -275,7 +286,7 @@ def _check_assumptions(mom: PureNeuronMoments, k: int, *, check_symmetry: bool, 
         s = mom.symmetry
         raise AssumptionError(
             f"the input distribution does not look symmetric (x and -x equal in law), the assumption of Ge "
-            f"et al. 2019: the odd moments E[x], E[x**3] are non-zero (Hotelling chi-square = "
+            f"et al. 2019: the odd moments E[x], E[x**3] are non-zero (Hotelling statistic = "
             f"{s.statistic:.4g} on {s.df} degrees of freedom, p-value {s.p_value:.3g} < {symmetry_alpha:g}). "
             "Symmetrise the data (add -x with its label) or pass check_symmetry=False.")
 

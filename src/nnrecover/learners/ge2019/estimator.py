@@ -66,7 +66,10 @@ class PureNeuronLearner(BaseLearner):
         Iterations of the gradient fit of ``W`` (practical variant).
     check_symmetry : bool, default True
         Test the symmetry assumption (Hotelling test of ``E[x] = E[x**3] = 0``); AssumptionError when
-        its p-value is below ``symmetry_alpha``.
+        its p-value is below ``symmetry_alpha``. On more than ``max(20000, 100 d)`` rows the means and
+        variances come from every row and the correlations from every ``s``-th row
+        (:class:`~nnrecover.learners.ge2019.moments.SymmetryStatistic`: ``O(n d)`` instead of
+        ``O(n d^2)``, an F p-value, the all-rows noncentrality, a critical value about 1 % larger).
     symmetry_alpha : float, default 1e-6
         Significance level of that test.
     refine : bool, default True
