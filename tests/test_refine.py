@@ -446,6 +446,30 @@ def test_structured_normal_equations_equal_dense_jacobian_products(train):
     assert np.max(np.abs(g - J.T @ r)) < 1e-13 * max(1.0, np.max(np.abs(J.T @ r)))
 
 
+@pytest.mark.parametrize("activation", ["relu", "tanh", "abs", "leaky_relu"])
+@pytest.mark.parametrize("train", [BLOCKS, ("hidden_weights",), ("hidden_weights", "hidden_bias")])
+def test_normal_equations_by_unit_pairs_equal_dense_jacobian_products(activation, train):
+    # from 24 inputs the hidden block of J^T J is summed by unit pairs over the rows where both units have a
+    # nonzero derivative: 0/1 derivatives (relu) by row selection, positive ones (tanh, leaky relu) by
+    # rows scaled with sqrt(g_i g_j), signed ones (abs) by a one-sided scaling. Each entry is a sum of at
+    # most 700 products of size <= max|x|^2 ~ 20, so both forms agree to ~700 eps 20 relative to the largest
+    from nnrecover import refine as refine_module
+
+    assert refine_module._UNIT_PAIR_MIN_INPUTS <= 30
+    net = nr.random_network(30, 4, 3, rng=92, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3),
+                            activation=activation)
+    gen = np.random.default_rng(93)
+    X, Y = gen.standard_normal((700, 30)), gen.standard_normal((700, 3))
+    model = _Model(net, train)
+    theta = model.pack(net)
+    J, r = model.jacobian(theta, X, Y), model.residuals(theta, X, Y)
+    JtJ, g = _normal_equations(model, theta, X, Y, model.forward(theta, X, Y)[-1], 77)
+    dense = J.T @ J
+    assert np.max(np.abs(JtJ - dense)) < 1e-12 * np.max(np.abs(dense))
+    assert np.max(np.abs(g - J.T @ r)) < 1e-12 * max(1.0, np.max(np.abs(J.T @ r)))
+    np.testing.assert_array_equal(JtJ, JtJ.T)
+
+
 def test_span_first_reaches_round_off_and_records_its_stages():
     # noiseless, d = 20 > k = 3: the span polish cannot reach the truth (the true rows leave the start's
     # span by ~1e-2), the full-space stage on 960 rows (>> P = 67 parameters: the noiseless least-squares
@@ -523,23 +547,27 @@ def test_gather_samples_reads_only_the_chosen_rows_of_an_array():
 def test_span_first_runs_a_coarse_full_space_stage_first_on_a_large_subsample():
     # d = 20, k = 3, one output: P = 67, so the coarse stage has max(5 * 67, 20 * 20) = 400 rows; the strided
     # subsample of 4800 training rows with full_samples = 1500 has 1200 >= 3 * 400 rows, so the coarse stage
-    # runs first on every third of them. Noiseless: 400 rows (6 residuals per parameter) determine the
-    # truth, so it reaches round-off on every row by itself and the polish ends there
+    # runs first (no span stage before it) on every third of them. Noiseless: 400 rows (6 residuals per
+    # parameter) determine the truth, so it reaches round-off on every row by itself and the polish ends
+    # there; the loss it records is that of all 4800 training rows
     truth = nr.random_network(20, 3, rng=95, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3))
     X, Y = nr.sample(truth, StandardGaussian(20), 6000, rng=96)
     start = _perturbed(truth, 1e-2, seed=97)
     res = refine_network(start, (X, Y), full_samples=1500, rng=0)
     stages = res.extra["stages"]
-    assert [(st["stage"], st["n_samples_used"]) for st in stages] == [("span", 1200), ("full", 400)]
+    assert [(st["stage"], st["n_samples_used"]) for st in stages] == [("full", 400)]
     assert stages[-1].get("stopped") == "fits all rows to round-off"
     assert parameter_error(res.network, truth)["max_unit_error"] < 1e-10
+    # on all training rows: the start's loss (the error 1e-2 of its parameters) and the fit's at round-off
+    assert res.train_loss_start > 1e-6
+    assert res.train_loss_refined <= (64 * np.finfo(float).eps) ** 2 * np.mean(Y ** 2)
     # label noise: the full-space stage on all 1200 subsample rows and the all-rows stages follow the coarse
     # one; a least-squares fit of P = 67 parameters to 4800 rows with noise 0.05 has an estimation error of
     # about 0.05 sqrt(67 / 4800) = 6e-3 per parameter, a few times that per unit
     Xn, Yn = nr.sample(truth, StandardGaussian(20), 6000, noise=0.05, rng=98)
     noisy = refine_network(start, (Xn, Yn), full_samples=1500, rng=0)
     assert [(st["stage"], st["n_samples_used"]) for st in noisy.extra["stages"]] == [
-        ("span", 1200), ("full", 400), ("full", 1200), ("full-gradient", 4800), ("span", 4800)]
+        ("full", 400), ("full", 1200), ("full-gradient", 4800), ("span", 4800)]
     assert parameter_error(noisy.network, truth)["max_unit_error"] < 0.05
 
 
