@@ -134,14 +134,19 @@ class PureNeuronMoments:
 _BLOCK_VALUES = 1 << 20
 #: BLAS products keep their speed down to about this many rows
 _MIN_BLOCK_ROWS = 1024
+#: float64 values per temporary row block of the O(n d) sums of the strided symmetry test and of the
+#: contracted detector (1 MiB): their elementwise products then stay in cache (measured at d = 100: 3x
+#: faster than 8 MiB blocks for the symmetry sums)
+_POWER_BLOCK_VALUES = 1 << 17
 
 
-def _row_blocks(n: int, width: int) -> list[slice]:
-    """Row slices of a chunk such that a temporary of ``width`` values per row stays near 8 MiB.
+def _row_blocks(n: int, width: int, values: int = _BLOCK_VALUES) -> list[slice]:
+    """Row slices of a chunk such that a temporary of ``width`` values per row stays near ``values``
+    (8 MiB by default).
 
     The slices have an even number of rows (the last one aside), so that the ``+-x`` pairs of an antithetic
     sample are never split between two blocks and their odd sums cancel exactly inside each block."""
-    step = max(_MIN_BLOCK_ROWS, _BLOCK_VALUES // max(int(width), 1))
+    step = max(_MIN_BLOCK_ROWS, values // max(int(width), 1))
     step += step % 2
     return [slice(s, min(n, s + step)) for s in range(0, n, step)]
 
@@ -295,7 +300,9 @@ class PureNeuronStatistic(Statistic):
     def _update_detector(self, Xp: np.ndarray, Yp: np.ndarray) -> None:
         m, d = Xp.shape
         self._det["n"] += m
-        for b in _row_blocks(m, n_sym(d)):
+        # the contracted detector's three pair-product temporaries in blocks of about 1 MiB each stay in
+        # cache for the product that follows (measured at k = 10: 1.24 -> 0.94 X.T @ X passes of d = 100)
+        for b in _row_blocks(m, n_sym(d), _BLOCK_VALUES if self.B is None else _POWER_BLOCK_VALUES):
             Xb, Yb = Xp[b], Yp[b]
             phi = _vech_products(Xb)
             if self.B is None:
@@ -515,11 +522,6 @@ def _add_symmetry_sums(acc: dict, X: np.ndarray) -> None:
         g = _odd_features(X[b])
         acc["sg"] += g.sum(axis=0)
         acc["sgg"] += g.T @ g
-
-
-#: rows of the O(n d) sums of the strided symmetry test per block: about 1 MiB of temporaries, so the
-#: products stay in cache (measured at d = 100: 3x faster than 8 MiB blocks)
-_POWER_BLOCK_VALUES = 1 << 17
 
 
 def _add_strided_symmetry_sums(acc: dict, X: np.ndarray, stride: int) -> None:
