@@ -710,14 +710,15 @@ def _fresh_chunks(source: DataSource) -> bool:
     """Whether a chunk stays unchanged while later chunks are read (else a pass reading ahead copies it).
 
     Array slices, list items and nnrecover's own streams are never rewritten; a generic generator may
-    hand out one buffer refilled for every chunk.
+    hand out one buffer refilled for every chunk. A re-iterable can declare its chunks fresh with an
+    attribute ``fresh_chunks = True`` (nnrecover's own views of other sources do).
     """
     from .sampling import SampleStream
 
     if isinstance(source, (_ArraySource, _DaskSource)):
         return True
     obj = getattr(source, "obj", None)
-    return isinstance(obj, (list, tuple, SampleStream))
+    return isinstance(obj, (list, tuple, SampleStream)) or getattr(obj, "fresh_chunks", False) is True
 
 
 def feed_statistics(statistics: Sequence[Statistic], source: DataSource, *, chunk_size: int | None = None,

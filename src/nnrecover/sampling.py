@@ -1,13 +1,14 @@
 """Drawing labelled samples from a teacher network, in memory or as a bounded-memory stream.
 
-Data are generated in fixed blocks of ``BLOCK_ROWS`` rows, block ``j`` from its own random stream
+Data are generated in fixed blocks of ``block_rows(d, p)`` rows (``BLOCK_ROWS = 65536`` unless a block
+would hold more than ``BLOCK_VALUES`` floats, 64 MiB), block ``j`` from its own random stream
 (``SeedSequence(entropy, spawn_key=(j,))``). ``sample`` concatenates the blocks and ``sample_stream``
 re-slices them into chunks, so for the same seed every chunk size gives the same rows, and
 ``sample(...)`` equals the concatenated stream. Within a block, ``X`` is drawn first and the label noise
 after it, so ``X`` does not depend on ``noise`` and ``Y`` depends on it linearly (same seed).
 
-Memory of a stream: one block and one chunk at a time, ``O((BLOCK_ROWS + chunk_size) (d + p))`` floats,
-whatever ``n``.
+Memory of a stream: one block and one chunk at a time, ``O((block_rows + chunk_size) (d + p))`` floats,
+at most 64 MiB per block by default, whatever ``n``.
 """
 
 from __future__ import annotations
@@ -21,9 +22,20 @@ from .distributions import Distribution
 from .errors import InputError
 from .network import TwoLayerNetwork
 
-__all__ = ["sample", "sample_stream", "SampleStream", "BLOCK_ROWS"]
+__all__ = ["sample", "sample_stream", "SampleStream", "BLOCK_ROWS", "BLOCK_VALUES", "block_rows"]
 
+#: rows of one generated block (fewer when a block would exceed BLOCK_VALUES)
 BLOCK_ROWS = 1 << 16
+#: floats of one generated block at most (64 MiB): at d = 1000, 65536 rows would be 0.5 GB per block,
+#: and a pass reading ahead holds several
+BLOCK_VALUES = 1 << 23
+
+
+def block_rows(n_inputs: int, n_outputs: int) -> int:
+    """Rows per generated block for ``d`` inputs and ``p`` outputs: ``BLOCK_ROWS``, or the even number
+    of rows that keeps a block within ``BLOCK_VALUES`` floats (at least 1024)."""
+    rows = BLOCK_VALUES // max(int(n_inputs) + int(n_outputs), 1)
+    return int(max(1024, min(BLOCK_ROWS, rows - rows % 2)))
 
 
 def _check(network, distribution, noise):
@@ -43,7 +55,7 @@ class SampleStream:
     Iterating twice yields the same data (multi-pass algorithms rely on it). ``len()`` is the number
     of chunks; ``n_samples``, ``n_inputs`` and ``n_outputs`` describe the whole stream. Every chunk has
     ``chunk_size`` rows except possibly the last. Memory at any time is
-    O((BLOCK_ROWS + chunk_size) * (d + p)). Build it with :func:`sample_stream`.
+    O((block_rows + chunk_size) * (d + p)) (:func:`block_rows`). Build it with :func:`sample_stream`.
 
     Chunks may be views into an internal block: they stay valid, but writing into one writes into
     nothing else the stream will yield.
@@ -55,14 +67,16 @@ class SampleStream:
         self.entropy, self.antithetic = entropy, antithetic
         self.n_inputs = network.n_inputs
         self.n_outputs = network.n_outputs
+        self.block_rows = block_rows(self.n_inputs, self.n_outputs)
 
     def __len__(self) -> int:
         return -(-self.n_samples // self.chunk_size)
 
     def _blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        n_blocks = -(-self.n_samples // BLOCK_ROWS)
+        size = self.block_rows
+        n_blocks = -(-self.n_samples // size)
         for j in range(n_blocks):
-            rows = min(BLOCK_ROWS, self.n_samples - j * BLOCK_ROWS)
+            rows = min(size, self.n_samples - j * size)
             gen = np.random.default_rng(np.random.SeedSequence(self.entropy, spawn_key=(j,)))
             X = self.distribution.sample(rows, gen, antithetic=self.antithetic)
             with np.errstate(over="ignore", invalid="ignore"):
@@ -140,7 +154,8 @@ class SampleStream:
 def _make_stream(network, distribution, n, chunk_size, noise, rng, antithetic) -> SampleStream:
     noise = _check(network, distribution, noise)
     n = check_positive_int(n, "n")
-    chunk_size = check_positive_int(chunk_size, "chunk_size")
+    chunk_size = (block_rows(network.n_inputs, network.n_outputs) if chunk_size is None
+                  else check_positive_int(chunk_size, "chunk_size"))
     if antithetic and (n % 2 or chunk_size % 2):
         raise InputError(f"antithetic sampling emits pairs (x, -x): n and chunk_size must be even, got "
                          f"n={n}, chunk_size={chunk_size}.")
@@ -181,11 +196,11 @@ def sample(network: TwoLayerNetwork, distribution: Distribution, n: int, *, nois
     -----
     Identical to concatenating :func:`sample_stream` with the same arguments, for any chunk size.
     """
-    return _make_stream(network, distribution, n, BLOCK_ROWS, noise, rng, antithetic).to_arrays()
+    return _make_stream(network, distribution, n, None, noise, rng, antithetic).to_arrays()
 
 
 def sample_stream(network: TwoLayerNetwork, distribution: Distribution, n: int, *,
-                  chunk_size: int = BLOCK_ROWS, noise: float = 0.0, rng=None,
+                  chunk_size: int | None = None, noise: float = 0.0, rng=None,
                   antithetic: bool = False) -> SampleStream:
     """The same samples as :func:`sample`, as a re-iterable stream of ``(X, Y)`` chunks.
 
@@ -193,14 +208,15 @@ def sample_stream(network: TwoLayerNetwork, distribution: Distribution, n: int, 
     ----------
     network, distribution, n, noise, rng, antithetic
         As in :func:`sample`.
-    chunk_size : int, default BLOCK_ROWS (65536)
+    chunk_size : int, optional
         Rows per chunk (the last chunk may be shorter); even when ``antithetic``, so that pairs stay
-        within a chunk. The rows do not depend on it.
+        within a chunk. The rows do not depend on it. Default: the rows of one generated block,
+        :func:`block_rows` (65536 rows up to ``d + p = 128``, 64 MiB per chunk beyond).
 
     Returns
     -------
     SampleStream
         Iterable (any number of times, same data each time) of ``(X, Y)`` chunks, ``len()`` chunks,
-        memory bounded by ``O((BLOCK_ROWS + chunk_size) (d + p))`` whatever ``n``.
+        memory bounded by ``O((block_rows + chunk_size) (d + p))`` whatever ``n``.
     """
     return _make_stream(network, distribution, n, chunk_size, noise, rng, antithetic)

@@ -175,6 +175,25 @@ def _lstsq_residual(Q: np.ndarray, g: np.ndarray) -> float:
     return float(np.linalg.norm(g - Q @ (Q.T @ g)) / ng)
 
 
+def _solve_well_posed(A: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Least squares ``A z = b`` for a tall ``A`` whose columns are far from dependent (e.g. ``2 d`` rows
+    of a Gaussian-like sample: condition number about 6), by the normal equations: a third of the
+    flops of a QR-based solve. Squaring the condition number costs nothing measurable there (relative
+    error 3e-15 at d = 1000). The ratio of the Cholesky factor's diagonal entries is a lower bound of
+    ``cond(A)``: when it exceeds 1e4 (or the factorisation fails) the QR-based solver is used instead;
+    the callers check the residual of the solution on every row."""
+    G = A.T @ A
+    try:
+        c, low = scipy.linalg.cho_factor(G, check_finite=False)
+    except np.linalg.LinAlgError:
+        c = None
+    if c is not None:
+        diag = np.abs(np.diag(c))
+        if diag.min() > 1e-4 * diag.max():
+            return scipy.linalg.cho_solve((c, low), A.T @ b, check_finite=False)
+    return scipy.linalg.lstsq(A, b, check_finite=False, lapack_driver="gelsy")[0]
+
+
 def fit_unit(y_pos: np.ndarray, X_pos: np.ndarray, act: Activation, *, solve_rows: int | None = None
              ) -> tuple[np.ndarray, float, float]:
     """Weights of one unit from a recovered row ``y = c φ(v x)`` (c > 0) on columns where it is positive.
@@ -207,9 +226,9 @@ def fit_unit(y_pos: np.ndarray, X_pos: np.ndarray, act: Activation, *, solve_row
         n_rows = X_pos.shape[0]
         if solve_rows is not None and n_rows > solve_rows:
             rows = np.linspace(0, n_rows - 1, solve_rows).round().astype(np.int64)
-            z, *_ = scipy.linalg.lstsq(X_pos[rows], g[rows], check_finite=False)
+            z = _solve_well_posed(X_pos[rows], g[rows])
         else:
-            z, *_ = scipy.linalg.lstsq(X_pos, g, check_finite=False)
+            z, *_ = scipy.linalg.lstsq(X_pos, g, check_finite=False, lapack_driver="gelsy")
         res = relative_residual(g, X_pos @ z)
         nz = float(np.linalg.norm(z))
         return (z / nz if nz > 0 else z), res, 1.0

@@ -320,17 +320,21 @@ def certify_max_unit_error(learner: Any, network: TwoLayerNetwork, rows, diagnos
     Passes when :func:`unit_error_bound` is at most ``tol`` (and inside the first-order regime); its
     record in ``diagnostics["certificates"]`` carries ``meaning``, ``bound``, ``tolerance`` and
     ``stage``. With ``rows=None`` (no re-readable samples) nothing is claimed: the record says
-    ``passed=None`` and no warning is issued. Returns the verdict.
+    ``passed=None`` and no warning is issued. ``rows`` may be a callable returning the rows (or None):
+    it is called only when the certificate's cost allows it to be evaluated. Returns the verdict.
     """
+    k, d = network.hidden_weights.shape
+    p = network.n_outputs
+    P = k * d + k * p + p
+    if callable(rows):
+        # read the rows (for a stream, a pass) only when the certificate can be afforded at all
+        rows = rows() if float(P) ** 3 <= MAX_CERTIFICATE_FLOPS else ()
     if rows is None:
         diagnostics.setdefault("certificates", {})["max_unit_error"] = {
             "passed": None, "detail": "not evaluated: the samples cannot be read again (one-pass iterator)",
             "meaning": MEANING, "bound": math.inf, "tolerance": float(tol), "stage": stage}
         return None
-    k, d = network.hidden_weights.shape
-    p = network.n_outputs
-    P = k * d + k * p + p
-    n_rows = min(rows[0].shape[0], max(2000, -(-ROWS_PER_PARAMETER * P // p)))
+    n_rows = min(rows[0].shape[0], max(2000, -(-ROWS_PER_PARAMETER * P // p))) if rows else 0
     flops = n_rows * float(k * (d + 1)) ** 2 + float(P) ** 3
     if flops > MAX_CERTIFICATE_FLOPS:
         diagnostics.setdefault("certificates", {})["max_unit_error"] = {
@@ -401,7 +405,7 @@ def held_assumption_warnings(learner: Any, network_fn, rows_fn, diagnostics: dic
                     held.append(w)
                 else:
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        passed = certify_max_unit_error(learner, network_fn(), rows_fn(), diagnostics, tol=tol)
+        passed = certify_max_unit_error(learner, network_fn(), rows_fn, diagnostics, tol=tol)
     finally:
         diagnostics["input_law_notes"] = [str(w.message) for w in held]
         if passed is not True:

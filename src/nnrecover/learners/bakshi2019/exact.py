@@ -92,6 +92,10 @@ def row_from_zero_set(B: np.ndarray, zero: np.ndarray, positive: np.ndarray | No
     if nz == 0:
         return {"w": None, "y": None, "null_ratio": 1.0, "gap_ratio": 0.0, "min_positive": -np.inf,
                 "n_zero": 0, "ok": False}
+    if nz > k:
+        # B_Z^T = Q R, so B_Z = R^T Q^T has the left singular vectors and singular values of the k x k
+        # R^T: a QR of the tall B_Z^T instead of an SVD that also forms the (k x |Z|) right vectors
+        Bz = scipy.linalg.qr(Bz.T, mode="r", check_finite=False)[0][:k].T
     Uz, s, _ = scipy.linalg.svd(Bz, full_matrices=nz < k, check_finite=False)
     sv = np.zeros(k)
     sv[: s.size] = s
@@ -180,11 +184,6 @@ def certify_or_raise(result: ExactResult, what: str) -> None:
             f"{what}: the exact-recovery certificates failed ({reasons}). The approximate weights are too "
             "far off or the refinement sample is too small: pass more samples (n, n_refine) or a better "
             "approximate estimate. strict=False returns the uncertified result with diagnostics.")
-
-
-def _sets_of(tau_values, t: np.ndarray):
-    for tau in tau_values:
-        yield float(tau), t > tau, t < -tau
 
 
 def algorithm5(V_approx: Any, X_bar: Any, Y_bar: Any, *, activation: Any = "relu", form: str = "margin",
@@ -289,7 +288,9 @@ def _unit_margin(t, B, X_bar, act, tau, tol_null, tol_gap, tol_consistency, min_
         if not np.all(np.isfinite(taus)) or np.any(taus < 0):
             raise InputError(f"tau must be non-negative finite number(s), got {tau!r}.")
     attempts = []
-    for tv, pos, neg in _sets_of(taus, t):
+    for tv in taus:
+        tv = float(tv)
+        pos, neg = t > tv, t < -tv
         if min(int(pos.sum()), int(neg.sum())) < min_set:
             attempts.append({"tau": tv, "reason": "margin sets smaller than d + 2k"})
             break

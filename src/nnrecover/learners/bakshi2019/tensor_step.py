@@ -59,9 +59,10 @@ from ..._validation import check_positive_int, check_random_state
 from ...activations import get_activation
 from ...errors import AssumptionError, AssumptionWarning, CertificateWarning, InputError
 from ...moments.base import Statistic, accumulate
-from ...data import as_data_source
+from ...data import _fresh_chunks, as_data_source
 from ...moments.hermite import HermiteTensorStatistic
-from ...moments.statistics import Covariance, MeanStatistic, SecondMoment, input_deviation_from_standard
+from ...moments.statistics import (Covariance, InputDeviation, MeanStatistic, SecondMoment,
+                                   input_deviation_from_standard)
 from ...tensor import jennrich, joint_diagonalize, whiten
 from ._common import check_flag
 
@@ -138,6 +139,15 @@ class _Tail:
 
     def __init__(self, source, skip: int, transform: Callable | None = None, chunk_size: int | None = None):
         self.source, self.skip, self.transform, self.chunk_size = source, skip, transform, chunk_size
+        # the shapes, when the source knows its own: otherwise a pass would generate a chunk to learn them
+        info = source.info
+        self.n_samples = None if info.n_samples is None else max(info.n_samples - skip, 0)
+        self.n_inputs, self.n_outputs = info.n_inputs, info.n_outputs
+        # rows of a source whose chunks are never rewritten stay so here: a pass need not copy them
+        self.fresh_chunks = _fresh_chunks(source)
+        if transform is not None and info.n_inputs is not None and info.n_outputs is not None:
+            Xo, Yo = transform(np.zeros((1, info.n_inputs)), np.zeros((1, info.n_outputs)))
+            self.n_inputs, self.n_outputs = Xo.shape[1], Yo.shape[1]
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         seen = 0
@@ -179,6 +189,40 @@ def _tail(source, skip: int, transform: Callable | None = None, chunk_size: int 
         xs.append(da.from_delayed(pair[0], (rows, px.shape[1]), dtype=np.float64))
         ys.append(da.from_delayed(pair[1], (rows, py.shape[1]), dtype=np.float64))
     return da.concatenate(xs), da.concatenate(ys)
+
+
+class _Transformed(Statistic):
+    """``inner`` fed with ``transform(X, Y)`` of every chunk, the transform computed where the chunk is
+    added: in a pass's worker threads, so that the projection of a chunk overlaps with the reading (or
+    generation) of the next ones instead of running in the reading thread. Chunk-parallel: each chunk's
+    partial is merged in chunk order, so the result does not depend on the number of workers."""
+
+    parallel_chunks = True
+
+    def __init__(self, inner: Statistic, transform: Callable) -> None:
+        self._template, self.transform = inner.empty_like(), transform
+        super().__init__()
+
+    def _reset(self) -> None:
+        self.inner = self._template.empty_like()
+
+    def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        self.inner._add(*self.transform(X, Y))
+
+    def _merge(self, other: "_Transformed") -> None:
+        self.inner.merge(other.inner)
+
+    def finalize(self) -> Any:
+        return self.inner.finalize()
+
+
+def _transformed_pass(stat: Statistic, source, skip: int, transform: Callable, chunk_size: int | None):
+    """``(statistic, data)`` for ``accumulate``: the rows after ``skip`` through ``transform`` into ``stat``.
+    Dask sources transform their blocks on the cluster (:func:`_tail`); the others in the pass's workers
+    (:class:`_Transformed`)."""
+    if getattr(source, "is_dask", False):
+        return stat, _tail(source, skip, transform, chunk_size)
+    return _Transformed(stat, transform), _tail(source, skip, None, chunk_size)
 
 
 def _top_right(B: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -373,10 +417,12 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
     r, coeffs = choose_order(act, m_hint, order)
     noise_seed = int(gen.integers(0, 2**63)) if paper_noise else None
 
-    # pass 1: E[x], E[y], E[x x^T], E[y x^T] on the moment rows
+    # pass 1: E[x], E[y], E[y x^T] on the moment rows; E[x x^T] on a strided subset of them unless it
+    # whitens (_InputMoments)
+    d_hint = info.n_inputs if info.n_inputs is not None else source.peek()[0].shape[1]
+    stride = 1 if whiten else gram_stride(d_hint, k, m_hint)
     base = _tail(source, skip, _noise_fn(noise_seed), chunk_size)
-    mean, second, fourth = accumulate([MeanStatistic(), SecondMoment(), _FourthMoment()], base,
-                                      chunk_size=chunk_size)
+    mean, second = accumulate([MeanStatistic(), _InputMoments(stride)], base, chunk_size=chunk_size)
     n_mom = int(mean.n or 0)
     if n_mom == 0:
         raise InputError(f"the tensor step has no moment samples left (n_samples = {skip}, all reserved for the "
@@ -388,7 +434,7 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
         raise InputError(f"the tensor step needs at least max(4 d, 100) = {max(4 * d, 100)} moment samples "
                          f"after the {skip} refinement rows; got {n_mom}.")
     mom, sec = mean.finalize(), second.finalize()
-    deviation, kurtosis = _check_input_law(mom, sec, fourth.finalize(), whiten)
+    deviation, kurtosis = _check_input_law(mom, sec, whiten)
     L = None
     if whiten:
         S = 0.5 * (sec.xx + sec.xx.T)
@@ -440,7 +486,7 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
         diag["span_gap"] = float(s[k] / s[k - 1]) if s.size > k else 0.0
     else:
         Qout = None
-        full = accumulate(HermiteTensorStatistic(2), _tail(source, skip, resid_fn(None), chunk_size),
+        full = accumulate(*_transformed_pass(HermiteTensorStatistic(2), source, skip, resid_fn(None), chunk_size),
                           chunk_size=chunk_size)
         M2 = full.finalize()                   # (m, d, d)
         P, s = _span_second(M2, k)
@@ -451,8 +497,8 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
     if use == "linear" or r != 2:
         # P has orthonormal columns, so T_r[P, ..., P] is the Hermite tensor of z = P^T x in k dimensions
         # (HermiteTensorStatistic with a basis: He_r(x)[P, ..., P] = He_r(P^T x))
-        stat = accumulate(HermiteTensorStatistic(r), _tail(source, skip, resid_fn(Qout, P), chunk_size),
-                          chunk_size=chunk_size)
+        stat = accumulate(*_transformed_pass(HermiteTensorStatistic(r), source, skip, resid_fn(Qout, P),
+                                             chunk_size), chunk_size=chunk_size)
         T = stat.finalize()
     W, jd = decompose_projected(T, k, method=decomposition, rng=gen, n_draws=n_draws)
     diag["decomposition"] = jd
@@ -461,26 +507,67 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
     return ApproximateResult(V, diag)
 
 
-class _FourthMoment(Statistic):
-    """Streaming per-coordinate ``E[x_j^4]`` (the kurtosis check of :func:`_check_input_law`)."""
+def gram_stride(d: int, k: int, m: int) -> int:
+    """Every how many moment rows the tensor step adds to E[x x^T] when it does not whiten.
+
+    Without whitening E[x x^T] only serves the input-law check (:func:`_check_input_law`); over all rows
+    it costs ``n d^2`` flops, ``d / (k + m)`` times the pass's other products (``Y^T X`` and the
+    projection ``X [P, B^T]``), which dominates at large d (1e12 flops at d = 1000, n = 1e6). Every
+    ``max(1, d // (k + m))``-th row keeps it at the cost of those products; the check's tolerance is
+    then that of ``n / stride`` rows (about ``2 sqrt(d stride / n)`` in spectral norm).
+    """
+    return max(1, int(d) // max(int(k) + int(m), 1))
+
+
+@dataclass(frozen=True, eq=False)
+class _InputMomentValues:
+    yx: np.ndarray         # E[y x^T], every row
+    xx: np.ndarray         # E[x x^T], every stride-th row
+    n_xx: int              # rows in xx
+    m2: np.ndarray         # E[x_j^2], every row
+    m4: np.ndarray         # E[x_j^4], every row
+
+
+class _InputMoments(Statistic):
+    """Pass 1 of the tensor step: ``E[y x^T]`` and the per-coordinate ``E[x_j^2]``, ``E[x_j^4]`` on every
+    row, ``E[x x^T]`` on every ``stride``-th row of each chunk (:func:`gram_stride`)."""
+
+    def __init__(self, stride: int = 1) -> None:
+        self.stride = int(stride)
+        super().__init__()
 
     def _reset(self) -> None:
-        self._s4: np.ndarray | None = None
+        self._yx = self._xx = self._s2 = self._s4 = None
+        self._n_xx = 0
 
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        Xs = X if self.stride == 1 else np.ascontiguousarray(X[::self.stride])
         X2 = X * X
-        s4 = np.einsum("ij,ij->j", X2, X2)
-        self._s4 = s4 if self._s4 is None else self._s4 + s4
+        parts = (Y.T @ X, Xs.T @ Xs, np.einsum("ij->j", X2), np.einsum("ij,ij->j", X2, X2))
+        if self._yx is None:
+            self._yx, self._xx, self._s2, self._s4 = parts
+        else:
+            for acc, part in zip((self._yx, self._xx, self._s2, self._s4), parts):
+                acc += part
+        self._n_xx += Xs.shape[0]
 
-    def _merge(self, other: "_FourthMoment") -> None:
-        self._s4 = other._s4.copy() if self._s4 is None else self._s4 + other._s4
+    def _merge(self, other: "_InputMoments") -> None:
+        if other._yx is None:
+            return
+        if self._yx is None:
+            self._yx, self._xx, self._s2, self._s4 = (a.copy() for a in (other._yx, other._xx, other._s2, other._s4))
+        else:
+            for acc, part in zip((self._yx, self._xx, self._s2, self._s4), (other._yx, other._xx, other._s2, other._s4)):
+                acc += part
+        self._n_xx += other._n_xx
 
-    def finalize(self) -> np.ndarray:
-        self.require(1, "_FourthMoment")
-        return self._s4 / self.n
+    def finalize(self) -> _InputMomentValues:
+        self.require(1, "_InputMoments")
+        return _InputMomentValues(self._yx / self.n, self._xx / self._n_xx, self._n_xx, self._s2 / self.n,
+                                  self._s4 / self.n)
 
 
-def _check_input_law(mom, sec, m4: np.ndarray, whiten: bool):
+def _check_input_law(mom, sec: _InputMomentValues, whiten: bool):
     """Measure how far the moment rows are from a Gaussian and warn (:class:`AssumptionWarning`) if
     sampling alone does not explain it (failure probability 1e-3).
 
@@ -495,11 +582,16 @@ def _check_input_law(mom, sec, m4: np.ndarray, whiten: bool):
     Returns the :class:`~nnrecover.moments.InputDeviation` and ``(kurtosis deviation, tolerance)``.
     """
     xx = sec.xx - np.outer(mom.x, mom.x)
-    cov = Covariance(mom.x, mom.y, xx, sec.yx - np.outer(mom.y, mom.x), None, int(mom.n), 0)
+    cov = Covariance(mom.x, mom.y, xx, sec.yx - np.outer(mom.y, mom.x), None, int(sec.n_xx), 0)
     dev = input_deviation_from_standard(cov)
     d, n = mom.x.shape[0], int(mom.n)
-    m2 = np.maximum(np.diag(sec.xx), np.finfo(float).tiny)
-    kurt = float(np.max(np.abs(m4 / m2 ** 2 - 3.0)))
+    if sec.n_xx < n:
+        # the mean is measured on every row: its tolerance is that of all n rows
+        # (the tolerance of input_deviation_from_standard for n rows, failure probability 1e-3)
+        mean_tol = math.sqrt(2.0 * math.log(4.0 * d / 1e-3) / n)
+        dev = InputDeviation(dev.mean, dev.covariance, mean_tol, dev.covariance_tolerance, n)
+    m2 = np.maximum(sec.m2, np.finfo(float).tiny)
+    kurt = float(np.max(np.abs(sec.m4 / m2 ** 2 - 3.0)))
     kurt_tol = 2.0 * math.sqrt(96.0 / n) * math.sqrt(2.0 * math.log(4.0 * d / 1e-3))
     bad_mean = dev.mean > dev.mean_tolerance
     bad_cov = (not whiten) and dev.covariance > dev.covariance_tolerance
