@@ -89,7 +89,15 @@ class OutputRegressionStatistic(Statistic):
     ----------
     V : array (k, d)
     activation : Activation
+
+    Notes
+    -----
+    The sums of a chunk depend on that chunk alone (``parallel_chunks``): a pass with several workers
+    computes the chunks' ``O(m d k)`` products side by side, with the same bits for every number of
+    workers (:mod:`nnrecover.moments.base`, "Threads").
     """
+
+    parallel_chunks = True
 
     def __init__(self, V: np.ndarray, activation) -> None:
         self.V = np.asarray(V, dtype=np.float64)
@@ -109,7 +117,7 @@ class OutputRegressionStatistic(Statistic):
         else:
             self._hh += hh
             self._hy += hy
-        self._yy += float(np.sum(Y * Y))
+        self._yy += float(np.einsum("ij,ij->", Y, Y))
 
     def _merge(self, other: "OutputRegressionStatistic") -> None:
         if self._hh is None:
