@@ -1,0 +1,132 @@
+"""The exact route (Bakshi et al. 2019, Algorithms 4-5) at large d: what it reads, what it holds, and that
+the shortcuts that keep it near two passes over the data change neither its answer nor its checks."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import nnrecover as nr
+from nnrecover.distributions import Gaussian, StandardGaussian
+from nnrecover.learners.bakshi2019._common import _solve_well_posed
+from nnrecover.learners.bakshi2019.tensor_step import approximate_hidden_weights, gram_stride
+from nnrecover.metrics import parameter_error
+from nnrecover.sampling import BLOCK_ROWS, BLOCK_VALUES, block_rows
+
+
+class _CountingStream:
+    """A re-iterable over a SampleStream that counts the iterations read to the end (full passes)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.n_samples, self.n_inputs, self.n_outputs = stream.n_samples, stream.n_inputs, stream.n_outputs
+        self.full_passes = 0
+
+    def __iter__(self):
+        yield from self.stream
+        self.full_passes += 1
+
+
+def test_gram_stride_keeps_the_gram_at_the_cost_of_the_other_products():
+    assert gram_stride(10, 3, 3) == 1
+    assert gram_stride(100, 10, 10) == 5
+    assert gram_stride(1000, 50, 50) == 10
+    assert gram_stride(5, 10, 10) == 1
+
+
+def test_strided_gram_still_detects_a_covariance_off_the_identity():
+    # d = 60, k = m = 3: E[x x^T] on every 10th of the 60000 moment rows (6000 rows). The spectral
+    # tolerance for 6000 rows is about (1 + (sqrt(60) + 3.9) / sqrt(6000))^2 - 1 = 0.31, so a covariance
+    # with one eigenvalue 2 (deviation 1) is flagged, and the identity is not (probability 1e-3).
+    d, k = 60, 3
+    truth = nr.random_network(d, k, k, rng=0)
+    cov = np.eye(d)
+    cov[0, 0] = 2.0
+    for law, bad in ((StandardGaussian(d), False), (Gaussian(cov), True)):
+        X, Y = nr.sample(truth, law, 60_000, rng=1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            res = approximate_hidden_weights(X, Y, k, rng=0)
+        dev = res.diagnostics["input_deviation"]
+        flagged = any(issubclass(w.category, nr.errors.AssumptionWarning) for w in caught)
+        assert flagged == bad
+        assert (dev["covariance"] > dev["covariance_tolerance"]) == bad
+        # the covariance tolerance is that of the strided rows (every 10th row of each chunk: 6000 rows
+        # plus at most one per chunk), the mean's that of every row
+        n_xx = 60_000 // 10
+        eps = (math.sqrt(d) + math.sqrt(2 * math.log(4 / 1e-3))) / math.sqrt(n_xx - 1)
+        assert dev["covariance_tolerance"] == pytest.approx((n_xx - 1) / n_xx * (1 + eps) ** 2 - 1, rel=2e-3)
+        assert dev["mean_tolerance"] == pytest.approx(math.sqrt(2 * math.log(4 * d / 1e-3) / 60_000), rel=1e-12)
+
+
+def test_whitening_uses_the_gram_of_every_row():
+    # whiten=True needs Sigma^{-1/2} itself, so no stride: the tolerance is that of all 60000 rows
+    d, k = 60, 3
+    truth = nr.random_network(d, k, k, rng=0)
+    X, Y = nr.sample(truth, StandardGaussian(d), 60_000, rng=1)
+    res = approximate_hidden_weights(X, Y, k, whiten=True, rng=0)
+    n = 60_000
+    eps = (math.sqrt(d) + math.sqrt(2 * math.log(4 / 1e-3))) / math.sqrt(n - 1)
+    assert res.diagnostics["input_deviation"]["covariance_tolerance"] == pytest.approx(
+        (n - 1) / n * (1 + eps) ** 2 - 1, rel=1e-12)
+
+
+def test_stream_blocks_are_bounded_and_the_rows_do_not_depend_on_the_chunks():
+    assert block_rows(10, 1) == BLOCK_ROWS                      # small d: the 65536-row blocks
+    rows = block_rows(1000, 50)
+    assert rows % 2 == 0 and rows * 1050 <= BLOCK_VALUES and rows >= 1024
+    assert block_rows(10**6, 1) == 1024
+    # d = 300: blocks of 27776 rows; antithetic pairs stay in a block, every chunk size gives the same rows
+    truth = nr.random_network(300, 2, 1, rng=0)
+    n = 2 * block_rows(300, 1) + 10
+    X, Y = nr.sample(truth, StandardGaussian(300), n, rng=5, antithetic=True)
+    assert np.array_equal(X[0::2], -X[1::2])
+    for chunk in (998, block_rows(300, 1), 100_000):
+        stream = nr.sample_stream(truth, StandardGaussian(300), n, chunk_size=chunk, rng=5, antithetic=True)
+        assert np.array_equal(np.concatenate([c[0] for c in stream]), X)
+    default = nr.sample_stream(truth, StandardGaussian(300), n, rng=5)
+    assert default.chunk_size == block_rows(300, 1)
+
+
+def test_exact_fit_on_a_stream_reads_it_twice_and_skips_an_unaffordable_certificate():
+    # d = 300, k = m = 9: P = 300 * 9 + 81 + 9 = 2790 parameters, P^3 = 2.2e10 > 2e10 flops: the
+    # max-unit-error certificate is not evaluated, so its rows (a pass over the stream) are not read either.
+    # What is read in full: pass 1 and pass 2 of the tensor step; the exact step reads only the first rows.
+    d, k = 300, 9
+    truth = nr.random_network(d, k, k, rng=0)
+    stream = _CountingStream(nr.sample_stream(truth, StandardGaussian(d), 40_000, rng=1))
+    learner = nr.learners.ExactReLULearner(k, random_state=0).fit(stream)
+    assert learner.diagnostics_["certified"]
+    assert parameter_error(learner.network_, truth)["max_unit_error"] < 1e-10
+    assert learner.diagnostics_["certificates"]["max_unit_error"]["passed"] is None
+    assert stream.full_passes == 2
+
+
+def test_exact_fit_on_a_stream_equals_the_fit_in_memory():
+    # the pass-2 projection runs in the pass's workers for streams and arrays alike; the same rows give
+    # the same estimate to round-off
+    d, k = 40, 4
+    truth = nr.random_network(d, k, k, rng=2)
+    stream = nr.sample_stream(truth, StandardGaussian(d), 30_000, chunk_size=4096, rng=3)
+    X, Y = stream.to_arrays()
+    a = nr.learners.ExactReLULearner(k, random_state=0).fit(stream)
+    b = nr.learners.ExactReLULearner(k, random_state=0).fit(X, Y)
+    assert parameter_error(a.network_, truth)["max_unit_error"] < 1e-10
+    assert parameter_error(a.network_, b.network_)["max_unit_error"] < 1e-12
+
+
+def test_unit_systems_by_normal_equations_are_exact_and_fall_back_when_ill_conditioned():
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((400, 200))
+    z = rng.standard_normal(200)
+    # Gaussian 2d x d rows: condition number about 6, normal equations lose a factor ~36 of eps at most
+    assert np.linalg.norm(_solve_well_posed(A, A @ z) - z) <= 1e-13 * np.linalg.norm(z)
+    # two nearly equal columns (condition ~1e9): the QR-based solver answers; the system stays consistent
+    B = A.copy()
+    B[:, 1] = B[:, 0] + 1e-9 * B[:, 2]
+    b = B @ z
+    sol = _solve_well_posed(B, b)
+    assert np.linalg.norm(B @ sol - b) <= 1e-12 * np.linalg.norm(b)
