@@ -585,13 +585,16 @@ def _symmetry_from_sums(n: int, sg: np.ndarray, sgg: np.ndarray) -> SymmetryTest
     if not ok.any():
         return SymmetryTest(0.0, 0, 1.0, n)
     corr = cov[np.ix_(ok, ok)] / np.outer(scale[ok], scale[ok])
-    z = gbar[ok] / scale[ok]
+    stat, df = _hotelling(n, gbar[ok] / scale[ok], corr)
+    return SymmetryTest(stat, df, float(_stats.chi2.sf(stat, df)), n)
+
+
+def _hotelling(n: int, z: np.ndarray, corr: np.ndarray) -> tuple[float, int]:
+    """``n z^T corr^+ z`` and the rank of ``corr`` (eigenvalues below ``1e-10`` of the largest dropped)."""
     vals, vecs = np.linalg.eigh(corr)
     keep = vals > 1e-10 * vals.max()
     proj = vecs[:, keep].T @ z
-    stat = float(n * np.sum(proj ** 2 / vals[keep]))
-    df = int(keep.sum())
-    return SymmetryTest(stat, df, float(_stats.chi2.sf(stat, df)), n)
+    return float(n * np.sum(proj ** 2 / vals[keep])), int(keep.sum())
 
 
 def _symmetry_from_strided_sums(acc: dict) -> SymmetryTest:
@@ -610,13 +613,7 @@ def _symmetry_from_strided_sums(acc: dict) -> SymmetryTest:
     corr = np.eye(gbar.size)
     both = np.ix_(seen, seen)
     corr[both] = cov_m[both] / np.outer(sd_m[seen], sd_m[seen])
-    corr = corr[np.ix_(ok, ok)]
-    z = gbar[ok] / scale[ok]
-    vals, vecs = np.linalg.eigh(corr)
-    keep = vals > 1e-10 * vals.max()
-    proj = vecs[:, keep].T @ z
-    stat = float(n * np.sum(proj ** 2 / vals[keep]))
-    df = int(keep.sum())
+    stat, df = _hotelling(n, gbar[ok] / scale[ok], corr[np.ix_(ok, ok)])
     if m - df >= 1:
         p_value = float(_stats.f.sf(stat * (m - df) / (df * (m - 1)), df, m - df))
     else:  # fewer strided rows than features: no F law, the asymptotic chi-square
@@ -630,7 +627,6 @@ def symmetry_test(X: np.ndarray, *, gram_rows: int | None = None) -> SymmetryTes
     Parameters
     ----------
     X : array of shape (n, d)
-
     gram_rows : int, optional
         ``None`` (default): the covariance of ``g`` from every row (Hotelling, ``O(n (2 d)^2)``). An
         integer: the mean and variances of ``g`` from every row, its correlations from every
