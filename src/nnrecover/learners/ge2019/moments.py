@@ -279,17 +279,20 @@ class PureNeuronStatistic(Statistic):
         elif self.dims != (d, l):
             raise InputError(f"chunk has {d} inputs and {l} outputs, earlier chunks had {self.dims}.")
         row0 = self._row
-        rows = self._row + np.arange(n)
         self._row += n
-        pairs = rows // 2
-        part_of_row = np.asarray(self.layout)[pairs % len(self.layout)]
         if self._odd is not None:
             _add_half_sums(self._parts, self._odd, self.layout, row0, X, Y)
+        part_of_row = None
+        if len(self._parts) > 1:
+            part_of_row = np.asarray(self.layout)[((row0 + np.arange(n)) // 2) % len(self.layout)]
         for p, acc in enumerate(self._parts):
-            sel = part_of_row == p
-            if not sel.any():
-                continue
-            Xp, Yp = (X, Y) if sel.all() else (X[sel], Y[sel])
+            if part_of_row is None:  # one part: every row
+                Xp, Yp = X, Y
+            else:
+                sel = part_of_row == p
+                if not sel.any():
+                    continue
+                Xp, Yp = (X, Y) if sel.all() else (X[sel], Y[sel])
             if self._odd is None:
                 _add_low_order(acc, Xp, Yp)
             if p == self.detector_part and self._det is not None:
