@@ -229,6 +229,10 @@ class PureNeuronStatistic(Statistic):
         if self.input_projection is not None and self.input_projection.ndim != 2:
             raise InputError(f"input_projection must be a (d, m) matrix, got shape {self.input_projection.shape}.")
         self.halves = bool(halves)
+        # with one part and no halves no sum depends on a row's index, only on the chunk: a pass with
+        # several workers may then add chunks side by side (nnrecover.moments.base, "Threads"); the split
+        # layouts and the halves route rows by their index and stay in row order
+        self.parallel_chunks = split == "none" and not self.halves
         super().__init__()
 
     # ---------------------------------------------------------------- Statistic protocol
