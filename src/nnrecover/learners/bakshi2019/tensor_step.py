@@ -530,7 +530,10 @@ class _InputMomentValues:
 
 class _InputMoments(Statistic):
     """Pass 1 of the tensor step: ``E[y x^T]`` and the per-coordinate ``E[x_j^2]``, ``E[x_j^4]`` on every
-    row, ``E[x x^T]`` on every ``stride``-th row of each chunk (:func:`gram_stride`)."""
+    row, ``E[x x^T]`` on every ``stride``-th row of each chunk (:func:`gram_stride`). Chunk-parallel: the
+    pass's workers share its chunks (the result does not depend on their number)."""
+
+    parallel_chunks = True
 
     def __init__(self, stride: int = 1) -> None:
         self.stride = int(stride)
