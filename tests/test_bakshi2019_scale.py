@@ -130,3 +130,25 @@ def test_unit_systems_by_normal_equations_are_exact_and_fall_back_when_ill_condi
     b = B @ z
     sol = _solve_well_posed(B, b)
     assert np.linalg.norm(B @ sol - b) <= 1e-12 * np.linalg.norm(b)
+
+
+def test_algorithm5_units_in_threads_give_the_same_bits(monkeypatch):
+    # Algorithm 5's units run side by side when the refinement sample is large; each unit reads only X̄
+    # and the row basis, so the result must not depend on the number of workers
+    import nnrecover.learners.bakshi2019.exact as exact
+
+    d, k = 30, 5
+    truth = nr.random_network(d, k, k, rng=4)
+    X, Y = nr.sample(truth, StandardGaussian(d), 3000, rng=5)
+    V0 = truth.hidden_weights + 0.02 * np.random.default_rng(6).standard_normal((k, d)) / np.sqrt(d)
+    results = []
+    for threshold in (10**18, 1):                                   # units in turn, then side by side
+        monkeypatch.setattr(exact, "_PARALLEL_UNITS_MIN", threshold)
+        results.append(exact.algorithm5(V0, X, Y))
+    monkeypatch.setattr(exact, "effective_n_jobs", lambda n_jobs=None: 3)   # more workers than cores
+    results.append(exact.algorithm5(V0, X, Y))
+    assert all(r.certified for r in results)
+    assert parameter_error(results[0].network, truth)["max_unit_error"] < 1e-10
+    for r in results[1:]:
+        assert np.array_equal(r.hidden_weights, results[0].hidden_weights)
+        assert np.array_equal(r.output_weights, results[0].output_weights)

@@ -41,18 +41,23 @@ residual ``||Ā - U f(V X̄)||_F / ||Ā||_F <= tol_residual``. ``certified`` is 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 import numpy as np
 import scipy.linalg
 
 from ...errors import ConvergenceError, InputError
+from ..._threads import blas_threads, effective_n_jobs
 from ..._validation import check_positive_int
 from ._common import (EPS, ExactResult, check_hidden_estimate, check_rectified, check_samples, check_tol, fit_unit,
                       row_space_basis, solve_output_weights, unit_consistency)
 
 __all__ = ["row_from_zero_set", "algorithm5", "refine_from_unmixing", "refine_from_output_weights",
            "MARGIN_QUANTILES", "certify_or_raise"]
+
+#: ℓ d from which Algorithm 5's units run in worker threads (below it a unit costs less than a thread hand-off)
+_PARALLEL_UNITS_MIN = 2_000_000
 
 #: τ ladder of the margin form: quantiles of |v_i X̄| (Algorithm 5 suggests 5% to 50%; the upper
 #: rungs serve approximate weights with errors up to ~0.4)
@@ -264,12 +269,22 @@ def algorithm5(V_approx: Any, X_bar: Any, Y_bar: Any, *, activation: Any = "relu
     }
     V = np.full((k, d), np.nan)
     units, failed = [], []
-    for i in range(k):
+
+    def unit(i: int) -> dict:
         t = X_bar @ V0[i]
         if form == "threshold":
-            info = _unit_threshold(i, t, B, X_bar, act, tau, tol_null, tol_consistency, ell)
-        else:
-            info = _unit_margin(t, B, X_bar, act, tau, tol_null, tol_gap, tol_consistency, min_set)
+            return _unit_threshold(i, t, B, X_bar, act, tau, tol_null, tol_consistency, ell)
+        return _unit_margin(t, B, X_bar, act, tau, tol_null, tol_gap, tol_consistency, min_set)
+
+    # the units are independent (each reads X̄ and B only), so they run side by side on the caller's
+    # cores, one BLAS thread each; results are taken in unit order, the same whatever the worker count
+    workers = min(effective_n_jobs(None), k)
+    if workers > 1 and ell * d >= _PARALLEL_UNITS_MIN:
+        with blas_threads(1), ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nnrecover-units") as pool:
+            infos = list(pool.map(unit, range(k)))
+    else:
+        infos = [unit(i) for i in range(k)]
+    for i, info in enumerate(infos):
         if info.pop("v", None) is not None and info["ok"]:
             V[i] = info["v_final"]
         else:
