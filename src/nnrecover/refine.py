@@ -1060,7 +1060,9 @@ class _TrainingRows:
         self._msy: float | None = None
 
     def _read(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return _check_xy(*self.source.take_rows(rows), self.network, "data")
+        # take_rows validates every value (finite float64, Y 2-D); the columns were checked against the
+        # network on the first training row (refine_network), and every row has the same columns
+        return self.source.take_rows(rows)
 
     def _chunks(self):
         for s in range(0, self.n, _LOSS_CHUNK_ROWS):
