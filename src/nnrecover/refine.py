@@ -550,6 +550,8 @@ def _normal_equations(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.nda
         # last coordinate of x~ = (x, 1); sum e h^T and sum e from the sums of x~ g^T and x~ (g (x) h)^T
         ij = np.triu_indices(k, 1)
         M[ij[1], ij[0]] = M[ij]
+        # J_hid^T J_hid = EE * (A^T A)[u, u]: scaled here block by block, then laid out with one copy
+        M *= (A.T @ A)[:, :, None, None]
         EE[:k * d, :k * d] = M[:, :, :d, :d].transpose(0, 2, 1, 3).reshape(k * d, k * d)
         T = XGH.reshape(d1, k, k).transpose(1, 0, 2)  # (unit i, coordinate r, unit j)
         EH[:k * d] = T[:, :d].reshape(k * d, k)
@@ -563,7 +565,7 @@ def _normal_equations(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.nda
     blocks: dict[str, np.ndarray] = {}
     Au = A[:, u]  # (p, nE): A_{r, u(col)}
     Ip = np.eye(p)
-    hid = {"hid": EE * (A.T @ A)[np.ix_(u, u)],
+    hid = {"hid": EE if unit_pairs else EE * (A.T @ A)[np.ix_(u, u)],
            "output_weights": (Au.T[:, :, None] * EH[:, None, :]).reshape(nE, p * k),
            "output_bias": Es[:, None] * Au.T}
     ow = {"output_weights": np.kron(Ip, HH), "output_bias": np.kron(Ip, Hs[:, None])}
