@@ -562,6 +562,7 @@ def _normal_equations(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.nda
             EE[k * d:, k * d:] = M[:, :, d, d]
             EH[k * d:] = T[:, d]
             Es[k * d:] = XG[d]
+        del M  # (k d1)^2 doubles: freed before J^T J is laid out
     blocks: dict[str, np.ndarray] = {}
     Au = A[:, u]  # (p, nE): A_{r, u(col)}
     Ip = np.eye(p)
