@@ -152,3 +152,29 @@ def test_algorithm5_units_in_threads_give_the_same_bits(monkeypatch):
     for r in results[1:]:
         assert np.array_equal(r.hidden_weights, results[0].hidden_weights)
         assert np.array_equal(r.output_weights, results[0].output_weights)
+
+
+@pytest.mark.parametrize("antithetic, noise", [(False, 0.0), (True, 0.3)])
+def test_stream_tail_has_the_same_rows_without_generating_the_skipped_blocks(antithetic, noise, monkeypatch):
+    truth = nr.random_network(300, 3, 2, rng=0)
+    stream = nr.sample_stream(truth, StandardGaussian(300), 70_000, chunk_size=5000, rng=2, noise=noise,
+                              antithetic=antithetic)
+    X, Y = stream.to_arrays()
+    size = stream.block_rows
+    for start in (0, 2, size, size + 2224, 69_998):
+        tail = stream.rows_from(start)
+        assert tail.n_samples == 70_000 - start
+        assert np.array_equal(np.concatenate([c[0] for c in tail]), X[start:])
+        assert np.array_equal(np.concatenate([c[1] for c in tail]), Y[start:])
+    # blocks before the one holding row `start` are not drawn
+    drawn = []
+    law = stream.distribution
+    original = type(law).sample
+    monkeypatch.setattr(type(law), "sample", lambda self, n, gen, **kw: drawn.append(n) or original(self, n, gen, **kw))
+    list(stream.rows_from(2 * size + 2))
+    assert sum(drawn) == 70_000 - 2 * size
+    with pytest.raises(nr.errors.InputError, match="start"):
+        stream.rows_from(70_001)
+    if antithetic:
+        with pytest.raises(nr.errors.InputError, match="pairs"):
+            stream.rows_from(3)

@@ -61,28 +61,49 @@ class SampleStream:
     nothing else the stream will yield.
     """
 
-    def __init__(self, network, distribution, n, chunk_size, noise, entropy, antithetic):
+    def __init__(self, network, distribution, n, chunk_size, noise, entropy, antithetic, start=0):
         self.network, self.distribution = network, distribution
-        self.n_samples, self.chunk_size, self.noise = n, chunk_size, noise
+        self.chunk_size, self.noise = chunk_size, noise
         self.entropy, self.antithetic = entropy, antithetic
         self.n_inputs = network.n_inputs
         self.n_outputs = network.n_outputs
         self.block_rows = block_rows(self.n_inputs, self.n_outputs)
+        # rows [start, start + n_samples) of the generating sequence (rows_from)
+        self._start, self._end = int(start), int(start) + int(n)
+        self.n_samples = int(n)
 
     def __len__(self) -> int:
         return -(-self.n_samples // self.chunk_size)
 
+    def rows_from(self, start: int) -> "SampleStream":
+        """The same stream without its first ``start`` rows (its rows ``start, ..., n - 1``, same values).
+
+        Blocks before the one holding row ``start`` are not generated: a pass over the tail of a stream
+        costs only its own rows.
+        """
+        start = check_positive_int(start, "start", minimum=0)
+        if start > self.n_samples:
+            raise InputError(f"start={start} is beyond the stream's {self.n_samples} rows.")
+        if self.antithetic and start % 2:
+            raise InputError(f"an antithetic stream emits pairs (x, -x): start must be even, got {start}.")
+        return SampleStream(self.network, self.distribution, self.n_samples - start, self.chunk_size, self.noise,
+                            self.entropy, self.antithetic, start=self._start + start)
+
     def _blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         size = self.block_rows
-        n_blocks = -(-self.n_samples // size)
-        for j in range(n_blocks):
-            rows = min(size, self.n_samples - j * size)
+        for j in range(self._start // size, -(-self._end // size)):
+            first = max(self._start - j * size, 0)
+            rows = min(size, self._end - j * size)
             gen = np.random.default_rng(np.random.SeedSequence(self.entropy, spawn_key=(j,)))
+            # a block is drawn and labelled whole even when only rows[first:] are wanted: its random
+            # stream fixes its rows, and the teacher's products round alike only on the same rows
             X = self.distribution.sample(rows, gen, antithetic=self.antithetic)
             with np.errstate(over="ignore", invalid="ignore"):
                 Y = self.network.predict(X)
                 if self.noise > 0:
                     Y = Y + self.noise * gen.standard_normal(Y.shape)
+            if first:
+                X, Y = X[first:], Y[first:]
             if not (np.all(np.isfinite(X)) and np.all(np.isfinite(Y))):
                 raise InputError(
                     f"the samples overflow float64: {'X' if not np.all(np.isfinite(X)) else 'Y'} has non-finite "

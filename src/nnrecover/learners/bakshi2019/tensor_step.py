@@ -150,10 +150,19 @@ class _Tail:
             self.n_inputs, self.n_outputs = Xo.shape[1], Yo.shape[1]
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        from ...sampling import SampleStream
+
+        source, skip = self.source, self.skip
+        if isinstance(getattr(source, "obj", None), SampleStream) and skip:
+            # a stream's tail is generated from the block that holds row `skip` on
+            stream = source.obj
+            first = min(skip, stream.n_samples)
+            first -= first % 2 if stream.antithetic else 0      # an antithetic tail starts on a pair
+            source, skip = as_data_source(stream.rows_from(first)), skip - first
         seen = 0
-        for X, Y in self.source.chunks(self.chunk_size, progress=False):
+        for X, Y in source.chunks(self.chunk_size, progress=False):
             n = X.shape[0]
-            start = min(max(self.skip - seen, 0), n)
+            start = min(max(skip - seen, 0), n)
             seen += n
             if start >= n:
                 continue
