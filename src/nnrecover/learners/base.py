@@ -337,12 +337,13 @@ def _max_abs(A: np.ndarray, rows: int = 1 << 16) -> float:
     """max |A| read ``rows`` rows at a time (a memory map is never loaded whole); NaN if A has NaN."""
     out = 0.0
     for start in range(0, A.shape[0], rows):
-        block = np.abs(np.asarray(A[start:start + rows], dtype=np.float64))
+        block = np.asarray(A[start:start + rows], dtype=np.float64)
         if block.size:
-            m = float(np.max(block))
-            if not m <= np.inf:  # NaN: the finiteness check names it, later
+            # max and -min: two reductions that read the block, where abs would also write a copy of it
+            hi, lo = float(np.max(block)), float(np.min(block))
+            if not (hi <= np.inf and lo >= -np.inf):  # NaN: the finiteness check names it, later
                 return float("nan")
-            out = max(out, m)
+            out = max(out, hi, -lo)
     return out
 
 
