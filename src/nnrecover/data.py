@@ -35,10 +35,12 @@ columns in every chunk) before any statistic sees it; errors name the rows or th
 from __future__ import annotations
 
 import abc
+import contextvars
 import itertools
 import os
 import sys
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
@@ -231,6 +233,45 @@ class DataSource(abc.ABC):
                 f"n_outputs={i.n_outputs}, reiterable={i.reiterable})")
 
 
+# byte spans of arrays the caller has read whole and found finite (known_finite); a ContextVar, so it
+# holds for the thread (and context) that set it, where a pass reads and validates its chunks
+_KNOWN_FINITE: contextvars.ContextVar[tuple[tuple[int, int], ...]] = contextvars.ContextVar(
+    "nnrecover_known_finite", default=())
+
+
+def _byte_bounds(a: np.ndarray) -> tuple[int, int]:
+    try:
+        from numpy.lib.array_utils import byte_bounds
+    except ImportError:  # numpy < 2
+        byte_bounds = np.byte_bounds
+    return tuple(int(v) for v in byte_bounds(a))
+
+
+@contextmanager
+def known_finite(*arrays: Any) -> Iterator[None]:
+    """Within the block, chunks that are views into these float64 arrays skip the finite check.
+
+    For callers that have read every entry already (``BaseLearner.fit``'s magnitude check): a second
+    finite check in each pass of the fit would read the data once more per pass. Other arrays and
+    every chunk outside these buffers are checked as usual.
+    """
+    spans = tuple(_byte_bounds(a) for a in arrays
+                  if isinstance(a, np.ndarray) and a.dtype == np.float64 and a.size)
+    token = _KNOWN_FINITE.set(_KNOWN_FINITE.get() + spans)
+    try:
+        yield
+    finally:
+        _KNOWN_FINITE.reset(token)
+
+
+def _is_known_finite(arr: np.ndarray) -> bool:
+    spans = _KNOWN_FINITE.get()
+    if not spans or not arr.size:
+        return False
+    lo, hi = _byte_bounds(arr)
+    return any(a <= lo and hi <= b for a, b in spans)
+
+
 def _finite_float64(a: Any, ndims: tuple[int, ...]) -> np.ndarray | None:
     """``a`` as a float64 array if it already is one of the given ndims and holds only finite values.
 
@@ -242,6 +283,8 @@ def _finite_float64(a: Any, ndims: tuple[int, ...]) -> np.ndarray | None:
     arr = np.asarray(a)
     if arr.dtype != np.float64 or arr.ndim not in ndims:
         return None
+    if _is_known_finite(arr):
+        return arr
     if not np.isfinite(np.add.reduce(arr, axis=None)) and not np.isfinite(arr).all():
         return None
     return arr

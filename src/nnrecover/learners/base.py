@@ -38,12 +38,14 @@ from __future__ import annotations
 import numbers
 import time
 import warnings
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from .._threads import blas_threads
+from ..data import known_finite
 from .._validation import Interval, Options, as_2d_float, check_random_state, validate_params
 from ..errors import CertificateWarning, ConvergenceError, InputError, NotFittedError
 from ..network import TwoLayerNetwork
@@ -146,13 +148,16 @@ class BaseLearner(RegressorMixin, BaseEstimator):
             rng = check_random_state(self.random_state)
             source = self._validate_fit_data(X, Y)
             self._clear_fitted()
+            # arrays whose every entry the magnitude check found finite: the passes need not check again
+            finite = known_finite(*source.checked_finite) if getattr(source, "checked_finite", ()) else nullcontext()
             diagnostics: dict = {}
             runner = self
             if auto:
                 source.require_reiterable("n_hidden='auto'")
                 k, diagnostics["width"] = choose_width(self, source)
                 runner = self._with_width(k)
-            network = runner._fit(source, rng, diagnostics)
+            with finite:
+                network = runner._fit(source, rng, diagnostics)
             if auto:  # attributes the algorithm set on the copy (e.g. provable_network_)
                 for name, value in vars(runner).items():
                     if name.endswith("_") and not name.startswith("_"):
@@ -219,10 +224,13 @@ class BaseLearner(RegressorMixin, BaseEstimator):
                 raise InputError(f"{name} requires y to be passed, but the target y is None; call fit(X, Y), "
                                  "or fit(data) with an iterable of (X, Y) chunks.")
             Y = _coerce_array(Y, "Y", is_X=False)
+            checked = ()
             if not getattr(self, "_rescales_data", False):
-                _check_magnitude(X, "X", name)
-                _check_magnitude(Y, "Y", name)
+                if _check_magnitude(X, "X", name) and _check_magnitude(Y, "Y", name):
+                    checked = (X, Y)
         source = as_data_source(X, Y)
+        if Y is not None and checked:
+            source.checked_finite = checked
         if source.info.n_outputs == 0:
             raise InputError(f"{name} requires y to be passed, but the target y is None; pass chunks (X, Y) "
                              "with Y not None.")
@@ -347,18 +355,21 @@ def _max_abs(A: np.ndarray, rows: int = 1 << 16) -> float:
     return out
 
 
-def _check_magnitude(A: Any, name: str, learner: str) -> None:
+def _check_magnitude(A: Any, name: str, learner: str) -> bool:
     """InputError when the entries of the numpy array ``A`` lie outside :data:`MAGNITUDE_RANGE`.
 
     An all-zero target is left to the learner; an all-zero X carries no information and is refused.
-    Other array types (dask, lazily read array-likes) are not read here.
+    Other array types (dask, lazily read array-likes) are not read here. Returns whether every entry
+    of ``A`` was read and found finite.
     """
     if not isinstance(A, np.ndarray) or A.size == 0 or A.dtype == object or A.ndim == 0:
-        return
+        return False
     m = _max_abs(A)
     lo, hi = MAGNITUDE_RANGE
-    if not np.isfinite(m) or (m == 0 and name == "Y"):
-        return
+    if not np.isfinite(m):
+        return False
+    if m == 0 and name == "Y":
+        return True
     if m == 0:
         raise InputError(f"X is all zeros; {learner} cannot learn anything from it.")
     if m > hi or m < lo:
@@ -367,6 +378,7 @@ def _check_magnitude(A: Any, name: str, learner: str) -> None:
             f"{learner}'s moments and products stay finite and nonzero in float64; rescale {name} (e.g. "
             f"divide by its standard deviation; the learners built on Gaussian moments assume x ~ N(0, I)), "
             "or use gradient-descent, which rescales exactly by itself.")
+    return True
 
 
 def _coerce_array(A: Any, name: str, *, is_X: bool) -> Any:
