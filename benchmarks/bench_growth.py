@@ -106,8 +106,14 @@ def _child(spec: dict, queue) -> None:
     warnings.simplefilter("ignore")
     d, k, n, streamed = spec["d"], spec["k"], spec["n"], spec["streamed"]
     row = dict(spec)
+    # threadpoolctl limits only the BLAS libraries already loaded: load SciPy's and scikit-learn's first,
+    # so that a thread limit applies to the baselines and the fits alike
+    import scipy.linalg  # noqa: F401
+    import sklearn.utils  # noqa: F401
+    from contextlib import nullcontext
+
     try:
-        with threadpool_limits(spec["threads"]):
+        with (nullcontext() if spec["threads"] is None else threadpool_limits(spec["threads"])):
             net, data = _data(d, k, n, streamed)
             row["baselines"] = _baselines(data, k, streamed)
             Learner = getattr(nr.learners, spec["learner"])
@@ -183,7 +189,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="the smallest size only")
     parser.add_argument("--timeout", type=float, default=150.0, help="seconds per (size, learner) child")
-    parser.add_argument("--threads", type=int, default=1, help="BLAS threads in the children")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="BLAS threads (and so chunk workers of the fits) in the children; default: the "
+                             "machine's defaults, as a user runs it")
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--from-json", action="store_true",
                         help="rewrite the README section and figure from benchmarks/results.json (no run)")
@@ -266,7 +274,8 @@ def report(rows: list, total: float, args, meta: dict | None = None) -> None:
         fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
         lines.append(f"- {learner}: N slope {fmt(s['N'])}, d slope {fmt(s['d'])}")
     lines += ["", "![growth](../docs/figures/bench_growth.png)", "",
-              f"Measured {meta['date']} on {cpu}, {meta['cores']} logical cores, BLAS threads {args.threads}, Python "
+              f"Measured {meta['date']} on {cpu}, {meta['cores']} logical cores, "
+              f"{'default threads (every core for BLAS and for the chunk workers of the fits)' if args.threads is None else f'{args.threads} BLAS thread(s) and as many chunk workers'}, Python "
               f"{meta['python']}, numpy {meta['numpy']}; load average at the end {load[0]:.1f} / {load[1]:.1f} / "
               f"{load[2]:.1f}; whole run {total / 60:.1f} min. Reproduce: `make bench`.", "<!-- bench_growth: end -->"]
     text = "\n".join(lines)
