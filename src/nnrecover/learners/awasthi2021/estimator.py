@@ -205,6 +205,10 @@ class HermiteTensorLearner(BaseLearner):
         (:func:`hermite_loss_polish`: Prop. B.1's loss truncated at order ``2l + 2``, fitted to the
         estimated tensors, no pass over the data), then :func:`nnrecover.refine.refine_network` on the
         samples from the polished network. False returns the paper's output.
+        When the shared refinement's full-space normal matrix would exceed its memory budget (large
+        ``d k``, see :meth:`_large_refinement`) and no ``refine_options`` are given, the second step is
+        the learner's matrix-free Gauss-Newton instead (:func:`~.scale.matrix_free_polish`, on the
+        first ``3 P`` rows, held-out guard on the next rows).
     refine_options : dict, optional
         Keyword arguments of :func:`nnrecover.refine.refine_network`.
     thresholds : {"adaptive", "paper"} or dict or Thresholds
@@ -418,12 +422,62 @@ class HermiteTensorLearner(BaseLearner):
         else:
             diagnostics["hermite_polish"] = {"ran": False, "reason": "refine=False" if not self.refine else
                                              "exact coefficients" if coeffs.exact else "no unit"}
-        fitted = self._maybe_refine(start, source, rng, diagnostics)
+        if self._large_refinement(start, source):
+            fitted = self._refine_matrix_free(start, source, diagnostics)
+        else:
+            fitted = self._maybe_refine(start, source, rng, diagnostics)
         out = reduce_to_width(fitted, coeffs, m, source=source, rng=rng,
                               refinement=diagnostics.get("refinement", {}), refine_options=self._refine_kwargs(),
                               diagnostics=diagnostics)
         self._certify_output(out, coeffs, order, source, diagnostics)
         return out
+
+    def _large_refinement(self, start: TwoLayerNetwork, source) -> bool:
+        """Whether the refinement runs matrix free (:func:`~.scale.matrix_free_polish`): ``refine=True``
+        without ``refine_options`` (options ask for the shared refinement) on a re-iterable sample source,
+        one output, fewer hidden units than inputs, and the shared refinement's full-space normal matrix
+        (``8 P^2`` bytes, ``P = k (d + 2) + 1``) above its default memory budget (256 MiB: ``P > 5792``,
+        e.g. ``d = 1000``, ``k >= 6``), where its ``O(n P^2)`` steps are out of reach."""
+        from ...refine import _JACOBIAN_MEMORY
+
+        if not self.refine or source is None or not source.info.reiterable or self.refine_options:
+            return False
+        if start.n_outputs != 1 or start.activation.name != "relu" or start.n_hidden >= start.n_inputs:
+            return False
+        P = start.n_hidden * (start.n_inputs + 2) + 1
+        return 8 * P * P > _JACOBIAN_MEMORY
+
+    def _refine_matrix_free(self, start: TwoLayerNetwork, source, diagnostics: dict) -> TwoLayerNetwork:
+        """Large-``d`` refinement: :func:`~.scale.matrix_free_polish` on the first ``3 P`` rows (three
+        residuals per parameter: the sample normal matrix is then within ``(1 +- sqrt(1/3))^2`` of its
+        expectation, the preconditioner, so the conjugate gradients need few steps), keeping the better
+        of ``{start, polished}`` on the next ``max(2000, P / 4)`` rows, as the shared refinement does on
+        its held-out rows. The rows of a source are exchangeable (i.i.d. samples, as eq. (6) and the
+        split-sample estimates assume), so the first rows are as good as any: a stream is read only as
+        far as they go."""
+        from .scale import matrix_free_polish
+
+        t0 = time.perf_counter()
+        P = start.n_hidden * (start.n_inputs + 2) + 1
+        n_fit, n_hold = 3 * P, max(2000, P // 4)
+        X, y = _first_rows(source, n_fit + n_hold)
+        if X.shape[0] < n_fit + n_hold:
+            n_fit = int(0.8 * X.shape[0])
+        Xf, yf, Xh, yh = X[:n_fit], y[:n_fit], X[n_fit:], y[n_fit:]
+        polished, info = matrix_free_polish(start, Xf, yf)
+        del Xf, yf
+        loss = lambda net: float(np.mean((net.predict(Xh).reshape(-1) - yh) ** 2))  # noqa: E731
+        hold_start, hold_ref = loss(start), loss(polished)
+        keep = bool(np.isfinite(hold_ref) and not hold_ref > hold_start)
+        diagnostics["refinement"] = {
+            "ran": True, "method": "matrix-free Gauss-Newton (span-preconditioned conjugate gradients)",
+            "kept": "refined" if keep else "start", "improved": bool(keep and hold_ref < hold_start),
+            "train_loss_start": info["train_loss_start"], "train_loss_refined": info["train_loss_refined"],
+            "holdout_loss_start": hold_start, "holdout_loss_refined": hold_ref, "n_iter": info["n_iter"],
+            "cg_iterations": info["cg_iterations"], "stop": info["stop"], "n_samples_used": int(n_fit),
+            "n_holdout": int(Xh.shape[0]), "time": time.perf_counter() - t0,
+            "reason": f"the shared refinement's normal matrix of P = {P} parameters needs {8 * P * P / 2**30:.2g} GiB"}
+        return polished if keep else start
 
     def _certify_output(self, net: TwoLayerNetwork, coeffs: HermiteCoefficients, order: int, source,
                         diagnostics: dict) -> None:
@@ -488,6 +542,33 @@ class HermiteTensorLearner(BaseLearner):
         })
         if "input_deviation" in coeffs.info:
             diagnostics["input_deviation"] = coeffs.info["input_deviation"]
+
+
+def _first_rows(source, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``n`` rows of a source (fewer if it has fewer), ``X`` (rows, d) and ``y`` (rows,), copied
+    into one preallocated array (no second copy of the rows: at ``d = 1000`` they are half a GB)."""
+    if source.n_samples is not None:
+        n = min(n, int(source.n_samples))
+    Xo = yo = None
+    have = 0
+    it = iter(source.chunks())
+    try:
+        for X, Y in it:
+            if Xo is None:
+                Xo, yo = np.empty((n, X.shape[1])), np.empty(n)
+            take = min(n - have, X.shape[0])
+            Xo[have:have + take] = X[:take]
+            yo[have:have + take] = np.asarray(Y).reshape(X.shape[0], -1)[:take, 0]
+            have += take
+            if have >= n:
+                break
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+    if Xo is None:
+        raise InputError("the data source is empty.")
+    return Xo[:have], yo[:have]
 
 
 def _peek_source(source, order):

@@ -1,0 +1,112 @@
+"""Large-d pieces of the Awasthi et al. learner: the matrix-free Gauss-Newton polish
+(``awasthi2021.scale``), its use by ``HermiteTensorLearner`` when the shared refinement's normal matrix
+is too large, and the control variate of pass 1's subspace iterations (``RangeStatistic``)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import nnrecover as nr
+from nnrecover.errors import InputError
+from nnrecover.learners.awasthi2021.coefficients import RangeStatistic
+from nnrecover.learners.awasthi2021.scale import matrix_free_polish
+from nnrecover.moments.base import accumulate
+
+
+def _teacher(d, k, n, seed=0):
+    net = nr.random_network(d, k, rng=seed)
+    X, Y = nr.sample(net, nr.distributions.StandardGaussian(d), n, rng=seed + 1)
+    return net, X, Y
+
+
+def _perturbed(net, scale, seed=5):
+    g = np.random.default_rng(seed)
+    k, d = net.hidden_weights.shape
+    return nr.TwoLayerNetwork(net.hidden_weights + scale * g.standard_normal((k, d)) / np.sqrt(d),
+                              net.hidden_bias + scale * g.standard_normal(k),
+                              net.output_weights * (1 + scale * g.standard_normal((1, k))), net.output_bias)
+
+
+def test_matrix_free_polish_reaches_round_off_on_noiseless_data():
+    # noiseless rows determine the teacher (three residuals per parameter); Gauss-Newton from a start
+    # 0.5 away must end at the teacher to round-off, which no statistical tolerance explains
+    d, k = 60, 6
+    P = k * (d + 2) + 1
+    net, X, Y = _teacher(d, k, 3 * P)
+    start = _perturbed(net, 0.5)
+    assert nr.metrics.parameter_error(start, net)["max_unit_error"] > 0.3
+    out, info = matrix_free_polish(start, X, Y)
+    assert info["stop"] == "round-off"
+    assert info["train_loss_refined"] <= (64 * np.finfo(float).eps) ** 2 * np.mean(Y ** 2)
+    assert nr.metrics.parameter_error(out, net)["max_unit_error"] < 1e-10
+
+
+def test_matrix_free_polish_is_deterministic():
+    net, X, Y = _teacher(30, 3, 1000)
+    start = _perturbed(net, 0.2)
+    a, _ = matrix_free_polish(start, X, Y)
+    b, _ = matrix_free_polish(start, X, Y)
+    np.testing.assert_array_equal(a.hidden_weights, b.hidden_weights)
+
+
+def test_matrix_free_polish_refuses_other_networks():
+    net, X, Y = _teacher(10, 2, 200)
+    two = nr.random_network(10, 2, n_outputs=2, rng=0)
+    with pytest.raises(InputError, match="one-output ReLU"):
+        matrix_free_polish(two, X, Y)
+    with pytest.raises(InputError, match=r"X must be \(n, 10\)"):
+        matrix_free_polish(net, X[:, :5], Y)
+
+
+def test_learner_uses_the_matrix_free_refinement_when_the_normal_matrix_is_too_large(monkeypatch):
+    # the switch is the shared refinement's memory budget (8 P^2 bytes > 256 MiB at d = 1000, k >= 6);
+    # lowering the budget takes the same path at a size a test affords, and the fit must stay exact
+    import nnrecover.refine as refine
+
+    monkeypatch.setattr(refine, "_JACOBIAN_MEMORY", 1000)
+    net, X, Y = _teacher(40, 4, 60_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = nr.learners.HermiteTensorLearner(4, random_state=0).fit(X, Y)
+    ref = est.diagnostics_["refinement"]
+    assert ref["ran"] and ref["method"].startswith("matrix-free")
+    assert ref["kept"] == "refined"
+    assert nr.metrics.parameter_error(est.network_, net)["max_unit_error"] < 1e-10
+    assert est.diagnostics_["certificates"]["residual_fit"]["passed"]
+
+
+def test_range_control_variate_is_exact_for_a_quadratic_target():
+    # y = p(x) exactly: the residual vanishes, so the sketch is p^_2 Omega = Q M Q^T Omega to round-off,
+    # whatever the rows (the plain estimate of the same rows carries its sampling error, ~ sqrt(d / N))
+    d, q, n = 20, 3, 5000
+    g = np.random.default_rng(0)
+    X = g.standard_normal((n, d))
+    Q = np.linalg.qr(g.standard_normal((d, q)))[0]
+    M = g.standard_normal((q, q))
+    M = M + M.T
+    t1 = g.standard_normal(d)
+    U = X @ Q
+    y = 0.7 + X @ t1 + 0.5 * (np.einsum("ni,ij,nj->n", U, M, U) - np.trace(M))
+    omega = np.linalg.qr(g.standard_normal((d, 5)))[0]
+    cov = g.standard_normal((d, 2))
+    exact = Q @ M @ Q.T @ omega
+    cv = accumulate(RangeStatistic(d, method="sketch", omega=omega, omega_cov=cov, rayleigh_ritz=True,
+                                   center=0.7, control_variate=(t1, Q, M)), (X, y[:, None]))
+    plain = accumulate(RangeStatistic(d, method="sketch", omega=omega, omega_cov=cov, rayleigh_ritz=True,
+                                      center=0.7), (X, y[:, None]))
+    assert np.abs(cv.finalize()["t2_omega"] - exact).max() < 1e-12
+    assert np.abs(plain.finalize()["t2_omega"] - exact).max() > 1e-3
+
+
+def test_range_control_variate_checks_its_shapes():
+    d = 6
+    omega = np.eye(d)[:, :2]
+    with pytest.raises(InputError, match="control_variate must be"):
+        RangeStatistic(d, method="sketch", omega=omega, omega_cov=omega, control_variate=(np.ones(3), omega,
+                                                                                          np.eye(2)))
+    with pytest.raises(InputError, match="method='sketch'"):
+        RangeStatistic(d, method="full", omega=None, omega_cov=omega, control_variate=(np.ones(d), omega,
+                                                                                       np.eye(2)))
