@@ -604,3 +604,23 @@ def test_span_first_on_noiseless_arrays_never_holds_all_training_rows():
     assert res.extra["stages"][-1].get("stopped") == "fits all rows to round-off"
     assert parameter_error(res.network, truth)["max_unit_error"] < 1e-10
     assert res.n_samples_used == 40_000 and peak < 16e6
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+@pytest.mark.parametrize("full_samples, stages", [(2000, [("span", 1600), ("full", 1600)]), (4800, [("full", 600)])])
+def test_span_path_with_unit_pair_normal_equations_reaches_round_off(activation, full_samples, stages):
+    # d = 30 >= 24 inputs: every normal-equation pass sums J^T J's hidden block by unit pairs. k = 4 units,
+    # 3 outputs, biases: P = 4 * 31 + 3 * 5 = 139, so the coarse stage has max(5 * 139 / 3, 20 * 30) = 600
+    # rows. A strided subsample of 1600 of the 4800 training rows holds less than three times that: the span
+    # stage, then the full-space stage on the 1600 rows; all 4800 rows hold more: the coarse stage alone.
+    # Noiseless: the least-squares minimiser is the teacher, reached to round-off (every row's residual at
+    # (64 eps)^2 of E[y^2])
+    truth = nr.random_network(30, 4, 3, rng=94, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3),
+                              activation=activation)
+    X, Y = nr.sample(truth, StandardGaussian(30), 6000, rng=95)
+    start = _perturbed(truth, 1e-2, seed=96)
+    res = refine_network(start, (X, Y), full_samples=full_samples, rng=0)
+    assert [(st["stage"], st["n_samples_used"]) for st in res.extra["stages"]] == stages
+    assert res.extra["stages"][-1].get("stopped") == "fits all rows to round-off"
+    assert res.train_loss_refined <= (64 * np.finfo(float).eps) ** 2 * np.mean(Y ** 2)
+    assert parameter_error(res.network, truth)["max_unit_error"] < 1e-10
