@@ -205,10 +205,12 @@ class HermiteTensorLearner(BaseLearner):
         (:func:`hermite_loss_polish`: Prop. B.1's loss truncated at order ``2l + 2``, fitted to the
         estimated tensors, no pass over the data), then :func:`nnrecover.refine.refine_network` on the
         samples from the polished network. False returns the paper's output.
-        When the shared refinement's full-space normal matrix would exceed its memory budget (large
-        ``d k``, see :meth:`_large_refinement`) and no ``refine_options`` are given, the second step is
-        the learner's matrix-free Gauss-Newton instead (:func:`~.scale.matrix_free_polish`, on the
-        first ``3 P`` rows, held-out guard on the next rows).
+        Without ``refine_options`` (one output, ``m < d``) the second step starts with the learner's
+        matrix-free Gauss-Newton on the first ``3 P`` rows (:func:`~.scale.matrix_free_polish`,
+        ``P = m (d + 2) + 1``): when it reaches round-off on the next rows (noiseless data) it is the
+        refinement, at ``O(P d m)`` per step instead of the shared refinement's ``O(n P^2)``; otherwise
+        the shared refinement runs as without it (or, when its normal matrix exceeds its memory budget,
+        the better of the two on held-out rows is kept; see ``_refine_matrix_free``).
     refine_options : dict, optional
         Keyword arguments of :func:`nnrecover.refine.refine_network`.
     thresholds : {"adaptive", "paper"} or dict or Thresholds
@@ -422,9 +424,10 @@ class HermiteTensorLearner(BaseLearner):
         else:
             diagnostics["hermite_polish"] = {"ran": False, "reason": "refine=False" if not self.refine else
                                              "exact coefficients" if coeffs.exact else "no unit"}
-        if self._large_refinement(start, source):
+        fitted = None
+        if self._matrix_free_applies(start, source):
             fitted = self._refine_matrix_free(start, source, diagnostics)
-        else:
+        if fitted is None:  # not at round-off on held-out rows, or not applicable: the shared refinement
             fitted = self._maybe_refine(start, source, rng, diagnostics)
         out = reduce_to_width(fitted, coeffs, m, source=source, rng=rng,
                               refinement=diagnostics.get("refinement", {}), refine_options=self._refine_kwargs(),
@@ -432,29 +435,41 @@ class HermiteTensorLearner(BaseLearner):
         self._certify_output(out, coeffs, order, source, diagnostics)
         return out
 
-    def _large_refinement(self, start: TwoLayerNetwork, source) -> bool:
-        """Whether the refinement runs matrix free (:func:`~.scale.matrix_free_polish`): ``refine=True``
-        without ``refine_options`` (options ask for the shared refinement) on a re-iterable sample source,
-        one output, fewer hidden units than inputs, and the shared refinement's full-space normal matrix
-        (``8 P^2`` bytes, ``P = k (d + 2) + 1``) above its default memory budget (256 MiB: ``P > 5792``,
-        e.g. ``d = 1000``, ``k >= 6``), where its ``O(n P^2)`` steps are out of reach."""
-        from ...refine import _JACOBIAN_MEMORY
-
+    def _matrix_free_applies(self, start: TwoLayerNetwork, source) -> bool:
+        """Whether the refinement starts matrix free (:func:`~.scale.matrix_free_polish`): ``refine=True``
+        without ``refine_options`` (options ask for the shared refinement) on a re-iterable sample
+        source, one ReLU output and fewer hidden units than inputs."""
         if not self.refine or source is None or not source.info.reiterable or self.refine_options:
             return False
-        if start.n_outputs != 1 or start.activation.name != "relu" or start.n_hidden >= start.n_inputs:
-            return False
-        P = start.n_hidden * (start.n_inputs + 2) + 1
-        return 8 * P * P > _JACOBIAN_MEMORY
+        return start.n_outputs == 1 and start.activation.name == "relu" and start.n_hidden < start.n_inputs
 
-    def _refine_matrix_free(self, start: TwoLayerNetwork, source, diagnostics: dict) -> TwoLayerNetwork:
-        """Large-``d`` refinement: :func:`~.scale.matrix_free_polish` on the first ``3 P`` rows (three
+    @staticmethod
+    def _shared_refinement_fits(start: TwoLayerNetwork) -> bool:
+        """Whether the shared refinement's full-space normal matrix (``8 P^2`` bytes, ``P = k (d + 2) + 1``)
+        fits its default memory budget (256 MiB: ``P <= 5792``; not at ``d = 1000``, ``k >= 6``, where its
+        ``O(n P^2)`` steps are also out of reach)."""
+        from ...refine import _JACOBIAN_MEMORY
+
+        P = start.n_hidden * (start.n_inputs + 2) + 1
+        return 8 * P * P <= _JACOBIAN_MEMORY
+
+    def _refine_matrix_free(self, start: TwoLayerNetwork, source, diagnostics: dict) -> TwoLayerNetwork | None:
+        """Matrix-free refinement: :func:`~.scale.matrix_free_polish` on the first ``3 P`` rows (three
         residuals per parameter: the sample normal matrix is then within ``(1 +- sqrt(1/3))^2`` of its
-        expectation, the preconditioner, so the conjugate gradients need few steps), keeping the better
-        of ``{start, polished}`` on the next ``max(2000, P / 4)`` rows, as the shared refinement does on
-        its held-out rows. The rows of a source are exchangeable (i.i.d. samples, as eq. (6) and the
-        split-sample estimates assume), so the first rows are as good as any: a stream is read only as
-        far as they go."""
+        expectation, the preconditioner, so the conjugate gradients need few steps), judged on the next
+        ``max(2000, P / 4)`` rows. The rows of a source are exchangeable (i.i.d. samples, as eq. (6) and
+        the split-sample estimates assume), so the first rows are as good as any: a stream is read only
+        as far as they go.
+
+        Noiseless data (the held-out mean squared residual at round-off, ``<= (256 eps)^2 mean(y^2)``, 16
+        times the training stop of :func:`~.scale.matrix_free_polish`): the polished network is the
+        teacher to round-off and is returned; its cost is ``O(P d k)`` per conjugate-gradient step,
+        against ``O(n P^2)`` per step of the shared refinement's full-space stage. Otherwise (label
+        noise: the ``3 P`` rows' fit carries their statistical error, not that of all rows) ``None``, so
+        that the shared refinement runs from ``start`` as without this step, unless its normal matrix
+        does not fit its budget; then the better of ``{start, polished}`` on the held-out rows is
+        returned (``diagnostics_["refinement"]["reason"]`` says why).
+        """
         from .scale import matrix_free_polish
 
         t0 = time.perf_counter()
@@ -463,20 +478,28 @@ class HermiteTensorLearner(BaseLearner):
         X, y = _first_rows(source, n_fit + n_hold)
         if X.shape[0] < n_fit + n_hold:
             n_fit = int(0.8 * X.shape[0])
-        Xf, yf, Xh, yh = X[:n_fit], y[:n_fit], X[n_fit:], y[n_fit:]
-        polished, info = matrix_free_polish(start, Xf, yf)
-        del Xf, yf
+        polished, info = matrix_free_polish(start, X[:n_fit], y[:n_fit])
+        Xh, yh = X[n_fit:], y[n_fit:]
+        del X, y
         loss = lambda net: float(np.mean((net.predict(Xh).reshape(-1) - yh) ** 2))  # noqa: E731
         hold_start, hold_ref = loss(start), loss(polished)
-        keep = bool(np.isfinite(hold_ref) and not hold_ref > hold_start)
-        diagnostics["refinement"] = {
+        exact = bool(hold_ref <= (256 * np.finfo(float).eps) ** 2 * float(np.mean(yh ** 2)))
+        record = {
             "ran": True, "method": "matrix-free Gauss-Newton (span-preconditioned conjugate gradients)",
-            "kept": "refined" if keep else "start", "improved": bool(keep and hold_ref < hold_start),
             "train_loss_start": info["train_loss_start"], "train_loss_refined": info["train_loss_refined"],
             "holdout_loss_start": hold_start, "holdout_loss_refined": hold_ref, "n_iter": info["n_iter"],
             "cg_iterations": info["cg_iterations"], "stop": info["stop"], "n_samples_used": int(n_fit),
-            "n_holdout": int(Xh.shape[0]), "time": time.perf_counter() - t0,
-            "reason": f"the shared refinement's normal matrix of P = {P} parameters needs {8 * P * P / 2**30:.2g} GiB"}
+            "n_holdout": int(Xh.shape[0]), "at_round_off": exact, "time": time.perf_counter() - t0}
+        if not exact and self._shared_refinement_fits(start):
+            diagnostics["matrix_free_refinement"] = record
+            return None
+        keep = bool(np.isfinite(hold_ref) and not hold_ref > hold_start)
+        record.update(kept="refined" if keep else "start", improved=bool(keep and hold_ref < hold_start))
+        if not exact:
+            record["reason"] = (f"not at round-off on held-out rows (label noise?), and the shared refinement's "
+                                f"normal matrix of P = {P} parameters ({8 * P * P / 2**30:.2g} GiB) exceeds its "
+                                f"budget: the fit of {n_fit} rows is kept if better on held-out rows")
+        diagnostics["refinement"] = record
         return polished if keep else start
 
     def _certify_output(self, net: TwoLayerNetwork, coeffs: HermiteCoefficients, order: int, source,
