@@ -471,16 +471,24 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
                                       "plausible": deviation.plausible and kurtosis[0] <= kurtosis[1]},
                   "whitened": bool(whiten), "control_variates": bool(control_variates)}
 
-    def resid_fn(Qout, P=None):
+    def resid_fn(Qout, P=None, span_scale=None):
         # with a basis P (d, k) the chunk comes back projected, z = P^T x', with the control variate's
         # linear part from the same product x' [P, B^T]: the statistic then works in k dimensions on
-        # (z, r), one O(n d (k + m)) product per chunk, and the pass carries n x (k + m) values, not n x d
-        Mp = None if P is None else np.hstack([P, cv_lin.T])
+        # (z, r), one O(n d (k + m)) product per chunk, and the pass carries n x (k + m) values, not n x d.
+        # When P and Qout are the top-k singular vectors of B = E[y x'^T] itself (span "linear"),
+        # B^T Qout = P diag(s_k) exactly, so r Qout = y Qout - ybar Qout - z diag(s_k): the product is
+        # x' P alone, O(n d k)
+        Mp = None if (P is None or span_scale is not None) else np.hstack([P, cv_lin.T])
+        cv_q = None if span_scale is None else cv_mean @ Qout
+        z_scale = None if span_scale is None else (span_scale if control_variates else np.zeros_like(span_scale))
 
         def fn(Xc, Yc):
             if noise_seed is not None:
                 Xc, Yc = _noise_fn(noise_seed)(Xc, Yc)
             Xw = Xc if L is None else Xc @ L
+            if z_scale is not None:
+                Z = Xw @ P
+                return Z, Yc @ Qout - cv_q - Z * z_scale
             if Mp is None:
                 R = Yc - cv_mean - Xw @ cv_lin.T
                 return Xw, (R if Qout is None else R @ Qout)
@@ -506,8 +514,9 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
     if use == "linear" or r != 2:
         # P has orthonormal columns, so T_r[P, ..., P] is the Hermite tensor of z = P^T x in k dimensions
         # (HermiteTensorStatistic with a basis: He_r(x)[P, ..., P] = He_r(P^T x))
-        stat = accumulate(*_transformed_pass(HermiteTensorStatistic(r), source, skip, resid_fn(Qout, P),
-                                             chunk_size), chunk_size=chunk_size)
+        span_scale = s[:k].copy() if use == "linear" else None
+        stat = accumulate(*_transformed_pass(HermiteTensorStatistic(r), source, skip,
+                                             resid_fn(Qout, P, span_scale), chunk_size), chunk_size=chunk_size)
         T = stat.finalize()
     W, jd = decompose_projected(T, k, method=decomposition, rng=gen, n_draws=n_draws)
     diag["decomposition"] = jd
