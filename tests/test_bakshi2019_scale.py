@@ -164,6 +164,10 @@ def test_stream_tail_has_the_same_rows_without_generating_the_skipped_blocks(ant
     for start in (0, 2, size, size + 2224, 69_998):
         tail = stream.rows_from(start)
         assert tail.n_samples == 70_000 - start
+        # the whole stream's chunk grid: the first chunk ends at a multiple of 5000 rows
+        sizes = [c[0].shape[0] for c in tail]
+        assert len(sizes) == len(tail) and sizes[0] == 5000 - start % 5000
+        assert all(n == 5000 for n in sizes[1:-1])
         assert np.array_equal(np.concatenate([c[0] for c in tail]), X[start:])
         assert np.array_equal(np.concatenate([c[1] for c in tail]), Y[start:])
     # blocks before the one holding row `start` are not drawn

@@ -73,13 +73,14 @@ class SampleStream:
         self.n_samples = int(n)
 
     def __len__(self) -> int:
-        return -(-self.n_samples // self.chunk_size)
+        return -(-self._end // self.chunk_size) - self._start // self.chunk_size
 
     def rows_from(self, start: int) -> "SampleStream":
         """The same stream without its first ``start`` rows (its rows ``start, ..., n - 1``, same values).
 
         Blocks before the one holding row ``start`` are not generated: a pass over the tail of a stream
-        costs only its own rows.
+        costs only its own rows. Its chunks follow the whole stream's chunk grid, so the first one can
+        be shorter than ``chunk_size``.
         """
         start = check_positive_int(start, "start", minimum=0)
         if start > self.n_samples:
@@ -117,7 +118,9 @@ class SampleStream:
         # concatenation. Every row is touched O(1) times whatever chunk_size is.
         size = self.chunk_size
         pending: list[tuple[np.ndarray, np.ndarray]] = []
-        have = 0
+        # a tail (rows_from) keeps the chunk grid of the whole stream: its first chunk ends where the
+        # stream's chunk would, so with the default chunk size every chunk is one block (no concatenation)
+        have = self._start % size
         for X, Y in self._blocks():
             rows, start = X.shape[0], 0
             if have:  # complete the chunk started in earlier blocks
@@ -134,7 +137,7 @@ class SampleStream:
             if start < rows:
                 pending.append((X[start:], Y[start:]))
                 have += rows - start
-        if have:
+        if pending:
             yield self._join(pending)
 
     @staticmethod
