@@ -178,8 +178,8 @@ class RefineResult:
         Wall-clock seconds of the whole call.
     extra : dict
         More records, merged into :meth:`as_dict`: ``stages`` (one record per stage of ``"lm+gn"``, or of
-        the span path: ``stage`` is ``"span"``, ``"full"`` (twice when a coarse subsample runs first),
-        ``"full-gradient"``, ``"span"``),
+        the span path: ``stage`` is ``"full"`` (the coarse subsample, then the whole subsample) or
+        ``"span"``, ``"full"`` (no coarse subsample), then ``"full-gradient"``, ``"span"``),
         ``n_jacobian`` (passes that accumulated the normal equations, ``"gn"``).
     """
 
@@ -1273,9 +1273,10 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
         chunk of ``gn`` and of its normal matrix (see :func:`fit_least_squares`).
     span : bool, default True
         With ``"auto"`` or ``"gn"``, trained hidden weights and fewer hidden units than inputs, polish in
-        the span of the start's hidden rows on all training rows, then in the full space on at most
-        ``full_samples`` of them (then with that subsample's normal matrix and the gradient of all rows),
-        then in the new span on all rows (module docstring, "Span first"; the four records are in
+        the full space on at most ``full_samples`` evenly strided training rows (first on a coarse part of
+        them when they are many, else after a polish in the span of the start's hidden rows), then, unless
+        that fits every training row to round-off, with that subsample's normal matrix and the gradient of
+        all rows, then in the new span on all rows (module docstring, "Span first"; the records are in
         ``extra["stages"]``). False: one optimiser run on all training rows.
     full_samples : int, default 20_000
         Rows (evenly strided) whose normal matrix the full-space stage uses when ``span`` applies; its
