@@ -312,7 +312,8 @@ class PureNeuronStatistic(Statistic):
         m, d = Xp.shape
         self._det["n"] += m
         # the contracted detector's three pair-product temporaries in blocks of about 1 MiB each stay in
-        # cache for the product that follows (measured at k = 10: 0.94 X.T @ X passes of d = 100 against 1.24 with 8 MiB blocks)
+        # cache for the product that follows (measured at k = 10: 0.94 X.T @ X passes of d = 100, against
+        # 1.24 with 8 MiB blocks)
         for b in _row_blocks(m, n_sym(d), _BLOCK_VALUES if self.B is None else _POWER_BLOCK_VALUES):
             Xb, Yb = Xp[b], Yp[b]
             if self.B is None:
