@@ -59,6 +59,10 @@ def test_matrix_free_polish_refuses_other_networks():
         matrix_free_polish(two, X, Y)
     with pytest.raises(InputError, match=r"X must be \(n, 10\)"):
         matrix_free_polish(net, X[:, :5], Y)
+    with pytest.raises(InputError, match="max_iter"):
+        matrix_free_polish(net, X, Y, max_iter=0)
+    with pytest.raises(InputError, match="cg_rtol"):
+        matrix_free_polish(net, X, Y, cg_rtol=1.5)
 
 
 def test_learner_refines_noiseless_data_matrix_free_to_round_off():

@@ -205,7 +205,7 @@ class HermiteTensorLearner(BaseLearner):
         (:func:`hermite_loss_polish`: Prop. B.1's loss truncated at order ``2l + 2``, fitted to the
         estimated tensors, no pass over the data), then :func:`nnrecover.refine.refine_network` on the
         samples from the polished network. False returns the paper's output.
-        Without ``refine_options`` (one output, ``m < d``) the second step starts with the learner's
+        Without ``refine_options`` (one output, ``m <= d``) the second step starts with the learner's
         matrix-free Gauss-Newton on the first ``3 P`` rows (:func:`~.scale.matrix_free_polish`,
         ``P = m (d + 2) + 1``): when it reaches round-off on the next rows (noiseless data) it is the
         refinement, at ``O(P d m)`` per step instead of the shared refinement's ``O(n P^2)``; otherwise
@@ -438,10 +438,10 @@ class HermiteTensorLearner(BaseLearner):
     def _matrix_free_applies(self, start: TwoLayerNetwork, source) -> bool:
         """Whether the refinement starts matrix free (:func:`~.scale.matrix_free_polish`): ``refine=True``
         without ``refine_options`` (options ask for the shared refinement) on a re-iterable sample
-        source, one ReLU output and fewer hidden units than inputs."""
+        source, one ReLU output and no more hidden units than inputs (order 1)."""
         if not self.refine or source is None or not source.info.reiterable or self.refine_options:
             return False
-        return start.n_outputs == 1 and start.activation.name == "relu" and start.n_hidden < start.n_inputs
+        return start.n_outputs == 1 and start.activation.name == "relu" and start.n_hidden <= start.n_inputs
 
     @staticmethod
     def _shared_refinement_fits(start: TwoLayerNetwork) -> bool:

@@ -29,6 +29,7 @@ import time
 import numpy as np
 from scipy import linalg
 
+from ..._validation import check_positive_int
 from ...errors import InputError
 from ...network import TwoLayerNetwork
 
@@ -191,6 +192,12 @@ def matrix_free_polish(network: TwoLayerNetwork, X: np.ndarray, y: np.ndarray, *
     the loss after the damping has been raised ten times in a row, or at ``max_iter``.
     """
     t0 = time.perf_counter()
+    max_iter = check_positive_int(max_iter, "max_iter")
+    max_cg = check_positive_int(max_cg, "max_cg")
+    if not 0.0 < float(cg_rtol) < 1.0:
+        raise InputError(f"cg_rtol must be in (0, 1), got {cg_rtol!r}.")
+    if not isinstance(network, TwoLayerNetwork):
+        raise InputError(f"network must be a TwoLayerNetwork, got {type(network).__name__}.")
     if network.n_outputs != 1 or network.activation.name != "relu":
         raise InputError("matrix_free_polish needs a one-output ReLU network.")
     X = np.asarray(X, dtype=np.float64)
