@@ -68,24 +68,28 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--learners", default=",".join(LEARNERS), help="comma-separated learner class names")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="BLAS threads, and so chunk workers of the fits (default 1, as bench_growth.py)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="BLAS threads for the baseline and the fits, and so the fits' chunk workers "
+                             "(default: the machine's defaults, every core, as a user runs it)")
     parser.add_argument("--provable", action=argparse.BooleanOptionalAction, default=True,
                         help="also time refine=False")
     parser.add_argument("--profile", metavar="DIR", help="write DIR/<learner>.prof of each complete fit")
-    parser.add_argument("--serial", action="store_true",
-                        help="one chunk worker: the limit also reaches SciPy's BLAS, whose thread count the fits' "
-                             "worker count follows (bench_growth.py's children import SciPy later: two workers)")
+    parser.add_argument("--serial", action="store_true", help="one BLAS thread and one chunk worker (--threads 1)")
     args = parser.parse_args()
     if args.serial:
-        import scipy.linalg  # noqa: F401  (loads SciPy's OpenBLAS before the limit below)
+        args.threads = 1
+    # threadpoolctl limits only loaded libraries: load SciPy's and scikit-learn's BLAS before the limit
+    import scipy.linalg  # noqa: F401
+    import sklearn.utils  # noqa: F401
     names = [s for s in args.learners.split(",") if s]
-    with threadpool_limits(args.threads):
+    from contextlib import nullcontext
+
+    with (nullcontext() if args.threads is None else threadpool_limits(args.threads)):
         net, (X, Y) = _data(args.d, args.k, args.n, False)
         base = xtx_seconds(X)
         from nnrecover._threads import effective_n_jobs
 
-        print(f"d={args.d} k={args.k} N={args.n:.0e} BLAS threads={args.threads} (chunk workers of the fits: "
+        print(f"d={args.d} k={args.k} N={args.n:.0e} BLAS threads={args.threads or 'default'} (chunk workers of the fits: "
               f"{effective_n_jobs(None)}): X.T @ X {base:.3f} s")
         print("| learner | fit | time (s) | / X.T @ X | peak MB | max unit error |")
         print("|---|---|---|---|---|---|")
