@@ -73,8 +73,11 @@ def run_fit(k: int, data, target, refine: bool, memory: bool = True, profile: st
     if prof is not None:
         prof.dump_stats(profile)
     err = float(nr.metrics.parameter_error(learner.network_, target)["max_unit_error"])
-    return {"seconds": seconds, "peak_mb": peak, "max_unit_error": err,
-            "timings": learner.diagnostics_.get("timings", {})}
+    timings = dict(learner.diagnostics_.get("timings", {}))
+    ref = learner.diagnostics_.get("refinement", {})
+    if ref.get("ran"):
+        timings["refinement"] = float(ref.get("time", float("nan")))
+    return {"seconds": seconds, "peak_mb": peak, "max_unit_error": err, "timings": timings}
 
 
 def main() -> None:
