@@ -142,3 +142,17 @@ def test_range_control_variate_checks_its_shapes():
     with pytest.raises(InputError, match="method='sketch'"):
         RangeStatistic(d, method="full", omega=None, omega_cov=omega, control_variate=(np.ones(d), omega,
                                                                                        np.eye(2)))
+
+
+def test_range_detection_threshold_is_the_noise_scale_of_the_sketched_residual():
+    # the threshold is s sqrt(d / N) with s^2 the mean square of the sketched residual: for a constant
+    # target 2 and no centre the residual is 2 on every row, so it is 2 sqrt(d / N) exactly; the eigenvalues
+    # of the sample T_2 (pure noise here) are all of that order, none above 3 times it
+    d, n = 50, 4000
+    X = np.random.default_rng(0).standard_normal((n, d))
+    omega = np.linalg.qr(np.random.default_rng(1).standard_normal((d, 8)))[0]
+    stat = accumulate(RangeStatistic(d, method="sketch", omega=omega, omega_cov=omega[:, :2], rayleigh_ritz=True),
+                      (X, np.full((n, 1), 2.0)))
+    _, info = stat.basis(3)
+    assert abs(info["t2_detection_threshold"] - 2.0 * np.sqrt(d / n)) < 1e-12
+    assert max(info["t2_eigenvalue_magnitudes"]) < 3 * info["t2_detection_threshold"]
