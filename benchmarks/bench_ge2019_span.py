@@ -76,11 +76,11 @@ def main() -> None:
               f"{' --full' if args.full else ''} --write`.", "",
               "| route | refine | time (s) | / X.T @ X | peak memory | max unit error |", "|---|---|---|---|---|---|"]
     notes = ["", "The span route runs the paper's detector on k numbers per row instead of d^2 / 2; what is left is "
-             "first-order work on all d coordinates: E[x x^T] (for Sigma), the symmetry test's Gram of (x, x^3) "
-             "(about four `X.T @ X` passes; `check_symmetry=False` skips it) and the projection, done chunk by "
+             "first-order work on all d coordinates: E[x x^T] (for Sigma), the symmetry test's sums of (x, x^3) "
+             "(O(n d) sums and a Gram of max(20000, 100 d) rows; `check_symmetry=False` skips it) and the projection, done chunk by "
              "chunk with one thread for the small per-chunk products, against a two-thread GEMM in the baseline. "
-             "With `refine=True` the shared refinement (normal equations on at most 2e5 rows) adds the rest of "
-             "the time and the memory peak. Unrefined, the span route's error is about twice the paper's route's "
+             "With `refine=True` the shared refinement reaches round-off in its coarse stage on a subsample and "
+             "adds little (docs/design.md, \"Refinement at scale\"). Unrefined, the span route's error is about twice the paper's route's "
              "(the estimated span carries a sampling error); refinement removes it."]
     section = "\n".join(header + lines + notes) + "\n<!-- bench_ge2019_span: end -->\n"
     if args.write:
