@@ -640,7 +640,7 @@ def test_bad_inputs():
         HermiteTensorLearner(2).fit(X[:500], Y[:500])
     t6 = nr.random_network(6, 8, rng=0)
     X6, Y6 = nr.sample(t6, nr.distributions.StandardGaussian(6), 3000, rng=0)
-    with pytest.raises(InputError, match="at least 2160"):  # l = 2, d = 6: 10 * 6^3 (min_samples)
+    with pytest.raises(InputError, match="at least 12960"):  # l = 2, d = 6: 10 * 6^4 (min_samples)
         HermiteTensorLearner(8).fit(X6[:2000], Y6[:2000])
     with pytest.raises(InputError, match="one output"):
         HermiteTensorLearner(2).fit(X, np.c_[Y, Y])
@@ -730,8 +730,10 @@ def test_sample_rule_is_spectral_and_refuses_before_reading_the_data():
 
     from nnrecover.learners.awasthi2021 import min_samples
 
-    # ten samples per row of the square flattening of T_4 (k^2 rows for order 1), at least 1000
-    assert min_samples(1, 50) == 25_000 and min_samples(1, 5) == 1000 and min_samples(2, 10) == 10_000
+    # ten samples per column of the k^l x k^(l+2) flattening of T_{2l+2} (the one Algorithm 4 reads its
+    # rank k'' from: k^3 columns for order 1), at least 1000
+    assert min_samples(1, 50) == 1_250_000 and min_samples(1, 5) == 1250 and min_samples(2, 10) == 100_000
+    assert min_samples(1, 4) == 1000
     # a data set of known size below the rule is refused before any block is computed: every block of
     # this dask array raises when read, so reaching the data would give a different error
     def unreadable(block):
@@ -739,7 +741,7 @@ def test_sample_rule_is_spectral_and_refuses_before_reading_the_data():
 
     X = da.zeros((20_000, 60), chunks=(5_000, 60)).map_blocks(unreadable, dtype=float)
     y = da.zeros(20_000, chunks=5_000)
-    with pytest.raises(InputError, match=r"need at least 25000 \(ten per row of the 50\^2-row square flattening"):
+    with pytest.raises(InputError, match=r"need at least 1250000 \(ten per column of the 50\^1 x 50\^3 flattening"):
         HermiteTensorLearner(50, random_state=0).fit(X, y)
 
 

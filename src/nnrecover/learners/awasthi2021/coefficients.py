@@ -646,22 +646,25 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
 
 
 def min_samples(order: int, n_dim: int) -> int:
-    """Smallest sample size accepted: ten samples per row of the square flattening of ``T_{2l+2}`` in
-    the ``n``-dimensional working space (``n^(l+1)`` rows), and at least 1000.
+    """Smallest sample size accepted: ten samples per column of the widest flattening of ``T_{2l+2}`` that
+    the algorithm uses in the ``n``-dimensional working space (``n^(l+2)`` columns), and at least 1000.
 
-    Why this and not a count of tensor entries: the algorithm uses ``T_{2l+2}`` only through its square
-    flattening (``n^(l+1) x n^(l+1)``: its range, SVD and contractions with it), so what matters is the
-    flattening's *spectral* sampling error. The estimate is a mean of ``N`` independent matrices
-    ``y He(z) He(z)^T`` of dimension ``D = n^(l+1)``; by the matrix Bernstein inequality (Tropp 2012,
-    Theorem 1.6) its spectral error is ``O(sigma sqrt(D log D / N))``, with ``sigma^2`` the per-sample
-    variance scale, so ``N = 10 D`` is the least for which that error falls below about a third of
-    ``sigma`` (up to the log factor). Whether it is also small against the signal (the units'
-    singular values) depends on the network and is measured after the pass: the spread of the row
-    groups gives the spectral noise of each flattening (``diagnostics_["noise"]``), which the scalar
-    filter, the unit count and the certificates compare with the signal. Ten samples per distinct
-    entry of ``T_{2l+2}`` (``10 C(n + 3, 4)`` for order 1: 2.9e6 at n = 50) would bound the entrywise
-    error, a requirement the algorithm, which never reads single entries, does not have."""
-    return max(1000, 10 * n_dim ** (order + 1))
+    Why this and not a count of tensor entries: the algorithm uses ``T_{2l+1}`` and ``T_{2l+2}`` only
+    through the flattenings ``flatten(T_K, l, K - l)`` (``n^l x n^(K - l)``: their singular values set
+    the ranks ``k'``, ``k''`` of Algorithm 4, and their range and contractions the decomposition), so
+    what matters is those matrices' *spectral* sampling error. Each estimate is a mean of ``N``
+    independent ``D_1 x D_2`` matrices ``y He(z) He(z)^T``; by the rectangular matrix Bernstein
+    inequality (Tropp 2012, Theorem 1.6) its spectral error is ``O(sigma sqrt(max(D_1, D_2) log(D_1 +
+    D_2) / N))``, ``sigma^2`` the per-sample variance scale. The widest is ``T_{2l+2}``'s, with
+    ``D_2 = n^(l+2)``, so ``N = 10 n^(l+2)`` is the least for which that error falls below about a third
+    of ``sigma`` (up to the log factor); the square flattening (``n^(l+1)`` rows) would allow ``n`` times
+    fewer samples but is not the matrix the ranks are read from. Whether the error is also small against
+    the signal (the units' singular values) depends on the network and is measured after the pass: the
+    spread of the row groups gives the spectral noise of each flattening (``diagnostics_["noise"]``),
+    which the scalar filter, the unit count and the certificates compare with the signal. Ten samples
+    per distinct entry of ``T_{2l+2}`` (``10 C(n + 3, 4)`` for order 1: 2.9e6 at n = 50) would bound the
+    entrywise error, a requirement the algorithm, which never reads single entries, does not have."""
+    return max(1000, 10 * n_dim ** (order + 2))
 
 
 def _noise_from_halves(halves: tuple[dict, dict], counts: tuple[int, int], order: int) -> dict:
@@ -898,7 +901,7 @@ def _check_n(n: int, order: int, n_dim: int, min_n: int | None) -> None:
     need = min_samples(order, n_dim) if min_n is None else int(min_n)
     if n < need:
         rule = ("min_n" if min_n is not None else
-                f"ten per row of the {n_dim}^{order + 1}-row square flattening of T_{2 * order + 2} in "
+                f"ten per column of the {n_dim}^{order} x {n_dim}^{order + 2} flattening of T_{2 * order + 2} in "
                 f"dimension {n_dim}, whose spectral sampling error it bounds")
         raise InputError(f"too few samples for order l = {order}: got {n}, need at least {need} ({rule}); "
                          "supply more samples.")

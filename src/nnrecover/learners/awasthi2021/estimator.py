@@ -271,8 +271,8 @@ class HermiteTensorLearner(BaseLearner):
     input_tolerance : float, default 0.1
         Deviation tolerated (on top of the sampling fluctuation) before warning.
     min_n : int, optional
-        Minimum number of samples (default: ten per row of the square flattening of ``T_{2l+2}`` in the
-        working space, ``10 k^(l+1)``, at least 1000; :func:`min_samples` says why).
+        Minimum number of samples (default: ten per column of the ``k^l x k^(l+2)`` flattening of
+        ``T_{2l+2}`` in the working space, ``10 k^(l+2)``, at least 1000; :func:`min_samples` says why).
     random_state : int, Generator or None
 
     Attributes
