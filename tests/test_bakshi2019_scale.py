@@ -182,3 +182,17 @@ def test_stream_tail_has_the_same_rows_without_generating_the_skipped_blocks(ant
     if antithetic:
         with pytest.raises(nr.errors.InputError, match="pairs"):
             stream.rows_from(3)
+
+
+def test_projected_control_variate_identity():
+    # pass 2 in the "linear" span uses B^T Qout = P diag(s_k) for the top-k singular vectors of B itself
+    # (B = U S V^T: B^T U_k = V_k S_k), so the residual's projection needs x P only; any m x d matrix,
+    # also one with a noise tail beyond rank k
+    from nnrecover.learners.bakshi2019.tensor_step import _top_right
+
+    rng = np.random.default_rng(7)
+    B = rng.standard_normal((9, 4)) @ rng.standard_normal((4, 60)) + 1e-3 * rng.standard_normal((9, 60))
+    Qout, s, P = _top_right(B, 4)
+    assert np.allclose(B.T @ Qout, P * s[:4], rtol=0, atol=1e-12 * s[0])
+    X = rng.standard_normal((50, 60))
+    assert np.allclose((X @ B.T) @ Qout, (X @ P) * s[:4], rtol=0, atol=1e-11 * s[0])

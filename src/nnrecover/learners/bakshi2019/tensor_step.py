@@ -530,7 +530,7 @@ def gram_stride(d: int, k: int, m: int) -> int:
 
     Without whitening E[x x^T] only serves the input-law check (:func:`_check_input_law`); over all rows
     it costs ``n d^2`` flops, ``d / (k + m)`` times the pass's other products (``Y^T X`` and the
-    projection ``X [P, B^T]``), which dominates at large d (1e12 flops at d = 1000, n = 1e6). Every
+    projection ``X P``, plus ``X B^T`` for the span from ``E[y He_2(x)]``), which dominates at large d (1e12 flops at d = 1000, n = 1e6). Every
     ``max(1, d // (k + m))``-th row keeps it at the cost of those products; the check's tolerance is
     then that of ``n / stride`` rows (about ``2 sqrt(d stride / n)`` in spectral norm).
     """
