@@ -62,6 +62,36 @@ def _parents(n: int, k: int) -> np.ndarray:
     return np.array([lower[tuple(mu[:-1])] for mu in _multisets(n, k)[0]], dtype=np.intp)
 
 
+@functools.lru_cache(maxsize=32)
+def _removals(n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The pairs (multiset ``mu`` of order ``k``, distinct entry ``p`` of ``mu``) as arrays ``(rows, p,
+    count, sub)``: ``rows`` indexes ``mu`` among the order-``k`` multisets, ``count`` is the multiplicity of
+    ``p`` in ``mu`` and ``sub`` indexes ``mu`` with one ``p`` removed among the order-``k - 1`` multisets, so
+    that ``d/du_p prod_j u_{mu_j} = count * prod_j u_{(mu - p)_j}``."""
+    lower = {tuple(mu): j for j, mu in enumerate(_multisets(n, k - 1)[0])}
+    rows, ps, counts, subs = [], [], [], []
+    for j, mu in enumerate(_multisets(n, k)[0].tolist()):
+        for p in sorted(set(mu)):
+            rest = list(mu)
+            rest.remove(p)
+            rows.append(j)
+            ps.append(p)
+            counts.append(mu.count(p))
+            subs.append(lower[tuple(rest)])
+    return (np.array(rows, dtype=np.intp), np.array(ps, dtype=np.intp), np.array(counts, dtype=np.float64),
+            np.array(subs, dtype=np.intp))
+
+
+def _packed_products(U, k_max):
+    """``prod_j u_{i, mu_j}`` for every unit ``i`` and every multiset ``mu`` of order ``0..k_max`` (a list of
+    ``(units, C(n + k - 1, k))`` arrays), built as in :func:`_packed_model`."""
+    n = U.shape[1]
+    prods = [np.ones((U.shape[0], 1))]
+    for k in range(1, k_max + 1):
+        prods.append(prods[-1][:, _parents(n, k)] * U[:, _multisets(n, k)[0][:, -1]])
+    return prods
+
+
 def _packed_model(a, b, U, orders, monos):
     """``g^_k`` of :func:`_model_tensors` at the multisets ``monos[k]`` only (one entry per orbit).
 
@@ -113,6 +143,73 @@ def truncated_hermite_loss(coeffs: HermiteCoefficients, rec, order: int, *, line
                      for k in orders))
 
 
+class _PackedHermiteProblem:
+    """The truncated Hermite loss as a least-squares problem in ``theta = (a, b, vec V, v, c)``.
+
+    ``U = V`` with unit rows, ``(v, c)`` the free linear part (only with ``linear``); one residual per
+    multiset ``mu`` of each order in ``orders``, weighted by ``1 / sqrt(prod_j c_j!)``, so that the sum of
+    squares is ``sum_k ||T_k - g^_k||_F^2 / k!`` (see :func:`_least_squares_fit`). ``targets[k]`` holds
+    ``T_k`` at the multisets of :func:`_multisets` (a length-1 array for ``k = 0``)."""
+
+    def __init__(self, targets: dict, orders, n: int, k_units: int, linear: bool):
+        self.orders, self.n, self.k_units, self.linear = list(orders), int(n), int(k_units), bool(linear)
+        self.monos, self.wts = {}, {}
+        for k in self.orders:
+            self.monos[k], self.wts[k] = _multisets(self.n, k)
+        self.targets = targets
+        self.size = k_units * (n + 2) + (n + 1 if linear else 0)
+
+    def unpack(self, theta):
+        k_units, n = self.k_units, self.n
+        V = theta[2 * k_units:2 * k_units + k_units * n].reshape(k_units, n)
+        return (theta[:k_units], theta[k_units:2 * k_units], V / np.linalg.norm(V, axis=1, keepdims=True),
+                theta[2 * k_units + k_units * n:])
+
+    def residual(self, theta):
+        a_, b_, U_, rest = self.unpack(theta)
+        model = _packed_model(a_, b_, U_, self.orders, self.monos)
+        if self.linear:
+            model[0] = model[0] + rest[-1]
+            model[1] = model[1] + rest[:self.n]
+        return np.concatenate([self.wts[k] * (self.targets[k] - model[k]) for k in self.orders])
+
+    def jacobian(self, theta):
+        """The analytic Jacobian of :meth:`residual`.
+
+        With ``P_i[mu] = prod_j u_{i, mu_j}`` and ``c_k' = c_{k+1}`` (Gaussian integration by parts,
+        ``d/db E[relu(z + b) He_k(z)] = E[relu(z + b) He_{k+1}(z)]``):
+        ``d r_k[mu] / d a_i = -w c_k(b_i) P_i[mu]``, ``d r_k[mu] / d b_i = -w a_i c_{k+1}(b_i) P_i[mu]``,
+        ``d r_k[mu] / d u_{i,p} = -w a_i c_k(b_i) count_p(mu) P_i[mu - p]``, and ``u_i = v_i / |v_i|``
+        maps the last to ``d / d v_i = (d / d u_i)(I - u_i u_i^T) / |v_i|``; the linear part enters
+        orders 0 and 1 with derivative ``-1``."""
+        k_units, n = self.k_units, self.n
+        a_, b_ = theta[:k_units], theta[k_units:2 * k_units]
+        V = theta[2 * k_units:2 * k_units + k_units * n].reshape(k_units, n)
+        norms = np.linalg.norm(V, axis=1, keepdims=True)
+        U_ = V / norms
+        coef = get_activation("relu").hermite_coefficients(max(self.orders) + 1, b_)
+        prods = _packed_products(U_, max(self.orders))
+        v0 = 2 * k_units + k_units * n  # first column of the linear part
+        blocks = []
+        for k in self.orders:
+            w = self.wts[k]
+            J = np.zeros((w.size, self.size))
+            J[:, :k_units] = -w[:, None] * (prods[k].T * coef[:, k])
+            J[:, k_units:2 * k_units] = -w[:, None] * (prods[k].T * (a_ * coef[:, k + 1]))
+            if k:
+                rows, ps, counts, subs = _removals(n, k)
+                JU = np.zeros((w.size, k_units, n))
+                JU[rows, :, ps] = -(w[rows] * counts)[:, None] * (prods[k - 1][:, subs].T * (a_ * coef[:, k]))
+                JU -= np.einsum("mip,ip->mi", JU, U_)[:, :, None] * U_
+                J[:, 2 * k_units:v0] = (JU / norms[None]).reshape(w.size, -1)
+            if self.linear and k == 0:
+                J[0, -1] = -1.0
+            elif self.linear and k == 1:
+                J[:, v0:v0 + n] = -np.eye(n)
+            blocks.append(J)
+        return np.concatenate(blocks)
+
+
 def _least_squares_fit(coeffs: HermiteCoefficients, a, b, U, orders, linear: bool, max_nfev: int):
     """Least squares (trust-region reflective) on the truncated Hermite loss over ``orders``; returns
     (a, b, U, v, c, info)."""
@@ -122,25 +219,10 @@ def _least_squares_fit(coeffs: HermiteCoefficients, a, b, U, orders, linear: boo
     # (orbit size / k!) (T_k[mu] - g^_k[mu])^2, orbit size / k! = 1 / prod_j c_j!, with C(n+k-1, k)
     # residuals instead of n^k (715 instead of 10^4 for k = 4, n = 10) and the same J^T J and J^T r,
     # hence the same steps
-    monos, wts = {}, {}
-    for k in orders:
-        monos[k], wts[k] = _multisets(n, k)
-    targets = {k: np.asarray(coeffs.tensor(k), float)[tuple(monos[k].T)] if k else
+    targets = {k: np.asarray(coeffs.tensor(k), float)[tuple(_multisets(n, k)[0].T)] if k else
                np.asarray(coeffs.tensor(k), float).reshape(1) for k in orders}
-
-    def unpack(theta):
-        V = theta[2 * k_units:2 * k_units + k_units * n].reshape(k_units, n)
-        return (theta[:k_units], theta[k_units:2 * k_units], V / np.linalg.norm(V, axis=1, keepdims=True),
-                theta[2 * k_units + k_units * n:])
-
-    def residual(theta):
-        a_, b_, U_, rest = unpack(theta)
-        model = _packed_model(a_, b_, U_, orders, monos)
-        if linear:
-            model[0] = model[0] + rest[-1]
-            model[1] = model[1] + rest[:n]
-        return np.concatenate([wts[k] * (targets[k] - model[k]) for k in orders])
-
+    problem = _PackedHermiteProblem(targets, orders, n, k_units, linear)
+    residual, unpack = problem.residual, problem.unpack
     theta0 = np.concatenate([a, b, U.ravel()] + ([np.zeros(n + 1)] if linear else []))
     if linear:  # start the linear part at the best fit of the residual of T_0, T_1
         model = _model_tensors(a, b, U, [0, 1])
@@ -150,18 +232,13 @@ def _least_squares_fit(coeffs: HermiteCoefficients, a, b, U, orders, linear: boo
     loss0 = float(r0 @ r0)
     if not np.isfinite(loss0) or theta0.size > sum(n ** k for k in orders):  # fewer entries than unknowns
         return a, b, U, None, None, {"loss_start": loss0, "loss_end": loss0, "nfev": 0, "kept": "start"}
-    # forward differences as a callable Jacobian, so that max_nfev bounds the iterations (residual
-    # evaluations) in every SciPy version; a Jacobian costs theta.size more residuals
-    def jacobian(theta):
-        return optimize.approx_fprime(theta, residual, np.sqrt(np.finfo(float).eps) * np.maximum(1.0, np.abs(theta)))
-
     # Trust-region reflective (numpy/LAPACK SVD steps), not MINPACK's "lm": this Jacobian is rank
     # deficient by construction (the residual is invariant under rescaling a row of V, k null
     # directions), which sends MINPACK's pivoted QR (qrfac) into its column-norm recomputation; SciPy's
     # C translation of it (seen in SciPy 1.17.1) reads one double past the end of the Jacobian there, so the
     # iterates depended on leftover heap contents and the fit differed between processes
     # (docs/design.md, "Reproducibility").
-    sol = optimize.least_squares(residual, theta0, jac=jacobian, method="trf", max_nfev=max_nfev,
+    sol = optimize.least_squares(residual, theta0, jac=problem.jacobian, method="trf", max_nfev=max_nfev,
                                  xtol=1e-12, ftol=1e-12, gtol=1e-12)
     loss1 = float(sol.fun @ sol.fun)
     info = {"loss_start": loss0, "loss_end": loss1, "nfev": int(sol.nfev), "status": int(sol.status)}
@@ -192,7 +269,7 @@ def hermite_loss_polish(coeffs: HermiteCoefficients, rec, order: int, n_hidden: 
         ``m``; with signs fixed and fewer units than ``m``, a free linear part joins the model.
     max_nfev : int
         Budget of each least-squares solve, in residual evaluations (each iteration also takes one
-        forward-difference Jacobian).
+        analytic Jacobian).
 
     Returns
     -------
