@@ -197,3 +197,38 @@ def test_too_large_certificate_is_not_evaluated_and_claims_nothing():
     assert certify_max_unit_error(NoCertify(), net, (X, net.predict(X)), diag, tol=0.1) is None
     rec = diag["certificates"]["max_unit_error"]
     assert rec["passed"] is None and rec["detail"].startswith("not evaluated") and MAX_CERTIFICATE_FLOPS > 0
+
+
+def test_largest_eigenvalue_matches_eigvalsh():
+    from nnrecover.learners.bakshi2019.certificate import _largest_eigenvalue
+
+    rng = np.random.default_rng(3)
+    for n in (5, 300):
+        J = rng.standard_normal((2 * n, n)) * np.logspace(0, 3, n)   # G = J^T J: condition about 1e6
+        G = J.T @ J
+        ev = np.linalg.eigvalsh(G)
+        assert abs(_largest_eigenvalue(G) - ev[-1]) <= 1e-8 * ev[-1]
+        assert abs(1.0 / _largest_eigenvalue(np.linalg.inv(G)) - ev[0]) <= 1e-7 * ev[0]
+
+
+def test_certificate_decides_on_a_fifth_of_the_rows_only_when_it_passes_there():
+    """Two looks at the rows, each at half the failure probability: the first (4 rows per parameter)
+    settles a pass; a failing first look is redone on all 20 rows per parameter."""
+    import nnrecover as nr
+    from nnrecover.learners.bakshi2019.certificate import certify_max_unit_error
+
+    net = nr.random_network(8, 3, n_outputs=2, rng=0)
+    P = 3 * 8 + 3 * 2 + 2
+    X = np.random.default_rng(1).standard_normal((40_000, 8))
+    Y = net.predict(X) + 0.05 * np.random.default_rng(2).standard_normal((40_000, 2))
+
+    class Recorder:
+        def _certify(self, name, passed, detail, diagnostics):
+            diagnostics.setdefault("certificates", {})[name] = {"passed": passed, "detail": detail}
+
+    loose: dict = {}
+    assert certify_max_unit_error(Recorder(), net, (X, Y), loose, tol=1.0) is True
+    assert f"{max(2000, 4 * P // 2)} rows" in loose["certificates"]["max_unit_error"]["detail"]
+    tight: dict = {}
+    assert certify_max_unit_error(Recorder(), net, (X, Y), tight, tol=1e-6) is False
+    assert f"{max(2000, 20 * P // 2)} rows" in tight["certificates"]["max_unit_error"]["detail"]

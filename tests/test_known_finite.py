@@ -45,3 +45,19 @@ def test_a_fit_refuses_non_finite_arrays_and_is_unchanged_on_finite_ones():
     Y_bad[7, 0] = np.inf
     with pytest.raises(nr.errors.InputError):
         nr.learners.ExactReLULearner(2, random_state=0).fit(X, Y_bad)
+
+
+def test_a_tuple_of_two_arrays_is_checked_as_fit_X_Y():
+    truth = nr.random_network(6, 2, 2, rng=0)
+    X, Y = nr.sample(truth, StandardGaussian(6), 20_000, rng=1)
+    a = nr.learners.ExactReLULearner(2, random_state=0).fit(X, Y)
+    b = nr.learners.ExactReLULearner(2, random_state=0).fit((X, Y))
+    assert nr.metrics.parameter_error(a.network_, b.network_)["max_unit_error"] == 0.0
+    # the magnitude check of fit(X, Y) applies to the tuple too: an entry beyond 2^64 is refused by name
+    X_big = X.copy()
+    X_big[9, 2] = 1e30
+    with pytest.raises(nr.errors.InputError, match=r"largest \|X\| entry"):
+        nr.learners.ExactReLULearner(2, random_state=0).fit((X_big, Y))
+    # and so does scikit-learn's row-count check
+    with pytest.raises(nr.errors.InputError):
+        nr.learners.ExactReLULearner(2, random_state=0).fit((X, Y[:-1]))

@@ -218,6 +218,8 @@ class BaseLearner(RegressorMixin, BaseEstimator):
         from ..data import as_data_source
 
         name = type(self).__name__
+        if Y is None and isinstance(X, tuple) and len(X) == 2 and all(isinstance(a, np.ndarray) for a in X):
+            X, Y = X  # a tuple of two arrays is fit(X, Y): the same checks, and the passes skip re-checking
         if Y is not None or _is_single_array(X):
             X = _coerce_array(X, "X", is_X=True)
             if Y is None:
@@ -341,8 +343,13 @@ def _is_single_array(X: Any) -> bool:
 MAGNITUDE_RANGE = (2.0 ** -64, 2.0 ** 64)
 
 
-def _max_abs(A: np.ndarray, rows: int = 1 << 16) -> float:
-    """max |A| read ``rows`` rows at a time (a memory map is never loaded whole); NaN if A has NaN."""
+def _max_abs(A: np.ndarray, rows: int | None = None) -> float:
+    """max |A| read ``rows`` rows at a time (a memory map is never loaded whole); NaN if A has NaN.
+
+    The default block is about 1 MiB, so that its second reduction reads it from the cache.
+    """
+    if rows is None:
+        rows = max(1, (1 << 20) // (8 * max(1, int(np.prod(A.shape[1:], dtype=np.int64)))))
     out = 0.0
     for start in range(0, A.shape[0], rows):
         block = np.asarray(A[start:start + rows], dtype=np.float64)

@@ -84,6 +84,10 @@ def _monomials(m: int, a: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return parent, last, full_map
 
 
+#: up to this many weight columns the order-2 sums are one weighted Gram per column (see _raw_sums)
+_GRAM_PER_OUTPUT_MAX = 32
+
+
 def _raw_sums(Z: np.ndarray, Wt: np.ndarray, orders: Sequence[int], acc: dict, prefix: str) -> None:
     """``acc[(prefix, r)] += sum_n Wt[n, :] (x) z_n^{(x)r}`` for r in ``orders``, over unique monomials.
 
@@ -109,8 +113,13 @@ def _raw_sums(Z: np.ndarray, Wt: np.ndarray, orders: Sequence[int], acc: dict, p
             powers.append(powers[-1][:, parent] * Zc[:, last])
         for r in orders:
             a, b = (r + 1) // 2, r // 2
-            left = (Wc[:, :, None] * powers[a][:, None, :]).reshape(nc, -1)
-            term = (left.T @ powers[b]).reshape(q, powers[a].shape[1], powers[b].shape[1])
+            if a == b == 1 and q <= _GRAM_PER_OUTPUT_MAX:
+                # one weighted Gram per output: the same flops without the (n, q m) temporary, whose
+                # writes and reads cost more than the products for a few outputs
+                term = np.stack([(Zc * Wc[:, o:o + 1]).T @ Zc for o in range(q)])
+            else:
+                left = (Wc[:, :, None] * powers[a][:, None, :]).reshape(nc, -1)
+                term = (left.T @ powers[b]).reshape(q, powers[a].shape[1], powers[b].shape[1])
             key = (prefix, r)
             if key in acc:
                 acc[key] += term

@@ -61,7 +61,7 @@ from ...errors import AssumptionError, AssumptionWarning, CertificateWarning, In
 from ...moments.base import Statistic, accumulate
 from ...data import _fresh_chunks, as_data_source
 from ...moments.hermite import HermiteTensorStatistic
-from ...moments.statistics import (Covariance, InputDeviation, MeanStatistic, SecondMoment,
+from ...moments.statistics import (Covariance, InputDeviation, SecondMoment,
                                    input_deviation_from_standard)
 from ...tensor import jennrich, joint_diagonalize, whiten
 from ._common import check_flag
@@ -431,19 +431,19 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
     d_hint = info.n_inputs if info.n_inputs is not None else source.peek()[0].shape[1]
     stride = 1 if whiten else gram_stride(d_hint, k, m_hint)
     base = _tail(source, skip, _noise_fn(noise_seed), chunk_size)
-    mean, second = accumulate([MeanStatistic(), _InputMoments(stride)], base, chunk_size=chunk_size)
-    n_mom = int(mean.n or 0)
+    second = accumulate(_InputMoments(stride), base, chunk_size=chunk_size)
+    n_mom = int(second.n or 0)
     if n_mom == 0:
         raise InputError(f"the tensor step has no moment samples left (n_samples = {skip}, all reserved for the "
                          "exact / sign step); pass more samples or reserve fewer rows.")
-    d, m = mean.n_inputs, mean.n_outputs
+    d, m = second.n_inputs, second.n_outputs
     if k > d:
         raise AssumptionError(f"V* must have full row rank k <= d (Bakshi et al. Section 1); got k={k} > d={d}.")
     if n_mom < max(4 * d, 100):
         raise InputError(f"the tensor step needs at least max(4 d, 100) = {max(4 * d, 100)} moment samples "
                          f"after the {skip} refinement rows; got {n_mom}.")
-    mom, sec = mean.finalize(), second.finalize()
-    deviation, kurtosis = _check_input_law(mom, sec, whiten)
+    sec = second.finalize()
+    deviation, kurtosis = _check_input_law(sec, whiten)
     L = None
     if whiten:
         S = 0.5 * (sec.xx + sec.xx.T)
@@ -453,7 +453,7 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
                                   "non-degenerate Gaussian N(0, Σ).")
         L = (Q / np.sqrt(lam)) @ Q.T           # Σ^{-1/2}
     Lx = np.eye(d) if L is None else L
-    ybar = mom.y
+    ybar = sec.y
     Byx = sec.yx @ Lx                          # E[y x'^T]
     use = span
     if use == "auto":
@@ -539,6 +539,9 @@ def gram_stride(d: int, k: int, m: int) -> int:
 
 @dataclass(frozen=True, eq=False)
 class _InputMomentValues:
+    x: np.ndarray          # E[x], every row
+    y: np.ndarray          # E[y], every row
+    n: int                 # rows
     yx: np.ndarray         # E[y x^T], every row
     xx: np.ndarray         # E[x x^T], every stride-th row
     n_xx: int              # rows in xx
@@ -546,49 +549,69 @@ class _InputMomentValues:
     m4: np.ndarray         # E[x_j^4], every row
 
 
+#: bytes of X per row block of :class:`_InputMoments`: the block and its square stay in a core's L2 cache
+#: while the block's five products read them, so the chunk comes from memory once
+_L2_BLOCK_BYTES = 1 << 19
+
+
 class _InputMoments(Statistic):
-    """Pass 1 of the tensor step: ``E[y x^T]`` and the per-coordinate ``E[x_j^2]``, ``E[x_j^4]`` on every
-    row, ``E[x x^T]`` on every ``stride``-th row of each chunk (:func:`gram_stride`). Chunk-parallel: the
-    pass's workers share its chunks (the result does not depend on their number)."""
+    """Pass 1 of the tensor step: ``E[x]``, ``E[y]``, ``E[y x^T]`` and the per-coordinate ``E[x_j^2]``,
+    ``E[x_j^4]`` on every row, ``E[x x^T]`` on every ``stride``-th row of each chunk
+    (:func:`gram_stride`). Chunk-parallel: the pass's workers share its chunks (the result does not
+    depend on their number)."""
 
     parallel_chunks = True
+    _names = ("_sx", "_sy", "_yx", "_xx", "_s2", "_s4")
 
     def __init__(self, stride: int = 1) -> None:
         self.stride = int(stride)
         super().__init__()
 
     def _reset(self) -> None:
-        self._yx = self._xx = self._s2 = self._s4 = None
+        for name in self._names:
+            setattr(self, name, None)
         self._n_xx = 0
 
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
+        n, d = X.shape
+        rows = min(n, max(64, _L2_BLOCK_BYTES // (8 * max(d, 1))))
+        ones, sq = np.ones(rows), np.empty((rows, d))
+        sx, s2, s4 = np.zeros(d), np.zeros(d), np.zeros(d)
+        yx = np.zeros((Y.shape[1], d))
+        for start in range(0, n, rows):
+            Xb, Yb = X[start:start + rows], Y[start:start + rows]
+            nb = Xb.shape[0]
+            yx += Yb.T @ Xb
+            sx += ones[:nb] @ Xb
+            x2 = np.multiply(Xb, Xb, out=sq[:nb])
+            s2 += ones[:nb] @ x2
+            s4 += np.einsum("ij,ij->j", x2, x2)
         Xs = X if self.stride == 1 else np.ascontiguousarray(X[::self.stride])
-        X2 = X * X
-        parts = (Y.T @ X, Xs.T @ Xs, np.einsum("ij->j", X2), np.einsum("ij,ij->j", X2, X2))
-        if self._yx is None:
-            self._yx, self._xx, self._s2, self._s4 = parts
+        parts = (sx, np.einsum("ij->j", Y), yx, Xs.T @ Xs, s2, s4)
+        if self._sx is None:
+            for name, part in zip(self._names, parts):
+                setattr(self, name, part)
         else:
-            for acc, part in zip((self._yx, self._xx, self._s2, self._s4), parts):
-                acc += part
+            for name, part in zip(self._names, parts):
+                getattr(self, name).__iadd__(part)
         self._n_xx += Xs.shape[0]
 
     def _merge(self, other: "_InputMoments") -> None:
-        if other._yx is None:
+        if other._sx is None:
             return
-        if self._yx is None:
-            self._yx, self._xx, self._s2, self._s4 = (a.copy() for a in (other._yx, other._xx, other._s2, other._s4))
-        else:
-            for acc, part in zip((self._yx, self._xx, self._s2, self._s4), (other._yx, other._xx, other._s2, other._s4)):
-                acc += part
+        for name in self._names:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            setattr(self, name, theirs.copy() if mine is None else mine + theirs)
         self._n_xx += other._n_xx
 
     def finalize(self) -> _InputMomentValues:
         self.require(1, "_InputMoments")
-        return _InputMomentValues(self._yx / self.n, self._xx / self._n_xx, self._n_xx, self._s2 / self.n,
-                                  self._s4 / self.n)
+        n = self.n
+        return _InputMomentValues(self._sx / n, self._sy / n, n, self._yx / n, self._xx / self._n_xx, self._n_xx,
+                                  self._s2 / n, self._s4 / n)
 
 
-def _check_input_law(mom, sec: _InputMomentValues, whiten: bool):
+def _check_input_law(sec: _InputMomentValues, whiten: bool):
     """Measure how far the moment rows are from a Gaussian and warn (:class:`AssumptionWarning`) if
     sampling alone does not explain it (failure probability 1e-3).
 
@@ -602,10 +625,10 @@ def _check_input_law(mom, sec: _InputMomentValues, whiten: bool):
     (the factor 2 covers the right skew of ``x^4`` and the ratio with the estimated ``E[x_j^2]``).
     Returns the :class:`~nnrecover.moments.InputDeviation` and ``(kurtosis deviation, tolerance)``.
     """
-    xx = sec.xx - np.outer(mom.x, mom.x)
-    cov = Covariance(mom.x, mom.y, xx, sec.yx - np.outer(mom.y, mom.x), None, int(sec.n_xx), 0)
+    xx = sec.xx - np.outer(sec.x, sec.x)
+    cov = Covariance(sec.x, sec.y, xx, sec.yx - np.outer(sec.y, sec.x), None, int(sec.n_xx), 0)
     dev = input_deviation_from_standard(cov)
-    d, n = mom.x.shape[0], int(mom.n)
+    d, n = sec.x.shape[0], int(sec.n)
     if sec.n_xx < n:
         # the mean is measured on every row: its tolerance is that of all n rows
         # (the tolerance of input_deviation_from_standard for n rows, failure probability 1e-3)
