@@ -22,8 +22,8 @@ from ...errors import AssumptionError, AssumptionWarning, CertificateWarning, Co
 from ...network import TwoLayerNetwork
 from .core import (build_detector_matrix, check_second_moment, cp_slices, fit_hidden_given_output, null_span,
                    output_projection, readout, sign_fix, sim_diag)
-from .moments import (SYMMETRY_GRAM_ROWS, PureNeuronMoments, PureNeuronStatistic, SymmetryStatistic,
-                      symmetry_stride)
+from .moments import (SYMMETRY_GRAM_ROWS, DetectorMoments, PartMoments, PureNeuronMoments, PureNeuronStatistic,
+                      SymmetryStatistic, symmetry_stride)
 
 __all__ = ["PureNeuronResult", "SpanBasis", "span_basis", "algorithm2", "algorithm3", "algorithm4", "section4_variant",
            "pure_neuron_moments", "paper_error", "symmetrize", "SYMMETRY_ALPHA", "GAP_WARNING", "SPAN_GAP_MIN"]
@@ -272,6 +272,30 @@ def pure_neuron_moments(X, Y=None, *, split: str = "none", symmetry: bool = True
     return mom
 
 
+def _detector_pass(source, layout: str, chunk_size: int | None, B: np.ndarray, P: np.ndarray | None,
+                   Q: np.ndarray | None = None) -> DetectorMoments:
+    """The second pass of the two-pass scheme: the contracted detector ``K`` alone (BuildT, Eq. 10).
+
+    The parts' low-order moments are those of the first pass (the same rows in the same parts), so this
+    pass does not sum them again: with ``Q`` (the span route) they are the first pass's projected by
+    :func:`_projected_part`; without, the first pass's themselves."""
+    from ...moments import accumulate
+
+    stat = PureNeuronStatistic(split=layout, detector_part=_ROLES[layout][1], symmetry=False, B=B, projection=P,
+                               input_projection=Q)
+    stat._low_order = False
+    accumulate([stat], source, chunk_size=chunk_size)
+    return stat._finalize_detector()
+
+
+def _projected_part(part: PartMoments, Q: np.ndarray) -> PartMoments:
+    """The low-order moments of ``z = Q^T x`` from those of ``x`` over the same rows: ``E[z] = Q^T E[x]``,
+    ``E[z z^T] = Q^T E[x x^T] Q``, ``E[y z^T] = E[y x^T] Q``; those of ``y`` alone unchanged. Equal, to
+    round-off, to summing them over ``X Q`` chunk by chunk, without that ``O(n k^2)`` pass."""
+    second = Q.T @ part.second @ Q
+    return PartMoments(part.n, Q.T @ part.mean_x, (second + second.T) / 2, part.cross @ Q, part.yy, part.mean_y)
+
+
 def _check_assumptions(mom: PureNeuronMoments, k: int, *, check_symmetry: bool, symmetry_alpha: float) -> None:
     d, l = mom.n_inputs, mom.n_outputs
     if k > d:
@@ -468,14 +492,13 @@ def _run(X, Y, n_hidden, *, noise_correction, split, decomposition, rng, check_s
             Q = sb.basis
             B = np.linalg.solve(Q.T @ det.second @ Q, (cross @ Q).T).T
             first = mom
-            mom = pure_neuron_moments(source, split=layout, symmetry=False, chunk_size=chunk_size, B=B,
-                                      projection=P, input_projection=Q)
-            mom.symmetry = first.symmetry
+            mom = PureNeuronMoments([_projected_part(part, Q) for part in first.parts],
+                                    _detector_pass(source, layout, chunk_size, B, P, Q), first.detector_part,
+                                    first.symmetry, first.layout)
             readout_part = first.parts[roles[2]]
         else:
             B = np.linalg.solve(det.second, cross.T).T
-            mom.detector = pure_neuron_moments(source, split=layout, symmetry=False, chunk_size=chunk_size,
-                                               B=B, projection=P).detector
+            mom.detector = _detector_pass(source, layout, chunk_size, B, P)
     else:  # a one-pass iterator: raw third/fourth-order moments in the same pass
         mom = pure_neuron_moments(source, split=layout, symmetry=check_symmetry, chunk_size=chunk_size)
         _check_assumptions(mom, k, check_symmetry=check_symmetry, symmetry_alpha=symmetry_alpha)

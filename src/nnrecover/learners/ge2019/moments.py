@@ -237,6 +237,9 @@ class PureNeuronStatistic(Statistic):
         # several workers may then add chunks side by side (nnrecover.moments.base, "Threads"); the split
         # layouts and the halves route rows by their index and stay in row order
         self.parallel_chunks = split == "none" and not self.halves
+        #: False: skip the low-order sums of the parts (only their row counts are kept), for a detector pass
+        #: whose parts' moments are known from an earlier pass over the same rows (:meth:`_finalize_detector`)
+        self._low_order = True
         super().__init__()
 
     # ---------------------------------------------------------------- Statistic protocol
@@ -301,8 +304,10 @@ class PureNeuronStatistic(Statistic):
                 if not sel.any():
                     continue
                 Xp, Yp = (X, Y) if sel.all() else (X[sel], Y[sel])
-            if self._odd is None:
+            if self._odd is None and self._low_order:
                 _add_low_order(acc, Xp, Yp)
+            elif self._odd is None:
+                acc["n"] += Xp.shape[0]
             if p == self.detector_part and self._det is not None:
                 self._update_detector(Xp, Yp)
         if self._sym is not None:
@@ -355,7 +360,8 @@ class PureNeuronStatistic(Statistic):
         """The moments of every part, the detector moments and the symmetry test."""
         if self.dims is None:
             raise InputError("no samples were seen; pass a non-empty data set.")
-        d, l = self.dims
+        if not self._low_order:
+            raise InputError("this statistic kept no low-order sums; read its detector moments alone.")
         parts = []
         for p, acc in enumerate(self._parts):
             halves = None
@@ -371,37 +377,57 @@ class PureNeuronStatistic(Statistic):
                                  "needed (or use split=False).")
             parts.append(PartMoments(m, acc["sx"] / m, acc["sxx"] / m, acc["syx"] / m, acc["syy"] / m,
                                      acc["sy"] / m, halves))
-        det = None
-        if self._det is not None:
-            m = self._det["n"]
-            if self.B is None:
-                det = DetectorMoments(m, (self._det["h3"] / m).reshape(l, d, -1),
-                                      _unpack_pairs(self._det["g4"] / m, l))
-            else:
-                det = DetectorMoments(m, None, None, K=_unpack_pairs(self._det["kc"] / m, self.B.shape[0]),
-                                      B=self.B, projection=self.projection)
+        det = self._finalize_detector()
         sym = None
         if self._sym is not None:
             sym = _symmetry_from_sums(self._sym["n"], self._sym["sg"], self._sym["sgg"])
         return PureNeuronMoments(parts, det, self.detector_part, sym, self.layout)
 
+    def _finalize_detector(self) -> DetectorMoments | None:
+        """The detector moments alone (``None`` without ``detector``)."""
+        if self.dims is None:
+            raise InputError("no samples were seen; pass a non-empty data set.")
+        if self._det is None:
+            return None
+        m = self._det["n"]
+        if m < 1:
+            raise InputError(f"the detector part {self.detector_part} of the sample split received no samples; "
+                             "more samples are needed (or use split=False).")
+        if self.B is None:
+            l = self.dims[1]
+            return DetectorMoments(m, (self._det["h3"] / m).reshape(l, self.dims[0], -1),
+                                   _unpack_pairs(self._det["g4"] / m, l))
+        return DetectorMoments(m, None, None, K=_unpack_pairs(self._det["kc"] / m, self.B.shape[0]),
+                               B=self.B, projection=self.projection)
 
-def _add_low_order(acc: dict, X: np.ndarray, Y: np.ndarray) -> None:
+
+def _add_low_order(acc: dict, X: np.ndarray, Y: np.ndarray, Y1: np.ndarray | None = None) -> None:
     """Add ``n``, ``sum x``, ``sum x x^T``, ``sum y x^T``, ``sum y y^T``, ``sum y`` of the rows to ``acc``.
 
-    On a strided view (a residue class of rows) the column sums are products with a vector of ones:
-    NumPy's reduction over the rows of such a view is about six times slower than BLAS there."""
+    ``Y1`` is ``[Y, 1]`` (built here when not given): ``Y1^T X`` holds ``sum y x^T`` and ``sum x``, and
+    ``Y1^T Y1`` holds ``sum y y^T`` and ``sum y``, so the column sums come with the products and cost no read
+    of the rows of their own (on a strided view NumPy's own reduction is also about six times slower than
+    BLAS). ``X`` times a negated ``X`` gives exactly the negated product, so an antithetic sample's odd sums
+    still cancel exactly."""
+    l = Y.shape[1]
+    if Y1 is None:
+        Y1 = _with_ones(Y)
     acc["n"] += X.shape[0]
-    if X.flags.c_contiguous:
-        acc["sx"] += X.sum(axis=0)
-        acc["sy"] += Y.sum(axis=0)
-    else:
-        ones = np.ones(X.shape[0])
-        acc["sx"] += ones @ X
-        acc["sy"] += ones @ Y
+    yx = Y1.T @ X
+    yy = Y1.T @ Y1
+    acc["sx"] += yx[l]
+    acc["syx"] += yx[:l]
+    acc["sy"] += yy[l, :l]
+    acc["syy"] += yy[:l, :l]
     acc["sxx"] += X.T @ X
-    acc["syx"] += Y.T @ X
-    acc["syy"] += Y.T @ Y
+
+
+def _with_ones(Y: np.ndarray) -> np.ndarray:
+    """``[Y, 1]``: ``Y`` with a column of ones appended."""
+    Y1 = np.empty((Y.shape[0], Y.shape[1] + 1))
+    Y1[:, :-1] = Y
+    Y1[:, -1] = 1.0
+    return Y1
 
 
 def _add_half_sums(even: list[dict], odd: list[dict], layout: tuple, row0: int, X: np.ndarray,
@@ -412,13 +438,14 @@ def _add_half_sums(even: list[dict], odd: list[dict], layout: tuple, row0: int, 
     period ``4 L`` in ``r``, so each residue class of rows modulo ``4 L`` is one strided view of the chunk
     (no gathered copy), whose sums go to one part and one half."""
     period = 4 * len(layout)
+    Y1 = _with_ones(Y)
     for c in range(period):
         first = (c - row0) % period
         if first >= X.shape[0]:
             continue
         pair = c // 2
         target = (odd if (pair // len(layout)) % 2 else even)[layout[pair % len(layout)]]
-        _add_low_order(target, X[first::period], Y[first::period])
+        _add_low_order(target, X[first::period], Y[first::period], Y1[first::period])
 
 
 #: rows of the symmetry test's correlation estimate on large data (:func:`symmetry_stride`): at least this many
