@@ -346,20 +346,42 @@ MAGNITUDE_RANGE = (2.0 ** -64, 2.0 ** 64)
 def _max_abs(A: np.ndarray, rows: int | None = None) -> float:
     """max |A| read ``rows`` rows at a time (a memory map is never loaded whole); NaN if A has NaN.
 
-    The default block is about 1 MiB, so that its second reduction reads it from the cache.
+    The default block is about 1 MiB, so that its second reduction reads it from the cache. Large
+    arrays are split between the fit's worker threads (:func:`nnrecover._threads.effective_n_jobs`;
+    numpy releases the GIL in reductions); a maximum is the same for any split.
     """
+    from .._threads import effective_n_jobs
+
     if rows is None:
         rows = max(1, (1 << 20) // (8 * max(1, int(np.prod(A.shape[1:], dtype=np.int64)))))
-    out = 0.0
-    for start in range(0, A.shape[0], rows):
-        block = np.asarray(A[start:start + rows], dtype=np.float64)
-        if block.size:
-            # max and -min: two reductions that read the block, where abs would also write a copy of it
-            hi, lo = float(np.max(block)), float(np.min(block))
-            if not (hi <= np.inf and lo >= -np.inf):  # NaN: the finiteness check names it, later
-                return float("nan")
-            out = max(out, hi, -lo)
-    return out
+
+    def span(first: int, last: int) -> float:
+        out = 0.0
+        for start in range(first, last, rows):
+            block = np.asarray(A[start:min(start + rows, last)], dtype=np.float64)
+            if block.size:
+                # max and -min: two reductions that read the block, where abs would also write a copy
+                hi, lo = float(np.max(block)), float(np.min(block))
+                if not (hi <= np.inf and lo >= -np.inf):  # NaN: the finiteness check names it, later
+                    return float("nan")
+                out = max(out, hi, -lo)
+        return out
+
+    n = A.shape[0]
+    workers = min(effective_n_jobs(None), max(1, A.size // _PARALLEL_MAX_ABS_MIN))
+    if workers <= 1:
+        return span(0, n)
+    from concurrent.futures import ThreadPoolExecutor
+
+    bounds = np.linspace(0, n, workers + 1).astype(int)
+    with ThreadPoolExecutor(workers) as pool:
+        parts = list(pool.map(span, bounds[:-1], bounds[1:]))
+    return float("nan") if any(np.isnan(parts)) else max(parts)
+
+
+#: entries per worker below which the magnitude check runs in the calling thread (thread start-up costs
+#: more than it saves on a smaller array)
+_PARALLEL_MAX_ABS_MIN = 1 << 22
 
 
 def _check_magnitude(A: Any, name: str, learner: str) -> bool:
