@@ -1,12 +1,14 @@
-"""The analytic Jacobian of the Hermite-loss polish (Awasthi et al., Appendix B, Prop. B.1 truncated)
-against finite differences."""
+"""The analytic Jacobian and normal equations of the Hermite-loss polish (Awasthi et al., Appendix B,
+Prop. B.1 truncated) against finite differences and the explicit Jacobian, and its trust-region
+solver on the normal equations against SciPy's on the Jacobian."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import optimize
 
-from nnrecover.learners.awasthi2021.polish import _multisets, _PackedHermiteProblem
+from nnrecover.learners.awasthi2021.polish import _trust_region_fit, _multisets, _PackedHermiteProblem
 
 
 def _central_differences(fun, theta, h):
@@ -38,3 +40,53 @@ def test_packed_jacobian_matches_central_differences(orders, linear):
     V = theta[2 * units:2 * units + units * n].reshape(units, n)
     JV = J[:, 2 * units:2 * units + units * n].reshape(-1, units, n)
     assert np.max(np.abs(np.einsum("mip,ip->mi", JV, V))) <= 1e-13 * np.max(np.abs(J)) * np.max(np.abs(V))
+
+
+@pytest.mark.parametrize("orders, linear", [([2, 3, 4], False), ([0, 1, 2, 3, 4], True), ([0, 1, 2, 3, 4, 5, 6], False)])
+def test_closed_form_normal_equations_match_the_jacobian(orders, linear):
+    # J^T J from the inner products of the derivative tensors (closed forms in S = U U^T) and J^T r contracted
+    # from the packed residual are the same sums as J^T J and J^T r of the explicit Jacobian, rearranged: they
+    # agree to round-off (a few ulps of the largest entry)
+    rng = np.random.default_rng(12)
+    n, units = 5, 3
+    targets = {k: rng.standard_normal(_multisets(n, k)[0].shape[0]) for k in orders}
+    problem = _PackedHermiteProblem(targets, orders, n, units, linear)
+    theta = rng.standard_normal(problem.size)
+    J, r = problem.jacobian(theta), problem.residual(theta)
+    A, g, r2 = problem.normal_equations(theta)
+    assert np.array_equal(r2, r)
+    assert np.max(np.abs(A - J.T @ J)) <= 1e-13 * np.max(np.abs(J.T @ J))
+    assert np.max(np.abs(g - J.T @ r)) <= 1e-13 * np.max(np.abs(J.T @ r))
+
+
+def test_trust_region_fit_reaches_the_minimum_scipy_finds():
+    # noisy targets (a model's packed tensors plus 1e-3 noise) from a start 0.05 away: the polish's
+    # Levenberg-Marquardt and SciPy's trust-region solver with the same analytic Jacobian stop at the same
+    # local minimum. Both stop at a relative loss decrease below 1e-12 after quadratic convergence, so
+    # their losses agree to far better than 1e-9; the minimum is non-degenerate up to the scale of V (the
+    # eigenvalues of J^T J on the tangent space are 5e-3 and up here), so a loss within 1e-12 L* of it
+    # (L* ~ 1e-4: 1e-3 noise on ~130 entries) moves the unit parameters by at most about
+    # sqrt(1e-12 * 1e-4 / 5e-3) ~ 1.5e-7; 1e-5 leaves a margin for the two stopping points together
+    rng = np.random.default_rng(13)
+    n, units, orders = 6, 3, [2, 3, 4]
+    a, b = rng.uniform(0.5, 1.5, units), rng.uniform(-0.5, 0.5, units)
+    U = rng.standard_normal((units, n))
+    U /= np.linalg.norm(U, axis=1, keepdims=True)
+    truth = np.concatenate([a, b, U.ravel()])
+    zero = _PackedHermiteProblem({k: np.zeros(_multisets(n, k)[0].shape[0]) for k in orders}, orders, n, units, False)
+    packed = -zero.residual(truth)  # w * g^_k at the multisets
+    offsets = np.cumsum([0] + [_multisets(n, k)[0].shape[0] for k in orders])
+    targets = {k: packed[offsets[j]:offsets[j + 1]] / _multisets(n, k)[1] + 1e-3 * rng.standard_normal(
+        offsets[j + 1] - offsets[j]) for j, k in enumerate(orders)}
+    problem = _PackedHermiteProblem(targets, orders, n, units, False)
+    start = truth + 0.05 * rng.standard_normal(truth.size)
+    theta, r, nfev, status = _trust_region_fit(problem, start, problem.residual(start), 200)
+    sol = optimize.least_squares(problem.residual, start, jac=problem.jacobian, method="trf", xtol=1e-12,
+                                 ftol=1e-12, gtol=1e-12, max_nfev=200)
+    assert status > 0 and sol.status > 0
+    assert abs(r @ r - sol.fun @ sol.fun) <= 1e-9 * (sol.fun @ sol.fun)
+    got, want = problem.unpack(theta), problem.unpack(sol.x)
+    for x, y in zip(got[:3], want[:3]):
+        assert np.max(np.abs(x - y)) <= 1e-5
+    # and the minimum is near the truth (noise 1e-3 per entry)
+    assert np.max(np.abs(got[2] - U)) <= 0.05

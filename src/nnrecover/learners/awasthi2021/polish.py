@@ -29,7 +29,7 @@ import math
 from dataclasses import replace
 
 import numpy as np
-from scipy import optimize
+from scipy import linalg
 
 from ...activations import get_activation
 from .coefficients import HermiteCoefficients
@@ -158,6 +158,17 @@ class _PackedHermiteProblem:
             self.monos[k], self.wts[k] = _multisets(self.n, k)
         self.targets = targets
         self.size = k_units * (n + 2) + (n + 1 if linear else 0)
+        # for J^T r: mu = sub + p for every multiset sub of order k - 1 and every p (a bijection with the
+        # pairs (mu, distinct p in mu) of _removals), with the multiplicity of p in mu
+        self.grow = {}
+        for k in self.orders:
+            if k:
+                rows, ps, counts, subs = _removals(self.n, k)
+                mu_of = np.empty((_multisets(self.n, k - 1)[0].shape[0], self.n), dtype=np.intp)
+                count = np.empty(mu_of.shape)
+                mu_of[subs, ps] = rows
+                count[subs, ps] = counts
+                self.grow[k] = (mu_of, count)
 
     def unpack(self, theta):
         k_units, n = self.k_units, self.n
@@ -209,9 +220,213 @@ class _PackedHermiteProblem:
             blocks.append(J)
         return np.concatenate(blocks)
 
+    def normal_equations(self, theta):
+        """``(J^T J, J^T r, r)`` at ``theta`` without forming ``J`` (:meth:`jacobian`).
+
+        The packed inner product with weights ``w^2 = orbit size / k!`` is ``<X, Y>_F / k!`` for symmetric
+        tensors, so ``J^T J`` is a sum over orders of the inner products of the derivative tensors,
+        closed forms in ``S = U U^T``: ``<u_i^{(x)k}, u_j^{(x)k}> = S_ij^k``, and with
+        ``D_{i,p} = d u_i^{(x)k} / d u_{i,p} = k Sym(e_p (x) u_i^{(x)k-1})``,
+        ``<u_i^{(x)k}, D_{j,q}> = k u_{i,q} S_ij^{k-1}`` and
+        ``<D_{i,p}, D_{j,q}> = k delta_pq S_ij^{k-1} + k (k-1) u_{j,p} u_{i,q} S_ij^{k-2}``:
+        ``O(units^2 n^2)`` per order instead of ``O(C(n + k - 1, k) (units n)^2)``. ``J^T r`` is contracted
+        from the packed residual (one ``(units, C(n + k - 2, k - 1)) x (C(n + k - 2, k - 1), n)`` product
+        per order for the directions)."""
+        k_units, n = self.k_units, self.n
+        a_, b_ = theta[:k_units], theta[k_units:2 * k_units]
+        V = theta[2 * k_units:2 * k_units + k_units * n].reshape(k_units, n)
+        norms = np.linalg.norm(V, axis=1)
+        U_ = V / norms[:, None]
+        rest = theta[2 * k_units + k_units * n:]
+        coef = get_activation("relu").hermite_coefficients(max(self.orders) + 1, b_)
+        prods = _packed_products(U_, max(self.orders))
+        S = U_ @ U_.T
+        eye = np.eye(n)
+        AA, AB, BB = (np.zeros((k_units, k_units)) for _ in range(3))
+        CA, CB = np.zeros((k_units, k_units, n)), np.zeros((k_units, k_units, n))  # [i, j, q]: a_i / b_i with u_{j,q}
+        H = np.zeros((k_units, n, k_units, n))  # [i, p, j, q]: u_{i,p} with u_{j,q}
+        ga, gb, gU = np.zeros(k_units), np.zeros(k_units), np.zeros((k_units, n))
+        res = []
+        for k in self.orders:
+            f = 1.0 / math.factorial(k)
+            al, be, si = coef[:, k], a_ * coef[:, k + 1], a_ * coef[:, k]  # d/da, d/db, d/du scale
+            model = si @ prods[k]
+            if self.linear and k == 0:
+                model = model + rest[-1]
+            elif self.linear and k == 1:
+                model = model + rest[:n]
+            r = self.wts[k] * (self.targets[k] - model)
+            res.append(r)
+            wr = self.wts[k] * r
+            Pwr = prods[k] @ wr
+            ga -= al * Pwr
+            gb -= be * Pwr
+            Ek = S ** k
+            AA += f * np.outer(al, al) * Ek
+            AB += f * np.outer(al, be) * Ek
+            BB += f * np.outer(be, be) * Ek
+            if k:
+                mu_of, count = self.grow[k]
+                gU -= si[:, None] * (prods[k - 1] @ (count * wr[mu_of]))
+                E1 = f * k * S ** (k - 1)
+                CA += (np.outer(al, si) * E1)[:, :, None] * U_[:, None, :]
+                CB += (np.outer(be, si) * E1)[:, :, None] * U_[:, None, :]
+                H += (np.outer(si, si) * E1)[:, None, :, None] * eye[None, :, None, :]
+                if k >= 2:
+                    E2 = f * k * (k - 1) * S ** (k - 2) * np.outer(si, si)
+                    H += np.einsum("ij,jp,iq->ipjq", E2, U_, U_)
+        r = np.concatenate(res)
+
+        # tangent projection P_i = (I - u_i u_i^T) / |v_i| of every direction block
+        def tangent_right(X):  # X[..., j, q] -> X[..., j, :] P_j
+            return (X - np.einsum("...jq,jq->...j", X, U_)[..., None] * U_) / norms[:, None]
+
+        CA, CB, gU = tangent_right(CA), tangent_right(CB), tangent_right(gU)
+        H = tangent_right(H)  # [i, p, j, q] P_j
+        H = np.moveaxis(tangent_right(np.moveaxis(H, (0, 1), (2, 3))), (2, 3), (0, 1))  # P_i [i, p, j, q]
+        size = self.size
+        v0 = 2 * k_units + k_units * n
+        A = np.zeros((size, size))
+        g = np.zeros(size)
+        A[:k_units, :k_units] = AA
+        A[:k_units, k_units:2 * k_units] = AB
+        A[k_units:2 * k_units, k_units:2 * k_units] = BB
+        A[:k_units, 2 * k_units:v0] = CA.reshape(k_units, -1)
+        A[k_units:2 * k_units, 2 * k_units:v0] = CB.reshape(k_units, -1)
+        A[2 * k_units:v0, 2 * k_units:v0] = H.reshape(k_units * n, -1)
+        g[:k_units], g[k_units:2 * k_units], g[2 * k_units:v0] = ga, gb, gU.ravel()
+        if self.linear:
+            # c enters order 0, v order 1, each with derivative -1 (weights 1)
+            A[-1, -1] = 1.0
+            A[:k_units, -1] = coef[:, 0]
+            A[k_units:2 * k_units, -1] = a_ * coef[:, 1]
+            A[v0:v0 + n, v0:v0 + n] = eye
+            A[:k_units, v0:v0 + n] = coef[:, 1][:, None] * U_
+            A[k_units:2 * k_units, v0:v0 + n] = (a_ * coef[:, 2])[:, None] * U_
+            # d u_{i,q} with v_p: s_i delta_pq, projected: s_i P_i
+            Pm = (eye - U_[:, :, None] * U_[:, None, :]) / norms[:, None, None]
+            A[2 * k_units:v0, v0:v0 + n] = ((a_ * coef[:, 1])[:, None, None] * Pm).reshape(k_units * n, n)
+            g[-1] = -res[self.orders.index(0)][0]
+            g[v0:v0 + n] = -res[self.orders.index(1)]
+        A = np.triu(A) + np.triu(A, 1).T
+        return A, g, r
+
+
+def _trust_region_step(lam: np.ndarray, V: np.ndarray, gv: np.ndarray, Delta: float, alpha: float,
+                       full_rank: bool) -> tuple[np.ndarray, float]:
+    """The step ``p = -(J^T J + alpha I)^{-1} J^T r`` with ``|p| = Delta`` (or the Gauss-Newton step when
+    it is shorter), from ``J^T J = V diag(lam) V^T`` and ``gv = V^T J^T r``: More's safeguarded Newton
+    iteration on ``|p(alpha)| - Delta`` (More 1978, "The Levenberg-Marquardt algorithm: implementation
+    and theory"), as SciPy's ``least_squares(method="trf")`` runs it on an SVD of ``J`` (there
+    ``s^2 = lam`` and ``s U^T r = gv``), with its tolerance (1 %) and iteration cap (10)."""
+    if full_rank:
+        p = -V @ (gv / lam)
+        if np.linalg.norm(p) <= Delta:
+            return p, 0.0
+
+    def phi_and_derivative(a):
+        denom = lam + a
+        p_norm = np.linalg.norm(gv / denom)
+        return p_norm - Delta, -np.sum(gv ** 2 / denom ** 3) / p_norm
+
+    upper = np.linalg.norm(gv) / Delta
+    lower = 0.0
+    if full_rank:
+        phi, dphi = phi_and_derivative(0.0)
+        lower = -phi / dphi
+    if not full_rank and alpha == 0:
+        alpha = max(0.001 * upper, math.sqrt(lower * upper))
+    for _ in range(10):
+        if alpha < lower or alpha > upper:
+            alpha = max(0.001 * upper, math.sqrt(lower * upper))
+        phi, dphi = phi_and_derivative(alpha)
+        if phi < 0:
+            upper = alpha
+        ratio = phi / dphi
+        lower = max(lower, alpha - ratio)
+        alpha -= (phi + Delta) * ratio / Delta
+        if abs(phi) < 0.01 * Delta:
+            break
+    p = -V @ (gv / (lam + alpha))
+    return p * (Delta / np.linalg.norm(p)), alpha
+
+
+def _trust_region_fit(problem: _PackedHermiteProblem, theta: np.ndarray, r: np.ndarray, max_nfev: int,
+                      xtol: float = 1e-12, ftol: float = 1e-12, gtol: float = 1e-12):
+    """Minimise ``||problem.residual(theta)||^2`` from ``theta`` (residual ``r`` there) by a trust-region
+    method on the normal equations.
+
+    The iteration is that of SciPy's ``least_squares(method="trf")`` without bounds (``x_scale = 1``,
+    first radius ``|theta|``, its radius update and stopping rules; statuses 0 (``max_nfev`` residual
+    evaluations), 1 (``max |J^T r| < gtol``), 2 (``ftol``), 3 (``xtol``), 4 (both)), with each step's
+    subproblem solved on an eigendecomposition of the ``units (n + 2)``-square ``J^T J`` of
+    :meth:`_PackedHermiteProblem.normal_equations` instead of an SVD of the
+    ``C(n + K, K) x units (n + 2)`` Jacobian (8855 x 440 at ``n = 20``, ``K = 4``: the SVD per step cost
+    30 times the rest of the step). ``J^T J`` is singular along each ``v_i`` (the residual does not depend
+    on ``|v_i|``) and ``J^T r`` vanishes there, so every step solves the damped problem (``alpha > 0``),
+    as the SVD path does. A trust region, not Levenberg-Marquardt's damping rule: from the far-off starts
+    of large ``n`` (provable estimates from few samples per unit) the two take different paths and
+    Levenberg-Marquardt stalled in poorer local minima of this non-convex loss.
+
+    Returns
+    -------
+    (theta, r, nfev, status)
+    """
+    cost = 0.5 * float(r @ r)
+    A, g, _ = problem.normal_equations(theta)
+    nfev, status = 1, None
+    Delta = float(np.linalg.norm(theta)) or 1.0
+    alpha = 0.0
+    while True:
+        if np.max(np.abs(g)) < gtol:
+            status = 1
+        if status is not None or nfev >= max_nfev:
+            break
+        lam, V = linalg.eigh(A)
+        lam = np.maximum(lam, 0.0)
+        # eigh resolves the eigenvalues of J^T J to about eps lam_max (the squares of J's singular values
+        # to sqrt(eps) relative), so a smaller one is a null direction
+        full_rank = bool(lam[0] > math.sqrt(np.finfo(float).eps) * lam[-1])
+        gv = V.T @ g
+        reduction = -1.0
+        while reduction <= 0 and nfev < max_nfev:
+            step, alpha = _trust_region_step(lam, V, gv, Delta, alpha, full_rank)
+            predicted = -(g @ step + 0.5 * step @ (A @ step))
+            trial = theta + step
+            r_trial = problem.residual(trial)
+            nfev += 1
+            step_norm = float(np.linalg.norm(step))
+            if not np.all(np.isfinite(r_trial)):
+                Delta = 0.25 * step_norm
+                continue
+            cost_trial = 0.5 * float(r_trial @ r_trial)
+            reduction = cost - cost_trial
+            if predicted > 0:
+                ratio = reduction / predicted
+            else:
+                ratio = 1.0 if predicted == reduction == 0 else 0.0
+            if ratio < 0.25:
+                Delta_new = 0.25 * step_norm
+            elif ratio > 0.75 and step_norm > 0.95 * Delta:
+                Delta_new = 2.0 * Delta
+            else:
+                Delta_new = Delta
+            f_ok = reduction < ftol * cost and ratio > 0.25
+            x_ok = step_norm < xtol * (xtol + float(np.linalg.norm(theta)))
+            status = 4 if f_ok and x_ok else 2 if f_ok else 3 if x_ok else None
+            if status is not None:
+                break
+            alpha *= Delta / Delta_new
+            Delta = Delta_new
+        if reduction > 0:
+            theta, r, cost = trial, r_trial, cost_trial
+            if status is None:
+                A, g, _ = problem.normal_equations(theta)
+    return theta, r, nfev, 0 if status is None else status
+
 
 def _least_squares_fit(coeffs: HermiteCoefficients, a, b, U, orders, linear: bool, max_nfev: int):
-    """Least squares (trust-region reflective) on the truncated Hermite loss over ``orders``; returns
+    """Least squares (trust region, :func:`_trust_region_fit`) on the truncated Hermite loss over ``orders``; returns
     (a, b, U, v, c, info)."""
     k_units, n = U.shape
     # the tensors are symmetric, so the loss sum_k ||T_k - g^_k||_F^2 / k! counts each entry of an orbit
@@ -232,20 +447,13 @@ def _least_squares_fit(coeffs: HermiteCoefficients, a, b, U, orders, linear: boo
     loss0 = float(r0 @ r0)
     if not np.isfinite(loss0) or theta0.size > sum(n ** k for k in orders):  # fewer entries than unknowns
         return a, b, U, None, None, {"loss_start": loss0, "loss_end": loss0, "nfev": 0, "kept": "start"}
-    # Trust-region reflective (numpy/LAPACK SVD steps), not MINPACK's "lm": this Jacobian is rank
-    # deficient by construction (the residual is invariant under rescaling a row of V, k null
-    # directions), which sends MINPACK's pivoted QR (qrfac) into its column-norm recomputation; SciPy's
-    # C translation of it (seen in SciPy 1.17.1) reads one double past the end of the Jacobian there, so the
-    # iterates depended on leftover heap contents and the fit differed between processes
-    # (docs/design.md, "Reproducibility").
-    sol = optimize.least_squares(residual, theta0, jac=problem.jacobian, method="trf", max_nfev=max_nfev,
-                                 xtol=1e-12, ftol=1e-12, gtol=1e-12)
-    loss1 = float(sol.fun @ sol.fun)
-    info = {"loss_start": loss0, "loss_end": loss1, "nfev": int(sol.nfev), "status": int(sol.status)}
+    theta, r1, nfev, status = _trust_region_fit(problem, theta0, r0, max_nfev)
+    loss1 = float(r1 @ r1)
+    info = {"loss_start": loss0, "loss_end": loss1, "nfev": nfev, "status": status}
     if not (np.isfinite(loss1) and loss1 <= loss0):
         info["kept"] = "start"
         return a, b, U, None, None, info
-    a1, b1, U1, rest = unpack(sol.x)
+    a1, b1, U1, rest = unpack(theta)
     info["kept"] = "polished"
     return a1, b1, U1, (rest[:n] if linear else None), (float(rest[-1]) if linear else None), info
 
@@ -268,8 +476,8 @@ def hermite_loss_polish(coeffs: HermiteCoefficients, rec, order: int, n_hidden: 
     n_hidden : int
         ``m``; with signs fixed and fewer units than ``m``, a free linear part joins the model.
     max_nfev : int
-        Budget of each least-squares solve, in residual evaluations (each iteration also takes one
-        analytic Jacobian).
+        Budget of each least-squares solve, in residual evaluations (each accepted step also forms
+        the normal equations once).
 
     Returns
     -------
