@@ -787,3 +787,26 @@ def test_residual_lack_of_fit_decides_an_exact_fit_from_the_residual_energy_alon
     y_noisy = y + 0.1 * np.random.default_rng(6).standard_normal(y.shape)
     noisy = residual_lack_of_fit(teacher, as_data_source(X, y_noisy))
     assert not noisy["exact"] and noisy["passed"] and "Q" in noisy
+
+
+def test_residual_moment_statistic_sums_match_the_direct_products():
+    # S2 = sum r x x^T is accumulated as A+^T A+ - A-^T A- over the rows with r >= 0 / r < 0 (A = sqrt|r| X):
+    # the same sum as (X r)^T X reordered, so equal to round-off: two sums of 1e4 terms in different orders
+    # (BLAS blocking) differ by about sqrt(1e4) eps ~ 2e-14 times the sum of |terms| (independent rounding
+    # errors); 1e-12 of it, entry by entry, leaves a factor 50. Symmetric exactly
+    from nnrecover.data import accumulate, as_data_source
+    from nnrecover.learners.awasthi2021.certificates import ResidualMomentStatistic
+
+    rng = np.random.default_rng(21)
+    teacher, other = nr.random_network(7, 3, rng=22), nr.random_network(7, 3, rng=23)
+    X = rng.standard_normal((10_000, 7))
+    y = teacher.predict(X).reshape(-1)
+    r = y - other.predict(X).reshape(-1)
+    assert (r > 0).any() and (r < 0).any()
+    stat = accumulate(ResidualMomentStatistic(other), as_data_source(X, y), chunk_size=1500)
+    S2 = (X * r[:, None]).T @ X
+    assert np.array_equal(stat.S2, stat.S2.T)
+    absX = np.abs(X)
+    assert np.all(np.abs(stat.S2 - S2) <= 1e-12 * ((absX * np.abs(r)[:, None]).T @ absX))
+    assert np.all(np.abs(stat.s1 - X.T @ r) <= 1e-12 * (absX.T @ np.abs(r)))
+    assert stat.rr == pytest.approx(r @ r, rel=1e-12)
