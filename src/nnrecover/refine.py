@@ -356,8 +356,8 @@ def _squared_residual_sums(networks: Sequence[TwoLayerNetwork], X: np.ndarray, Y
     """``sum_n ||f_j(x_n) - y_n||^2`` for every network ``f_j``, on rows already validated (``X`` (n, d) and
     ``Y`` (n, p) finite float64, e.g. from ``take_rows``): no second check of the rows, and the hidden layers
     of all networks from one product ``X [W_1; W_2; ...]^T``. With few hidden units that product is bound by
-    reading ``X``, not by its flops (one BLAS thread, d = 100: ``X`` times 20 columns costs about 1.2 times
-    ``X`` times 10 columns), so the networks' losses cost about one network's."""
+    reading ``X`` rather than by its flops (one BLAS thread, d = 100: ``X`` times 20 columns costs about 1.2
+    times ``X`` times 10 columns)."""
     Z = X @ np.vstack([net.hidden_weights for net in networks]).T
     out = np.empty(len(networks))
     start = 0
@@ -367,7 +367,7 @@ def _squared_residual_sums(networks: Sequence[TwoLayerNetwork], X: np.ndarray, Y
         Zj += net.hidden_bias
         R = net.activation(Zj) @ net.output_weights.T
         R += net.output_bias
-        R -= Y
+        R -= Y.reshape(R.shape)
         out[j] = float(np.einsum("ij,ij->", R, R))
         start += k
     return out

@@ -410,8 +410,8 @@ def _add_low_order(acc: dict, X: np.ndarray, Y: np.ndarray, Y1: np.ndarray | Non
     ``Y1`` is ``[Y, 1]`` (built here when not given): ``Y1^T X`` holds ``sum y x^T`` and ``sum x``, and
     ``Y1^T Y1`` holds ``sum y y^T`` and ``sum y``, so the column sums come with the products and cost no read
     of the rows of their own (on a strided view NumPy's own reduction is also about six times slower than
-    BLAS). ``X`` times a negated ``X`` gives exactly the negated product, so an antithetic sample's odd sums
-    still cancel exactly."""
+    BLAS). A product with a negated operand is exactly the negated product, so the odd sums of an antithetic
+    sample's two residue classes still cancel exactly."""
     l = Y.shape[1]
     if Y1 is None:
         Y1 = _with_ones(Y)
