@@ -352,27 +352,6 @@ def mean_squared_loss(network: TwoLayerNetwork, X, Y) -> float:
     return float(np.mean(np.sum((F - Y) ** 2, axis=1)))
 
 
-def _squared_residual_sums(networks: Sequence[TwoLayerNetwork], X: np.ndarray, Y: np.ndarray) -> np.ndarray:
-    """``sum_n ||f_j(x_n) - y_n||^2`` for every network ``f_j``, on rows already validated (``X`` (n, d) and
-    ``Y`` (n, p) finite float64, e.g. from ``take_rows``): no second check of the rows, and the hidden layers
-    of all networks from one product ``X [W_1; W_2; ...]^T``. With few hidden units that product is bound by
-    reading ``X`` rather than by its flops (one BLAS thread, d = 100: ``X`` times 20 columns costs about 1.2
-    times ``X`` times 10 columns)."""
-    Z = X @ np.vstack([net.hidden_weights for net in networks]).T
-    out = np.empty(len(networks))
-    start = 0
-    for j, net in enumerate(networks):
-        k = net.n_hidden
-        Zj = Z[:, start:start + k]
-        Zj += net.hidden_bias
-        R = net.activation(Zj) @ net.output_weights.T
-        R += net.output_bias
-        R -= Y.reshape(R.shape)
-        out[j] = float(np.einsum("ij,ij->", R, R))
-        start += k
-    return out
-
-
 class _Model:
     """Flattening of the trainable blocks and the residual / Jacobian / gradient of the loss."""
 
@@ -1116,7 +1095,9 @@ class _TrainingRows:
             return [mean_squared_loss(net, self.X, self.Y) for net in networks]
         totals, yy = np.zeros(len(networks)), 0.0
         for Xc, Yc in self._chunks():
-            totals += _squared_residual_sums(networks, Xc, Yc)
+            for j, net in enumerate(networks):
+                F = net.predict(Xc).reshape(Yc.shape)
+                totals[j] += float(np.sum((F - Yc) ** 2))
             if self._msy is None:
                 yy += float(np.sum(Yc * Yc))
         if self._msy is None:
