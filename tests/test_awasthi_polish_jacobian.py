@@ -59,14 +59,14 @@ def test_closed_form_normal_equations_match_the_jacobian(orders, linear):
     assert np.max(np.abs(g - J.T @ r)) <= 1e-13 * np.max(np.abs(J.T @ r))
 
 
-def test_trust_region_fit_reaches_the_minimum_scipy_finds():
+def test_trust_region_on_normal_equations_reaches_the_minimum_scipy_finds():
     # noisy targets (a model's packed tensors plus 1e-3 noise) from a start 0.05 away: the polish's
-    # Levenberg-Marquardt and SciPy's trust-region solver with the same analytic Jacobian stop at the same
-    # local minimum. Both stop at a relative loss decrease below 1e-12 after quadratic convergence, so
-    # their losses agree to far better than 1e-9; the minimum is non-degenerate up to the scale of V (the
-    # eigenvalues of J^T J on the tangent space are 5e-3 and up here), so a loss within 1e-12 L* of it
-    # (L* ~ 1e-4: 1e-3 noise on ~130 entries) moves the unit parameters by at most about
-    # sqrt(1e-12 * 1e-4 / 5e-3) ~ 1.5e-7; 1e-5 leaves a margin for the two stopping points together
+    # trust-region iteration on the closed-form normal equations and SciPy's on an SVD of the explicit
+    # Jacobian stop at the same local minimum. Both stop at a relative loss decrease below 1e-12 after
+    # quadratic convergence, so their losses agree to far better than 1e-9; the minimum is non-degenerate up
+    # to the scale of V (the eigenvalues of J^T J on the tangent space are 5e-3 and up here), so a loss
+    # within 1e-12 L* of it (L* ~ 1e-4: 1e-3 noise on 203 entries, weights <= 1) moves the unit parameters
+    # by at most about sqrt(1e-12 * 1e-4 / 5e-3) ~ 1.5e-7; 1e-5 leaves a margin for the two stopping points
     rng = np.random.default_rng(13)
     n, units, orders = 6, 3, [2, 3, 4]
     a, b = rng.uniform(0.5, 1.5, units), rng.uniform(-0.5, 0.5, units)
