@@ -90,3 +90,43 @@ def test_trust_region_on_normal_equations_reaches_the_minimum_scipy_finds():
         assert np.max(np.abs(x - y)) <= 1e-5
     # and the minimum is near the truth (noise 1e-3 per entry)
     assert np.max(np.abs(got[2] - U)) <= 0.05
+
+
+def test_sign_search_matches_the_pattern_by_pattern_minimum():
+    # _best_signs scores all 2^k sign patterns at once; a direct loop over the patterns with the exact
+    # nonlinearity Phi(xi b) picks the same first minimum (targets from a random pattern plus 1e-2 noise,
+    # so the minimum is separated from the others by far more than round-off)
+    import dataclasses
+    import itertools
+    import types
+
+    from nnrecover.activations import get_activation
+    from nnrecover.learners.awasthi2021.polish import _best_signs
+
+    @dataclasses.dataclass
+    class Rec:
+        a: np.ndarray
+        b: np.ndarray
+        U: np.ndarray
+        W: np.ndarray | None = None
+
+    relu = get_activation("relu")
+    rng = np.random.default_rng(14)
+    for _ in range(10):
+        k = int(rng.integers(2, 9))
+        rec = Rec(rng.standard_normal(k), rng.standard_normal(k), rng.standard_normal((k, k)))
+        xi = np.where(rng.random(k) < 0.5, -1.0, 1.0)
+        c = relu.hermite_coefficients(1, xi * rec.b)
+        coeffs = types.SimpleNamespace(t0=rec.a @ c[:, 0] + 1e-2 * rng.standard_normal(),
+                                       t1_projected=(rec.a * c[:, 1] * xi) @ rec.U + 1e-2 * rng.standard_normal(k),
+                                       lift=lambda V: V)
+        vals = []
+        for pattern in itertools.product((1.0, -1.0), repeat=k):
+            p = np.array(pattern)
+            cp = relu.hermite_coefficients(1, p * rec.b)
+            r1 = coeffs.t1_projected - (rec.a * cp[:, 1] * p) @ rec.U
+            vals.append((coeffs.t0 - rec.a @ cp[:, 0]) ** 2 + r1 @ r1)
+        want = np.array(list(itertools.product((1.0, -1.0), repeat=k)))[int(np.argmin(vals))]
+        out, report = _best_signs(coeffs, rec)
+        assert report["sign_search_flips"] == np.flatnonzero(want < 0).tolist()
+        assert np.array_equal(out.b, want * rec.b) and np.array_equal(out.U, want[:, None] * rec.U)

@@ -125,15 +125,16 @@ def _best_signs(coeffs: HermiteCoefficients, rec):
     (``exp(b^2/2)``) does not flip the decision."""
     a, b, U = rec.a, rec.b, rec.U
     t0, t1 = float(coeffs.t0), coeffs.t1_projected
-    best, best_xi = np.inf, np.ones(a.shape[0])
-    for xi in itertools.product((1.0, -1.0), repeat=a.shape[0]):
-        xi = np.array(xi)
-        c = get_activation("relu").hermite_coefficients(1, xi * b)
-        r0 = t0 - a @ c[:, 0]
-        r1 = t1 - (a * c[:, 1] * xi) @ U
-        val = r0 * r0 + r1 @ r1
-        if val < best:
-            best, best_xi = val, xi
+    # all 2^k patterns at once, in the order of itertools.product((1, -1), repeat=k) (unit 0 slowest),
+    # so that argmin's first minimum is the first pattern of that order
+    xis = np.array(list(itertools.product((1.0, -1.0), repeat=a.shape[0])))
+    relu = get_activation("relu")
+    c_plus, c_minus = relu.hermite_coefficients(1, b), relu.hermite_coefficients(1, -b)
+    neg = xis < 0
+    r0 = t0 - np.where(neg, c_minus[:, 0], c_plus[:, 0]) @ a
+    r1 = t1 - (np.where(neg, -c_minus[:, 1], c_plus[:, 1]) * a) @ U
+    vals = r0 * r0 + np.einsum("pn,pn->p", r1, r1)
+    best_xi = xis[int(np.argmin(vals))]
     flips = np.flatnonzero(best_xi < 0).tolist()
     if flips:
         rec = replace(rec, b=best_xi * b, U=best_xi[:, None] * U, W=coeffs.lift(best_xi[:, None] * U))
