@@ -4,10 +4,11 @@ Builds the data of ``bench_growth.py`` once (its ``_data``: random unit rows, ``
 N(0, I) inputs, noiseless rows in memory; default d = 100, k = 10, N = 1e6), times one ``X.T @ X`` pass
 over it chunk by chunk as ``bench_growth.py`` does (best of 3), then each chosen learner's provable
 (``refine=False``) and complete (``refine=True``) fit, and prints per fit the time, its ratio to the
-``X.T @ X`` pass, the peak memory allocated beyond the data (tracemalloc) and the max unit error against
+``X.T @ X`` pass, the peak memory beyond the data (resident memory above its level before the fit,
+sampled by a thread: ``_timing.PeakMemory``; tracemalloc would slow the fit) and the max unit error against
 the teacher (``nnrecover.metrics.parameter_error``). ``HermiteTensorLearner`` fits the first output only
 (Awasthi et al.'s one-output model), as in ``bench_growth.py``. ``--profile`` writes one cProfile file
-per complete fit (timed without tracemalloc, whose hooks slow allocation-heavy code).
+per complete fit.
 
 Run: ``.venv/bin/python benchmarks/bench_complete_fit.py [--learners ExactReLULearner,...] [--threads 1] [--serial]``
 """
@@ -17,8 +18,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import tracemalloc
 import warnings
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -47,20 +48,20 @@ def xtx_seconds(X: np.ndarray, repeat: int = 3) -> tuple[float, float]:
 
 
 def run_fit(name: str, k: int, data, target, refine: bool, memory: bool = True) -> dict:
-    """One fit: seconds, tracemalloc peak in MB (``memory``) and the max unit error against ``target``."""
+    """One fit: seconds, CPU seconds, peak memory in MB above the level before the fit (``memory``;
+    :class:`_timing.PeakMemory`, resident memory sampled by a thread) and the max unit error against
+    ``target``."""
     import nnrecover as nr
+    from _timing import PeakMemory
 
     learner = getattr(nr.learners, name)(k, refine=refine, random_state=0)
-    if memory:
-        tracemalloc.start()
-    c0, t0 = time.process_time(), time.perf_counter()
-    with warnings.catch_warnings():
+    watch = PeakMemory() if memory else nullcontext()
+    with watch, warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        c0, t0 = time.process_time(), time.perf_counter()
         learner.fit(data)
-    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    peak = tracemalloc.get_traced_memory()[1] / 1e6 if memory else float("nan")
-    if memory:
-        tracemalloc.stop()
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    peak = watch.peak_mb if memory else float("nan")
     err = float(nr.metrics.parameter_error(learner.network_, target)["max_unit_error"])
     return {"seconds": seconds, "cpu": cpu, "peak_mb": peak, "max_unit_error": err}
 
@@ -88,8 +89,6 @@ def main() -> None:
     import scipy.linalg  # noqa: F401
     import sklearn.utils  # noqa: F401
     names = [s for s in args.learners.split(",") if s]
-    from contextlib import nullcontext
-
     with (nullcontext() if args.threads is None else threadpool_limits(args.threads)):
         net, (X, Y) = _data(args.d, args.k, args.n, False)
         base, base_cpu = xtx_seconds(X)
@@ -121,7 +120,7 @@ def main() -> None:
                 r = run_fit(name, args.k, data, target, True, memory=False)
                 prof.disable()
                 prof.dump_stats(out / f"{name}.prof")
-                print(f"  profiled complete fit (no tracemalloc) {r['seconds']:.2f} s -> {out / (name + '.prof')}")
+                print(f"  profiled complete fit {r['seconds']:.2f} s -> {out / (name + '.prof')}")
 
 
 if __name__ == "__main__":

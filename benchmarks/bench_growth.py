@@ -7,8 +7,8 @@ For each size ``(d, k, N)`` a fresh child process draws a noiseless random ReLU 
   (``Q``: d x k), chunk by chunk; for a streamed size also one iteration of the stream itself;
 * the learner's provable stage (``refine=False``) and its complete fit (``refine=True``),
 
-and reports the ratios fit time / ``X.T @ X`` time, the peak memory the fit allocated beyond the data
-(tracemalloc), and the max unit error against the teacher. Every fit has a time limit (the child is
+and reports the ratios fit time / ``X.T @ X`` time, the fit's peak memory beyond the data
+(resident memory above its level before the fit, sampled by a thread: ``_timing.PeakMemory``), and the max unit error against the teacher. Every fit has a time limit (the child is
 killed; the row says ``timeout``); a learner that refuses a size reports its message. The slopes
 of log time against log N (d = 100) and log d (N = 2e5) are fitted for the cheap learners.
 
@@ -98,8 +98,9 @@ def _dim(data, streamed: bool) -> int:
 
 def _child(spec: dict, queue) -> None:
     """One (size, learner) measurement in a fresh process; puts a result dict on ``queue``."""
-    import tracemalloc
     import warnings
+
+    from _timing import PeakMemory
 
     from threadpoolctl import threadpool_limits
 
@@ -129,14 +130,12 @@ def _child(spec: dict, queue) -> None:
                 opts = {"random_state": 0}
                 if spec["learner"] != "GradientDescentLearner":
                     opts["refine"] = refine
-                tracemalloc.start()
-                t0 = time.perf_counter()
-                est = Learner(k, **opts).fit(fit_data)
-                dt = time.perf_counter() - t0
-                peak = tracemalloc.get_traced_memory()[1]
-                tracemalloc.stop()
+                with PeakMemory() as watch:
+                    t0 = time.perf_counter()
+                    est = Learner(k, **opts).fit(fit_data)
+                    dt = time.perf_counter() - t0
                 key = "full" if refine else "provable"
-                row[key] = {"seconds": dt, "peak_mb": peak / 1e6,
+                row[key] = {"seconds": dt, "peak_mb": watch.peak_mb,
                             "max_unit_error": float(nr.metrics.parameter_error(est.network_, target)["max_unit_error"])}
     except Exception as exc:  # reported in the table, not raised: one learner must not stop the run
         row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
@@ -255,7 +254,7 @@ def report(rows: list, total: float, args, meta: dict | None = None) -> None:
     _figure(slopes)
     lines = ["<!-- bench_growth: start -->", "## Growth: every learner against numpy passes (`bench_growth.py`, `make bench`)", "",
              "Each cell: complete fit time (`refine=True`) and its ratio to one `X.T @ X` pass over the same data "
-             "in the same process, the fit's peak allocated memory beyond the data, and the max unit error against "
+             "in the same process, the fit's peak memory beyond the data (resident memory above its level before the fit, sampled every 2 ms; tracemalloc, which slows allocation-heavy code by 15-25 %, is not used), and the max unit error against "
              "the noiseless teacher. `provable` is the same for `refine=False`. Teachers: random unit rows, k "
              "outputs, no biases; N(0, I) inputs; the largest size is streamed from `nr.sample_stream` (never in "
              "memory; its ratios are to one iteration of the stream, which generates the samples). Each (size, learner) runs in a fresh process "
