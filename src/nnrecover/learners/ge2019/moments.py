@@ -280,12 +280,17 @@ class PureNeuronStatistic(Statistic):
             self._sym = dict(n=0, sg=np.zeros(2 * d), sgg=np.zeros((2 * d, 2 * d)))
 
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
-        if self.input_projection is not None:
-            if X.shape[1] != self.input_projection.shape[0]:
-                raise InputError(f"the chunk has {X.shape[1]} inputs but input_projection has "
-                                 f"{self.input_projection.shape[0]} rows.")
-            X = X @ self.input_projection
-        n, d = X.shape
+        Q = self.input_projection
+        # a pass that sums only the contracted detector projects inside the detector's row blocks, straight
+        # into samples-in-columns form (Q^T X_b^T): no projected chunk and no transposed copy of it
+        defer = Q is not None and not self._low_order and self.B is not None and not (self.halves or self.symmetry)
+        if Q is not None:
+            if X.shape[1] != Q.shape[0]:
+                raise InputError(f"the chunk has {X.shape[1]} inputs but input_projection has {Q.shape[0]} rows.")
+            if not defer:
+                X = X @ Q
+        n = X.shape[0]
+        d = Q.shape[1] if defer else X.shape[1]
         l = Y.shape[1]
         if l == 0:
             raise InputError("the pure-neuron statistic needs targets Y (got none).")
@@ -313,13 +318,15 @@ class PureNeuronStatistic(Statistic):
             elif self._odd is None:
                 acc["n"] += Xp.shape[0]
             if p == self.detector_part and self._det is not None:
-                self._update_detector(Xp, Yp)
+                self._update_detector(Xp, Yp, project=defer)
         if self._sym is not None:
             _add_symmetry_sums(self._sym, X)
 
-    def _update_detector(self, Xp: np.ndarray, Yp: np.ndarray) -> None:
-        m, d = Xp.shape
+    def _update_detector(self, Xp: np.ndarray, Yp: np.ndarray, project: bool = False) -> None:
+        """Add the detector sums of the rows ``Xp`` (``Xp Q`` with ``project``: raw rows, ``B`` given)."""
+        m, d = Xp.shape[0], self.dims[0]
         self._det["n"] += m
+        QT = np.ascontiguousarray(self.input_projection.T) if project else None
         # the contracted detector's three pair-product temporaries in blocks of 2 MiB each stay in cache
         # for the product that follows (_DETECTOR_BLOCK_VALUES)
         for b in _row_blocks(m, n_sym(d), _BLOCK_VALUES if self.B is None else _DETECTOR_BLOCK_VALUES):
@@ -333,7 +340,7 @@ class PureNeuronStatistic(Statistic):
             else:
                 # y_a z_b + y_b z_a - y_a y_b = z_a z_b - u_a u_b with u = y - z: two pair products of k
                 # columns instead of three products of gathered columns; everything with samples in columns
-                XT = np.ascontiguousarray(Xb.T)
+                XT = np.ascontiguousarray(Xb.T) if QT is None else QT @ Xb.T
                 YT = Yb.T if self.projection is None else self.projection.T @ Yb.T
                 ZT = self.B @ XT
                 C = _vech_products_t(ZT)
