@@ -34,20 +34,41 @@ def write_readme_section(name: str, section: str) -> None:
     tmp.replace(readme)
 
 
+def _fixed_mmap_threshold(nbytes: int = 1 << 17) -> None:
+    """Make glibc serve every allocation of ``nbytes`` or more by its own mapping, returned on free.
+
+    By default glibc raises that threshold after a large buffer is freed (up to 32 MiB), and buffers
+    below it come from the heap, whose freed pages stay resident: a fit after another one would then
+    reuse them and show no growth. A fixed threshold (``mallopt(M_MMAP_THRESHOLD)``) turns that off.
+    Nothing happens outside glibc.
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-3, int(nbytes))   # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
 class PeakMemory:
     """Peak memory of a block above the level at its start, without slowing the block down.
 
     Resident memory (``/proc/self/statm``, Linux) is sampled every ``interval`` seconds by a background
-    thread: a wake-up costs microseconds, where ``tracemalloc`` hooks every allocation and slows
-    allocation-heavy Python code by 15-25 % (a d = 100, N = 1e6 fit: 0.83 s plain, 0.97 s traced).
-    Freed numpy buffers of this size are returned to the system, so the resident level falls back
-    when they are freed. Where ``/proc`` is missing, ``tracemalloc``'s peak is used (and the block is
-    slower). ``peak_mb`` holds the result after the block.
+    thread (a temporary that lives shorter can be missed): a wake-up costs microseconds, where
+    ``tracemalloc`` hooks every allocation and slows allocation-heavy Python code by 15-25 % (a
+    d = 100, N = 1e6 fit: 0.83 s plain, 0.97 s traced). Buffers of 128 KiB or more are mapped and
+    returned to the system on free (a fixed glibc mmap threshold, :func:`_fixed_mmap_threshold`), so
+    the resident level falls back when they are freed. Modules imported inside the block count too:
+    warm up first (:func:`warm_up`). Where ``/proc`` is missing, ``tracemalloc``'s peak is used (and
+    the block is slower). ``peak_mb`` holds the result after the block.
     """
 
-    def __init__(self, interval: float = 0.002) -> None:
+    def __init__(self, interval: float = 0.001) -> None:
         import os
 
+        _fixed_mmap_threshold()
         self.interval = interval
         self.peak_mb = float("nan")
         self._statm = "/proc/self/statm" if os.path.exists("/proc/self/statm") else None
@@ -87,3 +108,18 @@ class PeakMemory:
         self._peak = max(self._peak, self._resident())
         self.peak_mb = (self._peak - self._start) / 1e6
         return False
+
+
+def warm_up(learner_name: str, X: np.ndarray, Y: np.ndarray, rows: int = 20_000) -> None:
+    """One small fit (two hidden units, the first ``rows`` rows) of the learner, so that the modules and
+    caches it loads on first use are not counted in the time and memory of the fits measured next."""
+    import warnings
+
+    import nnrecover as nr
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            getattr(nr.learners, learner_name)(2, random_state=0).fit(X[:rows], Y[:rows])
+        except Exception:  # noqa: BLE001 (a refusal of the small problem still imported the modules)
+            pass

@@ -28,6 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
+from _timing import warm_up  # noqa: E402
 from bench_growth import _data  # noqa: E402
 
 LEARNERS = ["ExactReLULearner", "NoisyReLULearner", "PureNeuronLearner", "HermiteTensorLearner"]
@@ -105,6 +106,7 @@ def main() -> None:
                 target = nr.TwoLayerNetwork(net.hidden_weights, net.hidden_bias, net.output_weights[:1],
                                             net.output_bias[:1])
                 data = (X, Y[:, 0])
+            warm_up(name, *data)
             for refine in ([False, True] if args.provable else [True]):
                 r = run_fit(name, args.k, data, target, refine)
                 print(f"| {name} | {'complete' if refine else 'provable'} | {r['seconds']:.2f} | "

@@ -100,7 +100,7 @@ def _child(spec: dict, queue) -> None:
     """One (size, learner) measurement in a fresh process; puts a result dict on ``queue``."""
     import warnings
 
-    from _timing import PeakMemory
+    from _timing import PeakMemory, warm_up
 
     from threadpoolctl import threadpool_limits
 
@@ -126,6 +126,9 @@ def _child(spec: dict, queue) -> None:
                 target = nr.TwoLayerNetwork(net.hidden_weights, net.hidden_bias, net.output_weights[:1],
                                             net.output_bias[:1])
                 fit_data = _FirstColumn(data) if streamed else (data[0], data[1][:, 0])
+            # the modules and caches a first fit loads are not part of the time and memory measured
+            small = nr.sample(target, nr.distributions.StandardGaussian(d), 20_000, rng=3) if streamed else fit_data
+            warm_up(spec["learner"], *small)
             for refine in spec["refine"]:
                 opts = {"random_state": 0}
                 if spec["learner"] != "GradientDescentLearner":
