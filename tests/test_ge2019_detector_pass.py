@@ -89,3 +89,25 @@ def test_low_order_sums_from_products_with_ones_cancel_exactly_on_an_antithetic_
             assert np.all(part.mean_x == 0.0) and np.all(part.cross == 0.0)
             # ~128 positive terms of size ~3: the orders of summation agree to ~128 eps relative
             np.testing.assert_allclose(part.mean_y, Y[of_row == p].mean(axis=0), rtol=1e-13)
+
+
+@pytest.mark.parametrize("split", ["none", "alg3", "alg4"])
+def test_strided_symmetry_test_takes_sum_x_and_sum_x2_from_the_part_moments(split, rng):
+    # sum x and sum x**2 over every row come from the part moments (sum x, diagonal of sum x x^T) instead of
+    # the symmetry statistic's own column sums: the same sums in another order (~2000 eps relative). The
+    # statistic n z^T R^+ z depends on them through the means and variances, smoothly away from a zero
+    # variance, so it agrees to ~1e-12 relative; 1e-9 leaves room for the conditioning of R (features x, x^3)
+    X = rng.standard_normal((2000, 3)) + 0.05  # slightly asymmetric: a statistic well above zero
+    Y = rng.standard_normal((2000, 4))
+    mom = ga.pure_neuron_moments(X, Y, split=split, detector=False, halves=split == "none", symmetry_gram_rows=50,
+                                 chunk_size=301)
+    stride = gm.symmetry_stride(2000, 3, 50)
+    assert stride > 1
+    alone = gm.SymmetryStatistic(stride)
+    for s in range(0, 2000, 301):
+        alone.update(X[s:s + 301])
+    ref = alone.finalize()
+    assert mom.symmetry.statistic > 10
+    assert (mom.symmetry.df, mom.symmetry.n, mom.symmetry.gram_rows) == (ref.df, ref.n, ref.gram_rows)
+    assert mom.symmetry.statistic == pytest.approx(ref.statistic, rel=1e-9)
+    assert mom.symmetry.p_value == pytest.approx(ref.p_value, rel=1e-6, abs=1e-300)

@@ -263,11 +263,16 @@ def pure_neuron_moments(X, Y=None, *, split: str = "none", symmetry: bool = True
         stride = 1 if symmetry_gram_rows is None else symmetry_stride(
             source.n_samples, source.n_inputs, check_positive_int(symmetry_gram_rows, "symmetry_gram_rows"))
         sym = SymmetryStatistic(stride)
+        # sum x and sum x**2 over every row are the part moments' sum x and diagonal of sum x x^T (the
+        # parts cover every row): the symmetry statistic does not sum them again
+        sym._column_sums = stride == 1
     accumulate([stat] if sym is None else [stat, sym], source, chunk_size=chunk_size)
     if stat.n == 0:
         raise InputError("no samples were given.")
     mom = stat.finalize()
     if sym is not None:
+        if not sym._column_sums:
+            sym._set_column_sums(*stat._power_sums())
         mom.symmetry = sym.finalize()
     return mom
 

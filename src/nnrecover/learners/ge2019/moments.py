@@ -393,6 +393,11 @@ class PureNeuronStatistic(Statistic):
             sym = _symmetry_from_sums(self._sym["n"], self._sym["sg"], self._sym["sgg"])
         return PureNeuronMoments(parts, det, self.detector_part, sym, self.layout)
 
+    def _power_sums(self) -> tuple[np.ndarray, np.ndarray]:
+        """``sum x`` and ``sum x**2`` (the diagonal of ``sum x x^T``) over every row seen (all parts)."""
+        accs = self._parts + (self._odd or [])
+        return sum(acc["sx"] for acc in accs), sum(np.diag(acc["sxx"]) for acc in accs)
+
     def _finalize_detector(self) -> DetectorMoments | None:
         """The detector moments alone (``None`` without ``detector``)."""
         if self.dims is None:
@@ -519,10 +524,18 @@ class SymmetryStatistic(Statistic):
         if isinstance(stride, bool) or not isinstance(stride, (int, np.integer)) or stride < 1:
             raise InputError(f"stride must be a positive integer, got {stride!r}.")
         self.stride = int(stride)
+        #: False (stride > 1): leave ``sum x`` and ``sum x**2`` to the caller, who has them from another
+        #: statistic of the same pass (:meth:`_set_column_sums`; :func:`.algorithms.pure_neuron_moments`)
+        self._column_sums = True
         super().__init__()
 
     def _reset(self) -> None:
         self._sym: dict | None = None
+
+    def _set_column_sums(self, s1: np.ndarray, s2: np.ndarray) -> None:
+        """``sum x`` and ``sum x**2`` over every row seen, from another statistic of the same pass."""
+        if self._sym is not None and self.stride > 1:
+            self._sym["s1"], self._sym["s2"] = np.array(s1, dtype=np.float64), np.array(s2, dtype=np.float64)
 
     def _allocate(self, d: int) -> dict:
         if self.stride == 1:
@@ -539,7 +552,7 @@ class SymmetryStatistic(Statistic):
         if self.stride == 1:
             _add_symmetry_sums(self._sym, X)
         else:
-            _add_strided_symmetry_sums(self._sym, X, self.stride)
+            _add_strided_symmetry_sums(self._sym, X, self.stride, self._column_sums)
 
     def _merge(self, other: "SymmetryStatistic") -> None:
         if other.stride != self.stride:
@@ -574,9 +587,9 @@ def _add_symmetry_sums(acc: dict, X: np.ndarray) -> None:
         acc["sgg"] += g.T @ g
 
 
-def _add_strided_symmetry_sums(acc: dict, X: np.ndarray, stride: int) -> None:
-    """``sum x``, ``sum x**2``, ``sum x**3``, ``sum x**6`` over every row of ``X``, and ``sum g``,
-    ``sum g g^T`` over the rows whose running index is a multiple of ``stride``.
+def _add_strided_symmetry_sums(acc: dict, X: np.ndarray, stride: int, column_sums: bool = True) -> None:
+    """``sum x``, ``sum x**2`` (only with ``column_sums``), ``sum x**3``, ``sum x**6`` over every row of
+    ``X``, and ``sum g``, ``sum g g^T`` over the rows whose running index is a multiple of ``stride``.
 
     The column sums are products with a vector of ones (BLAS) over row blocks of about 1 MiB, so each
     block is read from memory once and its powers stay in cache. An antithetic sample's odd sums then
@@ -591,8 +604,9 @@ def _add_strided_symmetry_sums(acc: dict, X: np.ndarray, stride: int) -> None:
         Xb = X[s:s + step]
         o = ones[:Xb.shape[0]]
         t = np.multiply(Xb, Xb, out=buf[:Xb.shape[0]])
-        acc["s1"] += o @ Xb
-        acc["s2"] += o @ t
+        if column_sums:
+            acc["s1"] += o @ Xb
+            acc["s2"] += o @ t
         t *= Xb
         acc["s3"] += o @ t
         t *= t
