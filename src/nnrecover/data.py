@@ -356,7 +356,12 @@ class _ArraySource(DataSource):
         """The rows ``rows`` (sorted indices) of ``X`` and ``Y``, validated like every chunk; a memory
         map reads only those rows."""
         rows = np.asarray(rows, dtype=np.int64)
-        return _validate_chunk(self.X[rows], None if self.Y is None else self.Y[rows], " (rows gathered)")
+
+        def gather(A):
+            # np.take gathers whole rows faster than fancy indexing (4x for a narrow Y); other
+            # array-likes (h5py, zarr) read their rows through their own indexing
+            return np.take(A, rows, axis=0) if isinstance(A, np.ndarray) else A[rows]
+        return _validate_chunk(gather(self.X), None if self.Y is None else gather(self.Y), " (rows gathered)")
 
     def _raw_chunks(self, chunk_size):
         n, d, p = self._info.n_samples, self._info.n_inputs, self._info.n_outputs
