@@ -34,92 +34,24 @@ def write_readme_section(name: str, section: str) -> None:
     tmp.replace(readme)
 
 
-def _fixed_mmap_threshold(nbytes: int = 1 << 17) -> None:
-    """Make glibc serve every allocation of ``nbytes`` or more by its own mapping, returned on free.
+def traced_peak_mb(fn) -> tuple[float, object]:
+    """Run ``fn()`` under ``tracemalloc``; return its peak traced memory in MB and its result.
 
-    By default glibc raises that threshold after a large buffer is freed (up to 32 MiB), and buffers
-    below it come from the heap, whose freed pages stay resident: a fit after another one would then
-    reuse them and show no growth. A fixed threshold (``mallopt(M_MMAP_THRESHOLD)``) turns that off.
-    Nothing happens outside glibc.
+    A separate, untimed run: tracemalloc hooks every allocation and slows allocation-heavy Python code
+    by 15-25 % (a d = 100, N = 1e6 fit: 0.83 s plain, 0.97 s traced), so timed runs go without it.
+    (Resident-memory sampling was tried instead: a sampling thread's GIL requests slowed a fit with two
+    worker threads from 0.50 to 0.84 s, and a fixed malloc mmap threshold, which it needs to see freed
+    buffers leave, slowed the fits themselves.)
     """
-    import ctypes
-    import ctypes.util
+    import tracemalloc
 
+    tracemalloc.start()
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(-3, int(nbytes))   # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        pass
-
-
-_SAMPLER = """
-import os, select, sys
-path, interval = f"/proc/{sys.argv[1]}/statm", float(sys.argv[2])
-page, peak = os.sysconf("SC_PAGE_SIZE"), 0
-print("ready", flush=True)
-while True:
-    with open(path) as f:
-        peak = max(peak, int(f.read().split()[1]) * page)
-    if select.select([sys.stdin], [], [], interval)[0]:
-        break
-print(peak, flush=True)
-"""
-
-
-class PeakMemory:
-    """Peak memory of a block above the level at its start, without slowing the block down.
-
-    Resident memory (``/proc/PID/statm``, Linux) is sampled every ``interval`` seconds by a separate
-    process (a temporary that lives shorter can be missed). Not ``tracemalloc``, whose hooks on every
-    allocation slow allocation-heavy Python code by 15-25 % (a d = 100, N = 1e6 fit: 0.83 s plain,
-    0.97 s traced), and not a sampling thread, whose requests for the GIL slowed a fit with two worker
-    threads from 0.50 to 0.84 s. Buffers of 128 KiB or more are mapped and returned to the system on
-    free (a fixed glibc mmap threshold, :func:`_fixed_mmap_threshold`), so the resident level falls
-    back when they are freed. Modules imported inside the block count too: warm up first
-    (:func:`warm_up`). Where ``/proc`` is missing, ``tracemalloc``'s peak is used (and the block is
-    slower). ``peak_mb`` holds the result after the block.
-    """
-
-    def __init__(self, interval: float = 0.001) -> None:
-        import os
-
-        _fixed_mmap_threshold()
-        self.interval = interval
-        self.peak_mb = float("nan")
-        self._statm = "/proc/self/statm" if os.path.exists("/proc/self/statm") else None
-        self._page = os.sysconf("SC_PAGE_SIZE") if self._statm else 1
-
-    def _resident(self) -> int:
-        with open(self._statm) as f:
-            return int(f.read().split()[1]) * self._page
-
-    def __enter__(self) -> "PeakMemory":
-        import os
-        import subprocess
-        import sys
-        import tracemalloc
-
-        if self._statm is None:
-            tracemalloc.start()
-            return self
-        self._start = self._resident()
-        self._proc = subprocess.Popen([sys.executable, "-c", _SAMPLER, str(os.getpid()), str(self.interval)],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self._proc.stdout.readline()  # "ready": sampling has started
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        import tracemalloc
-
-        if self._statm is None:
-            self.peak_mb = tracemalloc.get_traced_memory()[1] / 1e6
-            tracemalloc.stop()
-            return False
-        end = self._resident()
-        out, _ = self._proc.communicate("stop\n")
-        peak = max(int(out.split()[-1]), end)
-        self.peak_mb = max(peak - self._start, 0) / 1e6
-        return False
+        out = fn()
+        peak = tracemalloc.get_traced_memory()[1] / 1e6
+    finally:
+        tracemalloc.stop()
+    return peak, out
 
 
 def warm_up(learner_name: str, X: np.ndarray, Y: np.ndarray, rows: int = 20_000) -> None:

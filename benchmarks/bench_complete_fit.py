@@ -4,8 +4,8 @@ Builds the data of ``bench_growth.py`` once (its ``_data``: random unit rows, ``
 N(0, I) inputs, noiseless rows in memory; default d = 100, k = 10, N = 1e6), times one ``X.T @ X`` pass
 over it chunk by chunk as ``bench_growth.py`` does (best of 3), then each chosen learner's provable
 (``refine=False``) and complete (``refine=True``) fit, and prints per fit the time, its ratio to the
-``X.T @ X`` pass, the peak memory beyond the data (resident memory above its level before the fit,
-sampled by a thread: ``_timing.PeakMemory``; tracemalloc would slow the fit) and the max unit error against
+``X.T @ X`` pass (timed without instrumentation), the peak memory allocated beyond the data (tracemalloc, in
+a second, untimed run) and the max unit error against
 the teacher (``nnrecover.metrics.parameter_error``). ``HermiteTensorLearner`` fits the first output only
 (Awasthi et al.'s one-output model), as in ``bench_growth.py``. ``--profile`` writes one cProfile file
 per complete fit.
@@ -49,20 +49,21 @@ def xtx_seconds(X: np.ndarray, repeat: int = 3) -> tuple[float, float]:
 
 
 def run_fit(name: str, k: int, data, target, refine: bool, memory: bool = True) -> dict:
-    """One fit: seconds, CPU seconds, peak memory in MB above the level before the fit (``memory``;
-    :class:`_timing.PeakMemory`, resident memory sampled by a thread) and the max unit error against
+    """One fit: seconds and CPU seconds of an uninstrumented run, then (``memory``) the peak traced memory
+    in MB of a second, untimed run (:func:`_timing.traced_peak_mb`), and the max unit error against
     ``target``."""
     import nnrecover as nr
-    from _timing import PeakMemory
+    from _timing import traced_peak_mb
 
-    learner = getattr(nr.learners, name)(k, refine=refine, random_state=0)
-    watch = PeakMemory() if memory else nullcontext()
-    with watch, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        c0, t0 = time.process_time(), time.perf_counter()
-        learner.fit(data)
-        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    peak = watch.peak_mb if memory else float("nan")
+    def fit():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return getattr(nr.learners, name)(k, refine=refine, random_state=0).fit(data)
+
+    c0, t0 = time.process_time(), time.perf_counter()
+    learner = fit()
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    peak = traced_peak_mb(fit)[0] if memory else float("nan")
     err = float(nr.metrics.parameter_error(learner.network_, target)["max_unit_error"])
     return {"seconds": seconds, "cpu": cpu, "peak_mb": peak, "max_unit_error": err}
 

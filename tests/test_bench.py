@@ -19,8 +19,9 @@ def test_measure_reports_baselines_fits_memory_and_error():
     assert "error" not in row, row.get("traceback")
     assert set(row["baselines"]) == {"X.sum", "X.T @ X", "X @ Q"}
     for key in ("provable", "full"):
-        # resident memory above its level before the fit: zero when the fit reuses freed pages
-        assert row[key]["seconds"] > 0 and 0 <= row[key]["peak_mb"] < 1e4
+        assert row[key]["seconds"] > 0
+    # memory is traced in a second run of the complete fit only (tracemalloc slows the timed runs)
+    assert row["full"]["peak_mb"] > 0
     assert row["full"]["max_unit_error"] < 1e-9
 
 
@@ -31,14 +32,12 @@ def test_a_refusal_is_a_row_not_a_crash():
     assert row["error"].startswith("AssumptionError") and "stream_iteration" in row["baselines"]
 
 
-def test_peak_memory_sees_a_temporary_buffer():
+def test_traced_peak_sees_a_temporary_buffer():
     import numpy as np
-    from _timing import PeakMemory
+    from _timing import traced_peak_mb
 
-    with PeakMemory(interval=0.001) as watch:
-        buf = np.ones(50_000_000 // 8)  # 50 MB, touched
-        buf.sum()
-        import time
-        time.sleep(0.02)  # several samples while it is resident
-        del buf
-    assert 40 <= watch.peak_mb <= 200
+    def work():
+        return float(np.ones(50_000_000 // 8).sum())  # a 50 MB temporary
+
+    peak, out = traced_peak_mb(work)
+    assert out == 50_000_000 // 8 and 50 <= peak <= 60
