@@ -54,16 +54,19 @@ def traced_peak_mb(fn) -> tuple[float, object]:
     return peak, out
 
 
-def warm_up(learner_name: str, X: np.ndarray, Y: np.ndarray, rows: int = 20_000) -> None:
-    """One small fit (two hidden units, the first ``rows`` rows) of the learner, so that the modules and
-    caches it loads on first use are not counted in the time and memory of the fits measured next."""
+def warm_up(learner_name: str, n_outputs: int = 2) -> None:
+    """One small fit of the learner (d = 10, two hidden units, 20000 rows of its own teacher), so that the
+    modules and caches it loads on first use are not counted in the time and memory of the fits measured
+    next. Small in d on purpose: a fit with few rows per parameter at the measured d can take minutes."""
     import warnings
 
     import nnrecover as nr
 
+    teacher = nr.random_network(10, 2, n_outputs=n_outputs, rng=7)
+    X, Y = nr.sample(teacher, nr.distributions.StandardGaussian(10), 20_000, rng=8)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            getattr(nr.learners, learner_name)(2, random_state=0).fit(X[:rows], Y[:rows])
+            getattr(nr.learners, learner_name)(2, random_state=0).fit(X, Y[:, 0] if n_outputs == 1 else Y)
         except Exception:  # noqa: BLE001 (a refusal of the small problem still imported the modules)
             pass

@@ -107,7 +107,7 @@ def main() -> None:
                 target = nr.TwoLayerNetwork(net.hidden_weights, net.hidden_bias, net.output_weights[:1],
                                             net.output_bias[:1])
                 data = (X, Y[:, 0])
-            warm_up(name, *data)
+            warm_up(name, 1 if name == "HermiteTensorLearner" else 2)
             for refine in ([False, True] if args.provable else [True]):
                 r = run_fit(name, args.k, data, target, refine)
                 print(f"| {name} | {'complete' if refine else 'provable'} | {r['seconds']:.2f} | "

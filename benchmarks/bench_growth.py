@@ -128,8 +128,7 @@ def _child(spec: dict, queue) -> None:
                                             net.output_bias[:1])
                 fit_data = _FirstColumn(data) if streamed else (data[0], data[1][:, 0])
             # the modules and caches a first fit loads are not part of the time and memory measured
-            small = nr.sample(target, nr.distributions.StandardGaussian(d), 20_000, rng=3) if streamed else fit_data
-            warm_up(spec["learner"], *small)
+            warm_up(spec["learner"], 1 if spec["learner"] == "HermiteTensorLearner" else 2)
             for refine in spec["refine"]:
                 opts = {"random_state": 0}
                 if spec["learner"] != "GradientDescentLearner":
