@@ -743,10 +743,7 @@ def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarra
                 break
             n_iter += 1
             try:
-                # J^T J + lambda D with the damping added on the diagonal of a copy (no dense diag(lambda D))
-                damped = JtJ.copy()
-                damped.flat[::damped.shape[0] + 1] += lam * D
-                h = -cho_solve(cho_factor(damped, overwrite_a=True, check_finite=False), g, check_finite=False)
+                h = -cho_solve(cho_factor(JtJ + np.diag(lam * D), check_finite=False), g, check_finite=False)
                 solved = bool(np.all(np.isfinite(h)))
             except LinAlgError:
                 solved = False
