@@ -69,4 +69,4 @@ def warm_up(learner_name: str, n_outputs: int = 2) -> None:
         try:
             getattr(nr.learners, learner_name)(2, random_state=0).fit(X, Y[:, 0] if n_outputs == 1 else Y)
         except Exception:  # noqa: BLE001 (a refusal of the small problem still imported the modules)
-            pass
+            return

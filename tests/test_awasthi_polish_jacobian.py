@@ -20,6 +20,15 @@ def _central_differences(fun, theta, h):
     return np.stack(cols, axis=1)
 
 
+def _random_problem(seed, orders, linear):
+    """A packed Hermite problem in n = 5 dimensions with 3 units, random targets and a random point."""
+    rng = np.random.default_rng(seed)
+    n, units = 5, 3
+    targets = {k: rng.standard_normal(_multisets(n, k)[0].shape[0]) for k in orders}
+    problem = _PackedHermiteProblem(targets, orders, n, units, linear)
+    return problem, rng.standard_normal(problem.size)
+
+
 @pytest.mark.parametrize("orders, linear", [([2, 3, 4], False), ([0, 1, 2, 3, 4], True), ([0, 1, 2, 3, 4, 5, 6], False)])
 def test_packed_jacobian_matches_central_differences(orders, linear):
     # Central differences with step h err by h^2 |r'''| / 6 (truncation) + eps |r| / h (round-off); the
@@ -27,11 +36,8 @@ def test_packed_jacobian_matches_central_differences(orders, linear):
     # so h = eps^(1/3) ~ 6e-6 gives an error of order eps^(2/3) ~ 4e-11 relative to max |J|; 1e-7 leaves
     # a wide margin and still catches any wrong term (a wrong factor, a missing tangent projection or
     # c_k' = c_{k+1} mistaken for c_{k-1} all change entries by O(1)).
-    rng = np.random.default_rng(11)
-    n, units = 5, 3
-    targets = {k: rng.standard_normal(_multisets(n, k)[0].shape[0]) for k in orders}
-    problem = _PackedHermiteProblem(targets, orders, n, units, linear)
-    theta = rng.standard_normal(problem.size)
+    problem, theta = _random_problem(11, orders, linear)
+    n, units = problem.n, problem.k_units
     J = problem.jacobian(theta)
     J_fd = _central_differences(problem.residual, theta, np.finfo(float).eps ** (1 / 3))
     assert J.shape == J_fd.shape == (problem.residual(theta).size, problem.size)
@@ -47,11 +53,7 @@ def test_closed_form_normal_equations_match_the_jacobian(orders, linear):
     # J^T J from the inner products of the derivative tensors (closed forms in S = U U^T) and J^T r contracted
     # from the packed residual are the same sums as J^T J and J^T r of the explicit Jacobian, rearranged: they
     # agree to round-off (a few ulps of the largest entry)
-    rng = np.random.default_rng(12)
-    n, units = 5, 3
-    targets = {k: rng.standard_normal(_multisets(n, k)[0].shape[0]) for k in orders}
-    problem = _PackedHermiteProblem(targets, orders, n, units, linear)
-    theta = rng.standard_normal(problem.size)
+    problem, theta = _random_problem(12, orders, linear)
     J, r = problem.jacobian(theta), problem.residual(theta)
     A, g, r2 = problem.normal_equations(theta)
     assert np.array_equal(r2, r)
