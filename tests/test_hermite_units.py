@@ -267,6 +267,32 @@ def test_residual_fit_flags_a_wrong_network_and_passes_the_teacher():
     assert residual_lack_of_fit(teacher, as_data_source(X, noisy))["passed"]
 
 
+def test_residual_lack_of_fit_decides_a_clear_misfit_on_the_first_rows_and_a_small_one_on_all():
+    # d = 8 (J = 45 features, first look max(20000, 4 J) = 20000 rows), n = 1e5 noisy rows (sigma = 0.1).
+    # A missing unit: the first look's z is far above 2 z_max = 8, so the test fails there. An output bias
+    # off by c = 0.005 (order-0 misfit energy c^2 = 2.5e-5, 0.25 % of s^2 = 0.01): on 20000 rows
+    # E[Q] - J - 2P = 20000 * 0.0025 - 62 = -12, z = -1.3 +- 1.7 (sd of Q: sqrt(2 J) from the noise and
+    # 2 sqrt(50) from its cross term with the misfit), below 8, so all rows decide: there
+    # z = (1e5 * 0.0025 - 62) / 9.5 = 20 +- 3.9 > 4 fails it. The teacher itself passes on all rows.
+    from nnrecover.data import as_data_source
+    from nnrecover.learners.awasthi2021.certificates import first_look_rows
+
+    assert first_look_rows(8) == 20_000 and first_look_rows(200) == 4 * (1 + 400 + 200 * 199 // 2)
+    teacher = nr.random_network(8, 3, rng=9)
+    rng = np.random.default_rng(10)
+    X = rng.standard_normal((100_000, 8))
+    Y = teacher.predict(X) + 0.1 * rng.standard_normal(100_000)
+    short = nr.TwoLayerNetwork(teacher.hidden_weights[:2], teacher.hidden_bias[:2], teacher.output_weights[:, :2])
+    clear = residual_lack_of_fit(short, as_data_source(X, Y))
+    assert clear["first_look"] and not clear["passed"] and clear["n"] == 20_000 and clear["z"] > 8
+    shifted = nr.TwoLayerNetwork(teacher.hidden_weights, teacher.hidden_bias, teacher.output_weights,
+                                 teacher.output_bias + 0.005)
+    small = residual_lack_of_fit(shifted, as_data_source(X, Y))
+    assert not small["first_look"] and small["n"] == 100_000 and not small["passed"] and small["z"] > 4
+    good = residual_lack_of_fit(teacher, as_data_source(X, Y))
+    assert good["passed"] and not good["first_look"] and good["n"] == 100_000
+
+
 def test_fewer_units_than_asked_are_said():
     # the target is one ReLU unit; with n_hidden = 2 the second unit has nothing to fit (zero output
     # weight), so the learner returns one unit, and says so with an AssumptionWarning
