@@ -624,3 +624,23 @@ def test_span_path_with_unit_pair_normal_equations_reaches_round_off(activation,
     assert res.extra["stages"][-1].get("stopped") == "fits all rows to round-off"
     assert res.train_loss_refined <= (64 * np.finfo(float).eps) ** 2 * np.mean(Y ** 2)
     assert parameter_error(res.network, truth)["max_unit_error"] < 1e-10
+
+
+def test_gn_chord_steps_use_the_exact_gradient_and_end_at_round_off(teacher):
+    # the chord steps' gradient pass (J^T r from the model's structure, in row chunks) equals J^T r of the
+    # dense Jacobian to round-off; a noiseless fit whose last steps may be chord steps still ends at the
+    # truth to round-off on every row (a chord step is taken at round-off while it divides the loss)
+    from nnrecover.refine import _Model, _gradient_pass
+
+    truth, X, Y = teacher
+    start = _perturbed(truth, 0.05, seed=81)
+    model = _Model(start, BLOCKS)
+    theta = model.pack(start)
+    X3, Y3 = X[:3000], Y[:3000].reshape(3000, -1)
+    J, r = model.jacobian(theta, X3, Y3), model.residuals(theta, X3, Y3)
+    g = _gradient_pass(model, theta, X3, Y3, chunk_rows=700)
+    assert np.max(np.abs(g - J.T @ r)) <= 1e-12 * np.max(np.abs(J.T @ r))
+    net, info = fit_least_squares(start, X[:5000], Y[:5000], method="gn")
+    assert info["success"] and info["n_jacobian"] + info["n_chord"] <= info["n_iter"]
+    assert parameter_error(net, truth)["max_unit_error"] < 1e-12
+    assert mean_squared_loss(net, X, Y) < (64 * np.finfo(float).eps) ** 2 * float(np.mean(Y ** 2))

@@ -123,6 +123,10 @@ METHODS = ("auto", "lm", "trf", "lbfgs", "gn", "lm+gn")
 _DEFAULT_MAX_ITER = {"lm": 200, "trf": 200, "lbfgs": 5000, "gn": 100}
 _GN_LAMBDA0 = 1e-6  # initial Marquardt parameter of "gn" (Nielsen's tau for a good start; rejections are cheap)
 _GN_LAMBDA_MIN = 1e-8  # its floor (see _gauss_newton)
+#: a chord step (the last factorization, a fresh gradient) is taken again only while it divides the loss by
+#: at least this: the contraction of the chord iteration is then <= 1/4 per step, well inside the
+#: quadratic regime of Gauss-Newton; a weaker decrease calls for a fresh normal-equation pass
+_CHORD_MIN_DECREASE = 16.0
 _GN_CHUNK_BYTES = 1 << 23  # largest Jacobian chunk of "gn" (8 MiB; see _chunk_rows)
 _JACOBIAN_MEMORY = 1 << 28  # 256 MiB
 _SPAN_FIRST_STEPS = 10  # trial steps of the first span stage (see _span_then_full)
@@ -479,6 +483,16 @@ def _loss_pass(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.ndarray, o
     return out
 
 
+def _gradient_pass(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.ndarray, chunk_rows: int) -> np.ndarray:
+    """``g = J^T r`` over all rows (the gradient of ``F``) in row chunks, without ``J^T J``: ``O(n d k)``."""
+    n = X.shape[0]
+    g = np.zeros(model.n_params)
+    for s in range(0, n, chunk_rows):
+        Xc = X[s:s + chunk_rows]
+        g += Xc.shape[0] * model.loss_and_grad(theta, Xc, Y[s:s + chunk_rows])[1]
+    return g / n
+
+
 def _normal_equations(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.ndarray, R: np.ndarray,
                       chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:
     """``J^T J`` and ``g = J^T r`` over all rows, accumulated from the Jacobian's structure in row chunks.
@@ -675,6 +689,16 @@ def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarra
     rescaling of a unit leaves ``f`` unchanged), and the floor bounds the step along those null directions
     that round-off in ``g`` would otherwise excite.
 
+    Chord steps (Shamanskii's variant of Newton's method): after an accepted step the next step first
+    reuses the last factorization with a fresh gradient, ``(J_0^T J_0 + lambda D) h = -g`` (one
+    ``O(n d k)`` gradient pass and an ``O(P^2)`` solve instead of an ``O(n P^2)`` normal-equation pass
+    and an ``O(P^3)`` factorization). It is kept while it divides ``F`` by at least
+    ``_CHORD_MIN_DECREASE``; its contraction is of the order of the distance between the factorization's
+    point and the solution, so near a zero-residual solution a few chord steps replace the last
+    Gauss-Newton passes. A chord step that decreases ``F`` less is accepted as a point (its gain ratio
+    positive) and the next step takes a fresh normal-equation pass; one that does not decrease ``F`` is
+    discarded. Every step, chord or not, counts as a trial step.
+
     The actual reduction is evaluated as ``sum_n (R_n - R'_n)(R_n + R'_n) / (2 n)`` from the stored
     residuals of both points rather than as a difference of two losses: its rounding error is
     proportional to the size of the step, so the gain ratio stays meaningful down to steps far below
@@ -702,7 +726,8 @@ def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarra
     R_new = np.empty_like(R)
     F = 0.5 * float(np.sum(R * R)) / n
     lam, nu, D = float(lam0), 2.0, None
-    n_iter = n_jac = 0
+    n_iter = n_jac = n_chord = 0
+    factor = None  # Cholesky factor of the last accepted step's matrix, reused by chord steps
     status, message = 0, "The maximum number of trial steps is exceeded."
     if not np.isfinite(F):
         return {"theta": theta, "n_iter": 0, "n_jacobian": 0, "status": -1, "success": False,
@@ -714,9 +739,50 @@ def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarra
         if deadline is not None and time.perf_counter() >= deadline:
             status, message = -2, _DEADLINE_MESSAGE
             break
-        if F <= roundoff:
+        # at round-off a chord step that still divides F is taken (cheap; a chord stop just below the
+        # round-off level of these rows would leave other rows above theirs)
+        if F <= roundoff and factor is None:
             status, message = 1, "The residuals are at round-off."
             break
+        if factor is not None:
+            if n_iter >= max_iter:
+                break
+            at_roundoff = F <= roundoff
+            g = _gradient_pass(model, theta, X, Y, chunk_rows)
+            live = diag > 0
+            if not at_roundoff and np.any(live) and \
+                    float(np.max(np.abs(g[live]) / np.sqrt(diag[live]))) / np.sqrt(2 * F) <= tol:
+                status, message = 1, "`gtol` termination condition is satisfied."
+                break
+            n_iter += 1
+            n_chord += 1
+            h = -cho_solve(factor, g, check_finite=False)
+            if not np.all(np.isfinite(h)):
+                factor = None
+                continue
+            if np.linalg.norm(h) <= tol * (np.linalg.norm(theta) + tol):
+                if at_roundoff:
+                    factor = None
+                    continue
+                status, message = 3, "`xtol` termination condition is satisfied."
+                break
+            theta_new = theta + h
+            _loss_pass(model, theta_new, X, Y, R_new, loss_rows)
+            actual = 0.5 * float(np.sum((R - R_new) * (R + R_new))) / n
+            predicted = 0.5 * float(h @ (lam_factor * D_factor * h - g))
+            small = abs(actual) <= ftol * F and predicted <= ftol * F
+            if actual > 0 and np.isfinite(actual) and predicted > 0:
+                F_new = 0.5 * float(np.sum(R_new * R_new)) / n
+                strong = F_new * _CHORD_MIN_DECREASE <= F
+                theta, R, R_new, F = theta_new, R_new, R, F_new
+                if not strong:
+                    factor = None
+            else:
+                factor = None
+            if small and not at_roundoff:
+                status, message = 2, "`ftol` termination condition is satisfied."
+                break
+            continue
         JtJ, g = _normal_equations(model, theta, X, Y, R, chunk_rows)
         n_jac += 1
         if not (np.all(np.isfinite(JtJ)) and np.all(np.isfinite(g))):
@@ -743,7 +809,8 @@ def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarra
                 break
             n_iter += 1
             try:
-                h = -cho_solve(cho_factor(JtJ + np.diag(lam * D), check_finite=False), g, check_finite=False)
+                trial_factor = cho_factor(JtJ + np.diag(lam * D), check_finite=False)
+                h = -cho_solve(trial_factor, g, check_finite=False)
                 solved = bool(np.all(np.isfinite(h)))
             except LinAlgError:
                 solved = False
@@ -762,6 +829,7 @@ def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarra
             if rho > 0:
                 theta, R, R_new = theta_new, R_new, R
                 F = 0.5 * float(np.sum(R * R)) / n
+                factor, lam_factor, D_factor = trial_factor, lam, D.copy()
                 lam = max(lam * max(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3), _GN_LAMBDA_MIN)
                 nu = 2.0
                 accepted = True
@@ -771,8 +839,8 @@ def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarra
                 status, message, done = 2, "`ftol` termination condition is satisfied.", True
         if done:
             break
-    return {"theta": theta, "n_iter": n_iter, "n_jacobian": n_jac, "status": status, "success": status > 0,
-            "message": message}
+    return {"theta": theta, "n_iter": n_iter, "n_jacobian": n_jac, "n_chord": n_chord, "status": status,
+            "success": status > 0, "message": message}
 
 
 def _lbfgs(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarray, *, tol: float, max_iter: int,
@@ -942,6 +1010,7 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
                             loss_rows=loss_rows, deadline=deadline, ftol=ftol)
         theta, n_iter, status, message, success, n_jac = (out["theta"], out["n_iter"], out["status"],
                                                           out["message"], out["success"], out["n_jacobian"])
+        n_chord = out["n_chord"]
     else:
         theta, n_iter, status, message, success = _lbfgs(model, theta0, X, Y, tol=tol, max_iter=max_iter,
                                                          deadline=deadline)
@@ -950,7 +1019,7 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
             "status": status, "message": message, "train_loss_start": loss0,
             "train_loss_refined": mean_squared_loss(refined, X, Y)}
     if n_jac is not None:
-        info["n_jacobian"] = n_jac
+        info["n_jacobian"], info["n_chord"] = n_jac, n_chord
     if finish:
         # Levenberg-Marquardt used only the first rows_fit rows; finish on all rows from its solution
         lm_info = dict(info, time=time.perf_counter() - t0)
