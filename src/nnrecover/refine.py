@@ -730,7 +730,7 @@ def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarra
     factor = None  # Cholesky factor of the last accepted step's matrix, reused by chord steps
     status, message = 0, "The maximum number of trial steps is exceeded."
     if not np.isfinite(F):
-        return {"theta": theta, "n_iter": 0, "n_jacobian": 0, "status": -1, "success": False,
+        return {"theta": theta, "n_iter": 0, "n_jacobian": 0, "n_chord": 0, "status": -1, "success": False,
                 "message": "The loss is not finite at the start."}
     # below this F the residuals are round-off of the model's own evaluation: a further normal-equation
     # pass (O(n (k d)^2)) could only move the fit within round-off
