@@ -143,6 +143,11 @@ def read_units(X: np.ndarray, order: int, n: int) -> np.ndarray:
     return U / np.linalg.norm(U, axis=1, keepdims=True)
 
 
+JOINT_RESTARTS = 8
+"""Largest number of runs of the joint decomposition (new pencil draws each) while its ALS has not
+converged (:func:`_tensor_candidates`)."""
+
+
 def _tensor_candidates(coeffs: HermiteCoefficients, K: int, order: int, m: int, th: Thresholds,
                        rng: np.random.Generator, n_draws: int, decomposer: str = "joint"
                        ) -> tuple[list[dict], dict]:
@@ -162,12 +167,25 @@ def _tensor_candidates(coeffs: HermiteCoefficients, K: int, order: int, m: int, 
         if decomposer == "joint":
             # Jennrich's pencil on random combinations of all slices, then ALS over all n^{K-2l}
             # slices T(., ., e_c) jointly (not in the paper: averaging the slice noise beats one random pair)
-            res = joint_diagonalize(np.moveaxis(T3, 2, 0), k, rng=rng, n_draws=n_draws, symmetric=True,
-                                    rank_tol=0.0)
+            # restarts from new pencil draws while the ALS has not converged, the best residual kept: at
+            # d = 1000, m = 20, N = 10^6 (T_4 spectral noise 0.066, weakest |alpha| 0.2) 3 of 6 seeds stopped
+            # at the 500-sweep limit with residual 0.24-0.32 and wrong units (smallest cosine to the
+            # truth 0.68-0.91), the other 3 converged in 7-10 sweeps to 0.145 (cosines >= 0.999)
+            res, attempts = None, 0
+            while attempts < JOINT_RESTARTS:
+                attempts += 1
+                trial = joint_diagonalize(np.moveaxis(T3, 2, 0), k, rng=rng, n_draws=n_draws, symmetric=True,
+                                          rank_tol=0.0)
+                if res is None or trial.diagnostics["residual"] < res.diagnostics["residual"]:
+                    res = trial
+                if trial.diagnostics.get("converged"):
+                    break
             jd = dict(res.diagnostics)
+            jd["attempts"] = attempts
             jd.update({f"pencil_{key}": val for key, val in (jd.pop("jennrich", None) or {}).items()
                        if key in ("eigenvalue_gap", "max_imag", "condition", "error_amplification")})
-            keys = ("residual", "initial_residual", "n_iter", "converged", "condition", "pencil_eigenvalue_gap",
+            keys = ("residual", "initial_residual", "n_iter", "converged", "attempts", "condition",
+                    "pencil_eigenvalue_gap",
                     "pencil_max_imag", "pencil_condition", "pencil_error_amplification", "rank_ratio", "tail_ratio")
         elif decomposer == "jennrich":
             res = jennrich(T3, k, n_draws=n_draws, rng=rng, symmetric=True, rank_tol=0.0)
