@@ -208,14 +208,18 @@ def first_look_rows(d: int) -> int:
 
 
 def _accumulate_head(stat: Statistic, source, n_rows: int, chunk_size: int | None) -> Statistic:
-    """``stat`` updated with the first ``n_rows`` rows of ``source`` (a stream is read only that far)."""
+    """``stat`` updated with the first ``n_rows`` rows of ``source`` (a stream is read only that far), with
+    one BLAS thread per product as in :func:`~nnrecover.moments.accumulate` (``nnrecover._threads``)."""
+    from ..._threads import blas_threads
+
     it = iter(source.chunks(chunk_size))
     try:
-        for X, Y in it:
-            take = min(n_rows - stat.n, X.shape[0])
-            stat.update(X[:take], Y[:take])
-            if stat.n >= n_rows:
-                break
+        with blas_threads(1):
+            for X, Y in it:
+                take = min(n_rows - stat.n, X.shape[0])
+                stat.update(X[:take], Y[:take])
+                if stat.n >= n_rows:
+                    break
     finally:
         close = getattr(it, "close", None)
         if close is not None:
