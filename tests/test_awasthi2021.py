@@ -810,3 +810,22 @@ def test_residual_moment_statistic_sums_match_the_direct_products():
     assert np.all(np.abs(stat.S2 - S2) <= 1e-12 * ((absX * np.abs(r)[:, None]).T @ absX))
     assert np.all(np.abs(stat.s1 - X.T @ r) <= 1e-12 * (absX.T @ np.abs(r)))
     assert stat.rr == pytest.approx(r @ r, rel=1e-12)
+
+
+def test_reduce_network_keeps_a_network_within_the_width():
+    # four units of a teacher with m = 4: folding the weakest (|a| nl(0) = 0.3 * 0.30 = 0.09 <= atol = 0.1)
+    # would leave a linear part of norm |a| Phi(0) = 0.15 above the remaining budget, which takes the
+    # unit it frees (a unit with a large bias, Lemma D.13), so the input is kept as it is; a
+    # never-active unit (b = -40, nl ~ 0) is still folded, since that removes a unit
+    from nnrecover.learners.awasthi2021 import reduce_network
+
+    W = np.linalg.qr(np.random.default_rng(0).standard_normal((8, 4)))[0].T
+    net = nr.TwoLayerNetwork(W, [0.0, 0.3, -0.2, 0.0], [[1.0, -1.2, 0.9, 0.3]], [0.1])
+    red = reduce_network(net, 4, atol=0.1)
+    assert red.n_units == 4 and red.folded == [] and red.l2_change == 0.0 and red.budget == 0.1
+    X = np.random.default_rng(1).standard_normal((200, 8))
+    assert np.abs(red.network.predict(X) - net.predict(X)).max() < 1e-14
+    dead = nr.TwoLayerNetwork(W, [0.0, 0.3, -0.2, -40.0], [[1.0, -1.2, 0.9, 0.5]], [0.1])
+    red = reduce_network(dead, 4, atol=0.1)
+    assert red.n_units == 3 and len(red.folded) == 1 and "never active" in red.folded[0]["reason"]
+    assert np.abs(red.network.predict(X) - dead.predict(X)).max() < 1e-12

@@ -156,3 +156,32 @@ def test_range_detection_threshold_is_the_noise_scale_of_the_sketched_residual()
     _, info = stat.basis(3)
     assert abs(info["t2_detection_threshold"] - 2.0 * np.sqrt(d / n)) < 1e-12
     assert max(info["t2_eigenvalue_magnitudes"]) < 3 * info["t2_detection_threshold"]
+
+
+def test_power_basis_is_exact_when_the_sketch_is():
+    # y = p(x) exactly and the control variate is p: the sketch is T_2 Omega = Q M Q^T Omega to round-off
+    # (previous test), so T_2 applied once more to the top-q Ritz vectors spans range(Q) exactly and the
+    # Nystrom estimate on the Ritz pairs, R Lambda_q^{-1} R^T, is P^T T_2 P exactly (T_2 has rank q and
+    # Omega^T Q has full rank); the residual vanishes, so the statistical sine is 0 and the iteration's
+    # contraction ratio too
+    d, q, n = 20, 3, 5000
+    g = np.random.default_rng(0)
+    X = g.standard_normal((n, d))
+    Q = np.linalg.qr(g.standard_normal((d, q)))[0]
+    M = np.diag([2.0, -1.0, 0.5]) + 0.1 * np.ones((q, q))
+    t1 = g.standard_normal(d)
+    U = X @ Q
+    y = 0.7 + X @ t1 + 0.5 * (np.einsum("ni,ij,nj->n", U, M, U) - np.trace(M))
+    omega = np.linalg.qr(g.standard_normal((d, 6)))[0]
+    stat = accumulate(RangeStatistic(d, method="sketch", omega=omega, omega_cov=g.standard_normal((d, 2)),
+                                     rayleigh_ritz=True, center=0.7, control_variate=(t1, Q, M)), (X, y[:, None]))
+    P, M_est, info = stat.power_basis(q, keep=5)
+    T2 = Q @ M @ Q.T
+    assert np.abs(P.T @ P - np.eye(q)).max() < 1e-13
+    assert np.abs(Q - P @ (P.T @ Q)).max() < 1e-12
+    assert np.abs(M_est - P.T @ T2 @ P).max() < 1e-11
+    assert info["statistical_sine"] < 1e-6 and info["noise_ratio"] < 1e-6
+    nxt = info["next_omega"]
+    assert nxt.shape == (d, 5) and np.abs(nxt.T @ nxt - np.eye(5)).max() < 1e-12
+    with pytest.raises(InputError, match="rayleigh_ritz"):
+        RangeStatistic(d, method="sketch", omega=omega, omega_cov=omega[:, :2]).power_basis(q, 5)
