@@ -348,7 +348,7 @@ def test_subspace_iterations_stop_at_the_statistical_accuracy():
     # the true span must be <= 2 e_j (measured 0.072 against e = 0.065; on two other teachers 0.145 / 0.135
     # and 0.099 / 0.097). A budget of one iteration stops on it and is worse; the residual-sketching
     # iterations also beat the full plain T_2's eigenvectors here (measured 0.35: its noise has the
-    # variance of y, not of the residual)
+    # variance of y, not of the residual). The sketch reads the first half of the rows only.
     from scipy import linalg
 
     from nnrecover.learners.awasthi2021.coefficients import estimate_coefficients
@@ -364,6 +364,7 @@ def test_subspace_iterations_stop_at_the_statistical_accuracy():
     records = conv.info["range_iterations"]
     assert conv.info["range_stop"] == "converged" and len(records) < 6
     assert conv.info["power_iterations"] == len(records)
+    assert conv.info["sketch_rows"] == 30_000  # the sketch seeds the iterations from the first half
     last = records[-1]
     assert last["noise_ratio"] < 1 and last["noise_ratio"] * last["change"] <= last["statistical_sine"]
     assert largest_sine(conv.basis) <= 2 * last["statistical_sine"]
