@@ -30,15 +30,17 @@ def _perturbed(net, scale, seed=5):
                               net.output_weights * (1 + scale * g.standard_normal((1, k))), net.output_bias)
 
 
-def test_matrix_free_polish_reaches_round_off_on_noiseless_data():
+@pytest.mark.parametrize("operator_dtype", ["float32", "float64"])
+def test_matrix_free_polish_reaches_round_off_on_noiseless_data(operator_dtype):
     # noiseless rows determine the teacher (three residuals per parameter); Gauss-Newton from a start
-    # 0.5 away must end at the teacher to round-off, which no statistical tolerance explains
+    # 0.5 away must end at the teacher to round-off, which no statistical tolerance explains. The float32
+    # J^T J products only choose the steps (the residual and gradient are float64), so they must end there too
     d, k = 60, 6
     P = k * (d + 2) + 1
     net, X, Y = _teacher(d, k, 3 * P)
     start = _perturbed(net, 0.5)
     assert nr.metrics.parameter_error(start, net)["max_unit_error"] > 0.3
-    out, info = matrix_free_polish(start, X, Y)
+    out, info = matrix_free_polish(start, X, Y, operator_dtype=operator_dtype)
     assert info["stop"] == "round-off"
     assert info["train_loss_refined"] <= (64 * np.finfo(float).eps) ** 2 * np.mean(Y ** 2)
     assert nr.metrics.parameter_error(out, net)["max_unit_error"] < 1e-10
@@ -63,6 +65,8 @@ def test_matrix_free_polish_refuses_other_networks():
         matrix_free_polish(net, X, Y, max_iter=0)
     with pytest.raises(InputError, match="cg_rtol"):
         matrix_free_polish(net, X, Y, cg_rtol=1.5)
+    with pytest.raises(InputError, match="operator_dtype"):
+        matrix_free_polish(net, X, Y, operator_dtype="float16")
 
 
 def test_learner_refines_noiseless_data_matrix_free_to_round_off():

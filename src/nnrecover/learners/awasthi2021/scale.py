@@ -57,10 +57,16 @@ def _forward(W, b, a, c, X, y):
 class _NormalSystem:
     """``J^T J`` products and the block preconditioner at one iterate (see the module docstring)."""
 
-    def __init__(self, W, a, X, mask, H):
+    def __init__(self, W, b, a, X, mask, H, X_op):
         self.X, self.H = X, H
         n, k = mask.shape
+        # relu(t z) = t relu(z) (t > 0): the directions (dw_i, db_i, da_i) = (w_i, b_i, -a_i) leave f unchanged,
+        # so they span the null space of J^T J (and of M), mutually orthogonal (one unit each)
+        self._gauge = (W, b, -a)
+        self._gauge_norm2 = np.einsum("ij,ij->i", W, W) + b * b + a * a
         self.G = mask * a  # d f / d z_i = a_i 1[z_i > 0]
+        # the operator's copies (X_op's precision, see matrix_free_polish's Notes); the gradient uses X, G, H
+        self.X_op, self.G_op, self.H_op = X_op, self.G.astype(X_op.dtype), H.astype(X_op.dtype)
         Q = linalg.qr(W.T, mode="economic")[0]
         self.Q = Q
         U = X[:min(n, 20 * (k * k + 2 * k + 1))] @ Q
@@ -84,14 +90,29 @@ class _NormalSystem:
         self.k = k
 
     def jtj(self, dW, db, da, dc):
-        """``J^T J`` applied to a direction."""
-        Jv = np.einsum("nk,nk->n", self.X @ dW.T + db, self.G) + self.H @ da + dc
-        return self.jt(Jv)
+        """``J^T J`` applied to a direction, in the precision of ``X_op``."""
+        t = self.X_op.dtype
+        Jv = np.einsum("nk,nk->n", self.X_op @ dW.T.astype(t) + db.astype(t), self.G_op) + self.H_op @ da.astype(t)
+        Jv += t.type(dc)
+        out = self._jt(Jv, self.X_op, self.G_op, self.H_op)
+        return tuple(np.asarray(o, dtype=np.float64) for o in out[:3]) + (out[3],)
+
+    def project(self, dW, db, da, dc):
+        """Remove the null-space (rescaling) components of a direction. ``J^T J v`` has none in exact
+        arithmetic; its rounding errors there, which the preconditioner's ridge would amplify by about
+        ``1e8``, are removed (a float32 operator's ``1e-7`` would become a step of order one)."""
+        gW, gb, ga = self._gauge
+        coef = (np.einsum("ij,ij->i", dW, gW) + db * gb + da * ga) / self._gauge_norm2
+        return dW - coef[:, None] * gW, db - coef * gb, da - coef * ga, dc
 
     def jt(self, u):
-        """``J^T u``."""
-        Gu = self.G * u[:, None]
-        return Gu.T @ self.X, Gu.sum(axis=0), self.H.T @ u, float(u.sum())
+        """``J^T u`` (float64)."""
+        return self._jt(u, self.X, self.G, self.H)
+
+    @staticmethod
+    def _jt(u, X, G, H):
+        Gu = G * u[:, None]
+        return Gu.T @ X, Gu.sum(axis=0), H.T @ u, float(u.sum(dtype=np.float64))
 
     def factor(self, mu: float):
         """Factorise ``(1 + mu) M`` (the preconditioner of ``J^T J + mu M``)."""
@@ -134,10 +155,10 @@ def _pcg(system: _NormalSystem, g, mu: float, rtol: float, max_cg: int):
         jv = system.jtj(*v)
         if mu:
             jv = _axpy(mu, system.m_apply(*v, inverse=False), jv)
-        return jv
+        return system.project(*jv)
 
     x = (np.zeros_like(g[0]), np.zeros_like(g[1]), np.zeros_like(g[2]), 0.0)
-    r = tuple(-gi for gi in g[:3]) + (-g[3],)
+    r = system.project(*(tuple(-gi for gi in g[:3]) + (-g[3],)))
     z = system.m_apply(*r, inverse=True)
     p = z
     rz = _dot(r, z)
@@ -156,9 +177,26 @@ def _pcg(system: _NormalSystem, g, mu: float, rtol: float, max_cg: int):
     return x, its
 
 
+def _forcing(loss: float, y_mean_square: float, floor: float, cg_max_rtol: float, cg_min_rtol: float) -> float:
+    """Relative tolerance ``eta`` of one step's conjugate gradients (an inexact-Newton forcing term).
+
+    ``eta = min(cg_max_rtol, sqrt(||r|| / ||y||))``, at least ``cg_min_rtol``, and never tighter than what
+    takes the residual to the round-off stop ``floor``. At a zero-residual solution ``||r||`` is
+    proportional to the parameter error ``e`` (``r = J e + O(e^{3/2})``, ``J`` of full column rank), and a
+    step with a relative solve error ``eta`` leaves ``e_+ <= C e^{3/2} + kappa eta e``: the ``3/2`` rather
+    than Newton's 2 because the ReLU kinks move, a fraction ``O(e)`` of the rows changes its active set
+    by an ``O(e)`` pre-activation. ``eta ~ e^{1/2}`` therefore keeps the order ``3/2`` while far from the
+    solution a loose solve costs few products with the rows.
+    """
+    eta = min(cg_max_rtol, (loss / y_mean_square) ** 0.25) if y_mean_square > 0 else cg_max_rtol
+    if loss > floor:
+        eta = max(eta, 0.5 * np.sqrt(floor / loss))
+    return float(min(max(eta, cg_min_rtol), cg_max_rtol))
+
+
 def matrix_free_polish(network: TwoLayerNetwork, X: np.ndarray, y: np.ndarray, *, max_iter: int = 60,
-                       max_cg: int = 60, cg_rtol: float = 1e-2, time_limit: float | None = None
-                       ) -> tuple[TwoLayerNetwork, dict]:
+                       max_cg: int = 60, cg_rtol: float = 1e-1, time_limit: float | None = None,
+                       operator_dtype: str = "float32") -> tuple[TwoLayerNetwork, dict]:
     """Levenberg-Marquardt on the squared loss of a one-output ReLU network, matrix free.
 
     Parameters
@@ -172,21 +210,37 @@ def matrix_free_polish(network: TwoLayerNetwork, X: np.ndarray, y: np.ndarray, *
     max_iter : int
         Outer (Gauss-Newton) steps, accepted or not.
     max_cg, cg_rtol : int, float
-        Conjugate-gradient budget and relative tolerance (in the preconditioner's norm) of each step.
-        An inexact step only slows the convergence: on noiseless data each step still shrinks the
-        residual by about ``cg_rtol``.
+        Conjugate-gradient budget of each step and its loosest relative tolerance (in the
+        preconditioner's norm); the tolerance tightens as the residual falls (see Notes).
     time_limit : float, optional
         Seconds after which no new step starts.
+    operator_dtype : {"float32", "float64"}
+        Precision of the ``J^T J`` products inside the conjugate gradients (see Notes). The residual, the
+        gradient ``J^T r`` and the iterates are always float64.
 
     Returns
     -------
     network : TwoLayerNetwork
         The best iterate (smallest training loss).
     info : dict
-        ``n_iter``, ``cg_iterations``, ``train_loss_start``, ``train_loss_refined``, ``stop``, ``time``.
+        ``n_iter``, ``cg_iterations`` and ``cg_rtol`` (per solve), ``losses`` (per accepted step),
+        ``train_loss_start``, ``train_loss_refined``, ``stop``, ``time``.
 
     Notes
     -----
+    Each step solves its normal equations to the relative tolerance
+    ``eta = min(cg_rtol, sqrt(||r|| / ||y||))`` (an inexact-Newton forcing term, Eisenstat and Walker
+    1996): at a zero-residual solution ``||r||`` is proportional to the parameter error ``e``, and a step
+    leaves ``e_+ <= C e^{3/2} + kappa eta e`` (the ReLU kinks move: a fraction ``O(e)`` of the rows
+    changes its active set by an ``O(e)`` pre-activation, hence ``3/2``, not Newton's 2), so
+    ``eta ~ e^{1/2}`` keeps that order while the first steps, far from the solution, stay cheap.
+
+    The fixed point is set by the float64 residual and gradient alone; the ``J^T J`` products only
+    choose the step. In float32 (``operator_dtype``, the default) they cost half as much (a copy of ``X``
+    in float32, ``4 n d`` bytes) and are within a relative ``~ 1e-6`` of the float64 ones, which acts as
+    one more inexact solve: the tolerance is kept at or above ``1e-5``, which such an operator still
+    reaches, and the steps still converge to round-off.
+
     Stops when the mean squared residual is at round-off, ``<= (64 eps)^2 mean(y^2)`` (the rule of
     :func:`nnrecover.refine.fit_least_squares`'s ``"gn"``), when a step gains less than ``1e-12`` of
     the loss after the damping has been raised ten times in a row, or at ``max_iter``.
@@ -204,12 +258,18 @@ def matrix_free_polish(network: TwoLayerNetwork, X: np.ndarray, y: np.ndarray, *
     y = np.asarray(y, dtype=np.float64).reshape(-1)
     if X.ndim != 2 or X.shape[1] != network.n_inputs or y.shape[0] != X.shape[0]:
         raise InputError(f"X must be (n, {network.n_inputs}) and y (n,), got {X.shape} and {y.shape}.")
+    if operator_dtype not in ("float32", "float64"):
+        raise InputError(f"operator_dtype must be 'float32' or 'float64', got {operator_dtype!r}.")
+    X_op = X.astype(np.float32) if operator_dtype == "float32" else X
+    min_rtol = 1e-5 if operator_dtype == "float32" else 1e-10
     W, b, a, c = _unpack(network)
     n = X.shape[0]
-    floor = (64 * np.finfo(float).eps) ** 2 * float(y @ y) / n
+    y_mean_square = float(y @ y) / n
+    floor = (64 * np.finfo(float).eps) ** 2 * y_mean_square
     mask, H, r = _forward(W, b, a, c, X, y)
     loss = float(r @ r) / n
-    info = {"train_loss_start": loss, "cg_iterations": [], "n_iter": 0, "stop": "max_iter"}
+    info = {"train_loss_start": loss, "cg_iterations": [], "cg_rtol": [], "losses": [], "n_iter": 0,
+            "stop": "max_iter"}
     mu, nu, rejected = 1e-3, 2.0, 0
     for it in range(max_iter):
         if loss <= floor:
@@ -219,12 +279,13 @@ def matrix_free_polish(network: TwoLayerNetwork, X: np.ndarray, y: np.ndarray, *
             info["stop"] = "time_limit"
             break
         info["n_iter"] = it + 1
-        system = _NormalSystem(W, a, X, mask, H)
+        system = _NormalSystem(W, b, a, X, mask, H, X_op)
         g = system.jt(r)
         gain = 0.0
         while True:
             try:
-                (dW, db, da, dc), its = _pcg(system, g, mu, cg_rtol, max_cg)
+                eta = _forcing(loss, y_mean_square, floor, float(cg_rtol), min_rtol)
+                (dW, db, da, dc), its = _pcg(system, g, mu, eta, max_cg)
             except linalg.LinAlgError:  # a unit that is never active: its blocks are singular
                 mu, nu = mu * nu, 2 * nu
                 rejected += 1
@@ -232,6 +293,7 @@ def matrix_free_polish(network: TwoLayerNetwork, X: np.ndarray, y: np.ndarray, *
                     break
                 continue
             info["cg_iterations"].append(its)
+            info["cg_rtol"].append(eta)
             Wn, bn, an, cn = W + dW, b + db, a + da, c + dc
             mask_n, H_n, r_n = _forward(Wn, bn, an, cn, X, y)
             loss_n = float(r_n @ r_n) / n
@@ -239,6 +301,7 @@ def matrix_free_polish(network: TwoLayerNetwork, X: np.ndarray, y: np.ndarray, *
                 gain = (loss - loss_n) / loss
                 W, b, a, c, mask, H, r = Wn, bn, an, cn, mask_n, H_n, r_n
                 loss = loss_n
+                info["losses"].append(loss)
                 mu, nu, rejected = max(mu / 3.0, 1e-12), 2.0, 0
                 break
             mu, nu = mu * nu, 2 * nu
