@@ -46,6 +46,26 @@ def test_matrix_free_polish_reaches_round_off_on_noiseless_data(operator_dtype):
     assert nr.metrics.parameter_error(out, net)["max_unit_error"] < 1e-10
 
 
+def test_matrix_free_polish_stops_at_a_positive_minimum(monkeypatch):
+    # label noise: the loss tends to a positive minimum and the polish must stop there ("stationary") instead
+    # of running its step budget; what the steps it skips could still gain must be far below the statistical
+    # resolution of the loss, which the fit's own parameter error sets at about loss P / n (a third of the loss
+    # at n = 3 P): at most 1% of that against the same trajectory continued to max_iter without the stop
+    import nnrecover.learners.awasthi2021.scale as scale
+
+    d, k = 60, 6
+    P = k * (d + 2) + 1
+    net = nr.random_network(d, k, rng=0)
+    X, Y = nr.sample(net, nr.distributions.StandardGaussian(d), 3 * P, noise=0.05, rng=1)
+    start = _perturbed(net, 0.3)
+    out, info = matrix_free_polish(start, X, Y)
+    assert info["stop"] == "stationary" and info["n_iter"] < 60
+    monkeypatch.setattr(scale, "_STATIONARY_GAIN", 0.0)
+    _, full = matrix_free_polish(start, X, Y, max_iter=60)
+    assert full["train_loss_refined"] <= info["train_loss_refined"]
+    assert info["train_loss_refined"] - full["train_loss_refined"] <= 0.01 * full["train_loss_refined"] * P / (3 * P)
+
+
 def test_matrix_free_polish_is_deterministic():
     net, X, Y = _teacher(30, 3, 1000)
     start = _perturbed(net, 0.2)

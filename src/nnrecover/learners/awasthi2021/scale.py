@@ -39,6 +39,10 @@ from ...network import TwoLayerNetwork
 
 __all__ = ["matrix_free_polish"]
 
+_STATIONARY_GAIN = 1e-6
+"""Relative loss gain below which two accepted steps in a row end the polish (label noise: the loss
+tends to a positive minimum; see ``matrix_free_polish``'s Notes)."""
+
 _ROW_BLOCK = 8192
 """Rows per block when the span block's normal matrix is accumulated (its Jacobian has ``k^2 + 2k + 1``
 columns)."""
@@ -246,7 +250,10 @@ def matrix_free_polish(network: TwoLayerNetwork, X: np.ndarray, y: np.ndarray, *
     reaches, and the steps still converge to round-off.
 
     Stops when the mean squared residual is at round-off, ``<= (64 eps)^2 mean(y^2)`` (the rule of
-    :func:`nnrecover.refine.fit_least_squares`'s ``"gn"``), when a step gains less than ``1e-12`` of
+    :func:`nnrecover.refine.fit_least_squares`'s ``"gn"``), when two accepted steps in a row each gain
+    less than ``1e-6`` of the loss (a positive minimum, label noise: the statistical error of ``n`` rows moves
+    the loss by about ``loss P / n``, a third of it at ``n = 3 P``, so what further steps could gain is far
+    below it), when a step gains less than ``1e-12`` of
     the loss after the damping has been raised ten times in a row, or at ``max_iter``.
     """
     t0 = time.perf_counter()
@@ -274,7 +281,7 @@ def matrix_free_polish(network: TwoLayerNetwork, X: np.ndarray, y: np.ndarray, *
     loss = float(r @ r) / n
     info = {"train_loss_start": loss, "cg_iterations": [], "cg_rtol": [], "losses": [], "n_iter": 0,
             "stop": "max_iter"}
-    mu, nu, rejected = 1e-3, 2.0, 0
+    mu, nu, rejected, small = 1e-3, 2.0, 0, 0
     for it in range(max_iter):
         if loss <= floor:
             info["stop"] = "round-off"
@@ -307,6 +314,7 @@ def matrix_free_polish(network: TwoLayerNetwork, X: np.ndarray, y: np.ndarray, *
                 loss = loss_n
                 info["losses"].append(loss)
                 mu, nu, rejected = max(mu / 3.0, 1e-12), 2.0, 0
+                small = small + 1 if gain < _STATIONARY_GAIN else 0
                 break
             mu, nu = mu * nu, 2 * nu
             rejected += 1
@@ -315,6 +323,9 @@ def matrix_free_polish(network: TwoLayerNetwork, X: np.ndarray, y: np.ndarray, *
                 break
         if rejected > 10 and gain < 1e-12:
             info["stop"] = "no progress"
+            break
+        if small >= 2:
+            info["stop"] = "stationary"
             break
     info["train_loss_refined"] = loss
     info["time"] = time.perf_counter() - t0
