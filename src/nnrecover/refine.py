@@ -783,6 +783,8 @@ def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarra
                 status, message = 2, "`ftol` termination condition is satisfied."
                 break
             continue
+        # the last factor is not needed any more: release it before the new P x P matrices are made
+        factor = trial_factor = None
         JtJ, g = _normal_equations(model, theta, X, Y, R, chunk_rows)
         n_jac += 1
         if not (np.all(np.isfinite(JtJ)) and np.all(np.isfinite(g))):
@@ -809,7 +811,12 @@ def _gauss_newton(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarra
                 break
             n_iter += 1
             try:
-                trial_factor = cho_factor(JtJ + np.diag(lam * D), check_finite=False)
+                trial_factor = None  # a rejected trial's factor goes before the next one is made
+                # the damped matrix is one P x P temporary, factored in place
+                damped = JtJ.copy()
+                damped[np.diag_indices_from(damped)] += lam * D
+                trial_factor = cho_factor(damped, overwrite_a=True, check_finite=False)
+                del damped
                 h = -cho_solve(trial_factor, g, check_finite=False)
                 solved = bool(np.all(np.isfinite(h)))
             except LinAlgError:
