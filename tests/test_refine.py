@@ -644,3 +644,24 @@ def test_gn_chord_steps_use_the_exact_gradient_and_end_at_round_off(teacher):
     assert info["success"] and info["n_jacobian"] + info["n_chord"] <= info["n_iter"]
     assert parameter_error(net, truth)["max_unit_error"] < 1e-12
     assert mean_squared_loss(net, X, Y) < (64 * np.finfo(float).eps) ** 2 * float(np.mean(Y ** 2))
+
+
+def test_gn_keeps_no_parameter_square_matrix_across_a_normal_equation_pass():
+    # "gn"'s memory beyond the rows, d = 100, k = 10, one output (P = 10 * 102 + 10 + 1 = 1031, one P x P
+    # matrix 8.5 MB): the normal-equation pass (the k^2 unit-pair blocks of (d + 1)^2, about P^2, and
+    # J^T J), then the damped matrix factored in place and one Jacobian chunk: measured 36 MB, 4.3 P^2.
+    # A factor kept across the next normal-equation pass, or a copy of the damped matrix, adds two P^2
+    # (measured 53 MB) and exceeds the bound of 5 P^2
+    truth = nr.random_network(100, 10, rng=11)
+    X, Y = nr.sample(truth, StandardGaussian(100), 3000, rng=12)
+    start = _perturbed(truth, 0.05, seed=13)
+    P = 10 * 102 + 10 + 1
+    fit_least_squares(start, X, Y, method="gn")  # first call: imports and caches outside the measurement
+    tracemalloc.start()
+    try:
+        net, info = fit_least_squares(start, X, Y, method="gn")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert info["success"] and parameter_error(net, truth)["max_unit_error"] < 1e-9
+    assert peak < 5 * 8 * P * P
