@@ -36,6 +36,13 @@ def _dense_moment(Z: np.ndarray, w: np.ndarray, r: int) -> np.ndarray:
     return cur.sum(axis=0).reshape((Z.shape[1],) * r)
 
 
+def _largest_sine(span: np.ndarray, P: np.ndarray) -> float:
+    """Largest principal-angle sine between the orthonormal bases ``span`` and ``P``."""
+    from scipy import linalg
+
+    return float(np.sqrt(max(0.0, 1.0 - linalg.svdvals(span.T @ P).min() ** 2)))
+
+
 def _close(a, b, rtol=RTOL):
     a, b = np.asarray(a), np.asarray(b)
     np.testing.assert_allclose(a, b, rtol=0, atol=rtol * max(1.0, float(np.abs(b).max())))
@@ -237,11 +244,8 @@ def test_power_iterations_converge_to_the_full_range():
     X, Y = nr.sample(truth, nr.distributions.StandardGaussian(100), 200_000, rng=1)
     span = linalg.orth(truth.hidden_weights.T)
 
-    def largest_sine(P):
-        return float(np.sqrt(max(0.0, 1.0 - linalg.svdvals(span.T @ P).min() ** 2)))
-
-    full = largest_sine(estimate_coefficients((X, Y), 1, 10, range_method="full", rng=0).basis)
-    sketch = [largest_sine(estimate_coefficients((X, Y), 1, 10, range_method="sketch", power_iterations=q,
+    full = _largest_sine(span, estimate_coefficients((X, Y), 1, 10, range_method="full", rng=0).basis)
+    sketch = [_largest_sine(span, estimate_coefficients((X, Y), 1, 10, range_method="sketch", power_iterations=q,
                                                  rng=0).basis) for q in (0, 1, 3)]
     assert sketch[0] > sketch[1] > sketch[2]
     assert sketch[2] < full + 0.1
@@ -357,9 +361,6 @@ def test_subspace_iterations_stop_at_the_statistical_accuracy():
     X, Y = nr.sample(truth, nr.distributions.StandardGaussian(200), 60_000, rng=1)
     span = linalg.orth(truth.hidden_weights.T)
 
-    def largest_sine(P):
-        return float(np.sqrt(max(0.0, 1.0 - linalg.svdvals(span.T @ P).min() ** 2)))
-
     conv = estimate_coefficients((X, Y), 1, 5, range_method="sketch", power_iterations=6, rng=0)
     records = conv.info["range_iterations"]
     assert conv.info["range_stop"] == "converged" and len(records) < 6
@@ -367,8 +368,8 @@ def test_subspace_iterations_stop_at_the_statistical_accuracy():
     assert conv.info["sketch_rows"] == 30_000  # the sketch seeds the iterations from the first half
     last = records[-1]
     assert last["noise_ratio"] < 1 and last["noise_ratio"] * last["change"] <= last["statistical_sine"]
-    assert largest_sine(conv.basis) <= 2 * last["statistical_sine"]
+    assert _largest_sine(span, conv.basis) <= 2 * last["statistical_sine"]
     one = estimate_coefficients((X, Y), 1, 5, range_method="sketch", power_iterations=1, rng=0)
-    assert one.info["range_stop"] == "max_iter" and largest_sine(one.basis) > largest_sine(conv.basis)
+    assert one.info["range_stop"] == "max_iter" and _largest_sine(span, one.basis) > _largest_sine(span, conv.basis)
     full = estimate_coefficients((X, Y), 1, 5, range_method="full", rng=0)
-    assert largest_sine(conv.basis) < largest_sine(full.basis)
+    assert _largest_sine(span, conv.basis) < _largest_sine(span, full.basis)
