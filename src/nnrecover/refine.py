@@ -1084,8 +1084,9 @@ def _fixed_hessian_steps(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.
     ``O(m (k d)^2)`` pass, factorised once. The fixed point is a stationary point of the loss on ALL rows
     (so the statistical error is that of ``N`` rows, not ``m``), reached linearly at the rate
     ``||I - H_m^{-1} H_N|| ~ sqrt(P / m)`` (subsampled Newton). A step that does not lower the loss of all
-    rows is halved (at most 4 times; past the statistical noise floor the ReLU kinks make longer searches useless); the loop stops when the step is below ``tol (||theta|| + tol)``,
-    the loss stops falling, or after ``max_steps`` steps.
+    rows is halved (at most 4 times; past the statistical noise floor the ReLU kinks make longer searches
+    useless); the loop stops when the step is below ``tol (||theta|| + tol)``, the loss stops falling, or
+    after ``max_steps`` steps.
     """
     from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
