@@ -16,7 +16,7 @@ import numpy as np
 
 from ...moments.base import Statistic
 from ...network import TwoLayerNetwork
-from .coefficients import HermiteCoefficients
+from .coefficients import HermiteCoefficients, _Prefix
 
 __all__ = ["hermite_fit", "residual_lack_of_fit", "first_look_rows", "ResidualMomentStatistic",
            "ResidualEnergyStatistic", "HERMITE_FIT_MEANING", "RESIDUAL_FIT_MEANING"]
@@ -213,18 +213,9 @@ def _accumulate_head(stat: Statistic, source, n_rows: int, chunk_size: int | Non
     one BLAS thread per product as in :func:`~nnrecover.moments.accumulate` (``nnrecover._threads``)."""
     from ..._threads import blas_threads
 
-    it = iter(source.chunks(chunk_size))
-    try:
-        with blas_threads(1):
-            for X, Y in it:
-                take = min(n_rows - stat.n, X.shape[0])
-                stat.update(X[:take], Y[:take])
-                if stat.n >= n_rows:
-                    break
-    finally:
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
+    with blas_threads(1):
+        for X, Y in _Prefix(source, n_rows, chunk_size):
+            stat.update(X, Y)
     return stat
 
 

@@ -901,10 +901,11 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
 
 class _Prefix:
     """The first ``n`` rows of a data source, as a re-iterable of ``(X, Y)`` chunks (a stream is generated
-    only as far as they go)."""
+    only as far as they go); ``chunk_rows=None``: the source's own chunks."""
 
-    def __init__(self, source, n: int, chunk_rows: int):
-        self.source, self.n, self.chunk_rows = source, int(n), int(chunk_rows)
+    def __init__(self, source, n: int, chunk_rows: int | None):
+        self.source, self.n = source, int(n)
+        self.chunk_rows = None if chunk_rows is None else int(chunk_rows)
 
     def __iter__(self):
         have = 0

@@ -15,7 +15,7 @@ import numpy as np
 from ..._validation import Interval, Options, check_random_state
 from ...errors import AssumptionError, AssumptionWarning, InputError
 from ...network import TwoLayerNetwork
-from .coefficients import HermiteCoefficients, estimate_coefficients, exact_coefficients, min_samples
+from .coefficients import HermiteCoefficients, _Prefix, estimate_coefficients, exact_coefficients, min_samples
 from .decompose import (HermiteRecovery, Thresholds, adaptive_thresholds, algorithm1, algorithm4,
                                  algorithm6, paper_thresholds)
 from .identifiability import (adversarial_weights, claim48_instance, flip_units, hermite_separation,
@@ -574,21 +574,13 @@ def _first_rows(source, n: int) -> tuple[np.ndarray, np.ndarray]:
         n = min(n, int(source.n_samples))
     Xo = yo = None
     have = 0
-    it = iter(source.chunks())
-    try:
-        for X, Y in it:
-            if Xo is None:
-                Xo, yo = np.empty((n, X.shape[1])), np.empty(n)
-            take = min(n - have, X.shape[0])
-            Xo[have:have + take] = X[:take]
-            yo[have:have + take] = np.asarray(Y).reshape(X.shape[0], -1)[:take, 0]
-            have += take
-            if have >= n:
-                break
-    finally:
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
+    for X, Y in _Prefix(source, n, None):
+        if Xo is None:
+            Xo, yo = np.empty((n, X.shape[1])), np.empty(n)
+        take = X.shape[0]
+        Xo[have:have + take] = X
+        yo[have:have + take] = np.asarray(Y).reshape(take, -1)[:, 0]
+        have += take
     if Xo is None:
         raise InputError("the data source is empty.")
     return Xo[:have], yo[:have]
