@@ -150,6 +150,9 @@ def client():
     cluster = distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
                                        dashboard_address=None, silence_logs=logging.ERROR)
     c = distributed.Client(cluster)
+    # the tests that count workers need both started: a LocalCluster's workers start asynchronously, and
+    # on a loaded machine the first tasks can reach the scheduler before the second worker does
+    c.wait_for_workers(2, timeout=120)
     try:
         yield c
     finally:
