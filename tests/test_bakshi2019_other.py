@@ -112,6 +112,25 @@ def test_noisy_learner():
         NoisyReLULearner(3, decomposition="svd").fit(X, Y)
 
 
+def test_noisy_learner_regression_auto_uses_algorithm6_rows_only_when_refining():
+    net = nr.random_network(8, 3, 4, rng=9).canonical()
+    X, Y = nr.sample(net, GAUSS(8), 60_000, noise=0.1, rng=10)
+    opts = {"max_samples": 20_000}
+    auto = NoisyReLULearner(3, refine_options=opts, random_state=0).fit(X, Y)
+    every = NoisyReLULearner(3, regression="all", refine_options=opts, random_state=0).fit(X, Y)
+    assert auto.diagnostics_["noisy"]["regression"] == "sign"
+    assert every.diagnostics_["noisy"]["regression"] == "all"
+    # both starts are within the tensor step's error (about 0.05) of the teacher, and the refinement
+    # descends to the same least-squares minimiser of its rows from either; its stopping test (a relative
+    # loss gain below 1e-9 on 20000 rows) leaves each within about sqrt(1e-9) ~ 3e-5 relative of it, far
+    # below the statistical error (about 0.1 / sqrt(20000) per parameter)
+    gap = nr.metrics.parameter_error(auto.network_, every.network_)["max_unit_error"]
+    assert gap < 1e-4
+    with pytest.warns(CertificateWarning, match="max_unit_error"):
+        plain = NoisyReLULearner(3, refine=False, random_state=0).fit(X, Y)
+    assert plain.diagnostics_["noisy"]["regression"] == "all"
+
+
 # ------------------------------------------------------------------------------------------ Algorithm 7
 
 def test_algorithm7_rank_deficient_u_exact():

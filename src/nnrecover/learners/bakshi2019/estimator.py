@@ -267,7 +267,7 @@ class ExactReLULearner(BaseLearner):
 class NoisyReLULearner(BaseLearner):
     """Approximate recovery under i.i.d. sub-Gaussian label noise (Bakshi et al. 2019, Theorem 10).
 
-    Tensor step -> Algorithm 6 (signs by projections) -> Lemma 20 (least-squares ``U`` over all samples),
+    Tensor step -> Algorithm 6 (signs by projections) -> Lemma 20 (least-squares ``U``; see ``regression``),
     then optionally the shared local refinement (``refine=True``). See :func:`noisy_pipeline`.
 
     Parameters
@@ -277,7 +277,11 @@ class NoisyReLULearner(BaseLearner):
         :class:`ExactReLULearner`
     n_sign : int, optional
         Rows reserved for Algorithm 6 (default ``min(n // 4, 100000)``).
-    regression : {"all", "sign"}, default "all"
+    regression : {"auto", "all", "sign"}, default "auto"
+        Rows of the Lemma 20 least squares for ``U``: all ``n`` samples (``"all"``) or the Algorithm 6
+        rows only (``"sign"``, the paper's ``X̄``). ``"auto"``: ``"sign"`` when the refinement will run
+        (``refine=True`` on re-readable data), since it fits ``U`` again with the hidden rows and the
+        all-rows pass (an ``O(n d k)`` product) would only move its start; ``"all"`` otherwise.
     refine : bool, default True
     refine_options : dict, optional
     certificate_tol : float, default 0.1
@@ -299,7 +303,7 @@ class NoisyReLULearner(BaseLearner):
 
     def __init__(self, n_hidden: int, *, activation: str = "relu", order: "int | str" = "auto", span: str = "auto",
                  n_sign: int | None = None, whiten: bool = False, control_variates: bool = True, n_draws: int = 8,
-                 regression: str = "all", chunk_size: int | None = None, refine: bool = True,
+                 regression: str = "auto", chunk_size: int | None = None, refine: bool = True,
                  refine_options: dict | None = None, random_state: Any = None, decomposition: str = "joint",
                  certificate_tol: float = 0.1, certificate_rows: int = 20_000, strict: bool = False):
         self.n_hidden = n_hidden
@@ -323,7 +327,7 @@ class NoisyReLULearner(BaseLearner):
     _parameter_constraints = {
         "activation": [str], "order": [Options("auto"), Interval(Integral, 1, None)], "span": [Options("auto", "linear", "second")],
         "n_sign": [None, Interval(Integral, 1, None)], "whiten": ["boolean"], "control_variates": ["boolean"],
-        "n_draws": [Interval(Integral, 1, None)], "regression": [Options("all", "sign")],
+        "n_draws": [Interval(Integral, 1, None)], "regression": [Options("auto", "all", "sign")],
         "decomposition": [Options("joint", "jennrich", "whiten")], "chunk_size": [None, Interval(Integral, 1, None)],
         "certificate_tol": [Interval(Real, 0, None, closed="neither")], "certificate_rows": [Interval(Integral, 1, None)],
     }
@@ -331,11 +335,14 @@ class NoisyReLULearner(BaseLearner):
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
         out: list = []
         rows = partial(certificate_rows, source, rng, self.certificate_rows)
+        regression = self.regression
+        if regression == "auto":
+            regression = "sign" if self.refine and source.info.reiterable else "all"
         with held_assumption_warnings(self, lambda: out[0], rows, diagnostics, tol=float(self.certificate_tol)):
             res = noisy_pipeline(source, None, self.n_hidden, activation=self.activation, order=self.order,
                                  span=self.span, n_sign=self.n_sign, whiten=self.whiten,
                                  control_variates=self.control_variates, n_draws=self.n_draws,
-                                 decomposition=self.decomposition, regression=self.regression,
+                                 decomposition=self.decomposition, regression=regression,
                                  chunk_size=self.chunk_size, rng=rng)
             diagnostics["noisy"] = res.diagnostics
             diagnostics["route"] = res.diagnostics["route"]
