@@ -232,3 +232,24 @@ def test_certificate_decides_on_a_fifth_of_the_rows_only_when_it_passes_there():
     tight: dict = {}
     assert certify_max_unit_error(Recorder(), net, (X, Y), tight, tol=1e-6) is False
     assert f"{max(2000, 20 * P // 2)} rows" in tight["certificates"]["max_unit_error"]["detail"]
+
+
+@pytest.mark.parametrize("activation", ["relu", "leaky_relu"])
+def test_bound_by_unit_pairs_equals_the_one_product_form(monkeypatch, activation):
+    # from _UNIT_PAIR_MIN_INPUTS inputs the hidden block of J^T J is summed unit pair by unit pair over
+    # the rows where both derivatives are nonzero; it is the same sum as the product of the rows
+    # z_n = f'(W x_n + b) (x) (x_n, 1), reordered, so every output agrees to round-off
+    from nnrecover.learners.bakshi2019 import certificate
+
+    gen = np.random.default_rng(4)
+    net = nr.random_network(30, 4, 3, activation=activation, rng=5, bias_range=(-0.3, 0.3))
+    X, Y = nr.sample(net, nr.distributions.StandardGaussian(30), 3000, noise=0.1, rng=6)
+    est = nr.TwoLayerNetwork(net.hidden_weights + 1e-3 * gen.standard_normal(net.hidden_weights.shape),
+                             net.hidden_bias, net.output_weights, net.output_bias, activation=activation)
+    pairs = unit_error_bound(est, X, Y)
+    monkeypatch.setattr(certificate, "_UNIT_PAIR_MIN_INPUTS", 10**9)
+    dense = unit_error_bound(est, X, Y)
+    assert np.isfinite(pairs["bound"])
+    np.testing.assert_allclose(pairs["per_unit"], dense["per_unit"], rtol=1e-10)
+    np.testing.assert_allclose(pairs["noise"], dense["noise"], rtol=1e-10)
+    assert pairs["jacobian_condition"] == pytest.approx(dense["jacobian_condition"], rel=1e-8)

@@ -55,6 +55,7 @@ import scipy.linalg
 import scipy.linalg.lapack
 
 from ...network import TwoLayerNetwork
+from ...refine import _UNIT_PAIR_MIN_INPUTS, _unit_pair_sums
 
 __all__ = ["unit_error_bound", "certify_max_unit_error", "certificate_rows", "check_certificate_params", "MEANING",
            "SECOND_ORDER_FACTOR", "LINEAR_REGIME", "held_assumption_warnings"]
@@ -157,12 +158,17 @@ def unit_error_bound(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *,
     if act.degree is None or n * p <= P or not np.all(np.isfinite(R)):
         return out
     chunk = chunk_rows or max(256, int((1 << 20) // max(k * e, 1)))
-    Gzz = np.zeros((k * e, k * e))
-    Gzh = np.zeros((k * e, k))
+    # the hidden block sum_n z_n z_n^T, z_n = f'(W x_n + b) (x) (x_n, 1): by unit pairs from
+    # _UNIT_PAIR_MIN_INPUTS inputs (block (i, j) over the rows where both derivatives are nonzero, a sixth
+    # of the flops for ReLU, and z never formed), else as one product of the rows z_n
+    unit_pairs = d >= _UNIT_PAIR_MIN_INPUTS
+    M = np.zeros((k, k, e, e)) if unit_pairs else None
+    Gzz = None if unit_pairs else np.zeros((k * e, k * e))
+    XGH = np.zeros((e, k * k))                # sum_n x~_n (g_n (x) h_n)^T: the (hidden, output weight) coupling
+    XG = np.zeros((e, k))                     # sum_n x~_n g_n^T: the (hidden, output bias) coupling
+    XGQ = np.zeros((e, k))                    # sum_n x~_n (g_n * (A^T r_n))^T: the hidden gradient
     Ghh = np.zeros((k, k))
-    Gzr = np.zeros((k * e, k))
     Ghr = np.zeros((k, p))
-    z1 = np.zeros(k * e)                      # sum of the rows of Z (output-bias coupling)
     h1 = np.zeros(k)
     r1 = np.zeros(p)
     for s in range(0, n, chunk):
@@ -170,25 +176,35 @@ def unit_error_bound(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *,
         T = Xc @ W.T + b
         H, D = act(T), act.derivative(T)
         Xe = np.hstack([Xc, np.ones((Xc.shape[0], 1))])
-        Z = (D[:, :, None] * Xe[:, None, :]).reshape(Xc.shape[0], k * e)
-        Gzz += Z.T @ Z
-        Gzh += Z.T @ H
+        if unit_pairs:
+            _unit_pair_sums(M, Xe, D)
+        else:
+            Z = (D[:, :, None] * Xe[:, None, :]).reshape(Xc.shape[0], k * e)
+            Gzz += Z.T @ Z
+        XGH += Xe.T @ (D[:, :, None] * H[:, None, :]).reshape(Xc.shape[0], k * k)
+        XG += Xe.T @ D
+        XGQ += Xe.T @ (D * (Rc @ A))
         Ghh += H.T @ H
-        Gzr += Z.T @ (Rc @ A)
         Ghr += H.T @ Rc
-        z1 += Z.sum(axis=0)
         h1 += H.sum(axis=0)
         r1 += Rc.sum(axis=0)
     AtA = A.T @ A
     # J^T J in the order ((w_1, b_1)..(w_k, b_k), a_1..a_k, c), a_i = column i of A (p entries):
     # dy_o/d(w_i, b_i) = A_oi f'(w_i x + b_i) (x, 1), dy_o/dA_oi = f(w_i x + b_i), dy_o/dc_o = 1
-    G_ww = (Gzz.reshape(k, e, k, e) * AtA[:, None, :, None])
-    G_wa = np.einsum("iaj,oi->iajo", Gzh.reshape(k, e, k), A).reshape(k, e, k * p)
+    if unit_pairs:
+        iu = np.triu_indices(k, 1)
+        M[iu[1], iu[0]] = M[iu]               # block (j, i) = block (i, j), each one symmetric
+        G_ww = M.transpose(0, 2, 1, 3) * AtA[:, None, :, None]
+        del M
+    else:
+        G_ww = Gzz.reshape(k, e, k, e) * AtA[:, None, :, None]
+        del Gzz
+    G_wa = np.einsum("aij,oi->iajo", XGH.reshape(e, k, k), A).reshape(k, e, k * p)
     G_aa = np.kron(Ghh, np.eye(p))
-    G_wc = np.einsum("ia,oi->iao", z1.reshape(k, e), A)
+    G_wc = np.einsum("ai,oi->iao", XG, A)
     G_ac = np.kron(h1[:, None], np.eye(p))
     G_cc = n * np.eye(p)
-    g_w = np.einsum("iai->ia", Gzr.reshape(k, e, k))
+    g_w = XGQ.T
     g_a = Ghr.reshape(k * p)
     # restrict each hidden row to its tangent space (canonical form: ||w_i|| = 1, b_i free): the map is
     # block diagonal with the (e, d) blocks Tb_i, applied block by block (about k^2 e d^2 flops instead of
