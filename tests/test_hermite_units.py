@@ -302,3 +302,12 @@ def test_fewer_units_than_asked_are_said():
         learner = HermiteTensorLearner(2, random_state=0).fit(X, y)
     assert learner.network_.n_hidden == 1
     assert np.max(np.abs(learner.predict(X) - y)) < 1e-9
+
+
+def test_residual_statistics_refuse_rows_of_another_width():
+    from nnrecover.learners.awasthi2021.certificates import ResidualEnergyStatistic, ResidualMomentStatistic
+
+    net = nr.random_network(5, 2, 1, rng=0)
+    for stat in (ResidualMomentStatistic(net), ResidualEnergyStatistic(net)):
+        with pytest.raises(InputError, match="4 columns but the network has 5 inputs"):
+            stat.update(np.ones((3, 4)), np.ones(3))

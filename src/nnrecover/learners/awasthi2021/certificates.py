@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from ...errors import InputError
 from ...moments.base import Statistic
 from ...network import TwoLayerNetwork
 from .coefficients import HermiteCoefficients, _Prefix
@@ -52,10 +53,19 @@ RESIDUAL_FIT_MEANING = (
     "(exact to round-off). Misfits orthogonal to all polynomials of degree <= 2 are not seen")
 
 
+def _first_output_residual(network: TwoLayerNetwork, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``y - g(x)`` on the first output for the rows of a pass (finite float64, checked by the data
+    source), without ``predict``'s validation, a read of every value of the chunk."""
+    if X.shape[1] != network.n_inputs:
+        raise InputError(f"the rows have {X.shape[1]} columns but the network has {network.n_inputs} inputs.")
+    H = network.activation(X @ network.hidden_weights.T + network.hidden_bias)
+    return y - (H @ network.output_weights[0] + network.output_bias[0])
+
+
 def _residual_energy(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray) -> tuple[float, float]:
     """``sum r^2`` and ``sum y^2`` of the residual ``r = y - g(x)`` on the first output."""
     y = Y[:, 0]
-    r = y - network.predict(X).reshape(X.shape[0], -1)[:, 0]
+    r = _first_output_residual(network, X, y)
     return float(r @ r), float(y @ y)
 
 
@@ -113,7 +123,7 @@ class ResidualMomentStatistic(Statistic):
 
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
         y = Y[:, 0]
-        r = y - self.network.predict(X).reshape(X.shape[0], -1)[:, 0]
+        r = _first_output_residual(self.network, X, y)
         self.s0 += float(r.sum())
         self.s1 += X.T @ r
         self.S2 += _signed_gram(X, r)
