@@ -128,7 +128,10 @@ def test_full_range_statistic_equals_dense_weighted_gram(sign):
     _close(fin["t1"], y @ X / 2500)
     _close(stat.sx, X.sum(axis=0))
     _close(stat.sxx, (X ** 2).sum(axis=0))
-    _close(stat.sprobe, X.T @ (X @ stat.omega_cov))
+    # the covariance probes: every FULL_RANGE_PROBE_STRIDE-th row of each chunk (chunks of 999 rows)
+    rows = np.concatenate([np.arange(s, min(s + 999, 2500), co.FULL_RANGE_PROBE_STRIDE) for s in range(0, 2500, 999)])
+    assert stat.n_probe == rows.size < 2500
+    _close(stat.sprobe, X[rows].T @ (X[rows] @ stat.omega_cov))
 
 
 def test_sketch_range_statistic_equals_dense_sketch():
