@@ -127,8 +127,12 @@ def test_lbfgs_and_auto_method(teacher):
     assert res.method == "lbfgs" and res.kept == "refined"
     # L-BFGS is not the round-off tool, but from inside the basin it gains orders of magnitude
     assert res.holdout_loss_refined < 1e-4 * res.holdout_loss_start
+    # J^T J (8 P^2 = 29768 bytes) above the budget: "auto" solves the normal equations matrix free, or, when
+    # that does not apply (here: a frozen block), runs L-BFGS
     auto_small = refine_network(start, (X[:5000], Y[:5000]), jacobian_memory=20_000, rng=0)
-    assert auto_small.method == "lbfgs" and auto_small.requested_method == "auto"
+    assert auto_small.method == "gn-matrix-free" and auto_small.requested_method == "auto"
+    frozen = refine_network(start, (X[:5000], Y[:5000]), jacobian_memory=20_000, train=BLOCKS[:3], rng=0)
+    assert frozen.method == "lbfgs"
     assert refine_network(start, (X[:5000], Y[:5000]), rng=0, max_iter=3).method == "gn"
 
 
@@ -506,11 +510,13 @@ def test_span_first_leaves_an_exact_start_alone_and_never_allocates_a_normal_mat
     res = refine_network(truth, (X, Y), full_samples=1500, rng=0)
     assert res.extra["stages"] == [] and res.n_iter == 0 and "round-off" in res.message
     np.testing.assert_array_equal(res.network.hidden_weights, truth.hidden_weights)
-    # a budget below J^T J of the full space (P = 67: 8 P^2 = 35912 bytes) but above the span stage's
-    # (P = 21): the full-space stage runs L-BFGS and the all-rows fixed-Hessian steps are skipped
+    # a budget below J^T J of the full space (P = 66 with the output bias frozen: 8 P^2 = 34848 bytes) but
+    # above the span stage's (P = 20), and a frozen block (the matrix-free solver needs every block trained):
+    # the full-space stage runs L-BFGS and the all-rows fixed-Hessian steps are skipped
     Xn, Yn = nr.sample(truth, StandardGaussian(20), 6000, noise=0.05, rng=98)
     start = _perturbed(truth, 1e-2, seed=97)
-    small = refine_network(start, (Xn, Yn), full_samples=1500, jacobian_memory=30_000, rng=0)
+    start.output_bias[:] = truth.output_bias
+    small = refine_network(start, (Xn, Yn), full_samples=1500, jacobian_memory=30_000, train=BLOCKS[:3], rng=0)
     stages = small.extra["stages"]
     assert [st["stage"] for st in stages] == ["span", "full", "span"]
     assert stages[1]["method"] == "lbfgs" and "jacobian_memory" in stages[1]["skipped"]

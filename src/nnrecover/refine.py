@@ -49,9 +49,11 @@ Methods.
 * ``"lm+gn"``: ``"lm"`` on the first ``rows_fit`` rows (round-off accurate on noiseless data), FOLLOWED
   by ``"gn"`` on all ``N`` rows from the ``"lm"`` solution, with ``n_samples_used = N`` (the two stages
   are recorded in ``stages``); just ``"lm"`` when every row fits.
-* ``"auto"`` (default): if there are fewer than ``4 P`` residuals (``N p < 4 P``) or the normal
-  matrix ``J^T J`` (``8 P^2`` bytes) does not fit ``jacobian_memory``, ``"lbfgs"`` on all rows; otherwise
-  ``"gn"`` on all ``N`` rows, so the statistical error
+* ``"auto"`` (default): with fewer than ``4 P`` residuals (``N p < 4 P``), ``"lbfgs"``; for a ReLU
+  network with every block trained and ``k < d``, when ``J^T J`` (``8 P^2`` bytes) does not fit
+  ``jacobian_memory`` or ``P >= _MATRIX_FREE_MIN_PARAMS``, ``"gn"`` with the normal equations solved matrix
+  free (recorded as ``"gn-matrix-free"``, see "Matrix free" below); otherwise, when ``J^T J`` does not fit,
+  ``"lbfgs"`` on all rows; else ``"gn"`` on all ``N`` rows, so the statistical error
   keeps falling with ``N`` beyond ``rows_fit``. Measured (d = 10, k = 5 ReLU, start 1e-2 from the truth,
   one BLAS thread): noiseless, 4e4 training rows: ``"gn"`` 4.9e-16 max unit error in 0.08 s (5
   iterations), ``"lm"`` 3.5e-16 in 1.8 s; sigma = 0.1, 2.4e5 rows: both 6.3e-3, ``"gn"`` 4.0 s,
@@ -75,6 +77,27 @@ read only to check that a fit is at round-off on every row (one ``O(N d k)`` los
 Noiseless data: round-off as with ``span=False``. Label noise (measured, d = 40, k = 4, sigma = 0.1, 1.6e5
 training rows, ``full_samples = 20000``): max unit error
 6.6e-3 in 2.5 s against 6.3e-3 in 5.6 s with ``span=False``, one ``"gn"`` run on all rows.
+
+Matrix free (:mod:`nnrecover._matrix_free`). The same Levenberg-Marquardt iteration with the normal
+equations solved by preconditioned conjugate gradients: a product with ``J^T J`` is two ``O(m d k)``
+products with the rows, nothing ``P x P`` is formed, and the preconditioner is the population normal
+matrix of Gaussian inputs (the exact sample normal matrix of the ``k^2 + k + p k + p`` span coordinates
+``(dW Q, b, A, c)`` and ``C (x) (I - Q Q^T)``, ``C = (A^T A) * (G^T G / m)``, on the complement of the span
+of the hidden rows), so the conjugate gradients need a number of steps set by the ratio of rows to parameters,
+not by ``d``. It replaces L-BFGS where ``J^T J`` does not fit ``jacobian_memory`` (L-BFGS stops near 1e-8
+relative error; this reaches round-off on noiseless data), and runs by default from
+``_MATRIX_FREE_MIN_PARAMS = 2000`` parameters. Measured (one BLAS thread, CPU seconds of ``fit_least_squares``
+on the coarse stage's ``max(5 P / p, 20 d)`` noiseless rows from 2e-2 off the teacher, at most 10 trial
+steps, ``p = k``; dense / matrix free): d = 50, k = 10 (P = 620) 0.031 / 0.019 s; d = 100, k = 10 (P =
+1120) 0.13 / 0.032 s; d = 60, k = 20 (P = 1640) 0.24 / 0.11 s; d = 200, k = 10 (P = 2120) 0.72 / 0.086 s;
+d = 100, k = 20 (P = 2440) 0.75 / 0.15 s; d = 150, k = 20 (P = 3440) 2.0 / 0.24 s; d = 200, k = 20
+(P = 4440) 4.1 / 0.29 s (the dense runs stop at the 10-step cap near 1e-10, the matrix-free ones reach
+round-off in 6-7 steps). Below about 2000 parameters the dense stages cost a fraction of a second, and with
+label noise the dense path's whole refinement measured faster (d = 100, k = 10, sigma = 0.05, 2e5 rows:
+4.0 s against 5.4 s, the matrix-free fixed-Hessian steps ending where the last span stage took 50 trial
+steps instead of 4), so the threshold keeps the d = 100, k = 10 fits on the dense path; from it on the
+dense ``O(m P^2)`` passes and ``O(P^3)`` factorisations dominate (d = 200, k = 20, the same noise: 54 s
+against 31 s).
 
 Non-smooth losses. The empirical loss of a ReLU network has kinks where a row crosses
 ``w_i.x + b_i = 0``; with label noise, optimisers from different starts can stop at different local
@@ -108,6 +131,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import optimize
 
+from . import _matrix_free
 from ._validation import as_2d_float, as_targets, check_positive_int, check_random_state
 from .errors import InputError
 from .network import TwoLayerNetwork
@@ -143,6 +167,10 @@ _SUBSAMPLE_FTOL = 1e-9
 #: on noiseless data in about five; with label noise (kinks, a nonzero residual) its steps slow down, and
 #: the stage on all the subsample's rows takes over
 _COARSE_STEPS = 10
+#: parameters from which ``"auto"`` solves the full-space normal equations matrix free
+#: (:func:`_matrix_free_choice`) even when ``J^T J`` fits ``jacobian_memory``: see the module docstring,
+#: "Matrix free", for the measurement that sets it
+_MATRIX_FREE_MIN_PARAMS = 2000
 
 
 # =========================================================================== results
@@ -172,8 +200,9 @@ class RefineResult:
     n_samples_seen, n_samples_used, n_holdout : int
         Rows read from the data, rows the optimiser used, held-out rows.
     method : str
-        The optimiser that ran (``"lm"``, ``"trf"``, ``"gn"``, ``"lbfgs"``, or ``"lm+gn"``: ``"lm"`` on
-        the first rows that fit its Jacobian budget, then ``"gn"`` on all rows; the two stages are in
+        The optimiser that ran (``"lm"``, ``"trf"``, ``"gn"``, ``"gn-matrix-free"`` (``"gn"`` with the normal
+        equations solved by conjugate gradients, chosen by ``"auto"``), ``"lbfgs"``, or ``"lm+gn"``: ``"lm"``
+        on the first rows that fit its Jacobian budget, then ``"gn"`` on all rows; the two stages are in
         ``extra["stages"]``); ``requested_method`` is the argument.
     success : bool
         The optimiser's own convergence flag; ``status``/``message`` are its report.
@@ -662,6 +691,28 @@ def _chunk_rows(jacobian_memory: int, model: _Model) -> tuple[int, int]:
             max(1, int(budget // (8 * (2 * model.k + 2 * model.p)))))
 
 
+#: the ``method`` recorded for a ``"gn"`` stage whose normal equations were solved matrix free
+_MATRIX_FREE_METHOD = "gn-matrix-free"
+
+
+def _matrix_free_applies(model: _Model, jacobian_memory: int) -> bool:
+    """Whether the matrix-free Gauss-Newton (:mod:`nnrecover._matrix_free`) can run: ReLU units, every block
+    trained (its rescaling null space and its preconditioner's span coordinates are those of the whole
+    network), fewer hidden units than inputs (else the span is everything and ``M`` is ``J^T J`` itself), and
+    the preconditioner's dense span block (``8 (k^2 + k + p k + p)^2`` bytes) within ``jacobian_memory``."""
+    span = _matrix_free.span_block_size(model.k, model.p)
+    return (model.act.name == "relu" and model.train == BLOCKS and model.k < model.d
+            and 8 * span * span <= jacobian_memory)
+
+
+def _matrix_free_choice(model: _Model, jacobian_memory: int) -> bool:
+    """Whether ``"auto"`` solves the full-space normal equations matrix free: when it applies and either
+    ``J^T J`` (``8 P^2`` bytes) does not fit ``jacobian_memory`` or ``P >= _MATRIX_FREE_MIN_PARAMS``."""
+    P = model.n_params
+    return _matrix_free_applies(model, jacobian_memory) and (
+        8 * P * P > jacobian_memory or P >= _MATRIX_FREE_MIN_PARAMS)
+
+
 _DEADLINE_MESSAGE = "The deadline passed (time budget spent)."
 
 
@@ -923,8 +974,9 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
     X : (N, d) array
     Y : (N,) or (N, p) array
     method : {"auto", "lm", "trf", "lbfgs", "gn", "lm+gn"}
-        ``"auto"`` runs ``"gn"`` on all rows (``"lbfgs"`` with fewer than ``4 P`` residuals or when
-        ``J^T J`` does not fit ``jacobian_memory``); see the module docstring.
+        ``"auto"`` runs ``"gn"`` on all rows (matrix free for large ``P`` or when ``J^T J`` does not fit
+        ``jacobian_memory``; ``"lbfgs"`` with fewer than ``4 P`` residuals or when ``J^T J`` does not fit and
+        the matrix-free solver does not apply); see the module docstring.
     max_iter : int, optional
         Function evaluations (``lm``, ``trf``; default 200), trial steps (``gn``; default 100) or
         iterations (``lbfgs``; default 5000). For ``"lm+gn"`` it bounds each stage (defaults 200 and 100).
@@ -955,8 +1007,10 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
     info : dict
         ``method`` (the one that ran), ``n_iter``,
         ``n_samples_used``, ``success``, ``status``, ``message``, ``train_loss_start``,
-        ``train_loss_refined`` (on the rows used); ``n_jacobian`` for ``"gn"``; ``stages`` (the records of
-        the ``"lm"`` and ``"gn"`` stages, each with its ``time``) for ``"lm+gn"``.
+        ``train_loss_refined`` (on the rows used); ``n_jacobian`` for ``"gn"`` (0 when matrix free);
+        ``n_operator`` (points at which the operator was built) and ``cg_iterations`` (per trial step) for
+        ``"gn-matrix-free"``; ``stages`` (the records of the ``"lm"`` and ``"gn"`` stages, each with its
+        ``time``) for ``"lm+gn"``.
 
     Raises
     ------
@@ -980,8 +1034,14 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
     if method == "lm+gn":
         # "lm" on the first rows_fit rows, then "gn" on all of them (just "lm" when every row fits)
         method, finish = "lm", n > rows_fit
+    matrix_free = False
     if method == "auto":
-        if n * p < 4 * P or 8 * P * P > jacobian_memory or _gn_row_bytes(model) > jacobian_memory:
+        if n * p < 4 * P:
+            method = "lbfgs"
+        elif _matrix_free_choice(model, jacobian_memory):
+            # the normal equations by conjugate gradients, nothing P x P formed (module docstring, "Matrix free")
+            method, matrix_free = "gn", True
+        elif 8 * P * P > jacobian_memory or _gn_row_bytes(model) > jacobian_memory:
             method = "lbfgs"
         else:  # the normal equations over all rows: as accurate as "lm", 10-20x faster (module docstring)
             method = "gn"
@@ -1013,6 +1073,15 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
                                      ftol=tol, xtol=tol, gtol=tol, max_nfev=max_iter, x_scale="jac")
         theta, n_iter, status, message, success = res.x, int(res.nfev), int(res.status), str(res.message), \
             bool(res.success)
+    elif matrix_free:
+        out = _matrix_free.gauss_newton(theta0, X, Y, (model.k, model.d, p), max_iter=max_iter, tol=tol,
+                                        ftol=tol if ftol is None else max(float(ftol), tol),
+                                        roundoff=_ROUNDOFF_LOSS * float(np.mean(Y * Y)),
+                                        chunk_rows=_chunk_rows(jacobian_memory, model)[0],
+                                        operator_bytes=jacobian_memory, deadline=deadline)
+        theta, n_iter, status, message, success = (out["theta"], out["n_iter"], out["status"], out["message"],
+                                                   out["success"])
+        n_jac, n_chord = 0, 0
     elif method == "gn":
         chunk_rows, loss_rows = _chunk_rows(jacobian_memory, model)
         out = _gauss_newton(model, theta0, X, Y, max_iter=max_iter, tol=tol, chunk_rows=chunk_rows,
@@ -1024,11 +1093,13 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
         theta, n_iter, status, message, success = _lbfgs(model, theta0, X, Y, tol=tol, max_iter=max_iter,
                                                          deadline=deadline)
     refined = model.network(theta)
-    info = {"method": method, "n_iter": n_iter, "n_samples_used": int(X.shape[0]), "success": success,
-            "status": status, "message": message, "train_loss_start": loss0,
-            "train_loss_refined": mean_squared_loss(refined, X, Y)}
+    info = {"method": _MATRIX_FREE_METHOD if matrix_free else method, "n_iter": n_iter,
+            "n_samples_used": int(X.shape[0]), "success": success, "status": status, "message": message,
+            "train_loss_start": loss0, "train_loss_refined": mean_squared_loss(refined, X, Y)}
     if n_jac is not None:
         info["n_jacobian"], info["n_chord"] = n_jac, n_chord
+    if matrix_free:
+        info["n_operator"], info["cg_iterations"] = out["n_operator"], out["cg_iterations"]
     if finish:
         # Levenberg-Marquardt used only the first rows_fit rows; finish on all rows from its solution
         lm_info = dict(info, time=time.perf_counter() - t0)
@@ -1076,7 +1147,9 @@ def _span_stage(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, metho
 
 
 def _fixed_hessian_steps(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.ndarray, Xs: np.ndarray,
-                         Ys: np.ndarray, *, max_steps: int, tol: float, chunk_rows: int) -> tuple[np.ndarray, dict]:
+                         Ys: np.ndarray, *, max_steps: int, tol: float, chunk_rows: int,
+                         matrix_free: bool = False, operator_bytes: int = _JACOBIAN_MEMORY
+                         ) -> tuple[np.ndarray, dict]:
     """Newton-type steps with ``J^T J`` of the subsample ``(Xs, Ys)`` and the gradient ``J^T r`` of all rows.
 
     ``h = -(H_m + lambda D)^{-1} g_N``: the gradient over all ``N`` rows costs ``O(N d k)``
@@ -1087,26 +1160,39 @@ def _fixed_hessian_steps(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.
     rows is halved (at most 4 times; past the statistical noise floor the ReLU kinks make longer searches
     useless); the loop stops when the step is below ``tol (||theta|| + tol)``, the loss stops falling, or
     after ``max_steps`` steps.
+
+    ``matrix_free``: ``H_m`` is never formed; each step solves ``(H_m + lambda M) h = -g_N`` by the
+    preconditioned conjugate gradients of :mod:`nnrecover._matrix_free` (``O(m d k)`` per iteration) to the
+    relative tolerance ``_FIXED_HESSIAN_CG_RTOL``, well below the iteration's own contraction.
     """
     from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
-    R = model.forward(theta, Xs, Ys)[-1]
-    H, _ = _normal_equations(model, theta, Xs, Ys, R, chunk_rows)
-    D = np.diag(H).copy()
-    D = np.where(D > 0, D, 1.0)
-    lam = _GN_LAMBDA_MIN
-    while True:
-        try:
-            factor = cho_factor(H + np.diag(lam * D), check_finite=False)
-            break
-        except LinAlgError:
-            lam *= 10.0
-            if lam > 1.0:
-                return theta, {"n_iter": 0, "message": "the subsample's normal matrix is not positive definite."}
+    if matrix_free:
+        solve = _matrix_free.subsample_solver(theta, Xs, (model.k, model.d, model.p), damping=_GN_LAMBDA_MIN,
+                                              rtol=_FIXED_HESSIAN_CG_RTOL, chunk_rows=chunk_rows,
+                                              operator_bytes=operator_bytes)
+    else:
+        R = model.forward(theta, Xs, Ys)[-1]
+        H, _ = _normal_equations(model, theta, Xs, Ys, R, chunk_rows)
+        D = np.diag(H).copy()
+        D = np.where(D > 0, D, 1.0)
+        lam = _GN_LAMBDA_MIN
+        while True:
+            try:
+                factor = cho_factor(H + np.diag(lam * D), check_finite=False)
+                break
+            except LinAlgError:
+                lam *= 10.0
+                if lam > 1.0:
+                    return theta, {"n_iter": 0, "message": "the subsample's normal matrix is not positive definite."}
+        del H
+
+        def solve(g):
+            return -cho_solve(factor, g, check_finite=False)
     F, g = model.loss_and_grad(theta, X, Y)
     steps, message = 0, "the maximum number of steps is reached."
     while steps < max_steps:
-        h = -cho_solve(factor, g, check_finite=False)
+        h = solve(g)
         steps += 1
         for _ in range(4):
             F_new, g_new = model.loss_and_grad(theta + h, X, Y)
@@ -1125,6 +1211,9 @@ def _fixed_hessian_steps(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.
     return theta, {"n_iter": steps, "message": message}
 
 
+#: relative tolerance of the conjugate gradients of a matrix-free fixed-Hessian step: the iteration contracts by
+#: about sqrt(P / m) per step, and a solve error of 1e-3 adds at most that to the contraction
+_FIXED_HESSIAN_CG_RTOL = 1e-3
 #: mean squared residual, relative to E[y^2], below which a fit is at round-off: (64 eps)^2
 _ROUNDOFF_LOSS = (64 * np.finfo(float).eps) ** 2
 #: rows per chunk of the losses over training rows read from the data (about 8 MB of X at d = 100)
@@ -1244,10 +1333,12 @@ def _span_then_full(network: TwoLayerNetwork, data: _TrainingRows, *, method: st
     # rows per input) does them at a third of the cost or less. On noiseless data it reaches round-off by
     # itself (checked on all rows below); otherwise the stage on all m rows starts from it, near its own
     # minimiser, and needs fewer passes
-    # (only for Gauss-Newton: when J^T J does not fit jacobian_memory the stage runs L-BFGS)
-    P = _Model(network, train).n_params
+    # (only for Gauss-Newton, dense or matrix free: otherwise the stage runs L-BFGS)
+    full_model = _Model(network, train)
+    P = full_model.n_params
+    matrix_free = method == "auto" and _matrix_free_choice(full_model, jacobian_memory)
     n_coarse = max(-(-_COARSE_RESIDUALS_PER_PARAMETER * P // Ys.shape[1]), _COARSE_ROWS_PER_INPUT * Xs.shape[1])
-    coarse = Xs.shape[0] >= 3 * n_coarse and 8 * P * P <= jacobian_memory
+    coarse = Xs.shape[0] >= 3 * n_coarse and (8 * P * P <= jacobian_memory or matrix_free)
     current = network
     if not coarse:
         # the first span stage only has to bring the in-span parameters close for the full-space stage, which
@@ -1282,10 +1373,10 @@ def _span_then_full(network: TwoLayerNetwork, data: _TrainingRows, *, method: st
         # stages below could only move it within round-off
         stages[-1]["stopped"] = "fits all rows to round-off"
         refined_loss = all_rows_loss["refined"]
-    elif Xs.shape[0] < n and 8 * _Model(current, train).n_params ** 2 > jacobian_memory:
-        # the subsample's normal matrix (8 P^2 bytes) does not fit jacobian_memory: the full-space stage
-        # above ran L-BFGS, and the fixed-Hessian steps are skipped rather than allocating P^2 doubles
-        P = _Model(current, train).n_params
+    elif Xs.shape[0] < n and 8 * P * P > jacobian_memory and not matrix_free:
+        # the subsample's normal matrix (8 P^2 bytes) does not fit jacobian_memory and the matrix-free solver
+        # does not apply: the full-space stage above ran L-BFGS, and the fixed-Hessian steps are skipped
+        # rather than allocating P^2 doubles
         stages[-1]["skipped"] = (f"all-rows steps: J^T J of {P} parameters needs {8 * P * P / 2**30:.1f} GiB "
                                  "> jacobian_memory")
     elif Xs.shape[0] < n:  # the same least squares on all rows, with the subsample's normal matrix
@@ -1293,10 +1384,12 @@ def _span_then_full(network: TwoLayerNetwork, data: _TrainingRows, *, method: st
         X, Y = data.arrays()
         model = _Model(current, train)
         theta, info = _fixed_hessian_steps(model, model.pack(current), X, Y, Xs, Ys, max_steps=_FULL_GRADIENT_STEPS,
-                                           tol=tol, chunk_rows=_chunk_rows(jacobian_memory, model)[0])
+                                           tol=tol, chunk_rows=_chunk_rows(jacobian_memory, model)[0],
+                                           matrix_free=matrix_free, operator_bytes=jacobian_memory)
         stage_start = mean_squared_loss(current, X, Y)
         current = model.network(theta)
-        stages.append(dict(info, stage="full-gradient", method="gn", n_samples_used=n, success=True, status=1,
+        stages.append(dict(info, stage="full-gradient", method=_MATRIX_FREE_METHOD if matrix_free else "gn",
+                           n_samples_used=n, success=True, status=1,
                            train_loss_start=stage_start, train_loss_refined=mean_squared_loss(current, X, Y),
                            time=time.perf_counter() - t0))
     if "stopped" not in stages[-1]:

@@ -33,6 +33,7 @@ import time
 import numpy as np
 from scipy import linalg
 
+from ..._matrix_free import _forcing, _pcg, _SpanPreconditioner
 from ..._validation import check_positive_int
 from ...errors import InputError
 from ...network import TwoLayerNetwork
@@ -62,8 +63,10 @@ def _forward(W, b, a, c, X, y):
     return mask, H, r
 
 
-class _NormalSystem:
+class _NormalSystem(_SpanPreconditioner):
     """``J^T J`` products and the block preconditioner at one iterate (see the module docstring)."""
+
+    _complement_ridge = False
 
     def __init__(self, W, b, a, X, mask, H, X_op):
         self.X, self.H = X, H
@@ -94,7 +97,7 @@ class _NormalSystem:
             Js[:, -1] = 1.0
             S += Js.T @ Js
         self.S = S * (n / n_s)
-        self.A = self.G.T @ self.G  # complement block: A (x) (I - Q Q^T)
+        self.C = self.G.T @ self.G  # complement block: A (x) (I - Q Q^T)
         self.k = k
 
     def jtj(self, dW, db, da, dc):
@@ -122,84 +125,9 @@ class _NormalSystem:
         Gu = G * u[:, None]
         return Gu.T @ X, Gu.sum(axis=0), H.T @ u, float(u.sum(dtype=np.float64))
 
-    def factor(self, mu: float):
-        """Factorise ``(1 + mu) M`` (the preconditioner of ``J^T J + mu M``)."""
-        scale = 1.0 + mu
-        # relu(t z) = t relu(z) (t > 0): scaling (w_i, b_i) by t and a_i by 1 / t leaves f unchanged, so S
-        # is singular along k directions, which J^T r never has; the relative ridge makes M invertible
-        ridge = 1e-8 * np.diag(self.S) + 1e-300
-        self._cs = linalg.cho_factor(scale * (self.S + np.diag(ridge)), check_finite=False)
-        self._ca = linalg.cho_factor(scale * self.A, check_finite=False)
-
-    def m_apply(self, gW, gb, ga, gc, inverse: bool):
-        """``M v`` or ``((1 + mu) M)^{-1} v`` (after :meth:`factor`)."""
-        k, Q = self.k, self.Q
-        gV = gW @ Q
-        gperp = gW - gV @ Q.T
-        vec = np.concatenate([gV.ravel(), gb, ga, [gc]])
-        if inverse:
-            sol = linalg.cho_solve(self._cs, vec, check_finite=False)
-            perp = linalg.cho_solve(self._ca, gperp, check_finite=False)
-        else:
-            sol = self.S @ vec
-            perp = self.A @ gperp
-        dW = sol[:k * k].reshape(k, k) @ Q.T + perp
-        return dW, sol[k * k:k * k + k], sol[k * k + k:k * k + 2 * k], float(sol[-1])
-
-
-def _dot(u, v) -> float:
-    return float(sum(np.vdot(x, y) for x, y in zip(u[:3], v[:3])) + u[3] * v[3])
-
-
-def _axpy(alpha, x, y):
-    return tuple(alpha * xi + yi for xi, yi in zip(x, y))
-
-
-def _pcg(system: _NormalSystem, g, mu: float, rtol: float, max_cg: int):
-    """Solve ``(J^T J + mu M) delta = -g`` by preconditioned conjugate gradients; returns ``(delta, its)``."""
-    system.factor(mu)
-
-    def op(v):
-        jv = system.jtj(*v)
-        if mu:
-            jv = _axpy(mu, system.m_apply(*v, inverse=False), jv)
-        return system.project(*jv)
-
-    x = (np.zeros_like(g[0]), np.zeros_like(g[1]), np.zeros_like(g[2]), 0.0)
-    r = system.project(*(tuple(-gi for gi in g[:3]) + (-g[3],)))
-    z = system.m_apply(*r, inverse=True)
-    p = z
-    rz = _dot(r, z)
-    rz0 = rz
-    its = 0
-    while its < max_cg and rz > (rtol ** 2) * rz0:
-        Ap = op(p)
-        alpha = rz / _dot(p, Ap)
-        x = _axpy(alpha, p, x)
-        r = _axpy(-alpha, Ap, r)
-        z = system.m_apply(*r, inverse=True)
-        rz_new = _dot(r, z)
-        p = _axpy(rz_new / rz, p, z)
-        rz = rz_new
-        its += 1
-    return x, its
-
-
-def _forcing(loss: float, y_mean_square: float, floor: float, cg_max_rtol: float, cg_min_rtol: float) -> float:
-    """Relative tolerance ``eta`` of one step's conjugate gradients (an inexact-Newton forcing term).
-
-    ``eta = min(cg_max_rtol, sqrt(||r|| / ||y||))``, at least ``cg_min_rtol``, and never tighter than what
-    takes the residual to the round-off stop ``floor``. At a zero-residual solution ``||r||`` is
-    proportional to the parameter error ``e`` (``r = J e + O(e^{3/2})``, ``J`` of full column rank), and a
-    step with a relative solve error ``eta`` leaves ``e_+ <= C e^{3/2} + kappa eta e``: the ``3/2`` rather
-    than Newton's 2 because the ReLU kinks move, a fraction ``O(e)`` of the rows changes its active set
-    by an ``O(e)`` pre-activation. ``eta ~ e^{1/2}`` therefore keeps the order ``3/2`` while far from the
-    solution a loose solve costs few products with the rows.
-    """
-    eta = min(cg_max_rtol, (loss / y_mean_square) ** 0.25) if y_mean_square > 0 else cg_max_rtol
-    if loss > floor:
-        eta = max(eta, 0.5 * np.sqrt(floor / loss))
-    return float(min(max(eta, cg_min_rtol), cg_max_rtol))
+    def _rest(self, sol):
+        k = self.k
+        return sol[k * k:k * k + k], sol[k * k + k:k * k + 2 * k], float(sol[-1])
 
 
 def matrix_free_polish(network: TwoLayerNetwork, X: np.ndarray, y: np.ndarray, *, max_iter: int = 60,

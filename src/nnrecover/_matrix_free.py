@@ -1,0 +1,385 @@
+"""Matrix-free Gauss-Newton (Levenberg-Marquardt) for ReLU networks with ``p`` outputs (internal).
+
+The shared refinement's full-space stages (:mod:`nnrecover.refine`, method ``"gn"``) form the normal
+matrix ``J^T J`` of all ``P = k d + k + p k + p`` parameters of ``f(x) = A relu(W x + b) + c``: ``8 P^2``
+bytes, ``O(m (k d)^2)`` flops per pass over ``m`` rows and an ``O(P^3)`` Cholesky factorisation. Here the
+normal equations are solved by preconditioned conjugate gradients (:func:`_pcg`); a product with ``J^T J``
+is two ``O(m d k)`` products with the rows, and nothing ``P x P`` is formed.
+
+Notation (the refinement's): ``Z = X W^T + b`` (m x k), ``G = relu'(Z) = 1[Z > 0]``, ``H = relu(Z)``,
+``R = H A^T + c - Y`` (m x p). A direction ``v = (dW, db, dA, dc)`` moves the outputs by
+
+    J v = ((X dW^T + db) * G) A^T + H dA^T + dc            (m x p),
+
+and ``J^T U`` is ``(D^T X, sum_n D_n, U^T H, sum_n U_n)`` with ``D = (U A) * G``. The loss is
+``L = (1/m) sum_n ||R_n||^2``, and the solver works with ``J^T J / m`` and ``g = J^T R / m``.
+
+Preconditioner (the population normal matrix, the multi-output form of
+:mod:`nnrecover.learners.awasthi2021.scale`): with ``Q`` (d x k) an orthonormal basis of the hidden rows,
+``x = Q u + x_perp``; the activations depend on ``u`` only, and for ``x ~ N(0, I_d)`` ``x_perp`` is
+independent of ``u`` with covariance ``I - Q Q^T``. In the span coordinates ``(dW Q, db, dA, dc)``
+(``k^2 + k + p k + p`` of them) and the complement ``dW (I - Q Q^T)`` the expected normal matrix has no
+cross block, and its complement block is ``C (x) (I - Q Q^T)`` with
+
+    C_il = (A^T A)_il (1/m) sum_n G_ni G_nl                (k x k; for p = 1, a_i a_l times the co-activity).
+
+``M`` = the exact sample normal matrix of the span coordinates (:func:`nnrecover.refine._normal_equations`
+on the rows projected to ``u``, from at most ``20`` rows per span coordinate) and ``C`` on the complement.
+The sample complement block differs from its expectation by ``O(sqrt(d / m))``, so the number of
+conjugate-gradient steps is set by the ratio of rows to parameters, not by ``d``. For inputs that are not
+standard Gaussian ``M`` is only an approximation of ``J^T J``: the conjugate gradients need more steps
+(they are capped) and a step is only accepted when it lowers the loss.
+
+The rescaling symmetry ``relu(t z) = t relu(z)`` (``t > 0``) makes ``(w_i, b_i, -A[:, i])`` a null direction
+of ``J^T J`` for every unit ``i``; the solver projects these ``k`` directions out of every product
+(``_Operator.project``), and a relative ridge makes ``M`` invertible. Levenberg-Marquardt damps with ``M``
+itself as the scaling matrix, ``(J^T J + mu M) h = -g`` (Marquardt's scaling with a block matrix instead
+of a diagonal), the conjugate-gradient tolerance follows an inexact-Newton forcing term (:func:`_forcing`),
+and the products with ``J^T J`` run in float32 while the residual and the gradient, which fix the
+solution, stay float64 (see :mod:`nnrecover.learners.awasthi2021.scale` for the measurements behind both).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from scipy import linalg
+
+from ._threads import blas_threads
+
+__all__: list[str] = []
+
+#: rows of the span block's normal matrix per span coordinate: its sampling error is then about
+#: sqrt(1 / 20) = 0.22 of the block, against the complement block's sqrt(d / m)
+_SPAN_ROWS_PER_COORDINATE = 20
+#: starting Levenberg-Marquardt parameter (relative to the preconditioner M) and its floor; the rescaling
+#: null directions are projected out, so the floor only keeps mu positive
+_MU0 = 1e-3
+_MU_MIN = 1e-12
+#: loosest relative tolerance of a step's conjugate gradients (the forcing term's ceiling), and the
+#: tightest one per operator precision (a float32 operator is within ~1e-6 of the float64 one)
+_CG_MAX_RTOL = 0.1
+_CG_MIN_RTOL = {np.float32: 1e-5, np.float64: 1e-10}
+#: rejected trial steps in a row (mu raised each time) after which the solver stops
+_MAX_REJECTED = 10
+
+
+# =========================================================================== conjugate gradients
+
+def _dot(u, v) -> float:
+    """Inner product of two directions given as tuples ``(dW, db, da, dc)`` of arrays or numbers."""
+    return float(sum(np.vdot(x, y) for x, y in zip(u[:3], v[:3])) + np.vdot(u[3], v[3]))
+
+
+def _axpy(alpha, x, y):
+    return tuple(alpha * xi + yi for xi, yi in zip(x, y))
+
+
+def _pcg(system, g, mu: float, rtol: float, max_cg: int):
+    """Solve ``(J^T J + mu M) delta = -g`` by preconditioned conjugate gradients; returns ``(delta, its)``.
+
+    ``system`` provides ``factor(mu)`` (factorise ``(1 + mu) M``), ``m_apply(*v, inverse)`` (``M v`` or
+    ``((1 + mu) M)^{-1} v``), ``jtj(*v)`` and ``project(*v)`` (remove the null-space components); directions
+    are tuples ``(dW, db, da, dc)``. Stops when the residual's norm in the preconditioner's metric has
+    fallen by ``rtol``, or after ``max_cg`` iterations.
+    """
+    system.factor(mu)
+
+    def op(v):
+        jv = system.jtj(*v)
+        if mu:
+            jv = _axpy(mu, system.m_apply(*v, inverse=False), jv)
+        return system.project(*jv)
+
+    x = (np.zeros_like(g[0]), np.zeros_like(g[1]), np.zeros_like(g[2]), 0.0)
+    r = system.project(*(tuple(-gi for gi in g[:3]) + (-g[3],)))
+    z = system.m_apply(*r, inverse=True)
+    p = z
+    rz = _dot(r, z)
+    rz0 = rz
+    its = 0
+    while its < max_cg and rz > (rtol ** 2) * rz0:
+        Ap = op(p)
+        alpha = rz / _dot(p, Ap)
+        x = _axpy(alpha, p, x)
+        r = _axpy(-alpha, Ap, r)
+        z = system.m_apply(*r, inverse=True)
+        rz_new = _dot(r, z)
+        p = _axpy(rz_new / rz, p, z)
+        rz = rz_new
+        its += 1
+    return x, its
+
+
+def _forcing(loss: float, y_mean_square: float, floor: float, cg_max_rtol: float, cg_min_rtol: float) -> float:
+    """Relative tolerance ``eta`` of one step's conjugate gradients (an inexact-Newton forcing term).
+
+    ``eta = min(cg_max_rtol, sqrt(||r|| / ||y||))``, at least ``cg_min_rtol``, and never tighter than what
+    takes the residual to the round-off stop ``floor``. At a zero-residual solution ``||r||`` is
+    proportional to the parameter error ``e`` (``r = J e + O(e^{3/2})``, ``J`` of full column rank), and a
+    step with a relative solve error ``eta`` leaves ``e_+ <= C e^{3/2} + kappa eta e``: the ``3/2`` rather
+    than Newton's 2 because the ReLU kinks move, a fraction ``O(e)`` of the rows changes its active set
+    by an ``O(e)`` pre-activation. ``eta ~ e^{1/2}`` therefore keeps the order ``3/2`` while far from the
+    solution a loose solve costs few products with the rows.
+    """
+    eta = min(cg_max_rtol, (loss / y_mean_square) ** 0.25) if y_mean_square > 0 else cg_max_rtol
+    if loss > floor:
+        eta = max(eta, 0.5 * np.sqrt(floor / loss))
+    return float(min(max(eta, cg_min_rtol), cg_max_rtol))
+
+
+# =========================================================================== the operator
+
+def span_block_size(n_hidden: int, n_outputs: int) -> int:
+    """Number of span coordinates ``(dW Q, db, dA, dc)``: ``k^2 + k + p k + p`` (the preconditioner's dense
+    block is the square of it)."""
+    return n_hidden * n_hidden + n_hidden + n_outputs * n_hidden + n_outputs
+
+
+class _SpanPreconditioner:
+    """The block preconditioner ``M`` (module docstring): ``S`` on the span coordinates ``(dW Q, rest)`` and
+    ``C (x) (I - Q Q^T)`` on the complement. A subclass sets ``S``, ``C``, ``Q`` (d x k), ``k`` and
+    :meth:`_rest` (the blocks after ``dW``, from the tail of a span vector)."""
+
+    #: a relative ridge on ``C`` too (a unit that is never active makes it singular)
+    _complement_ridge = True
+
+    def factor(self, mu: float):
+        """Factorise ``(1 + mu) M`` (the preconditioner of ``J^T J + mu M``)."""
+        scale = 1.0 + mu
+        # relu(t z) = t relu(z) (t > 0): scaling (w_i, b_i) by t and the unit's output weights by 1 / t leaves f
+        # unchanged, so S is singular along k directions, which J^T r never has; the relative ridge makes M
+        # invertible
+        ridge = 1e-8 * np.diag(self.S) + 1e-300
+        self._cs = linalg.cho_factor(scale * (self.S + np.diag(ridge)), check_finite=False)
+        C = self.C + np.diag(1e-8 * np.diag(self.C) + 1e-300) if self._complement_ridge else self.C
+        self._cc = linalg.cho_factor(scale * C, check_finite=False)
+
+    def m_apply(self, gW, gb, gA, gc, inverse: bool):
+        """``M v`` or ``((1 + mu) M)^{-1} v`` (after :meth:`factor`)."""
+        k, Q = self.k, self.Q
+        gV = gW @ Q
+        gperp = gW - gV @ Q.T
+        vec = np.concatenate([gV.ravel(), gb, np.ravel(gA), np.ravel(gc)])
+        if inverse:
+            sol = linalg.cho_solve(self._cs, vec, check_finite=False)
+            perp = linalg.cho_solve(self._cc, gperp, check_finite=False)
+        else:
+            sol = self.S @ vec
+            perp = self.C @ gperp
+        dW = sol[:k * k].reshape(k, k) @ Q.T + perp
+        return (dW,) + self._rest(sol)
+
+
+class _Operator(_SpanPreconditioner):
+    """``J^T J / m`` products, ``J^T U / m`` and the block preconditioner ``M`` at one point (module
+    docstring). Directions are tuples ``(dW, db, dA, dc)`` of shapes ``(k, d), (k,), (p, k), (p,)``."""
+
+    def __init__(self, W: np.ndarray, b: np.ndarray, A: np.ndarray, X: np.ndarray, Z: np.ndarray,
+                 X_op: np.ndarray, chunk_rows: int):
+        from .refine import _Model, _normal_equations
+        from .network import TwoLayerNetwork
+
+        m, k = Z.shape
+        p = A.shape[0]
+        self.m, self.k, self.p = m, k, p
+        self.X, self.A = X, A
+        self.G = (Z > 0).astype(np.float64)
+        self.H = np.maximum(Z, 0.0)
+        t = X_op.dtype
+        self.X_op, self.G_op, self.H_op, self.A_op = X_op, self.G.astype(t), self.H.astype(t), A.astype(t)
+        # the k rescaling directions (w_i, b_i, -A[:, i]): disjoint supports, so mutually orthogonal
+        self._gauge = (W, b, -A)
+        self._gauge_norm2 = np.einsum("ij,ij->i", W, W) + b * b + np.einsum("ri,ri->i", A, A)
+        self.Q = linalg.qr(W.T, mode="economic")[0]
+        # span block: the normal matrix of the same network on the projected inputs u = Q^T x
+        n_s = min(m, _SPAN_ROWS_PER_COORDINATE * span_block_size(k, p))
+        U = X[:n_s] @ self.Q
+        small = _Model(TwoLayerNetwork(W @ self.Q, b, A, np.zeros(p), "relu"),
+                       ("hidden_weights", "hidden_bias", "output_weights", "output_bias"))
+        theta = small.pack(small.net)
+        self.S = _normal_equations(small, theta, U, np.zeros((n_s, p)), np.zeros((n_s, p)), chunk_rows)[0]
+        # complement block C (x) (I - Q Q^T), C = (A^T A) * (G^T G / m)
+        self.C = (A.T @ A) * (self.G.T @ self.G) / m
+
+    def jtj(self, dW, db, dA, dc):
+        """``J^T J v / m`` in the precision of ``X_op`` (returned as float64)."""
+        t = self.X_op.dtype
+        T = self.X_op @ dW.T.astype(t)
+        T += db.astype(t)
+        T *= self.G_op
+        Jv = T @ self.A_op.T
+        Jv += self.H_op @ dA.T.astype(t)
+        Jv += np.asarray(dc, dtype=t)
+        out = self._jt(Jv, self.X_op, self.G_op, self.H_op, self.A_op)
+        return tuple(np.asarray(o, dtype=np.float64) for o in out)
+
+    def jt(self, U: np.ndarray):
+        """``J^T U / m`` (float64); ``U`` is (m, p), e.g. the residuals."""
+        return self._jt(U, self.X, self.G, self.H, self.A)
+
+    def _jt(self, U, X, G, H, A):
+        D = (U @ A) * G
+        return D.T @ X / self.m, D.sum(axis=0) / self.m, U.T @ H / self.m, U.sum(axis=0) / self.m
+
+    def project(self, dW, db, dA, dc):
+        """Remove the rescaling components of a direction. ``J^T J v`` has none in exact arithmetic; its
+        rounding errors there, which the preconditioner's ridge would amplify by about ``1e8``, are removed."""
+        gW, gb, gA = self._gauge
+        coef = (np.einsum("ij,ij->i", dW, gW) + db * gb + np.einsum("ri,ri->i", dA, gA)) / self._gauge_norm2
+        return dW - coef[:, None] * gW, db - coef * gb, dA - coef[None, :] * gA, dc
+
+    def _rest(self, sol):
+        k, p = self.k, self.p
+        kb = k * k + k
+        return sol[k * k:kb], sol[kb:kb + p * k].reshape(p, k), sol[kb + p * k:]
+
+
+def _forward(W, b, A, c, X, Y):
+    Z = X @ W.T
+    Z += b
+    R = np.maximum(Z, 0.0) @ A.T
+    R += c - Y
+    return Z, R
+
+
+def _operator_rows(X: np.ndarray, operator_bytes: int) -> np.ndarray:
+    """The rows in the operator's precision: a float32 copy when it fits ``operator_bytes`` (half the cost of
+    the ``O(m d k)`` products, within a relative ~1e-6 of them), else ``X`` itself."""
+    return X.astype(np.float32) if 4 * X.size <= operator_bytes else X
+
+
+def _flat(h, p: int) -> np.ndarray:
+    """A direction ``(dW, db, dA, dc)`` as a flat vector (``dc`` may be the scalar 0 of a solve that took no
+    conjugate-gradient step)."""
+    return np.concatenate([h[0].ravel(), h[1], h[2].ravel(), np.broadcast_to(h[3], (p,))])
+
+
+def _unpack(theta: np.ndarray, k: int, d: int, p: int):
+    kd = k * d
+    return (theta[:kd].reshape(k, d), theta[kd:kd + k], theta[kd + k:kd + k + p * k].reshape(p, k),
+            theta[kd + k + p * k:])
+
+
+@blas_threads(1)  # many small products: threads only add contention, and the bits must not depend on them
+def gauss_newton(theta0: np.ndarray, X: np.ndarray, Y: np.ndarray, shape: tuple[int, int, int], *, max_iter: int,
+                 tol: float, ftol: float, roundoff: float, chunk_rows: int, operator_bytes: int,
+                 max_cg: int = 100, deadline: float | None = None) -> dict:
+    """Matrix-free Levenberg-Marquardt on ``L = (1/m) sum_n ||R_n||^2`` (``"gn"``'s loss, twice its ``F``).
+
+    ``theta0`` stacks ``(W, b, A, c)`` as :class:`nnrecover.refine._Model` does with every block trained;
+    ``shape = (k, d, p)``. Each trial step solves ``(J^T J + mu M) h = -g`` (module docstring) to the
+    forcing term's tolerance with at most ``max_cg`` conjugate-gradient iterations, and is accepted when it
+    lowers the loss (gain ratio ``rho`` against the undamped model's decrease ``-g.h/2 + mu h.M h/2`` is
+    positive); ``mu`` then follows Nielsen's rule as in :func:`nnrecover.refine._gauss_newton`, and grows by a
+    doubling factor after a rejection. The actual decrease is evaluated from the stored residuals of both
+    points (``sum (R - R')(R + R')``), good down to steps far below ``eps L``.
+
+    Stops with ``"gn"``'s status codes: ``1`` the mean squared residual at or below ``roundoff``, ``2`` a
+    trial whose actual and predicted decreases are both at most ``ftol`` of the loss, ``3`` the step test
+    ``||h|| <= tol (||theta|| + tol)`` or ``_MAX_REJECTED`` rejections in a row (no step lowers the loss),
+    ``0`` ``max_iter`` trial steps, ``-1`` a non-finite loss at the start, ``-2`` the ``deadline``.
+
+    Returns a dict: ``theta``, ``n_iter`` (trial steps), ``n_operator`` (points at which the operator was
+    built), ``cg_iterations`` (per trial), ``losses`` (the start's and each accepted point's), ``status``,
+    ``success``, ``message``.
+    """
+    k, d, p = shape
+    m = X.shape[0]
+    theta = np.array(theta0, dtype=np.float64)
+    W, b, A, c = _unpack(theta, k, d, p)
+    Z, R = _forward(W, b, A, c, X, Y)
+    L = float(np.sum(R * R)) / m
+    y_mean_square = float(np.sum(Y * Y)) / m
+    X_op = _operator_rows(X, operator_bytes)
+    min_rtol = _CG_MIN_RTOL[X_op.dtype.type]
+    mu, nu, rejected = _MU0, 2.0, 0
+    n_iter = n_op = 0
+    cg_its: list[int] = []
+    losses = [L]
+    status, message = 0, "The maximum number of trial steps is exceeded."
+    if not np.isfinite(L):
+        return {"theta": theta, "n_iter": 0, "n_operator": 0, "cg_iterations": [], "losses": [L], "status": -1,
+                "success": False, "message": "The loss is not finite at the start."}
+    system = None
+    while True:
+        if deadline is not None and time.perf_counter() >= deadline:
+            status, message = -2, "The deadline passed (time budget spent)."
+            break
+        if L <= roundoff:
+            status, message = 1, "The residuals are at round-off."
+            break
+        if L == 0.0:
+            status, message = 1, "The residuals are exactly zero."
+            break
+        if n_iter >= max_iter:
+            break
+        if system is None:
+            system = _Operator(W, b, A, X, Z, X_op, chunk_rows)
+            g = system.jt(R)
+            n_op += 1
+        n_iter += 1
+        eta = _forcing(L, y_mean_square, roundoff, _CG_MAX_RTOL, min_rtol)
+        try:
+            h, its = _pcg(system, g, mu, eta, max_cg)
+        except linalg.LinAlgError:
+            h, its = None, 0
+        cg_its.append(its)
+        if h is None or not all(np.all(np.isfinite(x)) for x in h):
+            mu, nu, rejected = mu * nu, 2 * nu, rejected + 1
+            if rejected >= _MAX_REJECTED:
+                status, message = 3, "No step lowers the loss (the damping was raised in vain)."
+                break
+            continue
+        step = _flat(h, p)
+        h = _unpack(step, k, d, p)
+        if np.linalg.norm(step) <= tol * (np.linalg.norm(theta) + tol):
+            status, message = 3, "`xtol` termination condition is satisfied."
+            break
+        theta_new = theta + step
+        Wn, bn, An, cn = _unpack(theta_new, k, d, p)
+        Z_new, R_new = _forward(Wn, bn, An, cn, X, Y)
+        actual = float(np.sum((R - R_new) * (R + R_new))) / m
+        predicted = -_dot(g, h) + mu * _dot(h, system.m_apply(*h, inverse=False))
+        small = abs(actual) <= ftol * L and predicted <= ftol * L
+        rho = actual / predicted if predicted > 0 and np.isfinite(actual) else -np.inf
+        if rho > 0:
+            theta, W, b, A, c, Z, R = theta_new, Wn, bn, An, cn, Z_new, R_new
+            L = float(np.sum(R * R)) / m
+            losses.append(L)
+            mu = max(mu * max(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3), _MU_MIN)
+            nu, rejected, system = 2.0, 0, None
+        else:
+            mu, nu, rejected = mu * nu, 2 * nu, rejected + 1
+            if rejected >= _MAX_REJECTED and not small:
+                status, message = 3, "No step lowers the loss (the damping was raised in vain)."
+                break
+        if small:
+            status, message = 2, "`ftol` termination condition is satisfied."
+            break
+    return {"theta": theta, "n_iter": n_iter, "n_operator": n_op, "cg_iterations": cg_its, "losses": losses,
+            "status": status, "success": status > 0, "message": message}
+
+
+def subsample_solver(theta: np.ndarray, Xs: np.ndarray, shape: tuple[int, int, int], *, damping: float,
+                     rtol: float, chunk_rows: int, operator_bytes: int, max_cg: int = 100):
+    """A solver ``g -> h = -(J_m^T J_m / m + damping M)^{-1} g`` with the normal matrix of the rows ``Xs`` at
+    ``theta``, by the conjugate gradients of :func:`gauss_newton` to the relative tolerance ``rtol``: the
+    matrix-free form of the factorised subsample normal matrix of
+    :func:`nnrecover.refine._fixed_hessian_steps`. ``g`` and ``h`` are flat parameter vectors (``theta``'s
+    layout); the solver's ``g`` is the gradient of ``F = L / 2`` in ``"gn"``'s normalisation, which is
+    ``J^T r`` with the same ``1 / m`` scaling as the operator."""
+    k, d, p = shape
+    W, b, A, c = _unpack(np.asarray(theta, dtype=np.float64), k, d, p)
+    with blas_threads(1):
+        Z = Xs @ W.T + b
+        system = _Operator(W, b, A, Xs, Z, _operator_rows(Xs, operator_bytes), chunk_rows)
+
+    def solve(g: np.ndarray) -> np.ndarray:
+        gW, gb, gA, gc = _unpack(g, k, d, p)
+        with blas_threads(1):
+            h, _ = _pcg(system, (gW, gb, gA, gc), damping, rtol, max_cg)
+        return _flat(h, p)
+
+    return solve

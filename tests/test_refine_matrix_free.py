@@ -1,0 +1,205 @@
+"""The matrix-free Gauss-Newton of the shared refinement (nnrecover._matrix_free and its use by
+nnrecover.refine): its operator and preconditioner, round-off on noiseless data where the dense normal
+matrix does not fit the memory budget, label noise, and inputs that are not Gaussian."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import nnrecover as nr
+from nnrecover import _matrix_free
+from nnrecover.distributions import StandardGaussian
+from nnrecover.metrics import parameter_error
+from nnrecover.refine import BLOCKS, _Model, fit_least_squares, refine_network
+
+
+def _perturbed(net, scale, seed):
+    g = np.random.default_rng(seed)
+    out = net.copy()
+    for arr in (out.hidden_weights, out.hidden_bias, out.output_weights, out.output_bias):
+        arr += scale * g.standard_normal(arr.shape)
+    return out
+
+
+def _operator(net, X):
+    W, b, A = net.hidden_weights, net.hidden_bias, net.output_weights
+    return _matrix_free._Operator(W, b, A, X, X @ W.T + b, X, chunk_rows=4096)
+
+
+def _direction(net, seed):
+    g = np.random.default_rng(seed)
+    k, d, p = net.n_hidden, net.n_inputs, net.n_outputs
+    return g.standard_normal((k, d)), g.standard_normal(k), g.standard_normal((p, k)), g.standard_normal(p)
+
+
+def _flat(v):
+    return np.concatenate([np.ravel(x) for x in v])
+
+
+def test_operator_products_are_the_normal_matrix_and_the_gradient():
+    # the float64 operator is J^T J / m and J^T R / m of the dense Jacobian (refine._Model.jacobian, whose
+    # rows carry 1 / sqrt(m)), to round-off: the same sums in another order
+    net = nr.random_network(7, 3, 2, rng=0)
+    X = np.random.default_rng(1).standard_normal((400, 7))
+    Y = np.random.default_rng(2).standard_normal((400, 2))
+    model = _Model(net, BLOCKS)
+    theta = model.pack(net)
+    J = model.jacobian(theta, X, Y)
+    op = _operator(net, X)
+    v = _direction(net, 3)
+    dense = J.T @ (J @ _flat(v))
+    assert np.abs(_flat(op.jtj(*v)) - dense).max() < 1e-12 * np.abs(dense).max()
+    R = model.forward(theta, X, Y)[-1]
+    grad = model.loss_and_grad(theta, X, Y)[1]
+    assert np.abs(_flat(op.jt(R)) - grad).max() < 1e-12 * np.abs(grad).max()
+    # the rescaling directions (w_i, b_i, -A[:, i]) are null directions of J, and project() removes them
+    gauge = (net.hidden_weights * [[1], [0], [0]], net.hidden_bias * [1, 0, 0],
+             -net.output_weights * [1, 0, 0], np.zeros(2))
+    assert np.abs(J @ _flat(gauge)).max() < 1e-12
+    assert np.abs(_flat(op.project(*gauge))).max() < 1e-12
+    proj = op.project(*v)
+    assert abs(_flat(proj) @ _flat(gauge)) < 1e-10
+
+
+def test_preconditioner_span_block_is_the_sample_normal_matrix():
+    # M's span block is the exact normal matrix of the coordinates (dW Q, b, A, c) when it is built from every
+    # row (m <= 20 per span coordinate): for directions u, v inside the span, u.M v = u.J^T J v / m to round-off
+    net = nr.random_network(9, 3, 2, rng=4)
+    X = np.random.default_rng(5).standard_normal((300, 9))
+    op = _operator(net, X)
+    Q = op.Q
+
+    def in_span(seed):
+        dW, db, dA, dc = _direction(net, seed)
+        return dW @ Q @ Q.T, db, dA, dc
+
+    u, v = in_span(6), in_span(7)
+    exact = _flat(u) @ _flat(op.jtj(*v))
+    assert abs(_flat(u) @ _flat(op.m_apply(*v, inverse=False)) - exact) < 1e-12 * abs(exact)
+
+
+def test_preconditioner_is_close_to_the_normal_matrix_for_gaussian_rows():
+    # x ~ N(0, I): M is the expected normal matrix (exact on the span, C (x) (I - Q Q^T) on the complement), so
+    # M^{-1/2} J^T J M^{-1/2} has its eigenvalues within (1 +- O(sqrt(P / m)))^2 of 1 off the null space;
+    # P = 62 parameters and m = 20000 rows: sqrt(62 / 20000) = 0.06 and sqrt(d / m_ij) for the co-active rows
+    # (about m / 4) 0.04: every eigenvalue within [0.5, 2] leaves a margin of more than 5 such widths
+    d, k, p = 12, 3, 2
+    net = nr.random_network(d, k, p, rng=8)
+    X = np.random.default_rng(9).standard_normal((20_000, d))
+    op = _operator(net, X)
+    op.factor(0.0)
+    P = k * d + k + p * k + p
+    J = _Model(net, BLOCKS).jacobian(_Model(net, BLOCKS).pack(net), X, np.zeros((X.shape[0], p)))
+    JtJ = J.T @ J
+
+    def unflat(x):
+        return x[:k * d].reshape(k, d), x[k * d:k * d + k], x[k * d + k:k * d + k + p * k].reshape(p, k), x[-p:]
+
+    Minv = np.column_stack([_flat(op.m_apply(*unflat(e), inverse=True)) for e in np.eye(P)])
+    # eigenvalues of M^{-1} J^T J on the complement of the k rescaling directions (J^T J's null space)
+    eig = np.sort(np.linalg.eigvals(Minv @ JtJ).real)[k:]
+    assert 0.5 < eig.min() and eig.max() < 2.0
+
+
+def test_refinement_reaches_round_off_when_the_normal_matrix_exceeds_the_budget():
+    # d = 30, k = 4, p = 3: P = 139, J^T J = 154568 bytes > jacobian_memory = 100000, so the dense
+    # normal equations are out; noiseless rows determine the teacher, and Gauss-Newton by conjugate gradients
+    # reaches it to round-off (the L-BFGS fallback this replaces stops near 1e-8 here). 1e-10 leaves five
+    # orders of margin over round-off on units of norm ~1
+    d, k, p = 30, 4, 3
+    truth = nr.random_network(d, k, p, rng=0)
+    X, Y = nr.sample(truth, StandardGaussian(d), 20_000, rng=1)
+    start = _perturbed(truth, 0.05, seed=2)
+    assert parameter_error(start, truth)["max_unit_error"] > 0.1
+    P = k * d + k + p * k + p
+    assert 8 * P * P > 100_000
+    res = refine_network(start, (X, Y), jacobian_memory=100_000, rng=0)
+    assert res.method == "gn-matrix-free" and res.kept == "refined"
+    assert parameter_error(res.network, truth)["max_unit_error"] < 1e-10
+    # the optimiser alone, one run on all rows (no span stages)
+    net, info = fit_least_squares(start, X[:3000], Y[:3000], jacobian_memory=100_000)
+    assert info["method"] == "gn-matrix-free" and info["status"] == 1 and info["n_jacobian"] == 0
+    assert parameter_error(net, truth)["max_unit_error"] < 1e-10
+
+
+def test_large_networks_are_refined_matrix_free_by_default():
+    # from _MATRIX_FREE_MIN_PARAMS parameters "auto" solves matrix free even when J^T J fits (8 P^2 = 33 MB
+    # here, within the 256 MiB default); below it the dense normal equations run (as in tests/test_refine.py)
+    from nnrecover.refine import _MATRIX_FREE_MIN_PARAMS
+
+    d, k = 110, 18
+    P = k * d + k + k + 1
+    assert P >= _MATRIX_FREE_MIN_PARAMS
+    truth = nr.random_network(d, k, rng=3)
+    X, Y = nr.sample(truth, StandardGaussian(d), 4 * P, rng=4)
+    net, info = fit_least_squares(_perturbed(truth, 0.01, seed=5), X, Y)
+    assert info["method"] == "gn-matrix-free" and info["status"] == 1
+    assert parameter_error(net, truth)["max_unit_error"] < 1e-10
+
+
+def test_label_noise_stops_within_the_statistical_error_of_the_dense_path(monkeypatch):
+    # both paths minimise the same empirical loss from the same start; with label noise sigma its minimiser
+    # is off the teacher by the statistical error, about sigma sqrt(P / (n p)) per parameter (0.05 sqrt(139 /
+    # 48000) = 2.7e-3; a unit holds d + 1 + p = 34 of them, measured max unit error 5.5e-3). The ReLU kinks make
+    # the loss piecewise smooth, so two optimisers can stop at nearby points (module docstring of refine:
+    # measured 3.6e-3 apart against 1.9e-2 statistical error): the two results must be closer to each other
+    # than half the dense result's distance to the teacher, and both stages on the whole subsample must stop
+    # by their own tests, not by the step budget
+    import nnrecover.refine as refine
+
+    d, k, p = 30, 4, 3
+    truth = nr.random_network(d, k, p, rng=0)
+    X, Y = nr.sample(truth, StandardGaussian(d), 20_000, noise=0.05, rng=1)
+    start = _perturbed(truth, 0.05, seed=2)
+    monkeypatch.setattr(refine, "_MATRIX_FREE_MIN_PARAMS", 1)
+    free = refine_network(start, (X, Y), full_samples=5000, rng=0)
+    monkeypatch.setattr(refine, "_MATRIX_FREE_MIN_PARAMS", 10 ** 9)
+    dense = refine_network(start, (X, Y), full_samples=5000, rng=0)
+    assert free.method == "gn-matrix-free" and dense.method == "gn"
+    full = [st for st in free.extra["stages"] if st["stage"] == "full"]
+    assert full[-1]["status"] in (1, 2, 3) and full[-1]["n_samples_used"] == 4000
+    assert [st["stage"] for st in free.extra["stages"]][-2:] == ["full-gradient", "span"]
+    err_dense = parameter_error(dense.network, truth)["max_unit_error"]
+    assert err_dense < 10 * 0.05 * np.sqrt(139 / 48_000) * np.sqrt(d + 1 + p)
+    assert parameter_error(free.network, dense.network)["max_unit_error"] < 0.5 * err_dense
+    # the all-rows loss: no worse than the dense path's beyond its statistical resolution loss * P / n
+    assert free.train_loss_refined <= dense.train_loss_refined * (1 + 139 / 48_000)
+
+
+@pytest.mark.parametrize("law", ["uniform", "student-t"])
+def test_non_gaussian_rows_only_accept_loss_lowering_steps(law):
+    # the preconditioner is the Gaussian population normal matrix; for uniform or heavy-tailed (Student t, 3
+    # degrees of freedom, scaled to unit variance) rows it is only an approximation of J^T J: the conjugate
+    # gradients are capped (here at 4 iterations per step, so the solves stay inexact), and a step is taken
+    # only when it lowers the loss. Noiseless rows: the least-squares minimiser is still the teacher, which the
+    # loss-lowering steps reach to round-off
+    d, k, p = 20, 3, 2
+    truth = nr.random_network(d, k, p, rng=10)
+    g = np.random.default_rng(11)
+    n = 3000
+    X = (g.uniform(-np.sqrt(3), np.sqrt(3), (n, d)) if law == "uniform"
+         else g.standard_t(3, (n, d)) / np.sqrt(3))
+    Y = truth.predict(X)
+    start = _perturbed(truth, 0.05, seed=12)
+    model = _Model(start, BLOCKS)
+    out = _matrix_free.gauss_newton(model.pack(start), X, Y, (k, d, p), max_iter=100, tol=1e-15, ftol=1e-15,
+                                    roundoff=(64 * np.finfo(float).eps) ** 2 * float(np.mean(Y * Y)),
+                                    chunk_rows=4096, operator_bytes=1 << 28, max_cg=4)
+    losses = np.array(out["losses"])
+    assert np.all(np.diff(losses) < 0)
+    assert max(out["cg_iterations"]) <= 4
+    assert out["status"] == 1
+    assert parameter_error(model.network(out["theta"]), truth)["max_unit_error"] < 1e-10
+
+
+def test_deadline_stops_the_matrix_free_solver():
+    d, k, p = 30, 4, 3
+    truth = nr.random_network(d, k, p, rng=0)
+    X, Y = nr.sample(truth, StandardGaussian(d), 3000, rng=1)
+    start = _perturbed(truth, 0.05, seed=2)
+    net, info = fit_least_squares(start, X, Y, jacobian_memory=100_000, deadline=time.perf_counter())
+    assert info["method"] == "gn-matrix-free" and info["status"] == -2 and not info["success"]
+    assert net == start
