@@ -160,7 +160,11 @@ def _child(spec: dict, queue) -> None:
 
 
 class _FirstColumn:
-    """A re-iterable stream of (X, first column of Y)."""
+    """A re-iterable stream of (X, first column of Y): views of a SampleStream's chunks, which are never
+    rewritten and were checked finite by the stream (the data layer's ``fresh_chunks`` / ``finite_chunks``)."""
+
+    fresh_chunks = True
+    finite_chunks = True
 
     def __init__(self, stream):
         self.stream = stream

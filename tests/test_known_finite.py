@@ -61,3 +61,58 @@ def test_a_tuple_of_two_arrays_is_checked_as_fit_X_Y():
     # and so does scikit-learn's row-count check
     with pytest.raises(nr.errors.InputError):
         nr.learners.ExactReLULearner(2, random_state=0).fit((X, Y[:-1]))
+
+
+def test_all_finite_and_check_finite():
+    from nnrecover._validation import all_finite, check_finite
+
+    big = np.full(4, 1e308)                   # finite entries whose sum overflows: decided value by value
+    assert all_finite(big) and all_finite(np.empty((0, 3))) and all_finite(np.arange(5))
+    for bad in (np.nan, np.inf, -np.inf):
+        a = np.ones((6, 2))
+        a[4, 1] = bad
+        assert not all_finite(a)
+    a = np.ones((6, 2))
+    a[[1, 3], 0] = np.nan
+    with pytest.raises(nr.errors.InputError, match="A contains 2 NaN or infinite"):
+        check_finite(a, "A")
+
+
+class _Chunks:
+    """A re-iterable of fixed chunks that may declare them checked (``finite_chunks``)."""
+
+    def __init__(self, chunks, finite: bool):
+        self.items, self.finite_chunks = chunks, finite
+
+    def __iter__(self):
+        return iter(self.items)
+
+
+def test_sources_that_checked_their_chunks_are_not_read_again_and_others_are():
+    from nnrecover.data import _finite_chunks
+
+    X = np.random.default_rng(1).standard_normal((300, 4))
+    bad = X.copy()
+    bad[7, 2] = np.nan
+    stream = nr.sample_stream(nr.random_network(4, 2, 1, rng=0), StandardGaussian(4), 1000, rng=1)
+    assert _finite_chunks(as_data_source(stream))
+    assert not _finite_chunks(as_data_source([(X, X[:, 0])]))
+    # undeclared: every value is checked and NaN named
+    with pytest.raises(nr.errors.InputError, match="NaN"):
+        accumulate(MeanStatistic(), _Chunks([(X, X[:, 0]), (bad, bad[:, 0])], finite=False))
+    # a declared source is taken at its word for float64 chunks, but other dtypes are still converted
+    # and checked, and shapes always are
+    assert accumulate(MeanStatistic(), _Chunks([(X, X[:, 0])], finite=True)).n == 300
+    with pytest.raises(nr.errors.InputError, match="NaN"):
+        accumulate(MeanStatistic(), _Chunks([(bad.astype(np.float32), X[:, 0])], finite=True))
+    with pytest.raises(nr.errors.InputError):
+        accumulate(MeanStatistic(), _Chunks([(X[:, 0], X[:, 0])], finite=True))
+
+
+def test_a_stream_whose_teacher_overflows_is_refused():
+    # the stream checks its own blocks (its chunks are then not read again): outputs of 1e308 times a
+    # sum of two ReLUs overflow to inf on a good share of N(0, I) rows
+    net = nr.TwoLayerNetwork(np.eye(2), np.zeros(2), np.array([[1e308, 1e308]]), np.zeros(1))
+    stream = nr.sample_stream(net, StandardGaussian(2), 1000, rng=2)
+    with pytest.raises(nr.errors.InputError, match="overflow float64: Y has non-finite"):
+        accumulate(MeanStatistic(), stream)

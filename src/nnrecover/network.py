@@ -139,8 +139,13 @@ class TwoLayerNetwork:
 
     def predict(self, X) -> np.ndarray:
         """Network output: shape (n,) when there is one output, else (n, p)."""
-        out = self.hidden_activations(X) @ self.output_weights.T + self.output_bias
+        out = self._forward(as_2d_float(X, "X", n_features=self.n_inputs))
         return out[:, 0] if self.n_outputs == 1 else out
+
+    def _forward(self, X: np.ndarray) -> np.ndarray:
+        """Outputs ``(n, p)`` of rows the caller has already checked (finite float64, ``n_inputs`` columns):
+        :meth:`predict` without its validation, for the library's own passes over such rows."""
+        return self.activation(X @ self.hidden_weights.T + self.hidden_bias) @ self.output_weights.T + self.output_bias
 
     __call__ = predict
 

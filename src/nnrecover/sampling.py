@@ -17,7 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ._validation import check_positive_int, check_random_state, check_real
+from ._validation import all_finite, check_positive_int, check_random_state, check_real
 from .distributions import Distribution
 from .errors import InputError
 from .network import TwoLayerNetwork
@@ -98,16 +98,19 @@ class SampleStream:
             gen = np.random.default_rng(np.random.SeedSequence(self.entropy, spawn_key=(j,)))
             # a block is drawn and labelled whole even when only rows[first:] are wanted: its random
             # stream fixes its rows, and the teacher's products round alike only on the same rows
-            X = self.distribution.sample(rows, gen, antithetic=self.antithetic)
+            X = np.asarray(self.distribution.sample(rows, gen, antithetic=self.antithetic), dtype=np.float64)
             with np.errstate(over="ignore", invalid="ignore"):
-                Y = self.network.predict(X)
+                # the rows are checked below (with the teacher's outputs), so predict's own check is skipped
+                Y = self.network._forward(X)
+                if self.network.n_outputs == 1:
+                    Y = Y[:, 0]
                 if self.noise > 0:
                     Y = Y + self.noise * gen.standard_normal(Y.shape)
             if first:
                 X, Y = X[first:], Y[first:]
-            if not (np.all(np.isfinite(X)) and np.all(np.isfinite(Y))):
+            if not (all_finite(X) and all_finite(Y)):
                 raise InputError(
-                    f"the samples overflow float64: {'X' if not np.all(np.isfinite(X)) else 'Y'} has non-finite "
+                    f"the samples overflow float64: {'X' if not all_finite(X) else 'Y'} has non-finite "
                     f"values in block {j} (teacher {self.network!r}, noise={self.noise:g}, input law "
                     f"{self.distribution!r}); lower the teacher's weights, biases or activation exponent, the noise "
                     "or the input scale.")

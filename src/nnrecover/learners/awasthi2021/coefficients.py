@@ -939,9 +939,16 @@ class _Prefix:
     """The first ``n`` rows of a data source, as a re-iterable of ``(X, Y)`` chunks (a stream is generated
     only as far as they go); ``chunk_rows=None``: the source's own chunks."""
 
+    #: its chunks are slices of the source's validated chunks (:func:`nnrecover.data._finite_chunks`)
+    finite_chunks = True
+
     def __init__(self, source, n: int, chunk_rows: int | None):
+        from ...data import _fresh_chunks
+
         self.source, self.n = source, int(n)
         self.chunk_rows = None if chunk_rows is None else int(chunk_rows)
+        # slices of fresh chunks are fresh (a pass reading ahead need not copy them)
+        self.fresh_chunks = _fresh_chunks(source)
 
     def __iter__(self):
         have = 0

@@ -118,8 +118,14 @@ def algorithm5(data: Any, n_hidden: int, *, order: int | str = "auto", threshold
 class _RowsSource:
     """The even (``parity = 0``) or odd rows of every chunk of a source (re-iterable)."""
 
+    #: its chunks are slices of the source's validated chunks (:func:`nnrecover.data._finite_chunks`)
+    finite_chunks = True
+
     def __init__(self, source, parity: int):
+        from ...data import _fresh_chunks
+
         self.source, self.parity = source, parity
+        self.fresh_chunks = _fresh_chunks(source)
 
     def __iter__(self):
         for X, Y in self.source.chunks():

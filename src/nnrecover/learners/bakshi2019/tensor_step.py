@@ -145,6 +145,8 @@ class _Tail:
         self.n_inputs, self.n_outputs = info.n_inputs, info.n_outputs
         # rows of a source whose chunks are never rewritten stay so here: a pass need not copy them
         self.fresh_chunks = _fresh_chunks(source)
+        # rows of a validated pass, not read again for finiteness (a transform's output is checked)
+        self.finite_chunks = transform is None
         if transform is not None and info.n_inputs is not None and info.n_outputs is not None:
             Xo, Yo = transform(np.zeros((1, info.n_inputs)), np.zeros((1, info.n_outputs)))
             self.n_inputs, self.n_outputs = Xo.shape[1], Yo.shape[1]
