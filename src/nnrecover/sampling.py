@@ -8,15 +8,19 @@ re-slices them into chunks, so for the same seed every chunk size gives the same
 after it, so ``X`` does not depend on ``noise`` and ``Y`` depends on it linearly (same seed).
 
 Memory of a stream: one block and one chunk at a time, ``O((block_rows + chunk_size) (d + p))`` floats,
-at most 64 MiB per block by default, whatever ``n``.
+at most 64 MiB per block by default, whatever ``n``; with several cores the next blocks' random numbers
+are drawn ahead in worker threads (at most ``STREAM_WORKERS`` blocks more), with the same values.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections import deque
 from typing import Iterator
 
 import numpy as np
 
+from ._threads import effective_n_jobs
 from ._validation import all_finite, check_positive_int, check_random_state, check_real
 from .distributions import Distribution
 from .errors import InputError
@@ -29,6 +33,9 @@ BLOCK_ROWS = 1 << 16
 #: floats of one generated block at most (64 MiB): at d = 1000, 65536 rows would be 0.5 GB per block,
 #: and a pass reading ahead holds several
 BLOCK_VALUES = 1 << 23
+#: worker threads drawing blocks ahead at most (each holds one block; fewer on fewer cores, one under
+#: threadpool_limits(1), see nnrecover._threads.effective_n_jobs)
+STREAM_WORKERS = 2
 
 
 def block_rows(n_inputs: int, n_outputs: int) -> int:
@@ -55,7 +62,9 @@ class SampleStream:
     Iterating twice yields the same data (multi-pass algorithms rely on it). ``len()`` is the number
     of chunks; ``n_samples``, ``n_inputs`` and ``n_outputs`` describe the whole stream. Every chunk has
     ``chunk_size`` rows except possibly the last. Memory at any time is
-    O((block_rows + chunk_size) * (d + p)) (:func:`block_rows`). Build it with :func:`sample_stream`.
+    O((block_rows + chunk_size) * (d + p)) (:func:`block_rows`): the block in use and, with several
+    cores, up to ``STREAM_WORKERS`` blocks whose random numbers are drawn ahead in worker threads (the
+    same values as one thread). Build it with :func:`sample_stream`.
 
     Chunks may be views into an internal block: they stay valid, but writing into one writes into
     nothing else the stream will yield.
@@ -90,22 +99,61 @@ class SampleStream:
         return SampleStream(self.network, self.distribution, self.n_samples - start, self.chunk_size, self.noise,
                             self.entropy, self.antithetic, start=self._start + start)
 
+    def _draw(self, j: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """The inputs of block ``j`` and its label noise (``None`` without noise), from the block's own
+        generator: blocks share no state, so several can be drawn at once in any order."""
+        rows = min(self.block_rows, self._end - j * self.block_rows)
+        gen = np.random.default_rng(np.random.SeedSequence(self.entropy, spawn_key=(j,)))
+        # a block is drawn whole even when only rows[first:] are wanted: its random stream fixes its rows
+        X = np.asarray(self.distribution.sample(rows, gen, antithetic=self.antithetic), dtype=np.float64)
+        noise = None
+        if self.noise > 0:  # drawn after X from the same generator (the teacher's outputs draw nothing)
+            noise = gen.standard_normal(rows if self.network.n_outputs == 1 else (rows, self.network.n_outputs))
+        return X, noise
+
+    def _draws(self, blocks: range) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        """:meth:`_draw` of ``blocks`` in order. With more than one core the draws run ahead in worker
+        threads (the generators release the GIL), at most ``workers`` blocks ahead: the random numbers are
+        most of a stream's cost, and each block's come from its own generator, so the values are the same
+        for any number of workers."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        workers = min(effective_n_jobs(None), STREAM_WORKERS, len(blocks))
+        if workers <= 1:
+            yield from map(self._draw, blocks)
+            return
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nnrecover-stream")
+        ahead: deque = deque()
+        it = iter(blocks)
+        try:
+            for j in itertools.islice(it, workers):
+                ahead.append(pool.submit(self._draw, j))
+            while ahead:
+                yield ahead.popleft().result()
+                # the next draw starts once the consumer is done with this block: at most `workers` blocks
+                # are drawn while it waits, and `workers - 1` while it works
+                j = next(it, None)
+                if j is not None:
+                    ahead.append(pool.submit(self._draw, j))
+        finally:
+            # also when the consumer stops early (a prefix of the stream): drop the draws not started
+            for fut in ahead:
+                fut.cancel()
+            pool.shutdown(wait=True)
+
     def _blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         size = self.block_rows
-        for j in range(self._start // size, -(-self._end // size)):
+        blocks = range(self._start // size, -(-self._end // size))
+        for j, (X, noise) in zip(blocks, self._draws(blocks)):
             first = max(self._start - j * size, 0)
-            rows = min(size, self._end - j * size)
-            gen = np.random.default_rng(np.random.SeedSequence(self.entropy, spawn_key=(j,)))
-            # a block is drawn and labelled whole even when only rows[first:] are wanted: its random
-            # stream fixes its rows, and the teacher's products round alike only on the same rows
-            X = np.asarray(self.distribution.sample(rows, gen, antithetic=self.antithetic), dtype=np.float64)
             with np.errstate(over="ignore", invalid="ignore"):
-                # the rows are checked below (with the teacher's outputs), so predict's own check is skipped
+                # the teacher labels the whole block (its products round alike only on the same rows); the
+                # rows are checked below with its outputs, so predict's own check is skipped
                 Y = self.network._forward(X)
                 if self.network.n_outputs == 1:
                     Y = Y[:, 0]
-                if self.noise > 0:
-                    Y = Y + self.noise * gen.standard_normal(Y.shape)
+                if noise is not None:
+                    Y = Y + self.noise * noise
             if first:
                 X, Y = X[first:], Y[first:]
             if not (all_finite(X) and all_finite(Y)):
