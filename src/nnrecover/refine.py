@@ -72,8 +72,9 @@ those hold at least three times ``m_c = max(5 P / p, 20 d)`` rows, by the same `
 less and, on noiseless data, already reaches round-off), and otherwise by a span polish on the subsample;
 then steps with that subsample's ``J^T J`` and the gradient of ALL rows (``O(N d k)`` each; their fixed
 point is the least-squares fit of all rows, :func:`_fixed_hessian_steps`), and a last span polish in the
-span of the corrected rows (:func:`_span_then_full`). Before the all-rows stages the training rows are
-read only to check that a fit is at round-off on every row (one ``O(N d k)`` loss pass per check).
+span of the corrected rows (:func:`_span_then_full`); these two all-rows stages stop when a step gains
+less than ``_ALL_ROWS_FTOL = 1e-9`` of the loss, far below its statistical resolution ``loss P / N``.
+Before the all-rows stages the training rows are read only to check that a fit is at round-off on every row (one ``O(N d k)`` loss pass per check).
 Noiseless data: round-off as with ``span=False``. Label noise (measured, d = 40, k = 4, sigma = 0.1, 1.6e5
 training rows, ``full_samples = 20000``): max unit error
 6.6e-3 in 2.5 s against 6.3e-3 in 5.6 s with ``span=False``, one ``"gn"`` run on all rows.
@@ -85,19 +86,23 @@ matrix of Gaussian inputs (the exact sample normal matrix of the ``k^2 + k + p k
 ``(dW Q, b, A, c)`` and ``C (x) (I - Q Q^T)``, ``C = (A^T A) * (G^T G / m)``, on the complement of the span
 of the hidden rows), so the conjugate gradients need a number of steps set by the ratio of rows to parameters,
 not by ``d``. It replaces L-BFGS where ``J^T J`` does not fit ``jacobian_memory`` (L-BFGS stops near 1e-8
-relative error; this reaches round-off on noiseless data), and runs by default from
-``_MATRIX_FREE_MIN_PARAMS = 2000`` parameters. Measured (one BLAS thread, CPU seconds of ``fit_least_squares``
-on the coarse stage's ``max(5 P / p, 20 d)`` noiseless rows from 2e-2 off the teacher, at most 10 trial
-steps, ``p = k``; dense / matrix free): d = 50, k = 10 (P = 620) 0.031 / 0.019 s; d = 100, k = 10 (P =
-1120) 0.13 / 0.032 s; d = 60, k = 20 (P = 1640) 0.24 / 0.11 s; d = 200, k = 10 (P = 2120) 0.72 / 0.086 s;
-d = 100, k = 20 (P = 2440) 0.75 / 0.15 s; d = 150, k = 20 (P = 3440) 2.0 / 0.24 s; d = 200, k = 20
-(P = 4440) 4.1 / 0.29 s (the dense runs stop at the 10-step cap near 1e-10, the matrix-free ones reach
-round-off in 6-7 steps). Below about 2000 parameters the dense stages cost a fraction of a second, and with
-label noise the dense path's whole refinement measured faster (d = 100, k = 10, sigma = 0.05, 2e5 rows:
-4.0 s against 5.4 s, the matrix-free fixed-Hessian steps ending where the last span stage took 50 trial
-steps instead of 4), so the threshold keeps the d = 100, k = 10 fits on the dense path; from it on the
-dense ``O(m P^2)`` passes and ``O(P^3)`` factorisations dominate (d = 200, k = 20, the same noise: 54 s
-against 31 s).
+relative error; this reaches round-off on noiseless data: d = 30, k = 4, p = 3 under a 100 kB budget,
+max unit error 7e-15 against 6e-9; d = 300, k = 20, p = 20 (P = 6420, J^T J 330 MB), NoisyReLULearner's
+complete fit 3.6 s and max unit error 7.3e-15, against 10.6 s and 4.7e-9 with L-BFGS), and runs by default from ``_MATRIX_FREE_MIN_PARAMS = 1000``
+parameters. Measured (one BLAS thread, CPU seconds; dense / matrix free). The coarse stage alone
+(``fit_least_squares`` on ``max(5 P / p, 20 d)`` noiseless rows from 2e-2 off the teacher, at most 10
+trial steps, ``p = k``): d = 10, k = 5 (P = 85) 0.002 / 0.007 s; d = 40, k = 5 (P = 235) 0.007 / 0.010;
+d = 30, k = 10 (P = 420) 0.014 / 0.015; d = 50, k = 10 (P = 620) 0.032 / 0.020; d = 100, k = 10 (P = 1120)
+0.13 / 0.034; d = 200, k = 10 (P = 2120) 0.72 / 0.086; d = 100, k = 20 (P = 2440) 0.75 / 0.15; d = 150,
+k = 20 (P = 3440) 2.0 / 0.24; d = 200, k = 20 (P = 4440) 4.1 / 0.29 (the dense runs of the three largest
+stop at the 10-step cap near 1e-10, the matrix-free ones reach round-off in 6-7 steps). The whole
+refinement with label noise (sigma = 0.05, 2e5 rows, ``refine_network`` defaults): d = 50, k = 10 1.33 /
+1.05 s; d = 100, k = 10 4.0 / 2.0 s; d = 200, k = 20 42 / 9.6 s, the same statistical error (max unit
+error 1.73e-3 / 1.71e-3 and 2.35e-3 / 2.30e-3). Complete noiseless fits at d = 100, k = 10 (N = 1e6,
+``benchmarks/bench_complete_fit.py``'s data): NoisyReLULearner 0.99-1.04 / 0.89-0.90 s, PureNeuronLearner
+1.23-1.26 / 1.15-1.21 s; at d = 200, k = 20: 7.1 / 2.5 s and 8.3 / 4.4 s, peak memory 591 MB / 128 and
+88 MB. The crossover is near P = 500; the threshold leaves a factor 2 of margin, where the dense stages cost
+hundredths of a second.
 
 Non-smooth losses. The empirical loss of a ReLU network has kinks where a row crosses
 ``w_i.x + b_i = 0``; with label noise, optimisers from different starts can stop at different local
@@ -163,14 +168,23 @@ _COARSE_RESIDUALS_PER_PARAMETER = 5
 _COARSE_ROWS_PER_INPUT = 20
 #: relative-reduction test of the full-space stage on the subsample (see _span_then_full)
 _SUBSAMPLE_FTOL = 1e-9
+#: relative-reduction test of the stages on all N training rows (the fixed-Hessian steps and the last span
+#: stage), which run only when no fit is at round-off on every row (label noise): the statistical error of N
+#: rows moves the loss by about loss * P / N (3e-3 at P = 4420, N = 1.6e6 residuals), and a step that gains
+#: less than 1e-9 of the loss changes the parameters by at most sqrt(1e-9 N) of their statistical error
+#: (1.3% at N = 1.6e5 rows). With tol (1e-15) alone these stages creep on through the ReLU kinks: d = 200,
+#: k = 20, sigma = 0.05, 1.6e5 rows, 47-62 trial steps of the last span stage (12-21 s) against 6-9 with this
+#: test, for held-out losses that differ by less than 3e-8 of themselves
+_ALL_ROWS_FTOL = _SUBSAMPLE_FTOL
 #: trial steps of the coarse stage: Gauss-Newton's quadratic phase from a provable start reaches round-off
 #: on noiseless data in about five; with label noise (kinks, a nonzero residual) its steps slow down, and
 #: the stage on all the subsample's rows takes over
 _COARSE_STEPS = 10
 #: parameters from which ``"auto"`` solves the full-space normal equations matrix free
-#: (:func:`_matrix_free_choice`) even when ``J^T J`` fits ``jacobian_memory``: see the module docstring,
-#: "Matrix free", for the measurement that sets it
-_MATRIX_FREE_MIN_PARAMS = 2000
+#: (:func:`_matrix_free_choice`) even when ``J^T J`` fits ``jacobian_memory``: the two solvers cost the same
+#: near P = 500 (below, the dense one's P^3 is smaller than the conjugate gradients' per-step overhead), and
+#: 1000 leaves a factor 2 of margin; see the module docstring, "Matrix free", for the measurements
+_MATRIX_FREE_MIN_PARAMS = 1000
 
 
 # =========================================================================== results
@@ -1124,7 +1138,8 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
 
 
 def _span_stage(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, method: str, max_iter, tol: float,
-                train: tuple[str, ...], jacobian_memory: int) -> tuple[TwoLayerNetwork, dict]:
+                train: tuple[str, ...], jacobian_memory: int, ftol: float | None = None
+                ) -> tuple[TwoLayerNetwork, dict]:
     """Least squares over networks whose hidden rows stay in the span of ``network``'s hidden rows.
 
     With ``Q`` (d x k) an orthonormal basis of that span (QR of ``W^T``), ``W = V Q^T`` and ``W x = V z``
@@ -1138,7 +1153,7 @@ def _span_stage(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, metho
                             network.activation)
     t0 = time.perf_counter()
     fitted, info = fit_least_squares(small, X @ Q, Y, method=method, max_iter=max_iter, tol=tol, train=train,
-                                     jacobian_memory=jacobian_memory)
+                                     jacobian_memory=jacobian_memory, ftol=ftol)
     out = TwoLayerNetwork(fitted.hidden_weights @ Q.T, fitted.hidden_bias, fitted.output_weights,
                           fitted.output_bias, network.activation)
     info = dict(info, stage="span", time=time.perf_counter() - t0,
@@ -1148,8 +1163,8 @@ def _span_stage(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, metho
 
 def _fixed_hessian_steps(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.ndarray, Xs: np.ndarray,
                          Ys: np.ndarray, *, max_steps: int, tol: float, chunk_rows: int,
-                         matrix_free: bool = False, operator_bytes: int = _JACOBIAN_MEMORY
-                         ) -> tuple[np.ndarray, dict]:
+                         matrix_free: bool = False, operator_bytes: int = _JACOBIAN_MEMORY,
+                         ftol: float = 0.0) -> tuple[np.ndarray, dict]:
     """Newton-type steps with ``J^T J`` of the subsample ``(Xs, Ys)`` and the gradient ``J^T r`` of all rows.
 
     ``h = -(H_m + lambda D)^{-1} g_N``: the gradient over all ``N`` rows costs ``O(N d k)``
@@ -1158,8 +1173,8 @@ def _fixed_hessian_steps(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.
     (so the statistical error is that of ``N`` rows, not ``m``), reached linearly at the rate
     ``||I - H_m^{-1} H_N|| ~ sqrt(P / m)`` (subsampled Newton). A step that does not lower the loss of all
     rows is halved (at most 4 times; past the statistical noise floor the ReLU kinks make longer searches
-    useless); the loop stops when the step is below ``tol (||theta|| + tol)``, the loss stops falling, or
-    after ``max_steps`` steps.
+    useless); the loop stops when the step is below ``tol (||theta|| + tol)``, a step lowers the loss by at
+    most ``max(ftol, tol)`` of it, no step lowers it, or after ``max_steps`` steps.
 
     ``matrix_free``: ``H_m`` is never formed; each step solves ``(H_m + lambda M) h = -g_N`` by the
     preconditioned conjugate gradients of :mod:`nnrecover._matrix_free` (``O(m d k)`` per iteration) to the
@@ -1203,7 +1218,7 @@ def _fixed_hessian_steps(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.
             message = "no step lowers the loss of all rows."
             break
         theta = theta + h
-        done = np.linalg.norm(h) <= tol * (np.linalg.norm(theta) + tol) or F - F_new <= tol * F
+        done = np.linalg.norm(h) <= tol * (np.linalg.norm(theta) + tol) or F - F_new <= max(ftol, tol) * F
         F, g = F_new, g_new
         if done:
             message = "the step or the loss decrease is below tol."
@@ -1385,7 +1400,8 @@ def _span_then_full(network: TwoLayerNetwork, data: _TrainingRows, *, method: st
         model = _Model(current, train)
         theta, info = _fixed_hessian_steps(model, model.pack(current), X, Y, Xs, Ys, max_steps=_FULL_GRADIENT_STEPS,
                                            tol=tol, chunk_rows=_chunk_rows(jacobian_memory, model)[0],
-                                           matrix_free=matrix_free, operator_bytes=jacobian_memory)
+                                           matrix_free=matrix_free, operator_bytes=jacobian_memory,
+                                           ftol=_ALL_ROWS_FTOL)
         stage_start = mean_squared_loss(current, X, Y)
         current = model.network(theta)
         stages.append(dict(info, stage="full-gradient", method=_MATRIX_FREE_METHOD if matrix_free else "gn",
@@ -1395,7 +1411,7 @@ def _span_then_full(network: TwoLayerNetwork, data: _TrainingRows, *, method: st
     if "stopped" not in stages[-1]:
         X, Y = data.arrays()
         current, info = _span_stage(current, X, Y, method=method, max_iter=max_iter, tol=tol, train=train,
-                                    jacobian_memory=jacobian_memory)
+                                    jacobian_memory=jacobian_memory, ftol=_ALL_ROWS_FTOL)
         stages.append(info)
     last = stages[-1]
     if "stopped" not in last:
