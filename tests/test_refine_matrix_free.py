@@ -126,18 +126,30 @@ def test_refinement_reaches_round_off_when_the_normal_matrix_exceeds_the_budget(
     assert parameter_error(net, truth)["max_unit_error"] < 1e-10
 
 
-def test_large_networks_are_refined_matrix_free_by_default():
-    # from _MATRIX_FREE_MIN_PARAMS parameters "auto" solves matrix free even when J^T J fits (8 P^2 = 33 MB
-    # here, within the 256 MiB default); below it the dense normal equations run (as in tests/test_refine.py)
+def test_large_networks_are_refined_matrix_free_by_default_without_a_normal_matrix():
+    # from _MATRIX_FREE_MIN_PARAMS parameters "auto" solves matrix free even when J^T J fits the budget (P =
+    # 4041: 8 P^2 = 131 MB, within the 256 MiB default); below it the dense normal equations run (as in
+    # tests/test_refine.py). Nothing P x P is formed: the solver holds the rows in float32 (13 MB), a few
+    # (m, k) arrays (2.6 MB each) and the span block (8 * 441^2 = 1.6 MB), so its peak stays below half of
+    # one P x P matrix, which a normal matrix would exceed by itself
+    import tracemalloc
+
     from nnrecover.refine import _MATRIX_FREE_MIN_PARAMS
 
-    d, k = 110, 18
+    d, k = 200, 20
     P = k * d + k + k + 1
-    assert P >= _MATRIX_FREE_MIN_PARAMS
+    assert P >= _MATRIX_FREE_MIN_PARAMS and 8 * P * P < 1 << 28
     truth = nr.random_network(d, k, rng=3)
     X, Y = nr.sample(truth, StandardGaussian(d), 4 * P, rng=4)
-    net, info = fit_least_squares(_perturbed(truth, 0.01, seed=5), X, Y)
+    start = _perturbed(truth, 0.01, seed=5)
+    tracemalloc.start()
+    try:
+        net, info = fit_least_squares(start, X, Y)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
     assert info["method"] == "gn-matrix-free" and info["status"] == 1
+    assert peak < 4 * P * P
     assert parameter_error(net, truth)["max_unit_error"] < 1e-10
 
 

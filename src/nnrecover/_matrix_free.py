@@ -37,6 +37,15 @@ itself as the scaling matrix, ``(J^T J + mu M) h = -g`` (Marquardt's scaling wit
 of a diagonal), the conjugate-gradient tolerance follows an inexact-Newton forcing term (:func:`_forcing`),
 and the products with ``J^T J`` run in float32 while the residual and the gradient, which fix the
 solution, stay float64 (see :mod:`nnrecover.learners.awasthi2021.scale` for the measurements behind both).
+
+Memory: ``G``, ``H`` and the residuals (``O(m (k + p))`` doubles, with float32 copies of ``G`` and ``H``), the
+rows in float32 when ``4 m d`` bytes fit the caller's budget (else the float64 rows themselves), and the span
+block, ``8 (k^2 + k + p k + p)^2`` bytes (5.6 MB at ``k = p = 20``); never ``P x P``.
+
+:func:`gauss_newton` is the method ``"gn-matrix-free"`` of :func:`nnrecover.refine.fit_least_squares`,
+:func:`subsample_solver` the solves of its fixed-Hessian steps; the one-output polish of
+:mod:`nnrecover.learners.awasthi2021.scale` shares :func:`_pcg`, :func:`_forcing` and
+:class:`_SpanPreconditioner`.
 """
 
 from __future__ import annotations
