@@ -74,35 +74,35 @@ then steps with that subsample's ``J^T J`` and the gradient of ALL rows (``O(N d
 point is the least-squares fit of all rows, :func:`_fixed_hessian_steps`), and a last span polish in the
 span of the corrected rows (:func:`_span_then_full`); these two all-rows stages stop when a step gains
 less than ``_ALL_ROWS_FTOL = 1e-9`` of the loss, far below its statistical resolution ``loss P / N``.
-Before the all-rows stages the training rows are read only to check that a fit is at round-off on every row (one ``O(N d k)`` loss pass per check).
+Before the all-rows stages the training rows are read only to check that a fit is at round-off on every
+row (one ``O(N d k)`` loss pass per check).
 Noiseless data: round-off as with ``span=False``. Label noise (measured, d = 40, k = 4, sigma = 0.1, 1.6e5
 training rows, ``full_samples = 20000``): max unit error
 6.6e-3 in 2.5 s against 6.3e-3 in 5.6 s with ``span=False``, one ``"gn"`` run on all rows.
 
-Matrix free (:mod:`nnrecover._matrix_free`). The same Levenberg-Marquardt iteration with the normal
-equations solved by preconditioned conjugate gradients: a product with ``J^T J`` is two ``O(m d k)``
-products with the rows, nothing ``P x P`` is formed, and the preconditioner is the population normal
-matrix of Gaussian inputs (the exact sample normal matrix of the ``k^2 + k + p k + p`` span coordinates
-``(dW Q, b, A, c)`` and ``C (x) (I - Q Q^T)``, ``C = (A^T A) * (G^T G / m)``, on the complement of the span
-of the hidden rows), so the conjugate gradients need a number of steps set by the ratio of rows to parameters,
-not by ``d``. It replaces L-BFGS where ``J^T J`` does not fit ``jacobian_memory`` (L-BFGS stops near 1e-8
-relative error; this reaches round-off on noiseless data: d = 30, k = 4, p = 3 under a 100 kB budget,
-max unit error 7e-15 against 6e-9; d = 300, k = 20, p = 20 (P = 6420, J^T J 330 MB), NoisyReLULearner's
-complete fit 3.6 s and max unit error 7.3e-15, against 10.6 s and 4.7e-9 with L-BFGS), and runs by default from ``_MATRIX_FREE_MIN_PARAMS = 1000``
+Matrix free (:mod:`nnrecover._matrix_free`). The same Levenberg-Marquardt iteration with the normal equations
+solved by preconditioned conjugate gradients: a product with ``J^T J`` is two ``O(m d k)`` products with the
+rows, nothing ``P x P`` is formed, and the preconditioner is the population normal matrix of Gaussian inputs
+(the exact sample normal matrix of the ``k^2 + k + p k + p`` span coordinates ``(dW Q, b, A, c)`` and ``C (x)
+(I - Q Q^T)``, ``C = (A^T A) * (G^T G / m)``, on the complement of the span of the hidden rows), so the
+conjugate gradients need a number of steps set by the ratio of rows to parameters, not by ``d``. It replaces
+L-BFGS where ``J^T J`` does not fit ``jacobian_memory`` (L-BFGS stops near 1e-8 relative error; this reaches
+round-off on noiseless data: d = 30, k = 4, p = 3 under a 100 kB budget, max unit error 7e-15 against 6e-9; d
+= 300, k = 20, p = 20 (P = 6420, J^T J 330 MB), NoisyReLULearner's complete fit 3.6 s and max unit error
+7.3e-15, against 10.6 s and 4.7e-9 with L-BFGS), and runs by default from ``_MATRIX_FREE_MIN_PARAMS = 1000``
 parameters. Measured (one BLAS thread, CPU seconds; dense / matrix free). The coarse stage alone
-(``fit_least_squares`` on ``max(5 P / p, 20 d)`` noiseless rows from 2e-2 off the teacher, at most 10
-trial steps, ``p = k``): d = 10, k = 5 (P = 85) 0.002 / 0.007 s; d = 40, k = 5 (P = 235) 0.007 / 0.010;
-d = 30, k = 10 (P = 420) 0.014 / 0.015; d = 50, k = 10 (P = 620) 0.032 / 0.020; d = 100, k = 10 (P = 1120)
-0.13 / 0.034; d = 200, k = 10 (P = 2120) 0.72 / 0.086; d = 100, k = 20 (P = 2440) 0.75 / 0.15; d = 150,
-k = 20 (P = 3440) 2.0 / 0.24; d = 200, k = 20 (P = 4440) 4.1 / 0.29 (the dense runs of the three largest
-stop at the 10-step cap near 1e-10, the matrix-free ones reach round-off in 6-7 steps). The whole
-refinement with label noise (sigma = 0.05, 2e5 rows, ``refine_network`` defaults): d = 50, k = 10 1.33 /
-1.05 s; d = 100, k = 10 4.0 / 2.0 s; d = 200, k = 20 42 / 9.6 s, the same statistical error (max unit
-error 1.73e-3 / 1.71e-3 and 2.35e-3 / 2.30e-3). Complete noiseless fits at d = 100, k = 10 (N = 1e6,
-``benchmarks/bench_complete_fit.py``'s data): NoisyReLULearner 0.99-1.04 / 0.89-0.90 s, PureNeuronLearner
-1.23-1.26 / 1.15-1.21 s; at d = 200, k = 20: 7.1 / 2.5 s and 8.3 / 4.4 s, peak memory 591 MB / 128 and
-88 MB. The crossover is near P = 500; the threshold leaves a factor 2 of margin, where the dense stages cost
-hundredths of a second.
+(``fit_least_squares`` on ``max(5 P / p, 20 d)`` noiseless rows from 2e-2 off the teacher, at most 10 trial
+steps, ``p = k``): d = 10, k = 5 (P = 85) 0.002 / 0.007 s; d = 40, k = 5 (P = 235) 0.007 / 0.010; d = 30, k =
+10 (P = 420) 0.014 / 0.015; d = 50, k = 10 (P = 620) 0.032 / 0.020; d = 100, k = 10 (P = 1120) 0.13 / 0.034; d
+= 200, k = 10 (P = 2120) 0.72 / 0.086; d = 100, k = 20 (P = 2440) 0.75 / 0.15; d = 150, k = 20 (P = 3440) 2.0
+/ 0.24; d = 200, k = 20 (P = 4440) 4.1 / 0.29 (the dense runs of the three largest stop at the 10-step cap
+near 1e-10, the matrix-free ones reach round-off in 6-7 steps). The whole refinement with label noise (sigma =
+0.05, 2e5 rows, ``refine_network`` defaults): d = 50, k = 10 1.33 / 1.05 s; d = 100, k = 10 4.0 / 2.0 s; d =
+200, k = 20 42 / 9.6 s, the same statistical error (max unit error 1.73e-3 / 1.71e-3 and 2.35e-3 / 2.30e-3).
+Complete noiseless fits at d = 100, k = 10 (N = 1e6, ``benchmarks/bench_complete_fit.py``'s data):
+NoisyReLULearner 0.99-1.04 / 0.89-0.90 s, PureNeuronLearner 1.23-1.26 / 1.15-1.21 s; at d = 200, k = 20: 7.1 /
+2.5 s and 8.3 / 4.4 s, peak memory 591 MB / 128 and 88 MB. The crossover is near P = 500; the threshold leaves
+a factor 2 of margin, where the dense stages cost hundredths of a second.
 
 Non-smooth losses. The empirical loss of a ReLU network has kinks where a row crosses
 ``w_i.x + b_i = 0``; with label noise, optimisers from different starts can stop at different local
@@ -1002,7 +1002,9 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
     jacobian_memory : int, default 256 MiB
         Bytes allowed for the dense Jacobian of ``lm``/``trf``: only the first ``jacobian_memory // (8 p
         P)`` rows are used by them. ``gn`` uses all rows and keeps one chunk of at most
-        ``min(jacobian_memory, 8 MiB)``; ``"auto"`` needs ``J^T J`` (``8 P^2`` bytes) to fit it.
+        ``min(jacobian_memory, 8 MiB)``; ``"auto"`` runs the dense ``"gn"`` only when ``J^T J`` (``8 P^2``
+        bytes) fits it, and the matrix-free one when its span block (``8 (k^2 + k + p k + p)^2`` bytes)
+        does; the latter keeps a float32 copy of the rows when ``4 N d`` bytes fit it.
     deadline : float, optional
         A ``time.perf_counter()`` value. ``"gn"`` and ``"lbfgs"`` stop at their first check after it
         (before each pass over the rows) and return the best iterate so far with ``status = -2`` and
@@ -1442,7 +1444,8 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
         :class:`nnrecover.SampleStream`), a one-pass iterator, or a ``DataSource``.
     method : {"auto", "lm", "trf", "lbfgs", "gn", "lm+gn"}, default "auto"
         See the module docstring. ``"auto"`` runs ``"gn"`` (Levenberg-Marquardt on the normal equations,
-        all ``max_samples`` rows whatever their number, round-off accurate on noiseless data); ``"lm"``
+        all ``max_samples`` rows whatever their number, round-off accurate on noiseless data; solved matrix
+        free for large networks, ``"gn-matrix-free"``); ``"lm"``
         (MINPACK on the dense Jacobian) uses at most the rows its Jacobian budget holds.
     max_samples : int, default 200_000
         At most this many rows are gathered (uniformly at random, :func:`gather_samples`).
@@ -1459,7 +1462,8 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
         Which of ``hidden_weights``, ``hidden_bias``, ``output_weights``, ``output_bias`` to optimise.
     jacobian_memory : int, default 256 MiB
         Memory budget of the dense Jacobian (``lm``/``trf``; they use only the rows that fit), of one
-        chunk of ``gn`` and of its normal matrix (see :func:`fit_least_squares`).
+        chunk of ``gn`` and of its normal matrix, or of the matrix-free solver's preconditioner (see
+        :func:`fit_least_squares`).
     span : bool, default True
         With ``"auto"`` or ``"gn"``, trained hidden weights and fewer hidden units than inputs, polish in
         the full space on at most ``full_samples`` evenly strided training rows (first on a coarse part of
