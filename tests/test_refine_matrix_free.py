@@ -207,6 +207,14 @@ def test_non_gaussian_rows_only_accept_loss_lowering_steps(law):
     assert max(out["cg_iterations"]) <= 4
     assert out["status"] == 1
     assert parameter_error(model.network(out["theta"]), truth)["max_unit_error"] < 1e-10
+    # the whole refinement on such rows, under a budget that rules out J^T J (as in the Gaussian test above)
+    d, k, p = 30, 4, 3
+    truth = nr.random_network(d, k, p, rng=0)
+    X = (g.uniform(-np.sqrt(3), np.sqrt(3), (20_000, d)) if law == "uniform"
+         else g.standard_t(3, (20_000, d)) / np.sqrt(3))
+    res = refine_network(_perturbed(truth, 0.05, seed=2), (X, truth.predict(X)), jacobian_memory=100_000, rng=0)
+    assert res.method == "gn-matrix-free" and res.kept == "refined"
+    assert parameter_error(res.network, truth)["max_unit_error"] < 1e-10
 
 
 def test_deadline_stops_the_matrix_free_solver():
