@@ -511,7 +511,7 @@ def test_span_first_leaves_an_exact_start_alone_and_never_allocates_a_normal_mat
     assert res.extra["stages"] == [] and res.n_iter == 0 and "round-off" in res.message
     np.testing.assert_array_equal(res.network.hidden_weights, truth.hidden_weights)
     # a budget below J^T J of the full space (P = 66 with the output bias frozen: 8 P^2 = 34848 bytes) but
-    # above the span stage's (P = 20), and a frozen block (the matrix-free solver needs every block trained):
+    # above the span stage's (P = 15), and a frozen block (the matrix-free solver needs every block trained):
     # the full-space stage runs L-BFGS and the all-rows fixed-Hessian steps are skipped
     Xn, Yn = nr.sample(truth, StandardGaussian(20), 6000, noise=0.05, rng=98)
     start = _perturbed(truth, 1e-2, seed=97)
