@@ -65,7 +65,7 @@ Span first (:func:`refine_network`, ``span=True``, with ``"auto"``/``"gn"`` and 
 ``"gn"`` costs ``O(N (k d)^2)``, i.e. ``k^2`` passes of ``X^T X``. The hidden rows of a good start nearly
 span the true rows, so the polish runs first in that span: ``W = V Q^T`` with ``Q`` (d x k) an
 orthonormal basis of the start's rows, the rows projected once (``z = Q^T x``, ``O(N d k)``), then
-``k^2 + 2 k + p (k + 1)`` parameters at ``O(N k^4)`` per pass. The part of the true rows outside that
+``k^2 + k + p (k + 1)`` parameters at ``O(N k^4)`` per pass. The part of the true rows outside that
 span is removed by a full-space ``"gn"`` on at most ``full_samples`` evenly strided rows, preceded, when
 those hold at least three times ``m_c = max(5 P / p, 20 d)`` rows, by the same ``"gn"`` on an evenly strided
 ``m_c`` of them (at most 10 trial steps, which does the passes far from the answer at a third of the cost or
@@ -1146,7 +1146,7 @@ def _span_stage(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, metho
 
     With ``Q`` (d x k) an orthonormal basis of that span (QR of ``W^T``), ``W = V Q^T`` and ``W x = V z``
     with ``z = Q^T x``: the rows are projected once (``O(N d k)``) and the problem is the same one in ``k``
-    inputs, ``k^2 + 2 k + p (k + 1)`` parameters instead of ``k d + ...``, so one Gauss-Newton pass costs
+    inputs, ``k^2 + k + p (k + 1)`` parameters instead of ``k d + ...``, so one Gauss-Newton pass costs
     ``O(N k^4)`` instead of ``O(N k^2 d^2)``.
     """
     W = network.hidden_weights
