@@ -175,6 +175,45 @@ def test_gather_samples_memory_is_bounded():
     assert peak < 16e6
 
 
+def test_a_stream_is_gathered_into_its_output_only():
+    # a stream of known size: the rows are chosen from their keys first, then copied from one pass, so
+    # the peak is the output (60000 x 31 doubles = 14.9 MB), the stream's blocks (2^16 rows x 31 = 16.3 MB
+    # each: the one read and up to STREAM_WORKERS drawn ahead) and the keys (2^16-key blocks, a few MB):
+    # a one-pass iterator of the same chunks holds up to twice the output and concatenates it. Same rows
+    # either way
+    truth = nr.random_network(30, 2, rng=52)
+    stream = nr.sample_stream(truth, StandardGaussian(30), 300_000, rng=53)
+    tracemalloc.start()
+    try:
+        X, Y, seen = gather_samples(stream, 60_000, rng=1)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert seen == 300_000 and X.shape == (60_000, 30)
+    out = X.nbytes + Y.nbytes
+    assert peak < out + 60e6, f"peak {peak / 1e6:.1f} MB"
+    Xi, Yi, _ = gather_samples(iter(list(stream)), 60_000, rng=1)
+    np.testing.assert_array_equal(X, Xi)
+    np.testing.assert_array_equal(Y, Yi)
+
+
+def test_refine_network_bounds_the_rows_it_copies_from_a_stream(monkeypatch):
+    import nnrecover.refine as refine
+
+    truth = nr.random_network(20, 2, rng=54)
+    stream = nr.sample_stream(truth, StandardGaussian(20), 50_000, rng=55)
+    start = _perturbed(truth, 0.05, seed=56)
+    monkeypatch.setattr(refine, "GATHER_MEMORY", 8 * 21 * 10_000)  # 10000 rows of 20 inputs and 1 output
+    res = refine_network(start, stream, rng=3)
+    assert res.n_samples_used + res.n_holdout == 10_000
+    # arrays are read by index, not copied whole: the default rows there, and an explicit max_samples always
+    X, Y = stream.to_arrays()
+    arr = refine_network(start, (X, Y), rng=3)
+    assert arr.n_samples_used + arr.n_holdout == 50_000
+    assert refine_network(start, stream, max_samples=30_000, rng=3).n_holdout == 6_000
+    assert parameter_error(res.network, truth)["max_unit_error"] < 1e-10
+
+
 def test_refine_same_result_for_arrays_stream_and_dask():
     truth = nr.random_network(4, 2, rng=60, bias_range=(-0.3, 0.3))
     stream = nr.sample_stream(truth, StandardGaussian(4), 6000, chunk_size=1500, rng=61)

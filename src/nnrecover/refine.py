@@ -137,6 +137,7 @@ import numpy as np
 from scipy import optimize
 
 from . import _matrix_free
+from ._threads import blas_threads
 from ._validation import as_2d_float, as_targets, check_positive_int, check_random_state
 from .errors import InputError
 from .network import TwoLayerNetwork
@@ -180,6 +181,10 @@ _ALL_ROWS_FTOL = _SUBSAMPLE_FTOL
 #: on noiseless data in about five; with label noise (kinks, a nonzero residual) its steps slow down, and
 #: the stage on all the subsample's rows takes over
 _COARSE_STEPS = 10
+#: rows :func:`refine_network` gathers by default
+DEFAULT_MAX_SAMPLES = 200_000
+#: bytes of gathered rows :func:`refine_network` holds by default when they are copies (a source read in chunks)
+GATHER_MEMORY = 1 << 29
 #: parameters from which ``"auto"`` solves the full-space normal equations matrix free
 #: (:func:`_matrix_free_choice`) even when ``J^T J`` fits ``jacobian_memory``: the two solvers cost the same
 #: near P = 500 (below, the dense one's P^3 is smaller than the conjugate gradients' per-step overhead), and
@@ -300,6 +305,8 @@ def gather_samples(data: Any, max_samples: int = 200_000, *, rng=None, chunk_siz
     source.require_targets("refinement")
     if source.supports_take_rows and source.n_samples is not None:
         return _gather_rows_by_keys(source, max_samples, gen)
+    if source.n_samples is not None and source.info.reiterable:
+        return _gather_chosen_rows(source, max_samples, gen, chunk_size)
     # chunks are collected and pruned to the max_samples smallest keys only when twice that many are
     # held: O(N) copying in all (concatenating at every chunk would copy O(N^2 / chunk) rows)
     parts: list = []
@@ -349,12 +356,49 @@ def gather_samples(data: Any, max_samples: int = 200_000, *, rng=None, chunk_siz
 def _gather_rows_by_keys(source, max_samples: int, gen: np.random.Generator) -> tuple[np.ndarray, np.ndarray, int]:
     """:func:`gather_samples` for sources that read given rows (numpy arrays, memory maps, dask arrays):
     the same keys, drawn in row order from ``gen`` (so the same rows as the chunk pass), chosen in
-    blocks of 2^20 keys; then only the chosen rows are read (on a dask cluster: gathered on the workers
-    and sent to the client). Memory: the output and ``O(max_samples + 2^20)`` keys, instead of the
-    chunk pass's up to ``2 max_samples`` held rows and their concatenation."""
+    blocks of at most 2^20 keys (:func:`_chosen_rows`); then only the chosen rows are read (on a dask
+    cluster: gathered on the workers and sent to the client). Memory: the output and ``O(max_samples)``
+    keys, instead of the chunk pass's up to ``2 max_samples`` held rows and their concatenation."""
     rows, n = _chosen_rows(source, max_samples, gen)
     X, Y = source.take_rows(rows)
     return X, Y, n
+
+
+def _gather_chosen_rows(source, max_samples: int, gen: np.random.Generator, chunk_size: int | None
+                        ) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`gather_samples` for a re-iterable source of known size read in chunks (a stream): the rows
+    are chosen first (:func:`_chosen_rows`: the same keys, hence the same rows, as the chunk pass) and
+    copied from one pass into the output, which is all the memory it takes (the chunk pass holds up to
+    ``2 max_samples`` rows and their concatenation: 8.7 GB at d = 1000 for 200000 rows)."""
+    rows, n = _chosen_rows(source, max_samples, gen)
+    (X, Y), = _read_sorted_rows(source, [rows], n, chunk_size)
+    return X, Y, n
+
+
+def _read_sorted_rows(source, row_sets: list[np.ndarray], n: int, chunk_size: int | None = None
+                      ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(X, Y)`` of each sorted array of row indices in ``row_sets``, from one pass over ``source`` (which
+    must give ``n`` rows)."""
+    out: list = [None] * len(row_sets)
+    pos = [0] * len(row_sets)
+    seen = 0
+    for Xc, Yc in source.chunks(chunk_size=chunk_size, progress=False):
+        if Yc.shape[1] == 0:
+            raise InputError("refinement needs targets Y; the data have none.")
+        m = Xc.shape[0]
+        for i, rows in enumerate(row_sets):
+            if out[i] is None:
+                out[i] = (np.empty((rows.size, Xc.shape[1])), np.empty((rows.size, Yc.shape[1])))
+            end = int(np.searchsorted(rows, seen + m))
+            if end > pos[i]:
+                at = rows[pos[i]:end] - seen
+                out[i][0][pos[i]:end], out[i][1][pos[i]:end] = Xc[at], Yc[at]
+            pos[i] = end
+        seen += m
+    if seen != n:
+        raise InputError(f"the data source announced {n} rows but gave {seen}; it must give the same rows on "
+                         "every pass.")
+    return out
 
 
 def _chosen_rows(source, max_samples: int, gen: np.random.Generator) -> tuple[np.ndarray, int]:
@@ -364,8 +408,11 @@ def _chosen_rows(source, max_samples: int, gen: np.random.Generator) -> tuple[np
         raise InputError("the data are empty: refinement needs samples (X, Y).")
     best_keys = np.empty(0)
     best_idx = np.empty(0, dtype=np.int64)
-    for start in range(0, n, 1 << 20):
-        keys = gen.random(min(1 << 20, n - start))
+    # keys in blocks of about max_samples (the same keys for any block size: one sequence of draws), so that
+    # the keys held stay O(max_samples)
+    block = min(1 << 20, max(1 << 16, max_samples))
+    for start in range(0, n, block):
+        keys = gen.random(min(block, n - start))
         best_keys = np.concatenate([best_keys, keys])
         best_idx = np.concatenate([best_idx, np.arange(start, start + keys.size, dtype=np.int64)])
         if best_keys.size > max_samples:
@@ -972,6 +1019,7 @@ def _minpack_lm(model: _Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarray,
     return res.x[:P].copy(), int(res.nfev), int(res.status), str(res.message), bool(res.success)
 
 
+@blas_threads(1)  # a public heavy entry point: many small products, bits independent of the thread count
 def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", max_iter: int | None = None,
                       tol: float = 1e-15, train: Sequence[str] = BLOCKS,
                       jacobian_memory: int = _JACOBIAN_MEMORY,
@@ -1429,7 +1477,8 @@ def _span_then_full(network: TwoLayerNetwork, data: _TrainingRows, *, method: st
     return current, summary
 
 
-def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto", max_samples: int = 200_000,
+@blas_threads(1)  # a public heavy entry point: many small products, bits independent of the thread count
+def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto", max_samples: int | None = None,
                    holdout_fraction: float = 0.2, validation_data: Any = None, max_iter: int | None = None,
                    tol: float = 1e-15, train: Sequence[str] = BLOCKS, jacobian_memory: int = _JACOBIAN_MEMORY,
                    span: bool = True, full_samples: int = 20_000, rng=None) -> RefineResult:
@@ -1447,8 +1496,10 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
         all ``max_samples`` rows whatever their number, round-off accurate on noiseless data; solved matrix
         free for large networks, ``"gn-matrix-free"``); ``"lm"``
         (MINPACK on the dense Jacobian) uses at most the rows its Jacobian budget holds.
-    max_samples : int, default 200_000
-        At most this many rows are gathered (uniformly at random, :func:`gather_samples`).
+    max_samples : int, optional
+        At most this many rows are gathered (uniformly at random, :func:`gather_samples`). Default: 200000,
+        and from a source read in chunks (a stream, a list of chunks), whose gathered rows are copies, at
+        most the rows that fit ``GATHER_MEMORY`` (512 MiB: 63900 rows at d = 1000, p = 50).
     holdout_fraction : float in [0, 1), default 0.2
         Share of the gathered rows held out for the start-vs-refined comparison (ignored when
         ``validation_data`` is given). With 0 the comparison uses the training loss.
@@ -1498,12 +1549,19 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
     from .data import as_data_source
 
     source = as_data_source(data)
+    if max_samples is None:
+        max_samples = DEFAULT_MAX_SAMPLES
+        width = (source.n_inputs or 0) + (source.n_outputs or 0)
+        if not source.supports_take_rows and width:
+            max_samples = max(1, min(max_samples, GATHER_MEMORY // (8 * width)))
+    max_samples = check_positive_int(max_samples, "max_samples")
     rows = None
-    if validation_data is None and source.supports_take_rows and source.n_samples is not None:
+    by_index = source.supports_take_rows
+    if validation_data is None and source.n_samples is not None and (by_index or source.info.reiterable):
         # the same rows as gather_samples, but the training and held-out parts are read from the data
-        # directly: no gathered copy of all rows next to its two parts
+        # directly (by index, or in one pass of a stream): no gathered copy of all rows next to its two parts
         source.require_targets("refinement")
-        rows, n_seen = _chosen_rows(source, check_positive_int(max_samples, "max_samples"), gen)
+        rows, n_seen = _chosen_rows(source, max_samples, gen)
         n_rows = rows.size
     else:
         X, Y, n_seen = gather_samples(source, max_samples, rng=gen)
@@ -1525,6 +1583,10 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
         hold, tr = np.sort(perm[:n_hold]), np.sort(perm[n_hold:])
         if rows is None:
             Xv, Yv, Xt, Yt = X[hold], Y[hold], X[tr], Y[tr]
+        elif not by_index:
+            (Xt, Yt), (Xv, Yv) = _read_sorted_rows(source, [rows[tr], rows[hold]], n_seen)
+            Xt, Yt = _check_xy(Xt, Yt, network, "data")
+            rows = None
         else:
             # the training rows are read when a stage needs them (the span path on noiseless data: only its
             # subsample and chunked losses), the held-out rows after the optimisation
