@@ -228,5 +228,4 @@ def test_an_overflow_in_a_block_drawn_ahead_is_reported(monkeypatch):
     net = nr.TwoLayerNetwork(np.eye(2), np.zeros(2), np.array([[1e308, 1e308]]), np.zeros(1))
     stream = nr.sample_stream(net, StandardGaussian(2), 3 * BLOCK_ROWS, rng=2)
     with pytest.raises(InputError, match="overflow float64"):
-        for _ in stream:
-            pass
+        list(stream)
