@@ -1326,7 +1326,8 @@ class _TrainingRows:
         totals, yy = np.zeros(len(networks)), 0.0
         for Xc, Yc in self._chunks():
             for j, net in enumerate(networks):
-                F = net.predict(Xc).reshape(Yc.shape)
+                # the rows were validated by take_rows and their columns checked against the network
+                F = net._forward(Xc).reshape(Yc.shape)
                 totals[j] += float(np.sum((F - Yc) ** 2))
             if self._msy is None:
                 yy += float(np.sum(Yc * Yc))
