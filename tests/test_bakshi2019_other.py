@@ -522,3 +522,27 @@ def test_algorithm8_noisy_candidates_gaussian_sketch():
     assert np.linalg.norm(Y - res.network.predict(X)) / np.linalg.norm(E) < 1.0
     ev, _, signs = _aligned_errors(res.hidden_weights, res.output_weights, net)
     assert np.all(signs > 0) and ev < 0.3
+
+
+def test_noisy_pipeline_on_a_stream_projects_the_algorithm6_rows_and_equals_the_arrays_fit():
+    # the rows of a stream are read again after the tensor step and kept only as T = X̄ V^T; Algorithm 6's
+    # signs and both regressions depend on X̄ through T alone, so the stream's fit is the arrays' fit up to
+    # the rounding of X̄ V^T computed chunk by chunk instead of at once (a few ulps of T)
+    from nnrecover.learners.bakshi2019 import noisy_pipeline
+    from nnrecover.learners.bakshi2019.noisy import _projected_rows
+
+    net = nr.random_network(12, 3, 4, rng=21).canonical()
+    stream = nr.sample_stream(net, GAUSS(12), 60_000, noise=0.05, chunk_size=7_000, rng=22)
+    X, Y = stream.to_arrays()
+    for regression in ("all", "sign"):
+        a = noisy_pipeline(X, Y, 3, regression=regression, rng=3)
+        s = noisy_pipeline(stream, None, 3, regression=regression, rng=3)
+        np.testing.assert_array_equal(a.diagnostics["signs"]["signs"], s.diagnostics["signs"]["signs"])
+        np.testing.assert_allclose(s.network.hidden_weights, a.network.hidden_weights, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(s.network.output_weights, a.network.output_weights, rtol=0, atol=1e-10)
+    V = nr.random_network(12, 3, rng=23).hidden_weights
+    T, Yb = _projected_rows(nr.data.as_data_source(stream), 15_000, V)
+    np.testing.assert_allclose(T, X[:15_000] @ V.T, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(Yb, Y[:15_000])
+    with pytest.raises(InputError, match="n_sign"):
+        _projected_rows(nr.data.as_data_source(stream), 70_000, V)

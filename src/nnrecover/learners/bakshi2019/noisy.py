@@ -60,8 +60,13 @@ def algorithm6(V_approx: Any, X_bar: Any, Y_bar: Any, *, activation: Any = "relu
     act = check_rectified(activation, what="Algorithm 6")
     X_bar, Y_bar = check_samples(X_bar, Y_bar, name_x="X_bar", name_y="Y_bar")
     V = check_hidden_estimate(V_approx, None, X_bar.shape[1])
+    return _algorithm6_projected(V, X_bar @ V.T, Y_bar, act)
+
+
+def _algorithm6_projected(V: np.ndarray, T: np.ndarray, Y_bar: np.ndarray, act) -> tuple[np.ndarray, dict]:
+    """:func:`algorithm6` from the projections ``T = X̄ V^T`` (ℓ, k) of the samples on the unit rows ``V``:
+    the signs depend on the samples through ``T`` alone."""
     k = V.shape[0]
-    T = X_bar @ V.T                            # (ℓ, k)
     # every S_{i,±} is a set of 2k - 1 of the 2k columns F = [f(V X̄), f(-V X̄)]: with one thin QR F = Q R,
     # span(S) = Q span(R_S). With W = Q^T Ā^T and Q_S an orthonormal basis of the columns R_S of R, the
     # residual energy splits (Pythagoras) into the part outside span(F) and the part inside it,
@@ -157,6 +162,24 @@ class OutputRegressionStatistic(Statistic):
                    "condition": float(np.linalg.cond(self._hh)), "rank": rank}
 
 
+def _projected_rows(source, ell: int, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``X̄ V^T`` and ``Ȳ`` of the first ``ell`` rows of ``source``, from a pass over those rows only."""
+    T, Yb, have = np.empty((ell, V.shape[0])), None, 0
+    for X, Y in source.chunks(progress=False):
+        take = min(ell - have, X.shape[0])
+        if Yb is None:
+            Yb = np.empty((ell, Y.shape[1]))
+        T[have:have + take] = X[:take] @ V.T
+        Yb[have:have + take] = Y[:take]
+        have += take
+        if have >= ell:
+            break
+    if have < ell:
+        raise InputError(f"the data have {have} rows but n_sign={ell} are reserved for Algorithm 6; pass more "
+                         "samples or a smaller n_sign.")
+    return T, Yb
+
+
 def regression_output_weights(V: Any, X: Any, Y: Any = None, *, activation: Any = "relu",
                               chunk_size: int | None = None) -> tuple[np.ndarray, dict]:
     """Lemma 20: ``U = argmin_U ||U f(V X) - A||_F`` from any data source (streamed normal equations)."""
@@ -207,19 +230,30 @@ def noisy_pipeline(X: Any, Y: Any = None, n_hidden: int | None = None, *, activa
     if ell < 1:
         raise InputError(f"the noisy pipeline needs rows for Algorithm 6's sign step and for the tensor step; "
                          f"got n_samples = {n} (at least max(4 d, 100) + 1 are needed); pass more samples.")
-    Xb, Yb = split_refinement(source, ell, name="n_sign", purpose="Algorithm 6")
-    scale = float(np.max(np.linalg.norm(Yb, axis=1)))   # Remark 5: 1 / max column norm of A
-    scale = 1.0 / scale if scale > 0 else 1.0
+    # Algorithm 6 and the "sign" regression see the ℓ rows X̄ only through T = X̄ V^T: rows in memory are
+    # viewed (arrays) or gathered (dask) before the tensor step; the rows of a stream or of chunks are read
+    # again after it and projected chunk by chunk (ℓ (k + m) values held, not ℓ (d + m): 0.8 GB at d = 1000)
+    held = source.kind == "arrays" or getattr(source, "is_dask", False)
+    if held:
+        Xb, Yb = split_refinement(source, ell, name="n_sign", purpose="Algorithm 6")
+    elif n is not None and n < ell:
+        raise InputError(f"the data have {n} rows but n_sign={ell} are reserved for Algorithm 6; pass more "
+                         "samples or a smaller n_sign.")
     approx = approximate_hidden_weights(source, None, k, activation=act, order=order, span=span,
                                         control_variates=control_variates, whiten=whiten, skip=ell,
                                         n_draws=n_draws, decomposition=decomposition, chunk_size=chunk_size,
                                         rng=gen)
-    V, sdiag = algorithm6(approx.hidden_weights, Xb, Yb * scale, activation=act)
+    V0 = check_hidden_estimate(approx.hidden_weights, None, d)
+    T, Yb = (Xb @ V0.T, Yb) if held else _projected_rows(source, ell, V0)
+    scale = float(np.max(np.linalg.norm(Yb, axis=1)))   # Remark 5: 1 / max column norm of A
+    scale = 1.0 / scale if scale > 0 else 1.0
+    V, sdiag = _algorithm6_projected(V0, T, Yb * scale, act)
     if regression == "all":
         stat = accumulate(OutputRegressionStatistic(V, act), _tail(source, 0, None, chunk_size),
                           chunk_size=chunk_size)
     else:
-        stat = OutputRegressionStatistic(V, act).update(Xb, Yb)
+        # f(V X̄) with V = diag(signs) V0 is f(T diag(signs))
+        stat = OutputRegressionStatistic(np.diag(sdiag["signs"]), act).update(T, Yb)
     U, rdiag = stat.finalize()
     diagnostics = {"approximate": approx.diagnostics, "signs": sdiag, "scale": scale, "n_sign": ell,
                    "residual": rdiag["residual"], "regression_condition": rdiag["condition"],
