@@ -118,7 +118,8 @@ class SampleStream:
         for any number of workers."""
         from concurrent.futures import ThreadPoolExecutor
 
-        workers = min(effective_n_jobs(None), STREAM_WORKERS, len(blocks))
+        # (one block, the common case of small samples, needs no worker and not the thread-count query)
+        workers = 1 if len(blocks) <= 1 else min(effective_n_jobs(None), STREAM_WORKERS, len(blocks))
         if workers <= 1:
             yield from map(self._draw, blocks)
             return
