@@ -18,6 +18,15 @@ from nnrecover.refine import (BLOCKS, RefineResult, _Model, _normal_equations, f
                               gather_samples, mean_squared_loss, refine_network)
 
 
+def _traced_peak(call):
+    """``(call(), peak bytes traced by tracemalloc during the call)``."""
+    tracemalloc.start()
+    try:
+        return call(), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def _perturbed(net, radius, seed):
     """``net`` with every block moved by a random vector of norm ``radius``."""
     g = np.random.default_rng(seed)
@@ -165,12 +174,7 @@ def test_gather_samples_memory_is_bounded():
     # 65536 rows (3 MB): the peak must stay far below the size of the data
     truth = nr.random_network(5, 2, rng=50)
     stream = nr.sample_stream(truth, StandardGaussian(5), 1_000_000, chunk_size=8192, rng=51)
-    tracemalloc.start()
-    try:
-        X, _, seen = gather_samples(stream, 2000, rng=0)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    (X, _, seen), peak = _traced_peak(lambda: gather_samples(stream, 2000, rng=0))
     assert seen == 1_000_000 and X.shape == (2000, 5)
     assert peak < 16e6
 
@@ -183,12 +187,7 @@ def test_a_stream_is_gathered_into_its_output_only():
     # either way
     truth = nr.random_network(30, 2, rng=52)
     stream = nr.sample_stream(truth, StandardGaussian(30), 300_000, rng=53)
-    tracemalloc.start()
-    try:
-        X, Y, seen = gather_samples(stream, 60_000, rng=1)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    (X, Y, seen), peak = _traced_peak(lambda: gather_samples(stream, 60_000, rng=1))
     assert seen == 300_000 and X.shape == (60_000, 30)
     out = X.nbytes + Y.nbytes
     assert peak < out + 60e6, f"peak {peak / 1e6:.1f} MB"
@@ -573,12 +572,7 @@ def test_gather_samples_reads_only_the_chosen_rows_of_an_array():
     Y = rng.standard_normal((100_000, 3))
     chunks = [(X[i:i + 7000], Y[i:i + 7000]) for i in range(0, X.shape[0], 7000)]
     Xc, Yc, seen_c = gather_samples(chunks, 10_000, rng=5)
-    tracemalloc.start()
-    try:
-        Xa, Ya, seen_a = gather_samples((X, Y), 10_000, rng=5)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    (Xa, Ya, seen_a), peak = _traced_peak(lambda: gather_samples((X, Y), 10_000, rng=5))
     np.testing.assert_array_equal(Xa, Xc)
     np.testing.assert_array_equal(Ya, Yc)
     assert seen_a == seen_c == 100_000
@@ -640,12 +634,7 @@ def test_span_first_on_noiseless_arrays_never_holds_all_training_rows():
     truth = nr.random_network(50, 3, rng=21)
     X, Y = nr.sample(truth, StandardGaussian(50), 100_000, rng=22)
     start = _perturbed(truth, 1e-2, seed=23)
-    tracemalloc.start()
-    try:
-        res = refine_network(start, (X, Y), max_samples=50_000, full_samples=5000, rng=0)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    res, peak = _traced_peak(lambda: refine_network(start, (X, Y), max_samples=50_000, full_samples=5000, rng=0))
     assert res.extra["stages"][-1].get("stopped") == "fits all rows to round-off"
     assert parameter_error(res.network, truth)["max_unit_error"] < 1e-10
     assert res.n_samples_used == 40_000 and peak < 16e6
@@ -702,11 +691,6 @@ def test_gn_keeps_no_parameter_square_matrix_across_a_normal_equation_pass():
     start = _perturbed(truth, 0.05, seed=13)
     P = 10 * 102 + 10 + 1
     fit_least_squares(start, X, Y, method="gn")  # first call: imports and caches outside the measurement
-    tracemalloc.start()
-    try:
-        net, info = fit_least_squares(start, X, Y, method="gn")
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    (net, info), peak = _traced_peak(lambda: fit_least_squares(start, X, Y, method="gn"))
     assert info["success"] and parameter_error(net, truth)["max_unit_error"] < 1e-9
     assert peak < 5 * 8 * P * P
