@@ -196,6 +196,21 @@ def test_a_stream_is_gathered_into_its_output_only():
     np.testing.assert_array_equal(Y, Yi)
 
 
+def test_a_source_that_gives_fewer_rows_than_it_announces_is_refused():
+    # rows are chosen from the announced size before the pass that copies them: a source that then gives
+    # fewer rows would leave chosen rows unread
+    X = np.random.default_rng(57).standard_normal((800, 3))
+
+    class Short:
+        n_samples, n_inputs, n_outputs = 1000, 3, 1
+
+        def __iter__(self):
+            return iter([(X[:400], X[:400, :1]), (X[400:], X[400:, :1])])
+
+    with pytest.raises(InputError, match="announced 1000 rows but gave 800"):
+        gather_samples(Short(), 500, rng=0)
+
+
 def test_refine_network_bounds_the_rows_it_copies_from_a_stream(monkeypatch):
     import nnrecover.refine as refine
 
