@@ -482,6 +482,8 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
         # x' P alone, O(n d k)
         Mp = None if (P is None or span_scale is not None) else np.hstack([P, cv_lin.T])
         cv_q = None if span_scale is None else cv_mean @ Qout
+        PT = None if P is None else np.ascontiguousarray(P.T)
+        QoutT = None if Qout is None else np.ascontiguousarray(Qout.T)
         z_scale = None if span_scale is None else (span_scale if control_variates else np.zeros_like(span_scale))
 
         def fn(Xc, Yc):
@@ -489,8 +491,14 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
                 Xc, Yc = _noise_fn(noise_seed)(Xc, Yc)
             Xw = Xc if L is None else Xc @ L
             if z_scale is not None:
-                Z = Xw @ P
-                return Z, Yc @ Qout - cv_q - Z * z_scale
+                # computed as P^T X'^T, Q^T Y^T: the rows come back with samples in columns (F-ordered
+                # views), the layout of the moment sums (moments.hermite._raw_sums), and the thin product
+                # is cheaper in this orientation (0.126 against 0.144 s per 1e6 rows at d = 100, k = 10)
+                ZT = PT @ Xw.T
+                RT = QoutT @ Yc.T
+                RT -= cv_q[:, None]
+                RT -= ZT * z_scale[:, None]
+                return ZT.T, RT.T
             if Mp is None:
                 R = Yc - cv_mean - Xw @ cv_lin.T
                 return Xw, (R if Qout is None else R @ Qout)
@@ -576,20 +584,25 @@ class _InputMoments(Statistic):
 
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
         n, d = X.shape
+        m = Y.shape[1]
         rows = min(n, max(64, _L2_BLOCK_BYTES // (8 * max(d, 1))))
         ones, sq = np.ones(rows), np.empty((rows, d))
-        sx, s2, s4 = np.zeros(d), np.zeros(d), np.zeros(d)
-        yx = np.zeros((Y.shape[1], d))
+        s2, s4 = np.zeros(d), np.zeros(d)
+        # [Y, 1]^T X holds E[y x^T] and E[x] in one product (no read of the block of its own for E[x])
+        Y1 = np.empty((n, m + 1))
+        Y1[:, :m] = Y
+        Y1[:, m] = 1.0
+        y1x = np.zeros((m + 1, d))
         for start in range(0, n, rows):
-            Xb, Yb = X[start:start + rows], Y[start:start + rows]
+            Xb = X[start:start + rows]
             nb = Xb.shape[0]
-            yx += Yb.T @ Xb
-            sx += ones[:nb] @ Xb
+            y1x += Y1[start:start + rows].T @ Xb
             x2 = np.multiply(Xb, Xb, out=sq[:nb])
             s2 += ones[:nb] @ x2
-            s4 += np.einsum("ij,ij->j", x2, x2)
+            x2 *= x2
+            s4 += ones[:nb] @ x2
         Xs = X if self.stride == 1 else np.ascontiguousarray(X[::self.stride])
-        parts = (sx, np.einsum("ij->j", Y), yx, Xs.T @ Xs, s2, s4)
+        parts = (y1x[m], np.einsum("ij->j", Y), y1x[:m], Xs.T @ Xs, s2, s4)
         if self._sx is None:
             for name, part in zip(self._names, parts):
                 setattr(self, name, part)
