@@ -556,6 +556,23 @@ def test_span_first_reaches_round_off_and_records_its_stages():
         refine_network(start, (X, Y), full_samples=0)
 
 
+def test_span_first_subsample_holds_five_residuals_per_parameter_whatever_full_samples():
+    # one output, P = 67: full_samples = 200 rows are fewer than 4 P residuals, where "auto" would run L-BFGS
+    # on them (5000 iterations at d = 300, k = 20); the subsample is widened to every 14th of the 4800
+    # training rows, 343 >= 5 P, and the full-space stage runs Gauss-Newton to round-off
+    truth = nr.random_network(20, 3, rng=95, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3))
+    X, Y = nr.sample(truth, StandardGaussian(20), 6000, rng=96)
+    start = _perturbed(truth, 1e-2, seed=97)
+    res = refine_network(start, (X, Y), full_samples=200, rng=0)
+    stages = res.extra["stages"]
+    assert [(st["stage"], st["n_samples_used"]) for st in stages] == [("span", 343), ("full", 343)]
+    assert stages[1]["method"] == "gn" and stages[-1].get("stopped") == "fits all rows to round-off"
+    assert parameter_error(res.network, truth)["max_unit_error"] < 1e-10
+    # fewer training rows than 5 P: all of them
+    few = refine_network(start, (X[:400], Y[:400]), full_samples=200, rng=0)
+    assert few.extra["stages"][0]["n_samples_used"] == few.n_samples_used == 320
+
+
 def test_span_first_leaves_an_exact_start_alone_and_never_allocates_a_normal_matrix_beyond_the_budget():
     truth = nr.random_network(20, 3, rng=95, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3))
     X, Y = nr.sample(truth, StandardGaussian(20), 6000, rng=96)

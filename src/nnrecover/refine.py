@@ -66,7 +66,8 @@ Span first (:func:`refine_network`, ``span=True``, with ``"auto"``/``"gn"`` and 
 span the true rows, so the polish runs first in that span: ``W = V Q^T`` with ``Q`` (d x k) an
 orthonormal basis of the start's rows, the rows projected once (``z = Q^T x``, ``O(N d k)``), then
 ``k^2 + k + p (k + 1)`` parameters at ``O(N k^4)`` per pass. The part of the true rows outside that
-span is removed by a full-space ``"gn"`` on at most ``full_samples`` evenly strided rows, preceded, when
+span is removed by a full-space ``"gn"`` on at most ``full_samples`` evenly strided rows (at least ``5 P / p``
+when there are as many, so that ``"auto"`` runs Gauss-Newton there), preceded, when
 those hold at least three times ``m_c = max(5 P / p, 20 d)`` rows, by the same ``"gn"`` on an evenly strided
 ``m_c`` of them (at most 10 trial steps, which does the passes far from the answer at a third of the cost or
 less and, on noiseless data, already reaches round-off), and otherwise by a span polish on the subsample;
@@ -1350,8 +1351,9 @@ class _TrainingRows:
 
 def _span_then_full(network: TwoLayerNetwork, data: _TrainingRows, *, method: str, max_iter, tol: float,
                     train: tuple[str, ...], jacobian_memory: int, full_samples: int) -> tuple[TwoLayerNetwork, dict]:
-    """Full-space polish on an evenly strided subsample of at most ``full_samples`` rows (first a coarse one
-    on ``max(5 P / p, 20 d)`` of them when it holds three times that, else a span polish first), then
+    """Full-space polish on an evenly strided subsample of at most ``full_samples`` rows, but at least
+    ``5 P / p`` when there are as many (first a coarse one on ``max(5 P / p, 20 d)`` of them when it holds
+    three times that, else a span polish first), then
     (unless that already fits every row to round-off) steps with its normal matrix and the gradient of all
     rows, and a span polish on all rows.
 
@@ -1371,7 +1373,15 @@ def _span_then_full(network: TwoLayerNetwork, data: _TrainingRows, *, method: st
     """
     n = data.n
     stages = []
+    full_model = _Model(network, train)
+    P = full_model.n_params
     stride = -(-n // full_samples)
+    # but at least 5 P / p rows when there are as many, the coarse stage's count: with fewer than 4 P
+    # residuals "auto" runs L-BFGS on the subsample (one output at d = 300, k = 20, P = 6041 > 20000 / 4:
+    # 5000 iterations in 99 s, where the matrix-free Gauss-Newton on 26667 rows took 7 s)
+    min_rows = -(-_COARSE_RESIDUALS_PER_PARAMETER * P // network.n_outputs)
+    if -(-n // stride) < min_rows:
+        stride = max(1, n // min_rows)
     Xs, Ys = data.strided(stride)
     start_loss = None
     if mean_squared_loss(network, Xs, Ys) <= _ROUNDOFF_LOSS * float(np.mean(Ys * Ys)):
@@ -1400,8 +1410,6 @@ def _span_then_full(network: TwoLayerNetwork, data: _TrainingRows, *, method: st
     # itself (checked on all rows below); otherwise the stage on all m rows starts from it, near its own
     # minimiser, and needs fewer passes
     # (only for Gauss-Newton, dense or matrix free: otherwise the stage runs L-BFGS)
-    full_model = _Model(network, train)
-    P = full_model.n_params
     matrix_free = method == "auto" and _matrix_free_choice(full_model, jacobian_memory)
     n_coarse = max(-(-_COARSE_RESIDUALS_PER_PARAMETER * P // Ys.shape[1]), _COARSE_ROWS_PER_INPUT * Xs.shape[1])
     coarse = Xs.shape[0] >= 3 * n_coarse and (8 * P * P <= jacobian_memory or matrix_free)
@@ -1524,8 +1532,10 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
         all rows, then in the new span on all rows (module docstring, "Span first"; the records are in
         ``extra["stages"]``). False: one optimiser run on all training rows.
     full_samples : int, default 20_000
-        Rows (evenly strided) whose normal matrix the full-space stage uses when ``span`` applies; its
-        cost per step is ``O(full_samples (k d)^2)``.
+        Rows (evenly strided) whose normal matrix the full-space stage uses when ``span`` applies, but at
+        least ``5 P / p`` of them when there are as many (five residuals per parameter, so that the stage
+        runs Gauss-Newton); its cost per step is ``O(full_samples (k d)^2)``, or ``O(full_samples d k)``
+        per conjugate-gradient step matrix free.
     rng : int, Generator or None
         Seeds the subsample and the split; same seed, same result.
 
