@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tracemalloc
+import warnings
 
 import dask.array as da
 import numpy as np
@@ -571,6 +572,36 @@ def test_span_first_subsample_holds_five_residuals_per_parameter_whatever_full_s
     # fewer training rows than 5 P: all of them
     few = refine_network(start, (X[:400], Y[:400]), full_samples=200, rng=0)
     assert few.extra["stages"][0]["n_samples_used"] == few.n_samples_used == 320
+
+
+def test_default_gauss_newton_fits_predicts_the_full_space_method_of_the_defaults():
+    # P = 67, one output: refine_network trains on 4/5 of the rows, and "auto" runs Gauss-Newton from 4 P = 268
+    # residuals: 335 rows give 268 training rows, 330 give 264 (L-BFGS)
+    from nnrecover.refine import _default_gauss_newton_fits
+    from nnrecover.data import as_data_source
+
+    truth = nr.random_network(20, 3, rng=95, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3))
+    X, Y = nr.sample(truth, StandardGaussian(20), 335, rng=96)
+    start = _perturbed(truth, 1e-2, seed=97)
+    for n, gn in ((335, True), (330, False)):
+        assert _default_gauss_newton_fits(start, as_data_source((X[:n], Y[:n]))) is gn
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = refine_network(start, (X[:n], Y[:n]), rng=0)
+        full = next(st for st in res.extra["stages"] if st["stage"] == "full")
+        assert full["n_samples_used"] == 4 * n // 5 and full["method"] == ("gn" if gn else "lbfgs")
+    # streams are gathered up to 512 MiB of rows. d = 1000, k = 20 (P = 20041): 67042 rows, whose 53634
+    # training rows are fewer than 4 P. d = 300, k = 20 (P = 6041): 200000 rows, but J^T J (292 MB) exceeds the
+    # budget, so it takes the matrix-free solver, which needs ReLU units
+    def stream(d, activation="relu"):
+        net = nr.random_network(d, 20, rng=0, activation=activation)
+        return net, as_data_source(nr.sample_stream(net, StandardGaussian(d), 1_000_000, rng=1))
+
+    assert not _default_gauss_newton_fits(*stream(1000))
+    assert _default_gauss_newton_fits(*stream(300))
+    assert not _default_gauss_newton_fits(*stream(300, "tanh"))
+    # a one-pass iterator of unknown length: no count to rely on
+    assert not _default_gauss_newton_fits(start, as_data_source(iter([(X, Y)])))
 
 
 def test_span_first_leaves_an_exact_start_alone_and_never_allocates_a_normal_matrix_beyond_the_budget():

@@ -1487,6 +1487,34 @@ def _span_then_full(network: TwoLayerNetwork, data: _TrainingRows, *, method: st
 
 
 @blas_threads(1)  # a public heavy entry point: many small products, bits independent of the thread count
+def _default_max_samples(source) -> int:
+    """``refine_network``'s ``max_samples=None``: ``DEFAULT_MAX_SAMPLES``, and for a source read in chunks
+    at most the rows that fit ``GATHER_MEMORY``."""
+    max_samples = DEFAULT_MAX_SAMPLES
+    width = (source.n_inputs or 0) + (source.n_outputs or 0)
+    if not source.supports_take_rows and width:
+        max_samples = max(1, min(max_samples, GATHER_MEMORY // (8 * width)))
+    return max_samples
+
+
+def _default_gauss_newton_fits(network: TwoLayerNetwork, source) -> bool:
+    """Whether ``refine_network(network, source)`` with its defaults runs Gauss-Newton (dense or matrix free)
+    in its full-space stages, rather than L-BFGS, which stops far from round-off at large ``P``.
+
+    That needs at least ``4 P`` residuals among its training rows (``min(n_samples, max_samples)`` less the
+    held-out fifth; the count must be known) and either ``J^T J`` (``8 P^2`` bytes) within the default
+    ``jacobian_memory`` or the matrix-free solver (ReLU units, ``k < d``, any ``P``).
+    """
+    model = _Model(network, BLOCKS)
+    P, p = model.n_params, network.n_outputs
+    n = getattr(source, "n_samples", None)
+    if n is None:
+        return False
+    n_train = min(int(n), _default_max_samples(source))
+    n_train -= int(round(0.2 * n_train))
+    return n_train * p >= 4 * P and (8 * P * P <= _JACOBIAN_MEMORY or _matrix_free_applies(model, _JACOBIAN_MEMORY))
+
+
 def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto", max_samples: int | None = None,
                    holdout_fraction: float = 0.2, validation_data: Any = None, max_iter: int | None = None,
                    tol: float = 1e-15, train: Sequence[str] = BLOCKS, jacobian_memory: int = _JACOBIAN_MEMORY,
@@ -1561,10 +1589,7 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
 
     source = as_data_source(data)
     if max_samples is None:
-        max_samples = DEFAULT_MAX_SAMPLES
-        width = (source.n_inputs or 0) + (source.n_outputs or 0)
-        if not source.supports_take_rows and width:
-            max_samples = max(1, min(max_samples, GATHER_MEMORY // (8 * width)))
+        max_samples = _default_max_samples(source)
     max_samples = check_positive_int(max_samples, "max_samples")
     rows = None
     by_index = source.supports_take_rows

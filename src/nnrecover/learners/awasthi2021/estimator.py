@@ -215,8 +215,9 @@ class HermiteTensorLearner(BaseLearner):
         matrix-free Gauss-Newton on the first ``3 P`` rows (:func:`~.scale.matrix_free_polish`,
         ``P = m (d + 2) + 1``): when it reaches round-off on the next rows (noiseless data) it is the
         refinement, at ``O(P d m)`` per step instead of the shared refinement's ``O(n P^2)``; otherwise
-        the shared refinement runs as without it (or, when its normal matrix exceeds its memory budget,
-        the better of the two on held-out rows is kept; see ``_refine_matrix_free``).
+        the shared refinement runs as without it (or, when it would run L-BFGS there, too few rows or no
+        solver for its normal equations, the better of the two on held-out rows is kept; see
+        ``_refine_matrix_free``).
     refine_options : dict, optional
         Keyword arguments of :func:`nnrecover.refine.refine_network`.
     thresholds : {"adaptive", "paper"} or dict or Thresholds
@@ -450,14 +451,15 @@ class HermiteTensorLearner(BaseLearner):
         return start.n_outputs == 1 and start.activation.name == "relu" and start.n_hidden <= start.n_inputs
 
     @staticmethod
-    def _shared_refinement_fits(start: TwoLayerNetwork) -> bool:
-        """Whether the shared refinement's full-space normal matrix (``8 P^2`` bytes, ``P = k (d + 2) + 1``)
-        fits its default memory budget (256 MiB: ``P <= 5792``; not at ``d = 1000``, ``k >= 6``, where its
-        ``O(n P^2)`` steps are also out of reach)."""
-        from ...refine import _JACOBIAN_MEMORY
+    def _shared_refinement_fits(start: TwoLayerNetwork, source) -> bool:
+        """Whether the shared refinement runs Gauss-Newton in the full space on ``source`` with its defaults
+        (:func:`nnrecover.refine._default_gauss_newton_fits`: at least ``4 P`` training rows, and ``J^T J``
+        within its 256 MiB or the matrix-free solver). Otherwise its full-space stage would run L-BFGS,
+        which stops far from round-off: at d = 1000, k = 20 (P = 20041) its 51200 training rows of a stream
+        (512 MiB) ran 5000 L-BFGS iterations in 755 s."""
+        from ...refine import _default_gauss_newton_fits
 
-        P = start.n_hidden * (start.n_inputs + 2) + 1
-        return 8 * P * P <= _JACOBIAN_MEMORY
+        return _default_gauss_newton_fits(start, source)
 
     def _refine_matrix_free(self, start: TwoLayerNetwork, source, diagnostics: dict) -> TwoLayerNetwork | None:
         """Matrix-free refinement: :func:`~.scale.matrix_free_polish` on the first ``3 P`` rows (three
@@ -472,9 +474,9 @@ class HermiteTensorLearner(BaseLearner):
         teacher to round-off and is returned; its cost is ``O(P d k)`` per conjugate-gradient step,
         against ``O(n P^2)`` per step of the shared refinement's full-space stage. Otherwise (label
         noise: the ``3 P`` rows' fit carries their statistical error, not that of all rows) ``None``, so
-        that the shared refinement runs from ``start`` as without this step, unless its normal matrix
-        does not fit its budget; then the better of ``{start, polished}`` on the held-out rows is
-        returned (``diagnostics_["refinement"]["reason"]`` says why).
+        that the shared refinement runs from ``start`` as without this step, unless it could only run
+        L-BFGS at this size (:meth:`_shared_refinement_fits`); then the better of ``{start, polished}`` on
+        the held-out rows is returned (``diagnostics_["refinement"]["reason"]`` says why).
         """
         from .scale import matrix_free_polish
 
@@ -496,15 +498,17 @@ class HermiteTensorLearner(BaseLearner):
             "holdout_loss_start": hold_start, "holdout_loss_refined": hold_ref, "n_iter": info["n_iter"],
             "cg_iterations": info["cg_iterations"], "stop": info["stop"], "n_samples_used": int(n_fit),
             "n_holdout": int(Xh.shape[0]), "at_round_off": exact, "time": time.perf_counter() - t0}
-        if not exact and self._shared_refinement_fits(start):
+        if not exact and self._shared_refinement_fits(start, source):
             diagnostics["matrix_free_refinement"] = record
             return None
         keep = bool(np.isfinite(hold_ref) and not hold_ref > hold_start)
         record.update(kept="refined" if keep else "start", improved=bool(keep and hold_ref < hold_start))
         if not exact:
-            record["reason"] = (f"not at round-off on held-out rows (label noise?), and the shared refinement's "
-                                f"normal matrix of P = {P} parameters ({8 * P * P / 2**30:.2g} GiB) exceeds its "
-                                f"budget: the fit of {n_fit} rows is kept if better on held-out rows")
+            record["reason"] = (f"not at round-off on held-out rows (label noise?), and the shared refinement "
+                                f"would run L-BFGS for P = {P} parameters (fewer than 4 P training rows, or a "
+                                f"normal matrix of {8 * P * P / 2**30:.2g} GiB that exceeds its budget where its "
+                                f"matrix-free solver does not apply): the fit of {n_fit} rows is kept if better "
+                                "on held-out rows")
         diagnostics["refinement"] = record
         return polished if keep else start
 
