@@ -144,8 +144,11 @@ def _raw_sums(Z: np.ndarray, Wt: np.ndarray, orders: Sequence[int], acc: dict, p
     n, m = Z.shape
     q = Wt.shape[1]
     amax = max(_split(r)[0] for r in orders)
-    width = len(_monomials(m, amax)[0])
-    step = max(1, _RAW_BLOCK_ELEMENTS // max(1, (q + 2) * width))
+    widths = [len(_monomials(m, a)[0]) for a in range(amax + 1)]
+    # entries per row of a block: the rows and weights, the monomials, and the weighted ones (q C_a) of a
+    # split with b > 0
+    per_row = m + q + sum(widths[2:]) + max([q * widths[_split(r)[0]] for r in orders if _split(r)[1]], default=0)
+    step = max(1, _RAW_BLOCK_ELEMENTS // per_row)
     for start in range(0, n, step):
         ZT = _unit_stride_rows(Z[start:start + step].T)         # (m, nc)
         WT = _unit_stride_rows(Wt[start:start + step].T)        # (q, nc)
