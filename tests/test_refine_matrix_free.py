@@ -126,6 +126,20 @@ def test_refinement_reaches_round_off_when_the_normal_matrix_exceeds_the_budget(
     assert parameter_error(net, truth)["max_unit_error"] < 1e-10
 
 
+def test_few_residuals_per_parameter_run_the_matrix_free_solver_not_lbfgs():
+    # one output, P = 67: 3 P rows are fewer than the 4 P residuals of dense Gauss-Newton, but from 2 P the
+    # matrix-free solver runs (its preconditioner keeps the conjugate gradients convergent) and reaches the
+    # noiseless teacher to round-off; below 2 P "auto" still runs L-BFGS
+    truth = nr.random_network(20, 3, rng=95, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3))
+    X, Y = nr.sample(truth, StandardGaussian(20), 201, rng=96)
+    start = _perturbed(truth, 1e-2, seed=97)
+    net, info = fit_least_squares(start, X, Y, jacobian_memory=10_000)
+    assert info["method"] == "gn-matrix-free"
+    assert parameter_error(net, truth)["max_unit_error"] < 1e-10
+    _, few = fit_least_squares(start, X[:120], Y[:120], jacobian_memory=10_000, max_iter=50)
+    assert few["method"] == "lbfgs"
+
+
 def test_large_networks_are_refined_matrix_free_by_default_without_a_normal_matrix():
     # from _MATRIX_FREE_MIN_PARAMS parameters "auto" solves matrix free even when J^T J fits the budget (P =
     # 4041: 8 P^2 = 131 MB, within the 256 MiB default); below it the dense normal equations run (as in

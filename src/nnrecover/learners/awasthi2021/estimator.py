@@ -452,11 +452,11 @@ class HermiteTensorLearner(BaseLearner):
 
     @staticmethod
     def _shared_refinement_fits(start: TwoLayerNetwork, source) -> bool:
-        """Whether the shared refinement runs Gauss-Newton in the full space on ``source`` with its defaults
-        (:func:`nnrecover.refine._default_gauss_newton_fits`: at least ``4 P`` training rows, and ``J^T J``
-        within its 256 MiB or the matrix-free solver). Otherwise its full-space stage would run L-BFGS,
-        which stops far from round-off: at d = 1000, k = 20 (P = 20041) its 51200 training rows of a stream
-        (512 MiB) ran 5000 L-BFGS iterations in 755 s."""
+        """Whether the shared refinement fits ``source`` by Gauss-Newton on at least ``4 P`` residuals with its
+        defaults (:func:`nnrecover.refine._default_gauss_newton_fits`), more rows than this learner's own
+        polish of ``3 P``. Otherwise it has no more rows than that polish, or would run L-BFGS: at d = 1000,
+        k = 20 (P = 20041) from a stream its 512 MiB hold 53633 training rows, and before the matrix-free
+        solver ran from 2 P residuals they took 5000 L-BFGS iterations in 755 s, for no gain."""
         from ...refine import _default_gauss_newton_fits
 
         return _default_gauss_newton_fits(start, source)
