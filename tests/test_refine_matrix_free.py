@@ -120,6 +120,11 @@ def test_refinement_reaches_round_off_when_the_normal_matrix_exceeds_the_budget(
     res = refine_network(start, (X, Y), jacobian_memory=100_000, rng=0)
     assert res.method == "gn-matrix-free" and res.kept == "refined"
     assert parameter_error(res.network, truth)["max_unit_error"] < 1e-10
+    # a subsample too small for the coarse stage (1455 < 3 * 600 rows): the matrix-free full-space stage runs
+    # without a span stage before it (its preconditioner holds the span block) and reaches round-off
+    small = refine_network(start, (X, Y), jacobian_memory=100_000, full_samples=1500, rng=0)
+    assert [(st["stage"], st["method"]) for st in small.extra["stages"]] == [("full", "gn-matrix-free")]
+    assert parameter_error(small.network, truth)["max_unit_error"] < 1e-10
     # the optimiser alone, one run on all rows (no span stages)
     net, info = fit_least_squares(start, X[:3000], Y[:3000], jacobian_memory=100_000)
     assert info["method"] == "gn-matrix-free" and info["status"] == 1 and info["n_jacobian"] == 0

@@ -73,7 +73,8 @@ span is removed by a full-space ``"gn"`` on at most ``full_samples`` evenly stri
 when there are as many, so that ``"auto"`` runs Gauss-Newton there), preceded, when
 those hold at least three times ``m_c = max(5 P / p, 20 d)`` rows, by the same ``"gn"`` on an evenly strided
 ``m_c`` of them (at most 10 trial steps, which does the passes far from the answer at a third of the cost or
-less and, on noiseless data, already reaches round-off), and otherwise by a span polish on the subsample;
+less and, on noiseless data, already reaches round-off), and otherwise, unless the stage runs matrix free
+(its preconditioner holds the span block), by a span polish on the subsample;
 then steps with that subsample's ``J^T J`` and the gradient of ALL rows (``O(N d k)`` each; their fixed
 point is the least-squares fit of all rows, :func:`_fixed_hessian_steps`), and a last span polish in the
 span of the corrected rows (:func:`_span_then_full`); these two all-rows stages stop when a step gains
@@ -1363,7 +1364,7 @@ def _span_then_full(network: TwoLayerNetwork, data: _TrainingRows, *, method: st
                     train: tuple[str, ...], jacobian_memory: int, full_samples: int) -> tuple[TwoLayerNetwork, dict]:
     """Full-space polish on an evenly strided subsample of at most ``full_samples`` rows, but at least
     ``5 P / p`` when there are as many (first a coarse one on ``max(5 P / p, 20 d)`` of them when it holds
-    three times that, else a span polish first), then
+    three times that, else a span polish first unless the full-space stage runs matrix free), then
     (unless that already fits every row to round-off) steps with its normal matrix and the gradient of all
     rows, and a span polish on all rows.
 
@@ -1424,9 +1425,12 @@ def _span_then_full(network: TwoLayerNetwork, data: _TrainingRows, *, method: st
     n_coarse = max(-(-_COARSE_RESIDUALS_PER_PARAMETER * P // Ys.shape[1]), _COARSE_ROWS_PER_INPUT * Xs.shape[1])
     coarse = Xs.shape[0] >= 3 * n_coarse and (8 * P * P <= jacobian_memory or matrix_free)
     current = network
-    if not coarse:
+    if not coarse and not matrix_free:
         # the first span stage only has to bring the in-span parameters close for the full-space stage, which
-        # works on the subsample anyway: on the subsample it costs 1/stride of an all-rows stage
+        # works on the subsample anyway: on the subsample it costs 1/stride of an all-rows stage. Not before a
+        # matrix-free stage: its preconditioner holds the exact normal matrix of the span coordinates, so it
+        # solves the in-span part of each step itself (NoisyReLULearner's start at d = 1000, k = 50: the same
+        # 6 full-space steps without the span stage, whose 10 dense steps on 5100 span parameters took 13 s)
         first_iter = _SPAN_FIRST_STEPS if max_iter is None else min(max_iter, _SPAN_FIRST_STEPS)
         current, info = _span_stage(network, Xs, Ys, method=method, max_iter=first_iter, tol=tol, train=train,
                                     jacobian_memory=jacobian_memory)
@@ -1567,9 +1571,9 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
     span : bool, default True
         With ``"auto"`` or ``"gn"``, trained hidden weights and fewer hidden units than inputs, polish in
         the full space on at most ``full_samples`` evenly strided training rows (first on a coarse part of
-        them when they are many, else after a polish in the span of the start's hidden rows), then, unless
-        that fits every training row to round-off, with that subsample's normal matrix and the gradient of
-        all rows, then in the new span on all rows (module docstring, "Span first"; the records are in
+        them when they are many, else, unless it runs matrix free, after a polish in the span of the start's
+        hidden rows), then, unless that fits every training row to round-off, with that subsample's normal
+        matrix and the gradient of all rows, then in the new span on all rows (module docstring, "Span first"; the records are in
         ``extra["stages"]``). False: one optimiser run on all training rows.
     full_samples : int, default 20_000
         Rows (evenly strided) whose normal matrix the full-space stage uses when ``span`` applies, but at
