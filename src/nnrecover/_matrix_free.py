@@ -154,16 +154,21 @@ class _SpanPreconditioner:
     #: a relative ridge on ``C`` too (a unit that is never active makes it singular)
     _complement_ridge = True
 
+    _factors = None
+
     def factor(self, mu: float):
-        """Factorise ``(1 + mu) M`` (the preconditioner of ``J^T J + mu M``)."""
-        scale = 1.0 + mu
-        # relu(t z) = t relu(z) (t > 0): scaling (w_i, b_i) by t and the unit's output weights by 1 / t leaves f
-        # unchanged, so S is singular along k directions, which J^T r never has; the relative ridge makes M
-        # invertible
-        ridge = 1e-8 * np.diag(self.S) + 1e-300
-        self._cs = linalg.cho_factor(scale * (self.S + np.diag(ridge)), check_finite=False)
-        C = self.C + np.diag(1e-8 * np.diag(self.C) + 1e-300) if self._complement_ridge else self.C
-        self._cc = linalg.cho_factor(scale * C, check_finite=False)
+        """Prepare solves with ``(1 + mu) M`` (the preconditioner of ``J^T J + mu M``): the Cholesky factors
+        of ``M`` once per point, whatever ``mu`` (each rejected trial step raises it), the scale at each
+        solve."""
+        self._scale = 1.0 + mu
+        if self._factors is None:
+            # relu(t z) = t relu(z) (t > 0): scaling (w_i, b_i) by t and the unit's output weights by 1 / t
+            # leaves f unchanged, so S is singular along k directions, which J^T r never has; the relative
+            # ridge makes M invertible
+            ridge = 1e-8 * np.diag(self.S) + 1e-300
+            C = self.C + np.diag(1e-8 * np.diag(self.C) + 1e-300) if self._complement_ridge else self.C
+            self._factors = (linalg.cho_factor(self.S + np.diag(ridge), check_finite=False),
+                             linalg.cho_factor(C, check_finite=False))
 
     def m_apply(self, gW, gb, gA, gc, inverse: bool):
         """``M v`` or ``((1 + mu) M)^{-1} v`` (after :meth:`factor`)."""
@@ -172,8 +177,11 @@ class _SpanPreconditioner:
         gperp = gW - gV @ Q.T
         vec = np.concatenate([gV.ravel(), gb, np.ravel(gA), np.ravel(gc)])
         if inverse:
-            sol = linalg.cho_solve(self._cs, vec, check_finite=False)
-            perp = linalg.cho_solve(self._cc, gperp, check_finite=False)
+            cs, cc = self._factors
+            sol = linalg.cho_solve(cs, vec, check_finite=False)
+            sol /= self._scale
+            perp = linalg.cho_solve(cc, gperp, check_finite=False)
+            perp /= self._scale
         else:
             sol = self.S @ vec
             perp = self.C @ gperp
