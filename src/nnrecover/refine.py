@@ -1112,7 +1112,8 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
         method, finish = "lm", n > rows_fit
     matrix_free = False
     if method == "auto":
-        if n * p < 4 * P and not (n * p >= _MATRIX_FREE_MIN_RESIDUALS * P and _matrix_free_choice(model, jacobian_memory)):
+        few = n * p < 4 * P
+        if few and not (n * p >= _MATRIX_FREE_MIN_RESIDUALS * P and _matrix_free_choice(model, jacobian_memory)):
             method = "lbfgs"
         elif _matrix_free_choice(model, jacobian_memory):
             # the normal equations by conjugate gradients, nothing P x P formed (module docstring, "Matrix free")
@@ -1573,8 +1574,8 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
         the full space on at most ``full_samples`` evenly strided training rows (first on a coarse part of
         them when they are many, else, unless it runs matrix free, after a polish in the span of the start's
         hidden rows), then, unless that fits every training row to round-off, with that subsample's normal
-        matrix and the gradient of all rows, then in the new span on all rows (module docstring, "Span first"; the records are in
-        ``extra["stages"]``). False: one optimiser run on all training rows.
+        matrix and the gradient of all rows, then in the new span on all rows (module docstring, "Span
+        first"; the records are in ``extra["stages"]``). False: one optimiser run on all training rows.
     full_samples : int, default 20_000
         Rows (evenly strided) whose normal matrix the full-space stage uses when ``span`` applies, but at
         least ``5 P / p`` of them when there are as many (five residuals per parameter, so that the stage
