@@ -527,14 +527,20 @@ def test_normal_equations_by_unit_pairs_equal_dense_jacobian_products(activation
     np.testing.assert_array_equal(JtJ, JtJ.T)
 
 
+def _span_teacher(n: int = 6000):
+    """d = 20 > k = 3 units, one output, biases (P = 67): the teacher, n noiseless rows and a start 1e-2
+    off it, shared by the span-path tests."""
+    truth = nr.random_network(20, 3, rng=95, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3))
+    X, Y = nr.sample(truth, StandardGaussian(20), n, rng=96)
+    return truth, X, Y, _perturbed(truth, 1e-2, seed=97)
+
+
 def test_span_first_reaches_round_off_and_records_its_stages():
     # noiseless, d = 20 > k = 3: the span polish cannot reach the truth (the true rows leave the start's
     # span by ~1e-2), the full-space stage on 960 rows (>> P = 67 parameters: the noiseless least-squares
     # minimiser is unique and is the truth) reaches round-off on every row, which ends the polish there.
     # (960 rows are fewer than three times the coarse stage's max(5 * 67, 20 * 20) = 400: no coarse stage)
-    truth = nr.random_network(20, 3, rng=95, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3))
-    X, Y = nr.sample(truth, StandardGaussian(20), 6000, rng=96)
-    start = _perturbed(truth, 1e-2, seed=97)
+    truth, X, Y, start = _span_teacher()
     res = refine_network(start, (X, Y), full_samples=1000, rng=0)
     assert res.method == "gn" and res.kept == "refined"
     stages = res.extra["stages"]
@@ -561,9 +567,7 @@ def test_span_first_subsample_holds_five_residuals_per_parameter_whatever_full_s
     # one output, P = 67: full_samples = 200 rows are fewer than 4 P residuals, where "auto" would run L-BFGS
     # on them (5000 iterations at d = 300, k = 20); the subsample is widened to every 14th of the 4800
     # training rows, 343 >= 5 P, and the full-space stage runs Gauss-Newton to round-off
-    truth = nr.random_network(20, 3, rng=95, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3))
-    X, Y = nr.sample(truth, StandardGaussian(20), 6000, rng=96)
-    start = _perturbed(truth, 1e-2, seed=97)
+    truth, X, Y, start = _span_teacher()
     res = refine_network(start, (X, Y), full_samples=200, rng=0)
     stages = res.extra["stages"]
     assert [(st["stage"], st["n_samples_used"]) for st in stages] == [("span", 343), ("full", 343)]
@@ -580,9 +584,7 @@ def test_default_gauss_newton_fits_predicts_the_full_space_method_of_the_default
     from nnrecover.refine import _default_gauss_newton_fits
     from nnrecover.data import as_data_source
 
-    truth = nr.random_network(20, 3, rng=95, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3))
-    X, Y = nr.sample(truth, StandardGaussian(20), 335, rng=96)
-    start = _perturbed(truth, 1e-2, seed=97)
+    truth, X, Y, start = _span_teacher(335)
     for n, gn in ((335, True), (330, False)):
         assert _default_gauss_newton_fits(start, as_data_source((X[:n], Y[:n]))) is gn
         with warnings.catch_warnings():
@@ -605,8 +607,7 @@ def test_default_gauss_newton_fits_predicts_the_full_space_method_of_the_default
 
 
 def test_span_first_leaves_an_exact_start_alone_and_never_allocates_a_normal_matrix_beyond_the_budget():
-    truth = nr.random_network(20, 3, rng=95, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3))
-    X, Y = nr.sample(truth, StandardGaussian(20), 6000, rng=96)
+    truth, X, Y, start = _span_teacher()
     # the teacher itself fits every row to round-off: nothing runs, the start comes back unchanged
     res = refine_network(truth, (X, Y), full_samples=1500, rng=0)
     assert res.extra["stages"] == [] and res.n_iter == 0 and "round-off" in res.message
@@ -615,7 +616,6 @@ def test_span_first_leaves_an_exact_start_alone_and_never_allocates_a_normal_mat
     # above the span stage's (P = 15), and a frozen block (the matrix-free solver needs every block trained):
     # the full-space stage runs L-BFGS and the all-rows fixed-Hessian steps are skipped
     Xn, Yn = nr.sample(truth, StandardGaussian(20), 6000, noise=0.05, rng=98)
-    start = _perturbed(truth, 1e-2, seed=97)
     start.output_bias[:] = truth.output_bias
     small = refine_network(start, (Xn, Yn), full_samples=1500, jacobian_memory=30_000, train=BLOCKS[:3], rng=0)
     stages = small.extra["stages"]
@@ -651,9 +651,7 @@ def test_span_first_runs_a_coarse_full_space_stage_first_on_a_large_subsample():
     # runs first (no span stage before it) on every third of them. Noiseless: 400 rows (6 residuals per
     # parameter) determine the truth, so it reaches round-off on every row by itself and the polish ends
     # there; the loss it records is that of all 4800 training rows
-    truth = nr.random_network(20, 3, rng=95, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3))
-    X, Y = nr.sample(truth, StandardGaussian(20), 6000, rng=96)
-    start = _perturbed(truth, 1e-2, seed=97)
+    truth, X, Y, start = _span_teacher()
     res = refine_network(start, (X, Y), full_samples=1500, rng=0)
     stages = res.extra["stages"]
     assert [(st["stage"], st["n_samples_used"]) for st in stages] == [("full", 400)]
