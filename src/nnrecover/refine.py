@@ -188,6 +188,8 @@ _ALL_ROWS_FTOL = _SUBSAMPLE_FTOL
 _COARSE_STEPS = 10
 #: rows :func:`refine_network` gathers by default
 DEFAULT_MAX_SAMPLES = 200_000
+#: ``refine_network``'s default held-out fraction of the rows it reads
+_DEFAULT_HOLDOUT = 0.2
 #: bytes of gathered rows :func:`refine_network` holds by default when they are copies (a source read in chunks)
 GATHER_MEMORY = 1 << 29
 #: parameters from which ``"auto"`` solves the full-space normal equations matrix free
@@ -1528,12 +1530,12 @@ def _default_gauss_newton_fits(network: TwoLayerNetwork, source) -> bool:
     if n is None:
         return False
     n_train = min(int(n), _default_max_samples(source))
-    n_train -= int(round(0.2 * n_train))
+    n_train -= int(round(_DEFAULT_HOLDOUT * n_train))
     return n_train * p >= 4 * P and (8 * P * P <= _JACOBIAN_MEMORY or _matrix_free_applies(model, _JACOBIAN_MEMORY))
 
 
 def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto", max_samples: int | None = None,
-                   holdout_fraction: float = 0.2, validation_data: Any = None, max_iter: int | None = None,
+                   holdout_fraction: float = _DEFAULT_HOLDOUT, validation_data: Any = None, max_iter: int | None = None,
                    tol: float = 1e-15, train: Sequence[str] = BLOCKS, jacobian_memory: int = _JACOBIAN_MEMORY,
                    span: bool = True, full_samples: int = 20_000, rng=None) -> RefineResult:
     """Polish a network estimate by nonlinear least squares; keep it only if it helps on held-out data.
