@@ -148,11 +148,23 @@ def test_lbfgs_and_auto_method(teacher):
 
 # ----------------------------------------------------------------------------- data handling
 
+class _GenericStream:
+    """A re-iterable of known size that is not one of nnrecover's streams (whose rows the library knows to be
+    independent draws): its rows may be ordered, so they are chosen at random."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.n_samples, self.n_inputs, self.n_outputs = stream.n_samples, stream.n_inputs, stream.n_outputs
+
+    def __iter__(self):
+        return iter(self.stream)
+
+
 def test_gather_samples_is_uniform_subset_independent_of_chunking():
     truth = nr.random_network(5, 2, rng=40)
-    stream_a = nr.sample_stream(truth, StandardGaussian(5), 30_000, chunk_size=1000, rng=41)
-    stream_b = nr.sample_stream(truth, StandardGaussian(5), 30_000, chunk_size=7777, rng=41)
-    X, Y = stream_a.to_arrays()
+    stream_a = _GenericStream(nr.sample_stream(truth, StandardGaussian(5), 30_000, chunk_size=1000, rng=41))
+    stream_b = _GenericStream(nr.sample_stream(truth, StandardGaussian(5), 30_000, chunk_size=7777, rng=41))
+    X, Y = stream_a.stream.to_arrays()
     Xa, Ya, seen = gather_samples(stream_a, 2000, rng=7)
     Xb, Yb, _ = gather_samples(stream_b, 2000, rng=7)
     Xc, Yc, _ = gather_samples((X, Y), 2000, rng=7, chunk_size=4096)
@@ -187,7 +199,7 @@ def test_a_stream_is_gathered_into_its_output_only():
     # a one-pass iterator of the same chunks holds up to twice the output and concatenates it. Same rows
     # either way
     truth = nr.random_network(30, 2, rng=52)
-    stream = nr.sample_stream(truth, StandardGaussian(30), 300_000, rng=53)
+    stream = _GenericStream(nr.sample_stream(truth, StandardGaussian(30), 300_000, rng=53))
     (X, Y, seen), peak = _traced_peak(lambda: gather_samples(stream, 60_000, rng=1))
     assert seen == 300_000 and X.shape == (60_000, 30)
     out = X.nbytes + Y.nbytes
@@ -195,6 +207,35 @@ def test_a_stream_is_gathered_into_its_output_only():
     Xi, Yi, _ = gather_samples(iter(list(stream)), 60_000, rng=1)
     np.testing.assert_array_equal(X, Xi)
     np.testing.assert_array_equal(Y, Yi)
+
+
+def test_a_sample_stream_gives_its_first_rows_and_is_read_only_as_far_as_them(monkeypatch):
+    # nnrecover's streams draw independent rows: the first m are a uniform sample, and only the blocks that
+    # hold them are generated (a refinement from a 10^6-row stream at d = 1000 reads 6 % of it, not all)
+    from nnrecover.sampling import SampleStream
+
+    truth = nr.random_network(5, 2, rng=40)
+    stream = nr.sample_stream(truth, StandardGaussian(5), 1_000_000, chunk_size=1000, rng=41)
+    X, Y = stream.to_arrays()
+    drawn = []
+    draw = SampleStream._draw
+    monkeypatch.setattr(SampleStream, "_draw", lambda self, j: drawn.append(j) or draw(self, j))
+    Xg, Yg, seen = gather_samples(stream, 2500, rng=7)
+    assert seen == 1_000_000
+    np.testing.assert_array_equal(Xg, X[:2500])
+    np.testing.assert_array_equal(Yg[:, 0], Y[:2500])
+    # the stream's blocks of stream.block_rows rows: only those up to row 2500 (and the draws run ahead of
+    # the reader by at most STREAM_WORKERS blocks)
+    from nnrecover.sampling import STREAM_WORKERS
+    assert max(drawn) < -(-2500 // stream.block_rows) + STREAM_WORKERS
+    assert max(drawn) < -(-1_000_000 // stream.block_rows) - 1
+    # the refinement's training and held-out rows are the first max_samples rows, split at random
+    start = _perturbed(truth, 0.05, seed=56)
+    drawn.clear()
+    res = refine_network(start, stream, max_samples=5000, rng=3)
+    assert res.n_samples_used + res.n_holdout == 5000 and res.n_samples_seen == 1_000_000
+    assert max(drawn) < -(-5000 // stream.block_rows) + STREAM_WORKERS
+    assert parameter_error(res.network, truth)["max_unit_error"] < 1e-10
 
 
 def test_a_source_that_gives_fewer_rows_than_it_announces_is_refused():
@@ -236,12 +277,18 @@ def test_refine_same_result_for_arrays_stream_and_dask():
     start = _perturbed(truth, 0.05, seed=62)
     kw = dict(max_samples=3000, rng=5, method="lm")
     r1 = refine_network(start, (X, Y), **kw)
-    r2 = refine_network(start, stream, **kw)
+    r2 = refine_network(start, _GenericStream(stream), **kw)
     r3 = refine_network(start, (da.from_array(X, chunks=(1000, 4)), da.from_array(Y, chunks=1000)), **kw)
     assert r1.network == r2.network == r3.network
     assert r1.n_samples_seen == 6000 and r1.n_samples_used + r1.n_holdout == 3000
     r4 = refine_network(start, (X, Y), **kw)
     assert r4.network == r1.network  # bit-identical for the same seed
+    # nnrecover's own stream: its first 3000 rows (other rows than the random ones above), the same answer
+    r5 = refine_network(start, stream, **kw)
+    assert r5.n_samples_seen == 6000 and r5.n_samples_used + r5.n_holdout == 3000
+    # noiseless rows: both fits are the teacher to round-off (2.5e-16 and 3.1e-16 measured)
+    assert parameter_error(r5.network, truth)["max_unit_error"] < 1e-12
+    assert parameter_error(r1.network, truth)["max_unit_error"] < 1e-12
 
 
 # ----------------------------------------------------------------------------- validation

@@ -82,6 +82,32 @@ def test_preconditioner_span_block_is_the_sample_normal_matrix():
     assert abs(_flat(u) @ _flat(op.m_apply(*v, inverse=False)) - exact) < 1e-12 * abs(exact)
 
 
+@pytest.mark.parametrize("p", [1, 4])
+def test_span_block_solve_by_its_schur_complement_is_the_dense_solve(p):
+    # the output coordinates (A[o, :], c[o]) of different outputs do not interact, so the span block is solved
+    # by eliminating them (its Schur complement on the k^2 + k hidden coordinates): the same solution as a
+    # Cholesky solve of the whole block, to round-off on a well-conditioned block (a ridge of 1e-2 here; the
+    # solver's own 1e-8 ridge leaves the rescaling directions with a condition number near 1e8)
+    from scipy import linalg
+
+    net = nr.random_network(9, 3, p, rng=4)
+    X = np.random.default_rng(5).standard_normal((500, 9))
+    S = _operator(net, X).S
+    k = 3
+    assert S.shape == (k * k + k + p * (k + 1),) * 2
+    groups = _matrix_free._output_groups(S.shape[0], k)
+    for o in range(p):  # the output block is block diagonal, all blocks equal
+        for q in range(p):
+            block = S[np.ix_(groups[o], groups[q])]
+            assert np.array_equal(block, S[np.ix_(groups[0], groups[0])]) if o == q else not block.any()
+    S = S + np.diag(1e-2 * np.diag(S))
+    factors = _matrix_free._span_block_factors(S, k)
+    for vec in np.random.default_rng(6).standard_normal((2, S.shape[0])):
+        dense = linalg.cho_solve(linalg.cho_factor(S), vec)
+        schur = _matrix_free._span_block_solve(factors, vec)
+        assert np.abs(schur - dense).max() < 1e-12 * np.abs(dense).max()
+
+
 def test_preconditioner_is_close_to_the_normal_matrix_for_gaussian_rows():
     # x ~ N(0, I): M is the expected normal matrix (exact on the span, C (x) (I - Q Q^T) on the complement), so
     # M^{-1/2} J^T J M^{-1/2} has its eigenvalues within (1 +- O(sqrt(P / m)))^2 of 1 off the null space;

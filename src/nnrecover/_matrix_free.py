@@ -54,6 +54,7 @@ import time
 
 import numpy as np
 from scipy import linalg
+from scipy.linalg import blas
 
 from ._threads import blas_threads
 
@@ -157,18 +158,16 @@ class _SpanPreconditioner:
     _factors = None
 
     def factor(self, mu: float):
-        """Prepare solves with ``(1 + mu) M`` (the preconditioner of ``J^T J + mu M``): the Cholesky factors
-        of ``M`` once per point, whatever ``mu`` (each rejected trial step raises it), the scale at each
-        solve."""
+        """Prepare solves with ``(1 + mu) M`` (the preconditioner of ``J^T J + mu M``): the factors of ``M``
+        once per point, whatever ``mu`` (each rejected trial step raises it), the scale at each solve."""
         self._scale = 1.0 + mu
         if self._factors is None:
             # relu(t z) = t relu(z) (t > 0): scaling (w_i, b_i) by t and the unit's output weights by 1 / t
             # leaves f unchanged, so S is singular along k directions, which J^T r never has; the relative
             # ridge makes M invertible
-            ridge = 1e-8 * np.diag(self.S) + 1e-300
+            S = self.S + np.diag(1e-8 * np.diag(self.S) + 1e-300)
             C = self.C + np.diag(1e-8 * np.diag(self.C) + 1e-300) if self._complement_ridge else self.C
-            self._factors = (linalg.cho_factor(self.S + np.diag(ridge), check_finite=False),
-                             linalg.cho_factor(C, check_finite=False))
+            self._factors = (_span_block_factors(S, self.k), linalg.cho_factor(C, check_finite=False))
 
     def m_apply(self, gW, gb, gA, gc, inverse: bool):
         """``M v`` or ``((1 + mu) M)^{-1} v`` (after :meth:`factor`)."""
@@ -177,8 +176,8 @@ class _SpanPreconditioner:
         gperp = gW - gV @ Q.T
         vec = np.concatenate([gV.ravel(), gb, np.ravel(gA), np.ravel(gc)])
         if inverse:
-            cs, cc = self._factors
-            sol = linalg.cho_solve(cs, vec, check_finite=False)
+            span, cc = self._factors
+            sol = _span_block_solve(span, vec)
             sol /= self._scale
             perp = linalg.cho_solve(cc, gperp, check_finite=False)
             perp /= self._scale
@@ -187,6 +186,57 @@ class _SpanPreconditioner:
             perp = self.C @ gperp
         dW = sol[:k * k].reshape(k, k) @ Q.T + perp
         return (dW,) + self._rest(sol)
+
+
+def _output_groups(size: int, k: int) -> np.ndarray:
+    """Indices ``(p, k + 1)`` of each output's coordinates ``(A[o, :], c[o])`` in a span vector
+    ``(dW Q, db, dA, dc)`` of ``size = k^2 + k + p k + p`` entries."""
+    kb = k * k + k
+    p = (size - kb) // (k + 1)
+    groups = np.empty((p, k + 1), dtype=np.intp)
+    groups[:, :k] = kb + np.arange(p * k).reshape(p, k)
+    groups[:, k] = kb + p * k + np.arange(p)
+    return groups
+
+
+def _span_block_factors(S: np.ndarray, k: int) -> tuple:
+    """Factors of the span block ``S`` (positive definite, ``k^2 + k`` hidden coordinates ``(dW Q, db)``
+    followed by ``p (k + 1)`` output ones) for :func:`_span_block_solve`, by its Schur complement on the
+    hidden coordinates.
+
+    An output's coordinates ``(A[o, :], c[o])`` act on that output alone, so the output block is block
+    diagonal, ``p`` blocks ``K_o`` of size ``k + 1`` (all equal to ``[h, 1]^T [h, 1] / m``). With
+    ``K_o = L_o L_o^T`` and ``Y_o = L_o^{-1} S_{o, hidden}``, the hidden coordinates solve with the Schur
+    complement ``S_hh - sum_o Y_o^T Y_o``. Its Cholesky factorisation costs ``(k^2 + k)^3 / 3`` flops and
+    forming it ``(k^2 + k)^2 p (k + 1)``, against ``(k^2 + k + p (k + 1))^3 / 3`` for all of ``S``: at
+    ``k = p = 50`` (5100 coordinates) a third of the time with one thread.
+    """
+    groups = _output_groups(S.shape[0], k)
+    nh = k * k + k
+    blocks = S[groups[:, :, None], groups[:, None, :]]              # (p, k + 1, k + 1)
+    Linv = np.empty_like(blocks)
+    eye = np.eye(k + 1)
+    for o, K in enumerate(blocks):
+        L = linalg.cholesky(K, lower=True, check_finite=False)
+        Linv[o] = linalg.solve_triangular(L, eye, lower=True, check_finite=False)
+    Y = Linv @ S[groups.ravel(), :nh].reshape(len(groups), k + 1, nh)  # (p, k + 1, k^2 + k)
+    # S_hh - Y^T Y in the upper triangle only (a symmetric rank update: half the flops of the product), the
+    # triangle the Cholesky factorisation reads
+    schur = blas.dsyrk(-1.0, Y.reshape(-1, nh), beta=1.0, c=np.asfortranarray(S[:nh, :nh]), trans=1, lower=0,
+                       overwrite_c=1)
+    return groups, Linv, Y, linalg.cho_factor(schur, lower=False, overwrite_a=True, check_finite=False)
+
+
+def _span_block_solve(factors: tuple, vec: np.ndarray) -> np.ndarray:
+    """``S^{-1} vec`` from :func:`_span_block_factors` (block elimination of the output coordinates)."""
+    groups, Linv, Y, schur = factors
+    nh = Y.shape[2]
+    w = np.einsum("oab,ob->oa", Linv, vec[groups])                 # L_o^{-1} v_o
+    out = np.empty_like(vec)
+    out[:nh] = linalg.cho_solve(schur, vec[:nh] - np.einsum("oah,oa->h", Y, w), check_finite=False)
+    # x_o = L_o^{-T} (w_o - Y_o x_h)
+    out[groups] = np.einsum("oba,ob->oa", Linv, w - Y @ out[:nh])
+    return out
 
 
 class _Operator(_SpanPreconditioner):

@@ -773,6 +773,16 @@ def _fresh_chunks(source: DataSource) -> bool:
     return isinstance(obj, (list, tuple, SampleStream)) or getattr(obj, "fresh_chunks", False) is True
 
 
+def _iid_stream(source: DataSource) -> bool:
+    """Whether the source is one of nnrecover's own streams (:class:`~nnrecover.sampling.SampleStream`),
+    whose rows are independent draws from one law by construction: any ``m`` of its rows, the first ones
+    included, are a uniform sample of ``m`` rows, and reading the first ones costs ``m / n`` of a pass.
+    A generic stream may be ordered (by time, by label), so its rows are chosen at random."""
+    from .sampling import SampleStream
+
+    return isinstance(getattr(source, "obj", None), SampleStream)
+
+
 def _finite_chunks(source: DataSource) -> bool:
     """Whether the source's chunks are float64 values it has itself checked to be finite, so that reading
     them does not check every value again.
