@@ -91,18 +91,20 @@ def test_stream_blocks_are_bounded_and_the_rows_do_not_depend_on_the_chunks():
     assert default.chunk_size == block_rows(300, 1)
 
 
-def test_exact_fit_on_a_stream_reads_it_twice_and_skips_an_unaffordable_certificate():
+def test_exact_fit_on_a_stream_reads_it_three_times_and_certifies_matrix_free():
     # d = 300, k = m = 9: P = 300 * 9 + 81 + 9 = 2790 parameters, P^3 = 2.2e10 > 2e10 flops: the
-    # max-unit-error certificate is not evaluated, so its rows (a pass over the stream) are not read either.
-    # What is read in full: pass 1 and pass 2 of the tensor step; the exact step reads only the first rows.
+    # max-unit-error certificate's Gauss-Newton matrix is not formed; its matrix-free form runs on 6200 rows
+    # chosen at random from this generic stream (a third pass). What is read in full besides: pass 1 and
+    # pass 2 of the tensor step; the exact step reads only the first rows.
     d, k = 300, 9
     truth = nr.random_network(d, k, k, rng=0)
     stream = _CountingStream(nr.sample_stream(truth, StandardGaussian(d), 40_000, rng=1))
     learner = nr.learners.ExactReLULearner(k, random_state=0).fit(stream)
     assert learner.diagnostics_["certified"]
     assert parameter_error(learner.network_, truth)["max_unit_error"] < 1e-10
-    assert learner.diagnostics_["certificates"]["max_unit_error"]["passed"] is None
-    assert stream.full_passes == 2
+    record = learner.diagnostics_["certificates"]["max_unit_error"]
+    assert record["passed"] is True and record["bound"] < 1e-10
+    assert stream.full_passes == 3
 
 
 def test_exact_fit_on_a_stream_equals_the_fit_in_memory():

@@ -102,10 +102,30 @@ def test_span_block_solve_by_its_schur_complement_is_the_dense_solve(p):
             assert np.array_equal(block, S[np.ix_(groups[0], groups[0])]) if o == q else not block.any()
     S = S + np.diag(1e-2 * np.diag(S))
     factors = _matrix_free._span_block_factors(S, k)
-    for vec in np.random.default_rng(6).standard_normal((2, S.shape[0])):
-        dense = linalg.cho_solve(linalg.cho_factor(S), vec)
+    vecs = np.random.default_rng(6).standard_normal((S.shape[0], 3))
+    dense = linalg.cho_solve(linalg.cho_factor(S), vecs)
+    for vec, ref in ((vecs[:, 0], dense[:, 0]), (vecs, dense)):  # one vector, and columns
         schur = _matrix_free._span_block_solve(factors, vec)
-        assert np.abs(schur - dense).max() < 1e-12 * np.abs(dense).max()
+        assert schur.shape == ref.shape and np.abs(schur - ref).max() < 1e-12 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("p", [1, 4])
+def test_span_block_unit_inverses_are_the_diagonal_blocks_of_the_inverse(p):
+    # the max-unit-error certificate's matrix-free form needs S^{-1} on each unit's span coordinates
+    # (v_i, b_i, A[:, i]) only, from the Schur complement's factors
+    from scipy import linalg
+
+    k = 3
+    net = nr.random_network(9, k, p, rng=4)
+    S = _operator(net, np.random.default_rng(5).standard_normal((500, 9))).S
+    S = S + np.diag(1e-2 * np.diag(S))
+    inverse = linalg.inv(S)
+    blocks = _matrix_free._span_block_unit_inverses(_matrix_free._span_block_factors(S, k), k)
+    kb = k * k + k
+    for i in range(k):
+        idx = np.r_[i * k:(i + 1) * k, k * k + i, kb + np.arange(p) * k + i]
+        ref = inverse[np.ix_(idx, idx)]
+        assert np.abs(blocks[i] - ref).max() < 1e-12 * np.abs(ref).max()
 
 
 def test_preconditioner_is_close_to_the_normal_matrix_for_gaussian_rows():

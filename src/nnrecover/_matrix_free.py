@@ -54,7 +54,7 @@ import time
 
 import numpy as np
 from scipy import linalg
-from scipy.linalg import blas
+from scipy.linalg import blas, lapack
 
 from ._threads import blas_threads
 
@@ -165,8 +165,11 @@ class _SpanPreconditioner:
             # relu(t z) = t relu(z) (t > 0): scaling (w_i, b_i) by t and the unit's output weights by 1 / t
             # leaves f unchanged, so S is singular along k directions, which J^T r never has; the relative
             # ridge makes M invertible
-            S = self.S + np.diag(1e-8 * np.diag(self.S) + 1e-300)
-            C = self.C + np.diag(1e-8 * np.diag(self.C) + 1e-300) if self._complement_ridge else self.C
+            S = self.S.copy()
+            S[np.diag_indices_from(S)] += 1e-8 * np.diag(self.S) + 1e-300
+            C = self.C.copy()
+            if self._complement_ridge:
+                C[np.diag_indices_from(C)] += 1e-8 * np.diag(self.C) + 1e-300
             self._factors = (_span_block_factors(S, self.k), linalg.cho_factor(C, check_finite=False))
 
     def m_apply(self, gW, gb, gA, gc, inverse: bool):
@@ -228,14 +231,54 @@ def _span_block_factors(S: np.ndarray, k: int) -> tuple:
 
 
 def _span_block_solve(factors: tuple, vec: np.ndarray) -> np.ndarray:
-    """``S^{-1} vec`` from :func:`_span_block_factors` (block elimination of the output coordinates)."""
+    """``S^{-1} vec`` from :func:`_span_block_factors` (block elimination of the output coordinates); ``vec``
+    is one vector or a matrix of columns."""
     groups, Linv, Y, schur = factors
     nh = Y.shape[2]
-    w = np.einsum("oab,ob->oa", Linv, vec[groups])                 # L_o^{-1} v_o
-    out = np.empty_like(vec)
-    out[:nh] = linalg.cho_solve(schur, vec[:nh] - np.einsum("oah,oa->h", Y, w), check_finite=False)
+    V = vec.reshape(vec.shape[0], -1)
+    w = Linv @ V[groups]                                            # L_o^{-1} v_o: (p, k + 1, columns)
+    out = np.empty_like(V)
+    out[:nh] = linalg.cho_solve(schur, V[:nh] - Y.reshape(-1, nh).T @ w.reshape(-1, V.shape[1]), check_finite=False)
     # x_o = L_o^{-T} (w_o - Y_o x_h)
-    out[groups] = np.einsum("oba,ob->oa", Linv, w - Y @ out[:nh])
+    out[groups] = Linv.transpose(0, 2, 1) @ (w - Y @ out[:nh])
+    return out.reshape(vec.shape)
+
+
+def _span_block_unit_inverses(factors: tuple, k: int) -> np.ndarray:
+    """The diagonal blocks of ``S^{-1}`` on each unit's span coordinates ``(v_i, b_i, A[:, i])`` (``k + 1 + p``
+    of them; ``v_i`` = row ``i`` of ``dW Q``), from :func:`_span_block_factors`: ``(k, k + 1 + p, k + 1 + p)``.
+
+    With the hidden coordinates first, ``S = [[H, B], [B^T, D]]``, ``D`` block diagonal (``K_o`` per
+    output) and ``Z = D^{-1} B^T``: ``S^{-1} = [[T^{-1}, -T^{-1} Z^T], [-Z T^{-1}, D^{-1} + Z T^{-1} Z^T]]``
+    with the Schur complement ``T``. Unit ``i`` needs ``T^{-1}`` on its ``k + 1`` hidden coordinates and,
+    for ``A[:, i]``, row ``i`` of every ``Z_o`` and ``(K_o^{-1})_ii``: ``O((k^2)^3 + k p (k^2)^2)`` flops in
+    all, against ``O(P_span^3)`` for the whole inverse."""
+    groups, Linv, Y, schur = factors
+    nh = Y.shape[2]
+    p = groups.shape[0]
+    # T^{-1} from its Cholesky factor (LAPACK potri: a third of the flops of solving with the identity)
+    c, lower = schur
+    Tinv, info = lapack.dpotri(c, lower=lower)
+    if info != 0:  # pragma: no cover - the factor came from a successful potrf
+        raise np.linalg.LinAlgError(f"dpotri failed ({info})")
+    Tinv = np.triu(Tinv) + np.triu(Tinv, 1).T if not lower else np.tril(Tinv) + np.tril(Tinv, -1).T
+    Z = Linv.transpose(0, 2, 1) @ Y                                 # K_o^{-1} S_{o, hidden}: (p, k + 1, nh)
+    Kinv_diag = np.einsum("oai,oai->oi", Linv, Linv)               # (K_o^{-1})_ii = ||L_o^{-1} e_i||^2
+    out = np.empty((k, k + 1 + p, k + 1 + p))
+    # Z_o T^{-1} Z_o'^T = W^T W with W = F^{-T} Z^T (T = F^T F, or F F^T for a lower factor): one triangular
+    # solve for every unit's rows of every Z_o, half the flops of the product with T^{-1}
+    Zall = Z[:, :k, :].transpose(2, 1, 0).reshape(nh, k * p)        # column i p + o: row i of Z_o
+    W = linalg.solve_triangular(c, Zall, trans=0 if lower else 1, lower=lower, check_finite=False)
+    W = W.reshape(nh, k, p)
+    for i in range(k):
+        hidden = np.r_[i * k:(i + 1) * k, k * k + i]
+        Zi = Z[:, i, :]                                             # (p, nh)
+        TZ = -(Tinv[hidden] @ Zi.T)                                 # the (hidden, output) block: (k + 1, p)
+        out[i, :k + 1, :k + 1] = Tinv[np.ix_(hidden, hidden)]
+        out[i, :k + 1, k + 1:] = TZ
+        out[i, k + 1:, :k + 1] = TZ.T
+        out[i, k + 1:, k + 1:] = W[:, i, :].T @ W[:, i, :]
+        out[i, k + 1:, k + 1:][np.diag_indices(p)] += Kinv_diag[:, i]
     return out
 
 
