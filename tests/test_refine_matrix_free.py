@@ -109,6 +109,33 @@ def test_span_block_solve_by_its_schur_complement_is_the_dense_solve(p):
         assert schur.shape == ref.shape and np.abs(schur - ref).max() < 1e-12 * np.abs(ref).max()
 
 
+@pytest.mark.parametrize("d, k, p", [(9, 3, 4), (40, 26, 2)])
+def test_operator_keeps_the_span_block_in_parts_that_are_the_normal_matrix(d, k, p):
+    # the operator holds the span block as its hidden part, K and F (never the whole matrix): assembled, they
+    # are the normal matrix of the span coordinates (refine._normal_equations on the projected rows), its
+    # product and its structured Schur-complement factors agree with the general ones (k = 26: the hidden
+    # block by unit pairs)
+    from nnrecover.network import TwoLayerNetwork
+    from nnrecover.refine import _normal_equations
+
+    net = nr.random_network(d, k, p, rng=4)
+    X = np.random.default_rng(5).standard_normal((3000, d))
+    op = _operator(net, X)
+    W, b, A = net.hidden_weights, net.hidden_bias, net.output_weights
+    small = _Model(TwoLayerNetwork(W @ op.Q, b, A, np.zeros(p), "relu"), BLOCKS)
+    n_s = min(3000, 20 * _matrix_free.span_block_size(k, p))
+    dense = _normal_equations(small, small.pack(small.net), X[:n_s] @ op.Q, None, np.zeros((n_s, p)), 4096)[0]
+    assert np.abs(op.S - dense).max() < 1e-13 * np.abs(dense).max()
+    vec = np.random.default_rng(6).standard_normal(dense.shape[0])
+    assert np.abs(op._span_apply(vec) - dense @ vec).max() < 1e-12 * np.abs(dense @ vec).max()
+    ridged = dense + np.diag(1e-8 * np.diag(dense) + 1e-300)
+    general = _matrix_free._span_block_solve(_matrix_free._span_block_factors(ridged, k), vec)
+    structured = _matrix_free._span_block_solve(op._span_factors(), vec)
+    # the ridge leaves the k rescaling directions with a condition number near 1e8: compare off them
+    assert np.abs(ridged @ structured - vec).max() < 1e-6 * np.abs(vec).max()
+    assert np.abs(ridged @ (structured - general)).max() < 1e-6 * np.abs(vec).max()
+
+
 @pytest.mark.parametrize("p", [1, 4])
 def test_span_block_unit_inverses_are_the_diagonal_blocks_of_the_inverse(p):
     # the max-unit-error certificate's matrix-free form needs S^{-1} on each unit's span coordinates

@@ -165,12 +165,20 @@ class _SpanPreconditioner:
             # relu(t z) = t relu(z) (t > 0): scaling (w_i, b_i) by t and the unit's output weights by 1 / t
             # leaves f unchanged, so S is singular along k directions, which J^T r never has; the relative
             # ridge makes M invertible
-            S = self.S.copy()
-            S[np.diag_indices_from(S)] += 1e-8 * np.diag(self.S) + 1e-300
             C = self.C.copy()
             if self._complement_ridge:
                 C[np.diag_indices_from(C)] += 1e-8 * np.diag(self.C) + 1e-300
-            self._factors = (_span_block_factors(S, self.k), linalg.cho_factor(C, check_finite=False))
+            self._factors = (self._span_factors(), linalg.cho_factor(C, check_finite=False))
+
+    def _span_factors(self) -> tuple:
+        """:func:`_span_block_factors` of ``S`` with the relative ridge ``1e-8 diag(S)``."""
+        S = self.S.copy()
+        S[np.diag_indices_from(S)] += 1e-8 * np.diag(self.S) + 1e-300
+        return _span_block_factors(S, self.k)
+
+    def _span_apply(self, vec: np.ndarray) -> np.ndarray:
+        """``S vec``."""
+        return self.S @ vec
 
     def m_apply(self, gW, gb, gA, gc, inverse: bool):
         """``M v`` or ``((1 + mu) M)^{-1} v`` (after :meth:`factor`)."""
@@ -185,7 +193,7 @@ class _SpanPreconditioner:
             perp = linalg.cho_solve(cc, gperp, check_finite=False)
             perp /= self._scale
         else:
-            sol = self.S @ vec
+            sol = self._span_apply(vec)
             perp = self.C @ gperp
         dW = sol[:k * k].reshape(k, k) @ Q.T + perp
         return (dW,) + self._rest(sol)
@@ -288,7 +296,7 @@ class _Operator(_SpanPreconditioner):
 
     def __init__(self, W: np.ndarray, b: np.ndarray, A: np.ndarray, X: np.ndarray, Z: np.ndarray,
                  X_op: np.ndarray, chunk_rows: int):
-        from .refine import _Model, _normal_equations
+        from .refine import _Model, _normal_sums
         from .network import TwoLayerNetwork
 
         m, k = Z.shape
@@ -309,9 +317,62 @@ class _Operator(_SpanPreconditioner):
         small = _Model(TwoLayerNetwork(W @ self.Q, b, A, np.zeros(p), "relu"),
                        ("hidden_weights", "hidden_bias", "output_weights", "output_bias"))
         theta = small.pack(small.net)
-        self.S = _normal_equations(small, theta, U, np.zeros((n_s, p)), np.zeros((n_s, p)), chunk_rows)[0]
+        # the span block in its three parts (refine._normal_equations' structure), never as one matrix of
+        # (k^2 + k + p (k + 1))^2 entries: the hidden block, the output block I_p (x) K, and the coupling of
+        # output o, diag(A[o, u]) F (the hidden coordinate c belongs to unit u(c))
+        sums = _normal_sums(small, theta, U, np.zeros((n_s, p)), chunk_rows)
+        self._hidden = sums["hid"] / n_s
+        self._coupling = np.column_stack([sums["EH"], sums["Es"]]) / n_s
+        self._output = np.block([[sums["HH"], sums["Hs"][:, None]], [sums["Hs"][None, :], np.array([[n_s]])]]) / n_s
+        self._Au = A[:, sums["u"]]
         # complement block C (x) (I - Q Q^T), C = (A^T A) * (G^T G / m)
         self.C = (A.T @ A) * (self.G.T @ self.G) / m
+
+    @property
+    def S(self) -> np.ndarray:
+        """The span block as one matrix (for inspection; the solver uses its parts)."""
+        k, p = self.k, self.p
+        nh = k * k + k
+        groups = _output_groups(nh + p * (k + 1), k)
+        S = np.zeros((nh + p * (k + 1),) * 2)
+        S[:nh, :nh] = self._hidden
+        for o in range(p):
+            S[np.ix_(groups[o], groups[o])] = self._output
+            S[np.ix_(np.arange(nh), groups[o])] = self._Au[o][:, None] * self._coupling
+            S[np.ix_(groups[o], np.arange(nh))] = (self._Au[o][:, None] * self._coupling).T
+        return S
+
+    def _span_factors(self) -> tuple:
+        """:func:`_span_block_factors` from the parts, with the same relative ridge ``1e-8 diag(S)``: the
+        Schur complement ``T = H - (F K^{-1} F^T) * (A^T A)[u, u]`` (every output couples through the same
+        ``F`` scaled by ``A[o, u]``, and ``K`` is the same for every output), ``O(nh^2 k)`` flops where the
+        general form takes ``O(nh^2 p k)``, and ``Y_o = L^{-1} F^T diag(A[o, u])``."""
+        k, p = self.k, self.p
+        nh = k * k + k
+        T = self._hidden.copy()
+        T[np.diag_indices(nh)] += 1e-8 * np.diag(self._hidden) + 1e-300
+        K = self._output.copy()
+        K[np.diag_indices(k + 1)] += 1e-8 * np.diag(self._output) + 1e-300
+        L = linalg.cholesky(K, lower=True, check_finite=False)
+        Linv = linalg.solve_triangular(L, np.eye(k + 1), lower=True, check_finite=False)
+        LF = Linv @ self._coupling.T                                  # (k + 1, nh)
+        T -= (LF.T @ LF) * (self._Au.T @ self._Au)
+        # C order: the solves read it as one (p (k + 1), nh) matrix (a product of F-ordered operands would not be)
+        Y = np.multiply(LF[None, :, :], self._Au[:, None, :], order="C")  # (p, k + 1, nh)
+        groups = _output_groups(nh + p * (k + 1), k)
+        return (groups, np.repeat(Linv[None], p, axis=0), Y,
+                linalg.cho_factor(T, lower=False, overwrite_a=True, check_finite=False))
+
+    def _span_apply(self, vec: np.ndarray) -> np.ndarray:
+        """``S vec`` from the parts."""
+        k, p = self.k, self.p
+        nh = k * k + k
+        groups = _output_groups(nh + p * (k + 1), k)
+        vh, vo = vec[:nh], vec[groups]                                # (nh,), (p, k + 1)
+        out = np.empty_like(vec)
+        out[:nh] = self._hidden @ vh + np.einsum("oc,co->c", self._Au, self._coupling @ vo.T)
+        out[groups] = (self._Au * vh) @ self._coupling + vo @ self._output
+        return out
 
     def jtj(self, dW, db, dA, dc):
         """``J^T J v / m`` in the precision of ``X_op`` (returned as float64)."""

@@ -628,6 +628,47 @@ def _normal_equations(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.nda
     (:func:`_unit_pair_sums`: half the flops, a sixth for ReLU) and ``e`` is never formed: memory is then
     chunks of ``x`` of at most 8 MiB and the ``k^2`` blocks of ``(d + 1)^2``.
     """
+    sums = _normal_sums(model, theta, X, R, chunk_rows)
+    n, k, p = X.shape[0], model.k, model.p
+    A, u, nE = sums["A"], sums["u"], sums["u"].size
+    EH, Es, HH, Hs = sums["EH"], sums["Es"], sums["HH"], sums["Hs"]
+    sl = model.slices
+    blocks: dict[str, np.ndarray] = {}
+    Au = A[:, u]  # (p, nE): A_{r, u(col)}
+    Ip = np.eye(p)
+    hid = {"hid": sums["hid"],
+           "output_weights": (Au.T[:, :, None] * EH[:, None, :]).reshape(nE, p * k),
+           "output_bias": Es[:, None] * Au.T}
+    ow = {"output_weights": np.kron(Ip, HH), "output_bias": np.kron(Ip, Hs[:, None])}
+    names = [name for name in ("output_weights", "output_bias") if name in sl]
+    parts = (["hid"] if nE else []) + names
+    for i, a in enumerate(parts):
+        for bname in parts[i:]:
+            if a == "hid":
+                blk = hid["hid"] if bname == "hid" else hid[bname]
+            elif a == "output_weights":
+                blk = ow["output_weights"] if bname == "output_weights" else ow["output_bias"]
+            else:
+                blk = n * Ip
+            blocks[a, bname] = blk
+    # laid out block by block into one array, divided by n on the way (np.block and a division would write
+    # the (P, P) array twice more: 0.35 s of 1.25 s for the 5100 coordinates at k = p = 50)
+    sizes = [blocks[a, a].shape[0] for a in parts]
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    JtJ = np.empty((offsets[-1], offsets[-1]))
+    for i, a in enumerate(parts):
+        for j, bname in enumerate(parts):
+            blk = blocks[a, bname] if (a, bname) in blocks else blocks[bname, a].T
+            np.divide(blk, n, out=JtJ[offsets[i]:offsets[i + 1], offsets[j]:offsets[j + 1]])
+    g = np.concatenate([sums["grads"][name] for name in BLOCKS if name in sl]) / n
+    return JtJ, g
+
+
+def _normal_sums(model: _Model, theta: np.ndarray, X: np.ndarray, R: np.ndarray, chunk_rows: int) -> dict:
+    """The sums behind :func:`_normal_equations` (its docstring): ``hid`` = ``J_hid^T J_hid`` (the hidden
+    columns ``e_n``, unit ``u(col)``, times ``(A^T A)[u, u]``), ``EH`` = ``sum e h^T``, ``Es`` = ``sum e``,
+    ``HH`` = ``sum h h^T``, ``Hs`` = ``sum h``, the unscaled gradient blocks ``grads`` (``J^T R``), ``u``,
+    ``A`` and ``n``; nothing of size ``P x P`` beyond the hidden block."""
     n, k, d, p = X.shape[0], model.k, model.d, model.p
     W, b, A, c = model.unpack(theta)
     sl = model.slices
@@ -698,36 +739,9 @@ def _normal_equations(model: _Model, theta: np.ndarray, X: np.ndarray, Y: np.nda
             EH[k * d:] = T[:, d]
             Es[k * d:] = XG[d]
         del M  # (k d1)^2 doubles: freed before J^T J is laid out
-    blocks: dict[str, np.ndarray] = {}
-    Au = A[:, u]  # (p, nE): A_{r, u(col)}
-    Ip = np.eye(p)
-    hid = {"hid": EE if unit_pairs else EE * (A.T @ A)[np.ix_(u, u)],
-           "output_weights": (Au.T[:, :, None] * EH[:, None, :]).reshape(nE, p * k),
-           "output_bias": Es[:, None] * Au.T}
-    ow = {"output_weights": np.kron(Ip, HH), "output_bias": np.kron(Ip, Hs[:, None])}
-    names = [name for name in ("output_weights", "output_bias") if name in sl]
-    parts = (["hid"] if nE else []) + names
-    for i, a in enumerate(parts):
-        for bname in parts[i:]:
-            if a == "hid":
-                blk = hid["hid"] if bname == "hid" else hid[bname]
-            elif a == "output_weights":
-                blk = ow["output_weights"] if bname == "output_weights" else ow["output_bias"]
-            else:
-                blk = n * Ip
-            blocks[a, bname] = blk
-    # laid out block by block into one array, divided by n on the way (np.block and a division would write
-    # the (P, P) array twice more: 0.35 s of 1.25 s for the 5100 coordinates at k = p = 50)
-    sizes = [blocks[a, a].shape[0] for a in parts]
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
-    JtJ = np.empty((offsets[-1], offsets[-1]))
-    for i, a in enumerate(parts):
-        for j, bname in enumerate(parts):
-            blk = blocks[a, bname] if (a, bname) in blocks else blocks[bname, a].T
-            np.divide(blk, n, out=JtJ[offsets[i]:offsets[i + 1], offsets[j]:offsets[j + 1]])
-    grads = {"hidden_weights": gW.ravel(), "hidden_bias": gb, "output_weights": gA.ravel(), "output_bias": gc}
-    g = np.concatenate([grads[name] for name in BLOCKS if name in sl]) / n
-    return JtJ, g
+    return {"n": n, "u": u, "A": A, "hid": EE if unit_pairs else EE * (A.T @ A)[np.ix_(u, u)],
+            "EH": EH, "Es": Es, "HH": HH, "Hs": Hs,
+            "grads": {"hidden_weights": gW.ravel(), "hidden_bias": gb, "output_weights": gA.ravel(), "output_bias": gc}}
 
 
 #: inputs from which :func:`_normal_equations` sums the hidden block by unit pairs (:func:`_unit_pair_sums`);

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -73,17 +74,27 @@ _EPS = np.finfo(float).eps
 #: says so and claims nothing
 MAX_CERTIFICATE_FLOPS = 2e10
 #: above this the matrix-free form of the bound (ReLU networks, :func:`_matrix_free_bound`) is not evaluated
-#: either: about twice the cost of a refinement step on the same rows
-MAX_MATRIX_FREE_FLOPS = 2e12
-#: preconditioned Lanczos steps that estimate the smallest eigenvalue of ``M^{-1} J^T J`` (matrix-free form)
-LANCZOS_STEPS = 60
+#: either (:func:`_matrix_free_flops`: 3.3e12 for the 20000 rows at d = 1000, k = p = 50, where the first
+#: look on 4204 rows took 4.2 s and the learners' fits 24-40 s)
+MAX_MATRIX_FREE_FLOPS = 4e12
+#: products with J^T J that the matrix-free form takes, about: the Lanczos steps until their plateau (118
+#: at 4 rows per parameter, d = 1000, k = p = 50; 32 at 20) and the step's conjugate gradients (39)
+_MATRIX_FREE_PRODUCTS = 160
+#: largest number of preconditioned Lanczos steps that estimate the smallest eigenvalue of ``M^{-1} J^T J``
+#: (matrix-free form); they stop earlier once the smallest Ritz value has settled (LANCZOS_PLATEAU)
+LANCZOS_STEPS = 300
+#: the Lanczos steps stop when the smallest Ritz value fell by less than this fraction over the last 10
+#: steps. It falls monotonically and ever more slowly to the smallest eigenvalue: at d = 1000, k = p = 50 on
+#: 4 rows per parameter (condition number 55) it was 33 / 11 / 4.9 % above its limit after 20 / 40 / 60
+#: steps and settled after 118; the rule stops within a few % of the limit, inside LANCZOS_SAFETY
+LANCZOS_PLATEAU = 2e-3
 #: relative tolerance of the matrix-free Gauss-Newton step (in the preconditioner's norm), the tightest
 #: that products in float32 (within ~1e-7 of the float64 ones) reach reliably: the step enters the bound
 #: times SECOND_ORDER_FACTOR = 2, so a relative error of 1e-5 in it changes the bound by as much
 STEP_RTOL = 1e-5
 #: the matrix-free noise term divides by this fraction of the smallest Ritz value, which converges to the
-#: smallest eigenvalue from above (on Gaussian rows at 4 and 20 rows per parameter and output it matched the
-#: dense generalized eigenvalue to 1e-9 after 60 steps: tests/test_certificates.py)
+#: smallest eigenvalue from above (tests/test_certificates.py compares it with the dense generalized
+#: eigenvalue)
 LANCZOS_SAFETY = 0.9
 #: rows the certificate uses at most per parameter and output (its noise term shrinks like 1/sqrt(rows);
 #: more rows than this add cost, not information, at the sizes where the cost matters)
@@ -366,10 +377,11 @@ def _lack_of_fit(net: TwoLayerNetwork, X: np.ndarray, R: np.ndarray, dWb: np.nda
 
 
 def _matrix_free_flops(k: int, d: int, p: int, n: int) -> float:
-    """Flops of :func:`_matrix_free_bound` on ``n`` rows: the conjugate-gradient solve and the Lanczos steps
-    (each a product with ``J^T J``, ``~8 n d k`` flops), and the span block's factorisation and inverse."""
+    """Flops of :func:`_matrix_free_bound` on ``n`` rows, about: the conjugate-gradient solve and the Lanczos
+    steps (``_MATRIX_FREE_PRODUCTS`` products with ``J^T J``, ``~8 n d k`` flops each), and the span block's
+    factorisation and unit blocks of its inverse."""
     span = k * k + k + p * k + p
-    return 8.0 * n * d * k * (2 * LANCZOS_STEPS + 4) + 2.0 * float(span) ** 3
+    return 8.0 * n * d * k * _MATRIX_FREE_PRODUCTS + 2.0 * float(span) ** 3
 
 
 def _bound_method(k: int, d: int, p: int, n: int, activation: str) -> str | None:
@@ -383,12 +395,13 @@ def _bound_method(k: int, d: int, p: int, n: int, activation: str) -> str | None
     return None
 
 
-def _preconditioned_lanczos(op, steps: int, rng: np.random.Generator) -> np.ndarray:
+def _preconditioned_lanczos(op, steps: int, rng: np.random.Generator, plateau: float = 0.0) -> np.ndarray:
     """Ritz values of ``M^{-1} J^T J`` (the pencil of the normal matrix and the preconditioner ``M`` of
-    :mod:`nnrecover._matrix_free`, off the rescaling directions) after ``steps`` preconditioned conjugate-
-    gradient steps from a random right-hand side: the Lanczos matrix from the steps' coefficients
+    :mod:`nnrecover._matrix_free`, off the rescaling directions) after at most ``steps`` preconditioned
+    conjugate-gradient steps from a random right-hand side: the Lanczos matrix from the steps' coefficients
     (``T_jj = 1 / alpha_j + beta_{j-1} / alpha_{j-1}``, ``T_{j,j+1} = sqrt(beta_j) / alpha_j``; Saad,
-    *Iterative methods for sparse linear systems*, 2003, Section 6.7.3)."""
+    *Iterative methods for sparse linear systems*, 2003, Section 6.7.3). With ``plateau > 0`` the steps
+    stop once the smallest Ritz value fell by less than that fraction over the last 10 steps."""
     from ..._matrix_free import _axpy, _dot
 
     k, d, p = op.k, op.X.shape[1], op.p
@@ -403,7 +416,16 @@ def _preconditioned_lanczos(op, steps: int, rng: np.random.Generator) -> np.ndar
     direction, rz = z, _dot(r, z)
     rz0 = rz
     alphas, betas = [], []
-    for _ in range(steps):
+    smallest = []
+
+    def ritz(m=None):
+        a, bt = np.asarray(alphas[:m]), np.asarray(betas[:m])
+        diag = 1.0 / a
+        diag[1:] += bt[:-1] / a[:-1]
+        off = np.sqrt(bt[:-1]) / a[:-1]
+        return diag, off
+
+    for step in range(steps):
         Ap = op.project(*op.jtj(*direction))
         curvature = _dot(direction, Ap)
         if not curvature > 0:
@@ -416,15 +438,15 @@ def _preconditioned_lanczos(op, steps: int, rng: np.random.Generator) -> np.ndar
         betas.append(rz_new / rz)
         if not rz_new > 1e-28 * rz0:  # the Krylov space is exhausted
             break
+        if plateau and (step + 1) % 10 == 0:
+            smallest.append(float(scipy.linalg.eigvalsh_tridiagonal(*ritz(), select="i", select_range=(0, 0))[0]))
+            if len(smallest) > 1 and smallest[-2] - smallest[-1] <= plateau * smallest[-1]:
+                break
         direction = _axpy(rz_new / rz, direction, z)
         rz = rz_new
     if not alphas:
         return np.zeros(0)
-    a, bt = np.asarray(alphas), np.asarray(betas)
-    diag = 1.0 / a
-    diag[1:] += bt[:-1] / a[:-1]
-    off = np.sqrt(bt[:-1]) / a[:-1]
-    return scipy.linalg.eigvalsh_tridiagonal(diag, off)
+    return scipy.linalg.eigvalsh_tridiagonal(*ritz())
 
 
 @blas_threads(1)  # many small solves and products (threads only add contention there), bits independent of them
@@ -461,11 +483,20 @@ def _matrix_free_bound(net: TwoLayerNetwork, X: np.ndarray, R: np.ndarray, out: 
     op = _Operator(W, b, A, X, Z, X.astype(np.float32), chunk)
     op.factor(0.0)
     gW, gb, gA, gc = op.jt(R)                                     # J^T R / n
-    delta, cg_steps = _pcg(op, (-gW, -gb, -gA, -gc), 0.0, STEP_RTOL, 4 * LANCZOS_STEPS)
+    # the Lanczos steps in a second thread, beside the step's conjugate gradients and the preconditioner's
+    # unit blocks: two independent sequences of one-thread products (the same bits as one after the other),
+    # which release the GIL in BLAS
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nnrecover-lanczos")
+    lanczos = pool.submit(_preconditioned_lanczos, op, LANCZOS_STEPS, np.random.default_rng(0), LANCZOS_PLATEAU)
+    pool.shutdown(wait=False)
+    delta, cg_steps = _pcg(op, (-gW, -gb, -gA, -gc), 0.0, STEP_RTOL, 240)
     dW, db, dA = delta[:3]
     dc = np.broadcast_to(np.asarray(delta[3], dtype=np.float64), (p,))
     explained = max(n * _dot((dW, db, dA, dc), (gW, gb, gA, gc)), 0.0)  # ||J delta^||^2
-    ritz = _preconditioned_lanczos(op, LANCZOS_STEPS, np.random.default_rng(0))
+    # unit i's span coordinates (v_i, b_i, A[:, i]), v_i = row i of dW Q: its block of the span block's inverse
+    span_factors, comp_factor = op._factors
+    Sinv_blocks = _span_block_unit_inverses(span_factors, k)       # (k, k + 1 + p, k + 1 + p)
+    ritz = lanczos.result()
     out.update(cg_steps=int(cg_steps), lanczos_ritz_range=(float(ritz.min()), float(ritz.max())) if ritz.size
                else (math.nan, math.nan))
     if not ritz.size or not ritz.min() > P * _EPS * ritz.max():
@@ -478,9 +509,6 @@ def _matrix_free_bound(net: TwoLayerNetwork, X: np.ndarray, R: np.ndarray, out: 
     t = np.einsum("ij,ij->i", W, dW)
     dWc, dbc, dAc = dW - t[:, None] * W, db - t * b, dA + t[None, :] * A
     step_u = np.linalg.norm(dWc, axis=1) + np.abs(dbc) + np.linalg.norm(dAc, axis=0)
-    # unit i's span coordinates (v_i, b_i, A[:, i]), v_i = row i of dW Q: its block of the span block's inverse
-    span_factors, comp_factor = op._factors
-    Sinv_blocks = _span_block_unit_inverses(span_factors, k)       # (k, k + 1 + p, k + 1 + p)
     Cinv_diag = np.diag(scipy.linalg.cho_solve(comp_factor, np.eye(k), check_finite=False))
     delta_p = float(failure_probability)
     x = math.log(k / delta_p)
