@@ -120,7 +120,9 @@ Data. ``data`` is anything :func:`nnrecover.data.as_data_source` accepts: ``(X, 
 one-pass iterator. :func:`gather_samples` reads it once in chunks and keeps a uniformly random subset of
 at most ``max_samples`` rows (priority sampling: every row gets a uniform key from ``rng``, the rows with
 the smallest keys are kept), so memory is ``O((max_samples + chunk) (d + p))`` for any ``N``. The keys
-are drawn row by row in data order, so the subset does not depend on how the data are chunked.
+are drawn row by row in data order, so the subset does not depend on how the data are chunked. From a
+:class:`~nnrecover.SampleStream`, whose rows are independent draws, the first ``max_samples`` rows are
+taken instead, and only they are generated.
 
 Keeping the better. The gathered rows are split into a training part and a held-out part
 (``holdout_fraction``, or explicit ``validation_data``). The optimiser sees only the training part; the
@@ -1597,7 +1599,8 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
         free for large networks, ``"gn-matrix-free"``); ``"lm"``
         (MINPACK on the dense Jacobian) uses at most the rows its Jacobian budget holds.
     max_samples : int, optional
-        At most this many rows are gathered (uniformly at random, :func:`gather_samples`). Default: 200000,
+        At most this many rows are gathered (uniformly at random, :func:`gather_samples`; the first ones of a
+        :class:`~nnrecover.SampleStream`). Default: 200000,
         and from a source read in chunks (a stream, a list of chunks), whose gathered rows are copies, at
         most the rows that fit ``GATHER_MEMORY`` (512 MiB: 63900 rows at d = 1000, p = 50).
     holdout_fraction : float in [0, 1), default 0.2
