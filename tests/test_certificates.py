@@ -99,6 +99,25 @@ def test_pure_neuron_refined_estimate_certified_despite_a_poor_gap():
     assert _err(raw.network_, truth) > raw.certificate_tol
 
 
+def test_pure_neuron_span_warning_is_held_when_the_final_certificate_passes():
+    """The same data with the span reduction (span="auto"): the k-th singular value of E[y x^T] Sigma^-1 is
+    not separated from its sampling error (an AssumptionWarning of the provable stage), yet the refined
+    network is certified: the warning is recorded in diagnostics_["input_law_notes"], not issued. Without
+    refinement the certificate fails and the warning, which explains it, is issued."""
+    truth = nr.random_network(20, 10, 10, rng=0).canonical()
+    X, Y = nr.sample(truth, GAUSS(20), 20000, rng=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AssumptionWarning)
+        warnings.simplefilter("error", CertificateWarning)
+        learner = PureNeuronLearner(10, random_state=0).fit(X, Y)
+    assert learner.diagnostics_["certificates"]["max_unit_error"]["passed"] is True
+    assert any("k-th singular value" in note for note in learner.diagnostics_["input_law_notes"])
+    assert "after refinement" in learner.diagnostics_["certificates"]["max_unit_error"]["stage"]
+    with pytest.warns(AssumptionWarning, match="k-th singular value"):
+        with pytest.warns(CertificateWarning, match="max_unit_error"):
+            PureNeuronLearner(10, refine=False, random_state=0).fit(X, Y)
+
+
 def test_exact_relu_complex_initialisation_is_not_a_warning():
     """Issue case d = 50, k = 20: the Jennrich pencil that starts the joint diagonalisation has complex
     eigenvalues in every draw (recorded), yet the answer is certified exact; nothing is warned."""
