@@ -41,6 +41,11 @@ step exceeds the step's own first-order change ``||J delta^||^2`` (a smaller str
 step's second-order term, as on noiseless data near the answer). No bound is claimed either when ``J``
 is rank deficient on the rows (a dead unit, ``n p <= P``). On noiseless data at the exact answer every
 term is round-off; the noise term shrinks as ``n^{-1/2}``.
+
+Beyond ``MAX_CERTIFICATE_FLOPS`` the ``P x P`` matrix ``J^T J`` is not formed: ReLU networks get the
+matrix-free form of the same bound (:func:`_matrix_free_bound`: the step by conjugate gradients, the
+noise term through the refinement's preconditioner ``M`` and the smallest eigenvalue of ``M^{-1} J^T J``),
+up to ``MAX_MATRIX_FREE_FLOPS``; beyond that, or for other activations, nothing is claimed.
 """
 
 from __future__ import annotations
@@ -75,7 +80,7 @@ _EPS = np.finfo(float).eps
 MAX_CERTIFICATE_FLOPS = 2e10
 #: above this the matrix-free form of the bound (ReLU networks, :func:`_matrix_free_bound`) is not evaluated
 #: either (:func:`_matrix_free_flops`: 3.3e12 for the 20000 rows at d = 1000, k = p = 50, where the first
-#: look on 4204 rows took 4.2 s and the learners' fits 24-40 s)
+#: look on 4204 rows took 3.5 s and the learners' fits 28-90 s)
 MAX_MATRIX_FREE_FLOPS = 4e12
 #: products with J^T J that the matrix-free form takes, about: the Lanczos steps until their plateau (118
 #: at 4 rows per parameter, d = 1000, k = p = 50; 32 at 20) and the step's conjugate gradients (39)
@@ -158,7 +163,8 @@ def unit_error_bound(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *,
         ``"dense"`` forms the ``P x P`` Gauss-Newton matrix (``n (k (d + 1))^2 + P^3`` flops);
         ``"matrix-free"`` (ReLU networks) solves with it by conjugate gradients and bounds the noise term
         through the refinement's preconditioner (:func:`_matrix_free_bound`: the same step part, a noise
-        part larger by about ``1 / lambda``, ``O(n d k)`` flops per product). ``"auto"``: dense up to
+        part between the dense one and ``sqrt(theta_max / lambda)`` times it, ``O(n d k)`` flops per
+        product). ``"auto"``: dense up to
         ``MAX_CERTIFICATE_FLOPS``, else matrix free for ReLU.
 
     Returns
@@ -468,7 +474,8 @@ def _matrix_free_bound(net: TwoLayerNetwork, X: np.ndarray, R: np.ndarray, out: 
     ``LANCZOS_SAFETY`` times the smallest Ritz value of ``LANCZOS_STEPS`` preconditioned Lanczos steps
     (it converges from above). The lack-of-fit test runs on the coordinates in the span of the hidden rows
     (:func:`_lack_of_fit` with ``basis``). The step part is that of the dense form to the solver's
-    tolerance; the noise part is an upper bound of the dense one, larger by about ``1 / lambda``.
+    tolerance; the noise part is an upper bound of the dense one, at most ``sqrt(theta_max / lambda)`` times
+    it (``theta_max`` the largest eigenvalue of ``M^{-1} J^T J / n``).
     """
     from ..._matrix_free import _dot, _Operator, _pcg, _span_block_unit_inverses
 
