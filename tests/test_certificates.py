@@ -99,6 +99,22 @@ def test_pure_neuron_refined_estimate_certified_despite_a_poor_gap():
     assert _err(raw.network_, truth) > raw.certificate_tol
 
 
+def test_noisy_learner_certified_matrix_free_with_label_noise():
+    """d = 300, k = 9, 9 outputs: P = 2790, P^3 > 2e10, so the certificate takes its matrix-free form, on all
+    20000 certificate rows. Label noise 0.05: the bound (0.027 measured) is above the true error (0.0043)
+    and below the default tolerance 0.1; nothing is warned."""
+    truth = nr.random_network(300, 9, 9, rng=0)
+    X, Y = nr.sample(truth, GAUSS(300), 60_000, rng=1, noise=0.05)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CertificateWarning)
+        warnings.simplefilter("error", AssumptionWarning)
+        learner = NoisyReLULearner(9, random_state=0).fit(X, Y)
+    cert = learner.diagnostics_["certificates"]["max_unit_error"]
+    assert cert["method"] == "matrix-free" and cert["n_rows"] == 20_000 and cert["passed"] is True
+    assert _err(learner.network_, truth) <= cert["bound"] <= learner.certificate_tol
+    assert cert["sigma"] == pytest.approx(0.05, rel=0.05)
+
+
 def test_pure_neuron_span_warning_is_held_when_the_final_certificate_passes():
     """The same data with the span reduction (span="auto"): the k-th singular value of E[y x^T] Sigma^-1 is
     not separated from its sampling error (an AssumptionWarning of the provable stage), yet the refined

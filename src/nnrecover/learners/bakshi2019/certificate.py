@@ -657,7 +657,8 @@ def certify_max_unit_error(learner: Any, network: TwoLayerNetwork, rows, diagnos
     diagnostics["certificates"]["max_unit_error"].update(
         meaning=MEANING, bound=float(bound), tolerance=float(tol), stage=stage,
         first_order=info["first_order"], lack_of_fit_p_value=info.get("lack_of_fit_p_value", math.nan),
-        sigma=info["sigma"], per_unit_first_order=info["per_unit"].tolist())
+        sigma=info["sigma"], per_unit_first_order=info["per_unit"].tolist(), method=info["method"],
+        n_rows=int(info["n_rows"]))
     return passed
 
 
