@@ -468,11 +468,26 @@ def mean_squared_loss(network: TwoLayerNetwork, X, Y) -> float:
     X = np.asarray(X, dtype=np.float64)
     if X.shape[0] == 0:
         return float("nan")
+    X = as_2d_float(X, "X", n_features=network.n_inputs)  # predict's checks
     Y = np.asarray(Y, dtype=np.float64)
-    F = network.predict(X)
-    F = F[:, None] if F.ndim == 1 else F
     Y = Y[:, None] if Y.ndim == 1 else Y
-    return float(np.mean(np.sum((F - Y) ** 2, axis=1)))
+    return _checked_loss(network, X, Y)
+
+
+def _checked_loss(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray) -> float:
+    """:func:`mean_squared_loss` of rows the library has already checked (finite float64 ``X`` with the
+    network's columns, 2-D ``Y``), without ``predict``'s validation (a read of ``X``) and in blocks of
+    ``_LOSS_CHUNK_ROWS`` rows, whose temporaries stay in cache (800000 rows, d = 100, k = p = 10, one
+    thread: 0.20-0.35 s whole, about 0.05 s in blocks)."""
+    n = X.shape[0]
+    if n == 0:
+        return float("nan")
+    total = 0.0
+    for s in range(0, n, _LOSS_CHUNK_ROWS):
+        R = network._forward(X[s:s + _LOSS_CHUNK_ROWS])
+        R -= Y[s:s + _LOSS_CHUNK_ROWS]
+        total += float(np.einsum("ij,ij->", R, R))
+    return total / n
 
 
 class _Model:
@@ -1188,7 +1203,7 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
     user_max_iter = None if max_iter is None else check_positive_int(max_iter, "max_iter")
     max_iter = _DEFAULT_MAX_ITER[method] if user_max_iter is None else user_max_iter
     theta0 = model.pack(network)
-    loss0 = mean_squared_loss(network, X, Y)
+    loss0 = _checked_loss(network, X, Y)
     n_jac = None
     t0 = time.perf_counter()
     if method == "lm":
@@ -1220,7 +1235,7 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
     refined = model.network(theta)
     info = {"method": _MATRIX_FREE_METHOD if matrix_free else method, "n_iter": n_iter,
             "n_samples_used": int(X.shape[0]), "success": success, "status": status, "message": message,
-            "train_loss_start": loss0, "train_loss_refined": mean_squared_loss(refined, X, Y)}
+            "train_loss_start": loss0, "train_loss_refined": _checked_loss(refined, X, Y)}
     if n_jac is not None:
         info["n_jacobian"], info["n_chord"] = n_jac, n_chord
     if matrix_free:
@@ -1237,13 +1252,13 @@ def fit_least_squares(network: TwoLayerNetwork, X, Y, *, method: str = "auto", m
         gn_info = {"method": "gn", "n_iter": out["n_iter"], "n_jacobian": out["n_jacobian"],
                    "n_samples_used": n, "success": out["success"], "status": out["status"],
                    "message": out["message"],
-                   "train_loss_start": mean_squared_loss(model.network(theta), X_all, Y_all),
-                   "train_loss_refined": mean_squared_loss(refined, X_all, Y_all), "time": time.perf_counter() - t0}
+                   "train_loss_start": _checked_loss(model.network(theta), X_all, Y_all),
+                   "train_loss_refined": _checked_loss(refined, X_all, Y_all), "time": time.perf_counter() - t0}
         info = {"method": "lm+gn", "n_iter": lm_info["n_iter"] + gn_info["n_iter"], "n_samples_used": n,
                 "success": gn_info["success"], "status": gn_info["status"],
                 "message": f"lm on the first {lm_info['n_samples_used']} rows: {lm_info['message']} "
                            f"gn on all {n} rows: {gn_info['message']}",
-                "train_loss_start": mean_squared_loss(network, X_all, Y_all),
+                "train_loss_start": _checked_loss(network, X_all, Y_all),
                 "train_loss_refined": gn_info["train_loss_refined"], "stages": [lm_info, gn_info]}
     return refined, info
 
@@ -1268,7 +1283,7 @@ def _span_stage(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *, metho
     out = TwoLayerNetwork(fitted.hidden_weights @ Q.T, fitted.hidden_bias, fitted.output_weights,
                           fitted.output_bias, network.activation)
     info = dict(info, stage="span", time=time.perf_counter() - t0,
-                train_loss_start=mean_squared_loss(network, X, Y), train_loss_refined=mean_squared_loss(out, X, Y))
+                train_loss_start=_checked_loss(network, X, Y), train_loss_refined=_checked_loss(out, X, Y))
     return out, info
 
 
@@ -1383,7 +1398,7 @@ class _TrainingRows:
     def losses(self, networks: Sequence[TwoLayerNetwork]) -> list[float]:
         """:func:`mean_squared_loss` of several networks over all rows, from one read of the rows."""
         if self.X is not None:
-            return [mean_squared_loss(net, self.X, self.Y) for net in networks]
+            return [_checked_loss(net, self.X, self.Y) for net in networks]
         totals, yy = np.zeros(len(networks)), 0.0
         for Xc, Yc in self._chunks():
             for j, net in enumerate(networks):
@@ -1444,7 +1459,7 @@ def _span_then_full(network: TwoLayerNetwork, data: _TrainingRows, *, method: st
         stride = max(1, n // min_rows)
     Xs, Ys = data.strided(stride)
     start_loss = None
-    if mean_squared_loss(network, Xs, Ys) <= _ROUNDOFF_LOSS * float(np.mean(Ys * Ys)):
+    if _checked_loss(network, Xs, Ys) <= _ROUNDOFF_LOSS * float(np.mean(Ys * Ys)):
         # possibly an exact learner on noiseless data: every stage below could only move the fit within
         # round-off, and the full-space ones cost O(m (k d)^2) per pass; one O(N d k) loss pass decides it
         start_loss = data.loss(network)
@@ -1524,11 +1539,11 @@ def _span_then_full(network: TwoLayerNetwork, data: _TrainingRows, *, method: st
                                            tol=tol, chunk_rows=_chunk_rows(jacobian_memory, model)[0],
                                            matrix_free=matrix_free, operator_bytes=jacobian_memory,
                                            ftol=_ALL_ROWS_FTOL)
-        stage_start = mean_squared_loss(current, X, Y)
+        stage_start = _checked_loss(current, X, Y)
         current = model.network(theta)
         stages.append(dict(info, stage="full-gradient", method=_MATRIX_FREE_METHOD if matrix_free else "gn",
                            n_samples_used=n, success=True, status=1,
-                           train_loss_start=stage_start, train_loss_refined=mean_squared_loss(current, X, Y),
+                           train_loss_start=stage_start, train_loss_refined=_checked_loss(current, X, Y),
                            time=time.perf_counter() - t0))
     if "stopped" not in stages[-1]:
         X, Y = data.arrays()
@@ -1710,8 +1725,9 @@ def refine_network(network: TwoLayerNetwork, data: Any, *, method: str = "auto",
         Xv, Yv = source.take_rows(rows[hold])
         if n_hold:
             Xv, Yv = _check_xy(Xv, Yv, network, "data")
-    hold_start = mean_squared_loss(network, Xv, Yv)
-    hold_ref = mean_squared_loss(refined, Xv, Yv)
+    # every held-out row was checked (_check_xy, take_rows)
+    hold_start = _checked_loss(network, Xv, Yv)
+    hold_ref = _checked_loss(refined, Xv, Yv)
     if Xv.shape[0]:
         # NaN (overflow) never wins
         keep_refined = bool(np.isfinite(hold_ref) and not hold_ref > hold_start)
