@@ -4,7 +4,6 @@ algorithms of :mod:`.algorithms` and stores (symbol table: the package docstring
 from __future__ import annotations
 
 from functools import partial
-
 from numbers import Integral, Real
 
 import numpy as np
