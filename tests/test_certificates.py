@@ -289,6 +289,13 @@ def test_matrix_free_bound_at_round_off_on_noiseless_data_and_refuses_a_wrong_ne
     info = unit_error_bound(wrong, X, Y, method="matrix-free")
     # the step part finds the error (first order: 2 x the step covers it)
     assert err <= info["first_order"] and info["step"].max() == pytest.approx(err, rel=0.2)
+    # a unit active on no row: J is rank deficient, no bound (as in the dense form), and no warning
+    dead = truth.copy()
+    dead.hidden_bias[1] = -50.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert unit_error_bound(dead, X, Y, method="matrix-free")["bound"] == math.inf
+    assert unit_error_bound(dead, X, Y, method="dense")["bound"] == math.inf
     with pytest.raises(InputError, match="ReLU"):
         unit_error_bound(nr.random_network(30, 4, 3, activation="leaky_relu(0.1)", rng=0), X, Y,
                          method="matrix-free")

@@ -485,11 +485,16 @@ def _matrix_free_bound(net: TwoLayerNetwork, X: np.ndarray, R: np.ndarray, out: 
     P = k * d + k * p + p
     out["method"] = "matrix-free"
     Z = X @ W.T + b
+    if not np.all(np.any(Z > 0, axis=0)):
+        return out                                                 # a dead unit: J is rank deficient
     # the products with J^T J in float32 (half the cost; each within ~1e-7 of the float64 one, which bounds
     # the step's accuracy by STEP_RTOL and moves the Ritz values by ~1e-6, far inside LANCZOS_SAFETY); the
     # gradient J^T R, which fixes the step, from the float64 rows
     op = _Operator(W, b, A, X, Z, X.astype(np.float32), chunk)
-    op.factor(0.0)
+    try:
+        op.factor(0.0)
+    except np.linalg.LinAlgError:                                  # not positive definite in floating point
+        return out
     gW, gb, gA, gc = op.jt(R)                                     # J^T R / n
     # the Lanczos steps in a second thread, beside the step's conjugate gradients and the preconditioner's
     # unit blocks: two independent sequences of one-thread products (the same bits as one after the other),
