@@ -380,6 +380,36 @@ def test_certificate_decides_on_a_fifth_of_the_rows_only_when_it_passes_there():
     assert f"{max(2000, 20 * P // 2)} rows" in tight["certificates"]["max_unit_error"]["detail"]
 
 
+def test_relu_first_look_matrix_free_above_the_dense_first_look_budget():
+    """d = 40, k = p = 6: the dense form's first look (2000 rows) would cost 1.4e8 flops > 1e8, so a ReLU
+    network's first look takes the matrix-free form; when it does not pass, the second look is dense (the
+    tighter noise term). A leaky-ReLU network keeps the dense form for both."""
+    from nnrecover.learners.bakshi2019.certificate import DENSE_FIRST_LOOK_FLOPS, certify_max_unit_error
+
+    net = nr.random_network(40, 6, n_outputs=6, rng=0)
+    P = 6 * 40 + 6 * 6 + 6
+    assert 2000 * (6 * 41) ** 2 + P ** 3 > DENSE_FIRST_LOOK_FLOPS
+    X = np.random.default_rng(1).standard_normal((40_000, 40))
+    Y = net.predict(X) + 0.05 * np.random.default_rng(2).standard_normal((40_000, 6))
+
+    class Recorder:
+        def _certify(self, name, passed, detail, diagnostics):
+            diagnostics.setdefault("certificates", {})[name] = {"passed": passed, "detail": detail}
+
+    loose: dict = {}
+    assert certify_max_unit_error(Recorder(), net, (X, Y), loose, tol=1.0) is True
+    rec = loose["certificates"]["max_unit_error"]
+    assert rec["method"] == "matrix-free" and rec["n_rows"] == 2000
+    tight: dict = {}
+    assert certify_max_unit_error(Recorder(), net, (X, Y), tight, tol=1e-6) is False
+    rec = tight["certificates"]["max_unit_error"]
+    assert rec["method"] == "dense" and rec["n_rows"] == max(2000, -(-20 * P // 6))
+    leaky = nr.random_network(40, 6, n_outputs=6, activation="leaky_relu(0.1)", rng=0)
+    other: dict = {}
+    certify_max_unit_error(Recorder(), leaky, (X, leaky.predict(X)), other, tol=1.0)
+    assert other["certificates"]["max_unit_error"]["method"] == "dense"
+
+
 @pytest.mark.parametrize("activation", ["relu", "leaky_relu"])
 def test_bound_by_unit_pairs_equals_the_one_product_form(monkeypatch, activation):
     # from _UNIT_PAIR_MIN_INPUTS inputs the hidden block of J^T J is summed unit pair by unit pair over
