@@ -357,6 +357,13 @@ def test_largest_eigenvalue_matches_eigvalsh():
         assert abs(1.0 / _largest_eigenvalue(np.linalg.inv(G)) - ev[0]) <= 1e-7 * ev[0]
 
 
+class _Recorder:
+    """A learner stand-in that records a certificate's verdict (``certify_max_unit_error`` calls ``_certify``)."""
+
+    def _certify(self, name, passed, detail, diagnostics):
+        diagnostics.setdefault("certificates", {})[name] = {"passed": passed, "detail": detail}
+
+
 def test_certificate_decides_on_a_fifth_of_the_rows_only_when_it_passes_there():
     """Two looks at the rows, each at half the failure probability: the first (4 rows per parameter)
     settles a pass; a failing first look is redone on all 20 rows per parameter."""
@@ -368,15 +375,11 @@ def test_certificate_decides_on_a_fifth_of_the_rows_only_when_it_passes_there():
     X = np.random.default_rng(1).standard_normal((40_000, 8))
     Y = net.predict(X) + 0.05 * np.random.default_rng(2).standard_normal((40_000, 2))
 
-    class Recorder:
-        def _certify(self, name, passed, detail, diagnostics):
-            diagnostics.setdefault("certificates", {})[name] = {"passed": passed, "detail": detail}
-
     loose: dict = {}
-    assert certify_max_unit_error(Recorder(), net, (X, Y), loose, tol=1.0) is True
+    assert certify_max_unit_error(_Recorder(), net, (X, Y), loose, tol=1.0) is True
     assert f"{max(2000, 4 * P // 2)} rows" in loose["certificates"]["max_unit_error"]["detail"]
     tight: dict = {}
-    assert certify_max_unit_error(Recorder(), net, (X, Y), tight, tol=1e-6) is False
+    assert certify_max_unit_error(_Recorder(), net, (X, Y), tight, tol=1e-6) is False
     assert f"{max(2000, 20 * P // 2)} rows" in tight["certificates"]["max_unit_error"]["detail"]
 
 
@@ -392,21 +395,17 @@ def test_relu_first_look_matrix_free_above_the_dense_first_look_budget():
     X = np.random.default_rng(1).standard_normal((40_000, 40))
     Y = net.predict(X) + 0.05 * np.random.default_rng(2).standard_normal((40_000, 6))
 
-    class Recorder:
-        def _certify(self, name, passed, detail, diagnostics):
-            diagnostics.setdefault("certificates", {})[name] = {"passed": passed, "detail": detail}
-
     loose: dict = {}
-    assert certify_max_unit_error(Recorder(), net, (X, Y), loose, tol=1.0) is True
+    assert certify_max_unit_error(_Recorder(), net, (X, Y), loose, tol=1.0) is True
     rec = loose["certificates"]["max_unit_error"]
     assert rec["method"] == "matrix-free" and rec["n_rows"] == 2000
     tight: dict = {}
-    assert certify_max_unit_error(Recorder(), net, (X, Y), tight, tol=1e-6) is False
+    assert certify_max_unit_error(_Recorder(), net, (X, Y), tight, tol=1e-6) is False
     rec = tight["certificates"]["max_unit_error"]
     assert rec["method"] == "dense" and rec["n_rows"] == max(2000, -(-20 * P // 6))
     leaky = nr.random_network(40, 6, n_outputs=6, activation="leaky_relu(0.1)", rng=0)
     other: dict = {}
-    certify_max_unit_error(Recorder(), leaky, (X, leaky.predict(X)), other, tol=1.0)
+    certify_max_unit_error(_Recorder(), leaky, (X, leaky.predict(X)), other, tol=1.0)
     assert other["certificates"]["max_unit_error"]["method"] == "dense"
 
 
