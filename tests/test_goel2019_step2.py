@@ -187,6 +187,62 @@ def test_refine_on_fixed_sample_is_monotone_and_improves():
     assert res.true_angles(W[2])[-1] < 0.075
 
 
+class _AllRows(SampleSlabs):
+    """SampleSlabs that projects every row for every direction (no candidate rows)."""
+
+    def _projections(self, z, lower):
+        a = self.X @ z
+        return (a, self.fired) if self._rows is None else (a[self._rows], self.fired[self._rows])
+
+
+def test_candidate_rows_give_the_counts_of_all_rows():
+    # the projections are taken over the rows near or above the search's start only; the search must run
+    # exactly as over every row, also after the direction has moved far enough to choose them again
+    gen = np.random.default_rng(3)
+    W = _orthonormal(30, 4)[:5]
+    X = gen.standard_normal((200_000, 30))
+    fired = np.any(X @ W.T >= 2.5, axis=1)
+    z0 = _tilted(W[0], 0.08, gen)
+    opts = dict(threshold=2.5, slab_width=0.05, mode="practical", max_iter=40, search_interval=(1.5, 5.5), rng=1)
+    fast, plain = SampleSlabs(X, fired), _AllRows(X, fired)
+    got, ref = refine_estimate(z0, fast, **opts), refine_estimate(z0, plain, **opts)
+    assert ref.accepted.sum() >= 3
+    # only the rows that can reach the search's start were projected: P(N(0, 1) >= 1.5 - 0.05 - 0.5) = 0.17
+    assert fast._candidates[3].shape[0] < 0.2 * X.shape[0]
+    np.testing.assert_array_equal(got.accepted, ref.accepted)
+    np.testing.assert_allclose(got.directions, ref.directions, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(got.angle_estimates, ref.angle_estimates, rtol=1e-12, atol=0)
+    # far from the candidates' direction (beyond the margin) and below their start: chosen again
+    for z, lower in ((W[1], 1.5), (z0, 0.5), (z0, -np.inf)):
+        a, b = fast.along(z, 0, lower), plain.along(z, 0, lower)
+        for lo, hi in ((1.0, 1.1), (2.0, 2.05), (2.5, 3.5)):
+            assert a(lo, hi) == b(lo, hi)
+
+
+def test_split_holds_disjoint_rows_of_the_same_array():
+    gen = np.random.default_rng(5)
+    X = gen.standard_normal((50_000, 6))
+    fired = X[:, 0] >= 1.5
+    src = SampleSlabs(X, fired)
+    a, b = src.split(0.25, rng=0)
+    assert a.X is X and b.X is X                              # no copy of the rows
+    assert np.intersect1d(a._rows, b._rows).size == 0 and a.n_rows + b.n_rows == X.shape[0]
+    assert 0.23 < b.n_rows / X.shape[0] < 0.27
+    z = _tilted(np.eye(6)[0], 0.1, gen)
+    for part in (a, b):
+        own = SampleSlabs(X[part._rows], fired[part._rows])
+        for lower in (1.0, -np.inf):
+            mine, ref = part.along(z, 0, lower), own.along(z, 0, lower)
+            for lo, hi in ((1.0, 1.2), (1.5, 1.6), (2.0, 3.0)):
+                assert mine(lo, hi) == ref(lo, hi)
+    c, d = a.split(0.5, rng=1)                                # a split of a split stays within its rows
+    assert set(c._rows) | set(d._rows) == set(a._rows)
+    np.testing.assert_array_equal(src.split(0.25, rng=0)[1]._rows, b._rows)     # reproducible
+    for bad in (0.0, 1.0, 1.5):
+        with pytest.raises(InputError, match="fraction"):
+            src.split(bad)
+
+
 def test_refine_stops_at_target_and_validates():
     W = _orthonormal(3, 5)
     src = ConditionalSlabSampler.for_units(W, 2.5, n_per_slab=3_000)

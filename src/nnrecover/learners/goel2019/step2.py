@@ -87,6 +87,10 @@ __all__ = ["SlabSource", "SampleSlabs", "ConditionalSlabSampler", "TanAlphaEstim
 #: conditional firing probabilities at ``t_1`` and ``t_2`` (paper Section 2.2, Lemma 6)
 PAPER_LEVELS = (0.4, 0.6)
 
+#: how far below the search's start a fixed sample keeps its candidate rows (:class:`SampleSlabs`): a
+#: larger margin keeps more rows, and lets the direction move further before they are chosen again
+CANDIDATE_MARGIN = 0.5
+
 #: the two presets of :func:`refine_estimate` (see the module docstring)
 REFINE_MODES = {
     "faithful": dict(step_scale=0.1, acceptance="paper", acceptance_decrease=0.01),
@@ -194,6 +198,13 @@ class SampleSlabs(SlabSource):
     For a direction ``z`` the projections ``X z`` above the search interval's start are sorted once (firing
     and silent rows apart), so each slab query is four binary searches (``O(log N)``), and a whole
     ``EstimateTanAlpha`` costs one matrix-vector product and one sort.
+
+    The product is taken over *candidate* rows only: those whose projection on a reference direction
+    ``z_ref`` is at least ``lower - margin`` (``margin`` = :data:`CANDIDATE_MARGIN`). A row left out has
+    ``z^T x < z_ref^T x + ||z - z_ref|| ||x|| <= lower`` as long as ``||z - z_ref|| max_k ||x_k|| <=
+    margin``, so it could not enter any slab; the candidates are chosen again (one product with every
+    row) only when ``z`` has moved further, or the search starts lower. The counts are those of all rows.
+    At a threshold ``t = 3`` with the search from ``t - 1``, about 8 % of the rows are candidates.
     """
 
     def __init__(self, X: Any, fired: Any, *, min_count: int = 20):
@@ -211,6 +222,38 @@ class SampleSlabs(SlabSource):
         self.fired = f
         self.min_count = check_positive_int(min_count, "min_count")
         self.n_inputs = self.X.shape[1]
+        self._rows: np.ndarray | None = None        # the rows of X this source holds (None: all)
+        self._max_norm: float | None = None         # max_k ||x_k|| over every row of X (the margin's bound)
+        self._candidates: tuple | None = None       # (z_ref, lower, rows, X of those rows, their labels)
+
+    def split(self, fraction: float, rng: Any = None) -> tuple["SampleSlabs", "SampleSlabs"]:
+        """Two sources over disjoint random rows of this one: about ``fraction`` of them in the second.
+
+        Both read the same ``X`` (no copy). A search that chooses among directions by their estimates on
+        one set of rows favours the directions whose estimates happen to be low on those rows; the other
+        set gives an estimate free of that selection (the learner's held-out check of Step 2).
+        """
+        fraction = _positive(fraction, "fraction")
+        if not fraction < 1.0:
+            raise InputError(f"fraction must be in (0, 1), got {fraction}.")
+        rows = np.arange(self.X.shape[0]) if self._rows is None else self._rows
+        held = check_random_state(rng).random(rows.size) < fraction
+        if held.all() or not held.any():
+            raise InputError(f"a split with fraction {fraction} of {rows.size} rows leaves one side empty.")
+        return self._subset(rows[~held]), self._subset(rows[held])
+
+    def _subset(self, rows: np.ndarray) -> "SampleSlabs":
+        out = object.__new__(SampleSlabs)
+        out.X, out.fired, out.min_count, out.n_inputs = self.X, self.fired, self.min_count, self.n_inputs
+        out._rows, out._max_norm, out._candidates = rows, self._max_norm, None
+        out._member = np.zeros(self.X.shape[0], dtype=bool)
+        out._member[rows] = True
+        return out
+
+    @property
+    def n_rows(self) -> int:
+        """Rows this source holds."""
+        return self.X.shape[0] if self._rows is None else int(self._rows.size)
 
     @classmethod
     def from_labels(cls, X: Any, y: Any, *, baseline: float | None = None, tol: float = 0.0,
@@ -230,10 +273,10 @@ class SampleSlabs(SlabSource):
         return True
 
     def along(self, z: np.ndarray, seed: int = 0, lower: float = -np.inf):
-        a = self.X @ z
+        a, fired = self._projections(z, lower)
         keep = a >= lower
-        on = np.sort(a[keep & self.fired])            # two plain sorts are cheaper than one argsort
-        off = np.sort(a[keep & ~self.fired])
+        on = np.sort(a[keep & fired])                 # two plain sorts are cheaper than one argsort
+        off = np.sort(a[keep & ~fired])
 
         def counts(lo: float, hi: float) -> tuple[int, int]:
             k = int(np.searchsorted(on, hi, side="right") - np.searchsorted(on, lo, side="left"))
@@ -245,6 +288,24 @@ class SampleSlabs(SlabSource):
 
     #: the upper end of the search is found among the largest _TOP projections of each label
     _TOP = 20_000
+
+    def _projections(self, z: np.ndarray, lower: float) -> tuple[np.ndarray, np.ndarray]:
+        """``X z`` and the labels of every row that can lie at or above ``lower`` (see the Notes)."""
+        if not math.isfinite(lower):
+            a = self.X @ z
+            return (a, self.fired) if self._rows is None else (a[self._rows], self.fired[self._rows])
+        if self._max_norm is None:
+            self._max_norm = float(np.sqrt(np.max(np.einsum("ij,ij->i", self.X, self.X))))
+        c = self._candidates
+        if c is None or lower < c[1] or self._max_norm * float(np.linalg.norm(z - c[0])) > CANDIDATE_MARGIN:
+            a = self.X @ z
+            near = a >= lower - CANDIDATE_MARGIN
+            if self._rows is not None:
+                near &= self._member
+            rows = np.flatnonzero(near)
+            c = self._candidates = (np.array(z, dtype=np.float64), float(lower), rows,
+                                    np.take(self.X, rows, axis=0), self.fired[rows])
+        return c[3] @ z, c[4]
 
     def upper_limit(self, counts_for_z, hi: float, width: float) -> float:
         top = counts_for_z.top
