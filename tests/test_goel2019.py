@@ -407,6 +407,23 @@ def test_step2_keeps_step1_units_the_held_out_rows_do_not_confirm():
         assert not unit["angle_estimate_end"] < unit["angle_estimate_start"] - 2 * unit["held_out_std_error"]
 
 
+def test_step2_gathers_a_bounded_subsample_of_data_not_in_memory(monkeypatch):
+    import nnrecover.learners.goel2019.estimator as goel_estimator
+
+    P = random_upper_polynomial(3, monotone=True, rng=0)
+    net = _network(3, 3, 1.0, "step", 2.5, seed=3, upper=P)
+    X = np.random.default_rng(4).standard_normal((60_000, 3))
+    y = net.predict(X)
+    chunks = [(X[i:i + 10_000], y[i:i + 10_000]) for i in range(0, 60_000, 10_000)]
+    monkeypatch.setattr(goel_estimator, "STEP2_GATHER_BYTES", 8 * 3 * 25_000)
+    est = HighThresholdLearner(3, threshold=2.5, random_state=0, refine_options={"max_iter": 5}).fit(chunks)
+    ref = est.diagnostics_["refinement"]
+    assert ref["search_rows"] + ref["held_out_rows"] == 25_000
+    in_memory = HighThresholdLearner(3, threshold=2.5, random_state=0, refine_options={"max_iter": 5}).fit(X, y)
+    ref = in_memory.diagnostics_["refinement"]
+    assert ref["search_rows"] + ref["held_out_rows"] == 60_000     # an array in memory is used in place
+
+
 def test_refine_options_are_step2_arguments():
     P = random_upper_polynomial(3, monotone=True, rng=0)
     net = _network(3, 3, 1.0, "step", 2.5, seed=3, upper=P)

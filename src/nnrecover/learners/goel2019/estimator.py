@@ -42,10 +42,13 @@ from .model import ACTIVATIONS, HighThresholdNetwork, tail_bound, threshold_acti
 from .statistics import ActiveRows, PopulationMoments, SampleMoments
 from .step1 import STEP1_METHODS, Step1Result, step1
 
-__all__ = ["HighThresholdLearner", "lemma_diagnostics", "step2_defaults", "STEP2_HOLDOUT"]
+__all__ = ["HighThresholdLearner", "lemma_diagnostics", "step2_defaults", "STEP2_HOLDOUT", "STEP2_GATHER_BYTES"]
 
 #: fraction of Step 2's rows held out of its search, on which a refined unit must beat its start
 STEP2_HOLDOUT = 0.2
+#: most bytes of inputs Step 2 gathers into memory from data that are not an in-memory array (a stream, a
+#: memory map, a dask array): 2 GiB, 2.7e6 rows at d = 100, 2.7e5 at d = 1000
+STEP2_GATHER_BYTES = 2 << 30
 
 
 def lemma_diagnostics(weights: np.ndarray, threshold: float, activation: str, hidden: np.ndarray, n_total: int,
@@ -133,7 +136,8 @@ class HighThresholdLearner(BaseLearner):
         Extra keyword arguments of the Step 1 route (``n_restarts``, ``lam``, ``gamma``, ...).
     max_rows : int, default 10_000_000
         Memory guard on the stored active rows, and the most rows Step 2 holds in memory (a uniform
-        subsample of the data when there are more).
+        subsample of the data when there are more; from data not already in memory as an array, also at
+        most :data:`STEP2_GATHER_BYTES` of inputs).
     strict : bool, default False
     random_state : None, int or Generator
 
@@ -307,17 +311,19 @@ class HighThresholdLearner(BaseLearner):
         from ...refine import gather_samples
 
         t = float(self.threshold)
-        # Step 2 reads the samples in memory: at most max_rows of them, a uniform subsample when there are
-        # more (on a dask array only those rows travel to the client). The subsample's keys come from a
-        # spawned generator, so the draws of Step 2 itself are the same whatever the data size. Arrays
-        # already in memory that fit are used in place (the gather would return every row, in order).
+        # Step 2 reads the samples in memory: a uniform subsample of at most max_rows of them, and of at most
+        # STEP2_GATHER_BYTES of inputs, when there are more (on a dask array only those rows travel to the
+        # client). The subsample's keys come from a spawned generator, so the draws of Step 2 itself are the
+        # same whatever the data size. Arrays already in memory that fit max_rows are used in place (the
+        # gather would return every row, in order).
         keys_rng, split_rng = rng.spawn(2)
         X, y = getattr(source, "X", None), getattr(source, "Y", None)
-        if (isinstance(X, np.ndarray) and isinstance(y, np.ndarray) and X.dtype == np.float64
+        if (type(X) is np.ndarray and isinstance(y, np.ndarray) and X.dtype == np.float64
                 and X.shape[0] <= self.max_rows):
             y = y if y.ndim == 1 else y[:, 0]
         else:
-            X, Y, _ = gather_samples(source, self.max_rows, rng=keys_rng)
+            n_gather = max(1, min(int(self.max_rows), STEP2_GATHER_BYTES // (8 * source.info.n_inputs)))
+            X, Y, _ = gather_samples(source, n_gather, rng=keys_rng)
             y = Y[:, 0]
         search, check = SampleSlabs.from_labels(X, y, baseline=self.baseline).split(STEP2_HOLDOUT, split_rng)
         opts = step2_defaults(t, search.n_rows)
