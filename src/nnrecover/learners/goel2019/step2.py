@@ -90,6 +90,9 @@ PAPER_LEVELS = (0.4, 0.6)
 #: how far below the search's start a fixed sample keeps its candidate rows (:class:`SampleSlabs`): a
 #: larger margin keeps more rows, and lets the direction move further before they are chosen again
 CANDIDATE_MARGIN = 0.5
+#: above this fraction of the rows the candidates are not copied (their copy would cost more memory than it
+#: saves reading): every row is projected for every direction
+_CANDIDATE_MAX_FRACTION = 0.25
 
 #: the two presets of :func:`refine_estimate` (see the module docstring)
 REFINE_MODES = {
@@ -204,7 +207,8 @@ class SampleSlabs(SlabSource):
     ``z^T x < z_ref^T x + ||z - z_ref|| ||x|| <= lower`` as long as ``||z - z_ref|| max_k ||x_k|| <=
     margin``, so it could not enter any slab; the candidates are chosen again (one product with every
     row) only when ``z`` has moved further, or the search starts lower. The counts are those of all rows.
-    At a threshold ``t = 3`` with the search from ``t - 1``, about 8 % of the rows are candidates.
+    At a threshold ``t = 3`` with the search from ``t - 1``, about 8 % of the rows are candidates; when more
+    than a quarter of the rows would be (a search from near 0), every row is projected each time instead.
     """
 
     def __init__(self, X: Any, fired: Any, *, min_count: int = 20):
@@ -237,6 +241,7 @@ class SampleSlabs(SlabSource):
         if not fraction < 1.0:
             raise InputError(f"fraction must be in (0, 1), got {fraction}.")
         rows = np.arange(self.X.shape[0]) if self._rows is None else self._rows
+        self._norm_bound()                          # once, for both parts
         held = check_random_state(rng).random(rows.size) < fraction
         if held.all() or not held.any():
             raise InputError(f"a split with fraction {fraction} of {rows.size} rows leaves one side empty.")
@@ -289,13 +294,18 @@ class SampleSlabs(SlabSource):
     #: the upper end of the search is found among the largest _TOP projections of each label
     _TOP = 20_000
 
+    def _norm_bound(self) -> float:
+        """``max_k ||x_k||`` over every row of ``X`` (computed once)."""
+        if self._max_norm is None:
+            self._max_norm = float(np.sqrt(np.max(np.einsum("ij,ij->i", self.X, self.X))))
+        return self._max_norm
+
     def _projections(self, z: np.ndarray, lower: float) -> tuple[np.ndarray, np.ndarray]:
         """``X z`` and the labels of every row that can lie at or above ``lower`` (see the Notes)."""
         if not math.isfinite(lower):
             a = self.X @ z
             return (a, self.fired) if self._rows is None else (a[self._rows], self.fired[self._rows])
-        if self._max_norm is None:
-            self._max_norm = float(np.sqrt(np.max(np.einsum("ij,ij->i", self.X, self.X))))
+        self._norm_bound()
         c = self._candidates
         if c is None or lower < c[1] or self._max_norm * float(np.linalg.norm(z - c[0])) > CANDIDATE_MARGIN:
             a = self.X @ z
@@ -303,6 +313,10 @@ class SampleSlabs(SlabSource):
             if self._rows is not None:
                 near &= self._member
             rows = np.flatnonzero(near)
+            if rows.size > _CANDIDATE_MAX_FRACTION * self.X.shape[0]:
+                # a search starting low (near 0) would copy most of X: project every row each time instead
+                self._candidates = None
+                return a[rows], self.fired[rows]
             c = self._candidates = (np.array(z, dtype=np.float64), float(lower), rows,
                                     np.take(self.X, rows, axis=0), self.fired[rows])
         return c[3] @ z, c[4]
