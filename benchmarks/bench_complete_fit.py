@@ -7,7 +7,8 @@ over it chunk by chunk as ``bench_growth.py`` does (best of 3), then each chosen
 ``X.T @ X`` pass (timed without instrumentation), the peak memory allocated beyond the data (tracemalloc, in
 a second, untimed run) and the max unit error against
 the teacher (``nnrecover.metrics.parameter_error``). ``HermiteTensorLearner`` fits the first output only
-(Awasthi et al.'s one-output model), as in ``bench_growth.py``. ``--profile`` writes one cProfile file
+(Awasthi et al.'s one-output model), and ``HighThresholdLearner`` its own model (``bench_growth._goel_data``:
+k step units at t = 3 under a monotone ``P``; error: the largest unit angle), as in ``bench_growth.py``. ``--profile`` writes one cProfile file
 per complete fit.
 
 Run: ``.venv/bin/python benchmarks/bench_complete_fit.py [--learners ExactReLULearner,...] [--threads 1] [--serial]``
@@ -29,9 +30,9 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
 from _timing import warm_up  # noqa: E402
-from bench_growth import _data  # noqa: E402
+from bench_growth import GOEL_THRESHOLD, _data, _goel_data, _warm_up_goel  # noqa: E402
 
-LEARNERS = ["ExactReLULearner", "NoisyReLULearner", "PureNeuronLearner", "HermiteTensorLearner"]
+LEARNERS = ["ExactReLULearner", "NoisyReLULearner", "PureNeuronLearner", "HermiteTensorLearner", "HighThresholdLearner"]
 
 
 def xtx_seconds(X: np.ndarray, repeat: int = 3) -> tuple[float, float]:
@@ -51,20 +52,24 @@ def xtx_seconds(X: np.ndarray, repeat: int = 3) -> tuple[float, float]:
 def run_fit(name: str, k: int, data, target, refine: bool, memory: bool = True) -> dict:
     """One fit: seconds and CPU seconds of an uninstrumented run, then (``memory``) the peak traced memory
     in MB of a second, untimed run (:func:`_timing.traced_peak_mb`), and the max unit error against
-    ``target``."""
+    ``target`` (HighThresholdLearner: the largest unit angle in radians, against its own teacher)."""
     import nnrecover as nr
     from _timing import traced_peak_mb
+
+    goel = name == "HighThresholdLearner"
+    opts = {"threshold": GOEL_THRESHOLD} if goel else {}
 
     def fit():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return getattr(nr.learners, name)(k, refine=refine, random_state=0).fit(data)
+            return getattr(nr.learners, name)(k, refine=refine, random_state=0, **opts).fit(data)
 
     c0, t0 = time.process_time(), time.perf_counter()
     learner = fit()
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = traced_peak_mb(fit)[0] if memory else float("nan")
-    err = float(nr.metrics.parameter_error(learner.network_, target)["max_unit_error"])
+    err = float(nr.metrics.weight_error(learner.hidden_weights_, target.hidden_weights)["max_angle"] if goel
+                else nr.metrics.parameter_error(learner.network_, target)["max_unit_error"])
     return {"seconds": seconds, "cpu": cpu, "peak_mb": peak, "max_unit_error": err}
 
 
@@ -107,7 +112,11 @@ def main() -> None:
                 target = nr.TwoLayerNetwork(net.hidden_weights, net.hidden_bias, net.output_weights[:1],
                                             net.output_bias[:1])
                 data = (X, Y[:, 0])
-            warm_up(name, 1 if name == "HermiteTensorLearner" else 2)
+            if name == "HighThresholdLearner":  # its own model and teacher, as in bench_growth.py
+                target, data = _goel_data(args.d, args.k, args.n, False)
+                _warm_up_goel()
+            else:
+                warm_up(name, 1 if name == "HermiteTensorLearner" else 2)
             for refine in ([False, True] if args.provable else [True]):
                 r = run_fit(name, args.k, data, target, refine)
                 print(f"| {name} | {'complete' if refine else 'provable'} | {r['seconds']:.2f} | "
