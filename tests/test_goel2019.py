@@ -363,18 +363,24 @@ def _unit_angles(estimate, W):
     return np.arccos(np.clip(C.max(axis=1), -1.0, 1.0))
 
 
+def _step1_and_step2(units, inputs, t, n=200_000):
+    """Step units at threshold t under a monotone P with products, n noiseless samples: the true rows, and
+    the learner fitted without and with Step 2."""
+    gen = np.random.default_rng(0)
+    W = random_unit_weights(units, inputs, rng=gen)
+    net = HighThresholdNetwork(W, t, "step", random_upper_polynomial(units, monotone=True, rng=gen))
+    X = np.random.default_rng(1).standard_normal((n, inputs))
+    y = net.predict(X)
+    step1_only = HighThresholdLearner(units, threshold=t, refine=False, random_state=0).fit(X, y)
+    return W, step1_only, HighThresholdLearner(units, threshold=t, random_state=0).fit(X, y)
+
+
 def test_step2_goes_below_the_step1_floor_from_samples():
     # d = 5 step units at t = 2, monotone P with products, 2e5 samples: Step 1 carries the bias of the products
     # (Lemma 2; here up to 6.5 degrees). Step 2 (Theorem 5) shrinks each angle geometrically down to its O(eps_1)
     # floor (Lemma 3), eps_1 >= 200 / (n phi(t)) = 0.0046 for the 1.6e5 search rows, about 0.3 degrees;
     # measured 0.2-0.4 degrees
-    gen = np.random.default_rng(0)
-    W = random_unit_weights(5, 5, rng=gen)
-    net = HighThresholdNetwork(W, 2.0, "step", random_upper_polynomial(5, monotone=True, rng=gen))
-    X = np.random.default_rng(1).standard_normal((200_000, 5))
-    y = net.predict(X)
-    step1_only = HighThresholdLearner(5, threshold=2.0, refine=False, random_state=0).fit(X, y)
-    est = HighThresholdLearner(5, threshold=2.0, random_state=0).fit(X, y)
+    W, step1_only, est = _step1_and_step2(5, 5, 2.0)
     before, after = _unit_angles(step1_only.hidden_weights_, W), _unit_angles(est.hidden_weights_, W)
     assert before.max() > math.radians(5.0)
     assert after.max() < math.radians(1.0)
@@ -390,13 +396,7 @@ def test_step2_keeps_step1_units_the_held_out_rows_do_not_confirm():
     # what lowers its estimate on its own rows, reports gains (selection), and replacing the units on that
     # evidence made two of them worse (3.72 -> 3.79 and 3.83 -> 3.99 degrees); on the held-out rows the gain is
     # within the noise, so every unit stays as Step 1 left it
-    gen = np.random.default_rng(0)
-    W = random_unit_weights(5, 20, rng=gen)
-    net = HighThresholdNetwork(W, 2.5, "step", random_upper_polynomial(5, monotone=True, rng=gen))
-    X = np.random.default_rng(1).standard_normal((200_000, 20))
-    y = net.predict(X)
-    step1_only = HighThresholdLearner(5, threshold=2.5, refine=False, random_state=0).fit(X, y)
-    est = HighThresholdLearner(5, threshold=2.5, random_state=0).fit(X, y)
+    W, step1_only, est = _step1_and_step2(5, 20, 2.5)
     assert np.all(_unit_angles(est.hidden_weights_, W) <= _unit_angles(step1_only.hidden_weights_, W) + 1e-12)
     ref = est.diagnostics_["refinement"]
     searched = [u for u in ref["units"] if u["iterations"] > 0]
