@@ -290,8 +290,8 @@ class HighThresholdLearner(BaseLearner):
         """Step 2 (Algorithm 1) on every unit, searched on most rows and judged on held-out ones.
 
         The search accepts a proposal when its estimate on the search rows is lower, so its final
-        estimate is biased low by the selection (on 10^6 rows at d = 100 it reported 0.7 degrees for
-        units whose true angle had stayed at 7.5). A refined unit replaces the Step 1 one only when, on
+        estimate is biased low by the selection, the more so the noisier the estimates (benchmarks/README.md,
+        "Goel-Panigrahy Step 2 in the learner"). A refined unit replaces the Step 1 one only when, on
         the held-out rows (:data:`STEP2_HOLDOUT` of them), its estimated angle is below the start's by
         ``confidence`` (default 2) standard errors of the difference (the two errors added as if
         independent: the common rows make the true error of the difference smaller, so the test is
@@ -347,8 +347,9 @@ class HighThresholdLearner(BaseLearner):
             if before.angle <= confidence * math.sqrt(2.0) * angle_error(before):
                 report.append({"unit": i, "kept": "step1", "iterations": 0, "angle_estimate_start": before.angle,
                                "held_out_std_error": angle_error(before),
-                               "reason": "the held-out rows cannot confirm a gain: the start's estimated angle is "
-                                         f"within {confidence:g} standard errors of the difference of 0 (more "
+                               "reason": f"the held-out rows cannot confirm a gain: on them the start's estimated "
+                                         f"angle is below the margin a gain must clear ({confidence:g} standard "
+                                         "errors of a difference), so not even angle 0 could be confirmed (more "
                                          "samples, or a wider slab_width)"})
                 continue
             try:
