@@ -217,8 +217,25 @@ def test_candidate_rows_give_the_counts_of_all_rows():
         a, b = fast.along(z, 0, lower), plain.along(z, 0, lower)
         for lo, hi in ((1.0, 1.1), (2.0, 2.05), (2.5, 3.5)):
             assert a(lo, hi) == b(lo, hi)
-        if lower == 0.5:              # 0.5 - 0.5 = 0: half the rows would be copied; all are projected instead
-            assert fast._candidates is None
+        if lower == 0.5:              # 0.5 - 0.5 = 0: half the rows (49 MB) are still worth a copy
+            assert fast._candidates[3].shape[0] > 0.45 * X.shape[0]
+
+
+def test_candidates_of_most_of_a_large_array_are_not_copied(monkeypatch):
+    import nnrecover.learners.goel2019.step2 as step2_module
+
+    gen = np.random.default_rng(6)
+    X = gen.standard_normal((40_000, 10))
+    fired = X[:, 0] >= 2.0
+    z = np.eye(10)[0]
+    monkeypatch.setattr(step2_module, "_CANDIDATE_COPY_BYTES", 1 << 20)     # a "large" array: 3.2 MB
+    fast, plain = SampleSlabs(X, fired), _AllRows(X, fired)
+    a, b = fast.along(z, 0, 0.3), plain.along(z, 0, 0.3)        # rows above -0.2: 58 %, 1.9 MB
+    assert fast._candidates is None
+    for lo, hi in ((0.3, 0.5), (1.0, 1.5), (2.0, 2.5)):
+        assert a(lo, hi) == b(lo, hi)
+    fast.along(z, 0, 2.0)                                       # rows above 1.5: 7 %, a copy of 0.2 MB
+    assert fast._candidates is not None and fast._candidates[3].shape[0] < 0.1 * X.shape[0]
 
 
 def test_split_holds_disjoint_rows_of_the_same_array():

@@ -90,9 +90,10 @@ PAPER_LEVELS = (0.4, 0.6)
 #: how far below the search's start a fixed sample keeps its candidate rows (:class:`SampleSlabs`): a
 #: larger margin keeps more rows, and lets the direction move further before they are chosen again
 CANDIDATE_MARGIN = 0.5
-#: above this fraction of the rows the candidates are not copied (their copy would cost more memory than it
-#: saves reading): every row is projected for every direction
+#: the candidates are not copied when they are more than this fraction of the rows and more than
+#: _CANDIDATE_COPY_BYTES (a copy of most of a large X): every row is then projected for every direction
 _CANDIDATE_MAX_FRACTION = 0.25
+_CANDIDATE_COPY_BYTES = 256 << 20
 
 #: the two presets of :func:`refine_estimate` (see the module docstring)
 REFINE_MODES = {
@@ -208,7 +209,8 @@ class SampleSlabs(SlabSource):
     margin``, so it could not enter any slab; the candidates are chosen again (one product with every
     row) only when ``z`` has moved further, or the search starts lower. The counts are those of all rows.
     At a threshold ``t = 3`` with the search from ``t - 1``, about 8 % of the rows are candidates; when more
-    than a quarter of the rows would be (a search from near 0), every row is projected each time instead.
+    than a quarter of the rows would be (a search from near 0) and their copy would exceed 256 MiB, every
+    row is projected each time instead.
     """
 
     def __init__(self, X: Any, fired: Any, *, min_count: int = 20):
@@ -313,8 +315,9 @@ class SampleSlabs(SlabSource):
             if self._rows is not None:
                 near &= self._member
             rows = np.flatnonzero(near)
-            if rows.size > _CANDIDATE_MAX_FRACTION * self.X.shape[0]:
-                # a search starting low (near 0) would copy most of X: project every row each time instead
+            if (rows.size > _CANDIDATE_MAX_FRACTION * self.X.shape[0]
+                    and rows.size * self.X.shape[1] * 8 > _CANDIDATE_COPY_BYTES):
+                # a search starting low (near 0) would copy most of a large X: project every row each time instead
                 self._candidates = None
                 return a[rows], self.fired[rows]
             c = self._candidates = (np.array(z, dtype=np.float64), float(lower), rows,
