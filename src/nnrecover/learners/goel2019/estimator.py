@@ -27,10 +27,12 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from numbers import Integral, Real
 
 import numpy as np
 
+from ..._threads import effective_n_jobs
 from ..._validation import Interval, Options, check_random_state
 from ...errors import AssumptionError, AssumptionWarning, InputError
 from ...moments.base import accumulate
@@ -330,53 +332,65 @@ class HighThresholdLearner(BaseLearner):
         opts.update(self._refine_kwargs())
         confidence = float(opts.get("confidence", 2.0))
         est_opts = {key: opts[key] for key in ("levels", "search_interval", "xtol") if key in opts}
-        W_new = W.copy()
-        report = []
-
         def angle_error(e):
             return e.std_error / (1.0 + e.tan_alpha ** 2)
 
-        for i in range(W.shape[0]):
+        def refine_unit(i: int, unit_rng: np.random.Generator) -> tuple[np.ndarray | None, dict]:
+            """Step 2 on unit ``i``: the refined direction when the held-out rows confirm it, and its report."""
+            # sources of its own (their candidate rows follow this unit's direction), over the same rows of X
+            search_i, check_i = search.copy(), check.copy()
             # the start on the held-out rows first: when even a perfect refinement (angle 0) would stay within
             # the confirmation margin, no search result could be kept, and the search is not run
             try:
-                before = estimate_tan_alpha(W[i], check, threshold=t, slab_width=float(opts["slab_width"]), **est_opts)
+                before = estimate_tan_alpha(W[i], check_i, threshold=t, slab_width=float(opts["slab_width"]),
+                                            **est_opts)
             except AssumptionError as exc:
-                report.append({"unit": i, "kept": "step1", "iterations": 0, "reason": f"held-out rows: {exc}"})
-                continue
+                return None, {"unit": i, "kept": "step1", "iterations": 0, "reason": f"held-out rows: {exc}"}
             if before.angle <= confidence * math.sqrt(2.0) * angle_error(before):
-                report.append({"unit": i, "kept": "step1", "iterations": 0, "angle_estimate_start": before.angle,
-                               "held_out_std_error": angle_error(before),
-                               "reason": f"the held-out rows cannot confirm a gain: on them the start's estimated "
-                                         f"angle is below the margin a gain must clear ({confidence:g} standard "
-                                         "errors of a difference), so not even angle 0 could be confirmed (more "
-                                         "samples, or a wider slab_width)"})
-                continue
+                return None, {"unit": i, "kept": "step1", "iterations": 0, "angle_estimate_start": before.angle,
+                              "held_out_std_error": angle_error(before),
+                              "reason": f"the held-out rows cannot confirm a gain: on them the start's estimated "
+                                        f"angle is below the margin a gain must clear ({confidence:g} standard "
+                                        "errors of a difference), so not even angle 0 could be confirmed (more "
+                                        "samples, or a wider slab_width)"}
             try:
-                res = refine_estimate(W[i], search, threshold=t, rng=rng, **opts)
+                res = refine_estimate(W[i], search_i, threshold=t, rng=unit_rng, **opts)
             except AssumptionError as exc:
-                report.append({"unit": i, "kept": "step1", "reason": str(exc)})
-                continue
+                return None, {"unit": i, "kept": "step1", "reason": str(exc)}
             entry = {"unit": i, "iterations": res.n_iter, "accepted": int(res.accepted.sum()),
                      "search_angle_estimate_start": float(res.start_estimate.angle),
                      "search_angle_estimate_end": float(res.estimate.angle)}
             if np.array_equal(res.direction, res.directions[0]):
-                report.append(dict(entry, kept="step1", reason="the search accepted no move"))
-                continue
+                return None, dict(entry, kept="step1", reason="the search accepted no move")
             width = float(res.estimate.slab_width)
             try:
                 if width != before.slab_width:
-                    before = estimate_tan_alpha(W[i], check, threshold=t, slab_width=width, **est_opts)
-                after = estimate_tan_alpha(res.direction, check, threshold=t, slab_width=width, **est_opts)
+                    before = estimate_tan_alpha(W[i], check_i, threshold=t, slab_width=width, **est_opts)
+                after = estimate_tan_alpha(res.direction, check_i, threshold=t, slab_width=width, **est_opts)
             except AssumptionError as exc:
-                report.append(dict(entry, kept="step1", reason=f"held-out rows: {exc}"))
-                continue
+                return None, dict(entry, kept="step1", reason=f"held-out rows: {exc}")
             se = math.hypot(angle_error(before), angle_error(after))
             better = after.angle < before.angle - confidence * se
-            if better:
-                W_new[i] = res.direction
-            report.append(dict(entry, kept="step2" if better else "step1", angle_estimate_start=before.angle,
-                               angle_estimate_end=after.angle, held_out_std_error=se))
+            return (res.direction if better else None), dict(
+                entry, kept="step2" if better else "step1", angle_estimate_start=before.angle,
+                angle_estimate_end=after.angle, held_out_std_error=se)
+
+        # the units are independent searches, each with a generator of its own: the fit's worker threads run
+        # them side by side (numpy releases the GIL in the products), with the same result for any number
+        units = list(range(W.shape[0]))
+        unit_rngs = rng.spawn(len(units))
+        workers = min(effective_n_jobs(None), len(units))
+        if workers > 1:
+            with ThreadPoolExecutor(workers) as pool:
+                results = list(pool.map(refine_unit, units, unit_rngs))
+        else:
+            results = [refine_unit(i, g) for i, g in zip(units, unit_rngs)]
+        W_new = W.copy()
+        report = []
+        for i, (direction, entry) in zip(units, results):
+            if direction is not None:
+                W_new[i] = direction
+            report.append(entry)
         improved = sum(unit["kept"] == "step2" for unit in report)
         diagnostics["refinement"] = {"ran": True, "method": "Goel-Panigrahy Step 2 (Algorithm 1)", "options": opts,
                                      "search_rows": search.n_rows, "held_out_rows": check.n_rows,

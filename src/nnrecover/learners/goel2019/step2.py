@@ -249,12 +249,24 @@ class SampleSlabs(SlabSource):
             raise InputError(f"a split with fraction {fraction} of {rows.size} rows leaves one side empty.")
         return self._subset(rows[~held]), self._subset(rows[held])
 
-    def _subset(self, rows: np.ndarray) -> "SampleSlabs":
+    def copy(self) -> "SampleSlabs":
+        """The same rows of the same ``X`` (no copy of the data) with a candidate cache of its own, for a
+        search in another thread."""
+        if self._rows is None:
+            out = object.__new__(SampleSlabs)
+            out.X, out.fired, out.min_count, out.n_inputs = self.X, self.fired, self.min_count, self.n_inputs
+            out._rows, out._max_norm, out._candidates = None, self._max_norm, None
+            return out
+        return self._subset(self._rows, self._member)
+
+    def _subset(self, rows: np.ndarray, member: np.ndarray | None = None) -> "SampleSlabs":
         out = object.__new__(SampleSlabs)
         out.X, out.fired, out.min_count, out.n_inputs = self.X, self.fired, self.min_count, self.n_inputs
         out._rows, out._max_norm, out._candidates = rows, self._max_norm, None
-        out._member = np.zeros(self.X.shape[0], dtype=bool)
-        out._member[rows] = True
+        if member is None:
+            member = np.zeros(self.X.shape[0], dtype=bool)
+            member[rows] = True
+        out._member = member                        # read only: shared by copies
         return out
 
     @property
