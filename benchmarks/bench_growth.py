@@ -71,7 +71,9 @@ def _data(d: int, k: int, n: int, streamed: bool):
 class _GoelStream:
     """A re-iterable stream of ``(X, f(X))`` chunks of a Goel-Panigrahy teacher (the same rows on every pass)."""
 
-    def __init__(self, net, n: int, seed: int, chunk: int = 100_000):
+    def __init__(self, net, n: int, seed: int, chunk: int | None = None):
+        # chunks of about 64 MiB, as nr.sample_stream's beyond 128 columns
+        chunk = chunk or max(1024, min(65536, (64 << 20) // (8 * net.n_inputs)))
         self.net, self.n_samples, self.seed, self.chunk = net, n, seed, chunk
         self.n_inputs, self.n_outputs = net.n_inputs, 1
 
