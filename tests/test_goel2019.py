@@ -405,6 +405,7 @@ def test_step2_keeps_step1_units_the_held_out_rows_do_not_confirm():
     W, step1_only, est = _step1_and_step2(5, 20, 2.5)
     assert np.all(_unit_angles(est.hidden_weights_, W) <= _unit_angles(step1_only.hidden_weights_, W) + 1e-12)
     ref = est.diagnostics_["refinement"]
+    assert all({"unit", "kept", "iterations"} <= set(u) for u in ref["units"])     # every unit's record
     searched = [u for u in ref["units"] if u["iterations"] > 0]
     assert searched and ref["improved_units"] == 0
     for unit in searched:

@@ -332,6 +332,7 @@ class HighThresholdLearner(BaseLearner):
         opts.update(self._refine_kwargs())
         confidence = float(opts.get("confidence", 2.0))
         est_opts = {key: opts[key] for key in ("levels", "search_interval", "xtol") if key in opts}
+
         def angle_error(e):
             return e.std_error / (1.0 + e.tan_alpha ** 2)
 
@@ -356,7 +357,7 @@ class HighThresholdLearner(BaseLearner):
             try:
                 res = refine_estimate(W[i], search_i, threshold=t, rng=unit_rng, **opts)
             except AssumptionError as exc:
-                return None, {"unit": i, "kept": "step1", "reason": str(exc)}
+                return None, {"unit": i, "kept": "step1", "iterations": 0, "reason": str(exc)}
             entry = {"unit": i, "iterations": res.n_iter, "accepted": int(res.accepted.sum()),
                      "search_angle_estimate_start": float(res.start_estimate.angle),
                      "search_angle_estimate_end": float(res.estimate.angle)}
