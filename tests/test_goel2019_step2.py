@@ -254,6 +254,10 @@ def test_split_holds_disjoint_rows_of_the_same_array():
             mine, ref = part.along(z, 0, lower), own.along(z, 0, lower)
             for lo, hi in ((1.0, 1.2), (1.5, 1.6), (2.0, 3.0)):
                 assert mine(lo, hi) == ref(lo, hi)
+    for part in (src, a):                                     # a copy: the same rows and X, its own cache
+        twin = part.copy()
+        assert twin.X is X and twin.n_rows == part.n_rows and twin._candidates is None
+        assert twin.along(z, 0, 1.0)(1.5, 1.6) == part.along(z, 0, 1.0)(1.5, 1.6)
     c, d = a.split(0.5, rng=1)                                # a split of a split stays within its rows
     assert set(c._rows) | set(d._rows) == set(a._rows)
     np.testing.assert_array_equal(src.split(0.25, rng=0)[1]._rows, b._rows)     # reproducible

@@ -229,6 +229,7 @@ class SampleSlabs(SlabSource):
         self.min_count = check_positive_int(min_count, "min_count")
         self.n_inputs = self.X.shape[1]
         self._rows: np.ndarray | None = None        # the rows of X this source holds (None: all)
+        self._member: np.ndarray | None = None      # the same rows as a mask over X (None: all)
         self._max_norm: float | None = None         # max_k ||x_k|| over every row of X (the margin's bound)
         self._candidates: tuple | None = None       # (z_ref, lower, rows, X of those rows, their labels)
 
@@ -252,18 +253,14 @@ class SampleSlabs(SlabSource):
     def copy(self) -> "SampleSlabs":
         """The same rows of the same ``X`` (no copy of the data) with a candidate cache of its own, for a
         search in another thread."""
-        if self._rows is None:
-            out = object.__new__(SampleSlabs)
-            out.X, out.fired, out.min_count, out.n_inputs = self.X, self.fired, self.min_count, self.n_inputs
-            out._rows, out._max_norm, out._candidates = None, self._max_norm, None
-            return out
         return self._subset(self._rows, self._member)
 
-    def _subset(self, rows: np.ndarray, member: np.ndarray | None = None) -> "SampleSlabs":
+    def _subset(self, rows: np.ndarray | None, member: np.ndarray | None = None) -> "SampleSlabs":
+        """A source over ``rows`` of the same ``X`` (``None``: all), with an empty candidate cache."""
         out = object.__new__(SampleSlabs)
         out.X, out.fired, out.min_count, out.n_inputs = self.X, self.fired, self.min_count, self.n_inputs
         out._rows, out._max_norm, out._candidates = rows, self._max_norm, None
-        if member is None:
+        if rows is not None and member is None:
             member = np.zeros(self.X.shape[0], dtype=bool)
             member[rows] = True
         out._member = member                        # read only: shared by copies
