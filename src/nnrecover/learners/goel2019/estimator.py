@@ -42,7 +42,7 @@ from .._width import is_auto
 from ..base import BaseLearner
 from .model import ACTIVATIONS, HighThresholdNetwork, tail_bound, threshold_activation, threshold_hermite_coefficients
 from .statistics import ActiveRows, PopulationMoments, SampleMoments
-from .step1 import STEP1_METHODS, Step1Result, step1
+from .step1 import STEP1_METHODS, Step1Result, split_half_angles, step1
 
 __all__ = ["HighThresholdLearner", "lemma_diagnostics", "step2_defaults", "STEP2_HOLDOUT", "STEP2_GATHER_BYTES"]
 
@@ -136,6 +136,14 @@ class HighThresholdLearner(BaseLearner):
         ``d``-th eigenvalue of ``M`` (``sum_i c_i w_i w_i^T``), is below this fraction of the median.
     step1_options : dict, optional
         Extra keyword arguments of the Step 1 route (``n_restarts``, ``lam``, ``gamma``, ...).
+    max_angle_error : float or None, default 0.1
+        Certify the result (``diagnostics_["certificates"]["unit_angles"]``): every unit's estimated angle
+        to its population direction must be at most this many radians. A Step 1 unit's angle is estimated
+        by running Step 1 again on two disjoint halves of the samples
+        (:func:`~nnrecover.learners.goel2019.step1.split_half_angles`, ``diagnostics_["split_half"]``);
+        a unit Step 2 replaced has its held-out estimate. A failed certificate warns
+        (:class:`~nnrecover.errors.CertificateWarning`, or raises with ``strict=True``) and names the
+        number of samples that would meet it (sampling error ``~ N^{-1/2}``). ``None`` skips the check.
     max_rows : int, default 10_000_000
         Memory guard on the stored active rows, and the most rows Step 2 holds in memory (a uniform
         subsample of the data when there are more; from data not already in memory as an array, also at
@@ -167,8 +175,9 @@ class HighThresholdLearner(BaseLearner):
 
     def __init__(self, n_hidden, *, activation: str = "step", threshold: float | None = None, method: str = "power",
                  refine: bool = True, refine_options: dict | None = None, baseline: float | None = None,
-                 min_coefficient_ratio: float = 0.05, step1_options: dict | None = None, max_rows: int = 10_000_000,
-                 strict: bool = False, random_state=None):
+                 min_coefficient_ratio: float = 0.05, step1_options: dict | None = None,
+                 max_angle_error: float | None = 0.1, max_rows: int = 10_000_000, strict: bool = False,
+                 random_state=None):
         self.n_hidden = n_hidden
         self.activation = activation
         self.threshold = threshold
@@ -178,6 +187,7 @@ class HighThresholdLearner(BaseLearner):
         self.baseline = baseline
         self.min_coefficient_ratio = min_coefficient_ratio
         self.step1_options = step1_options
+        self.max_angle_error = max_angle_error
         self.max_rows = max_rows
         self.strict = strict
         self.random_state = random_state
@@ -190,6 +200,7 @@ class HighThresholdLearner(BaseLearner):
         "step1_options": [None, dict],
         "baseline": [None, Interval(Real, None, None)],
         "min_coefficient_ratio": [Interval(Real, 0, 1, closed="left")],
+        "max_angle_error": [None, Interval(Real, 0, None, closed="neither")],
         "max_rows": [Interval(Integral, 1, None)],
     }
 
@@ -267,9 +278,16 @@ class HighThresholdLearner(BaseLearner):
         diagnostics["statistics_time"] = time.perf_counter() - t_start
         result = self._run_step1(moments, rng, int(Xa.shape[0]))
         W, c = result.weights, result.coefficients
+        # a generator of its own, spawned either way, so that Step 2 draws the same whether or not the check runs
+        check_rng = rng.spawn(1)[0]
+        if self.max_angle_error is not None:
+            diagnostics["split_half"] = split_half_angles(moments, result, method=self.method, rng=check_rng,
+                                                          **(self.step1_options or {}))
         if self.refine:
             W = self._step2(W, source, rng, diagnostics)
         self._store(result, W, c, c0, diagnostics)
+        if self.max_angle_error is not None:
+            self._certify_angles(diagnostics, n_total)
         u_t = threshold_activation(self.activation, float(self.threshold))
         H = u_t(Xa @ W.T)
         diagnostics["lemmas"] = lemma_diagnostics(W, float(self.threshold), self.activation, H, n_total,
@@ -398,13 +416,38 @@ class HighThresholdLearner(BaseLearner):
                                      "improved_units": improved, "units": report}
         return W_new
 
+    def _certify_angles(self, diagnostics: dict, n_total: int) -> None:
+        """The certificate ``unit_angles``: every unit's estimated angle at most ``max_angle_error``."""
+        split = diagnostics["split_half"]
+        angles = np.array(split["unit_angles"], dtype=float)
+        source = ["split_half"] * angles.size
+        for unit in diagnostics.get("refinement", {}).get("units", []):
+            if unit.get("kept") == "step2":
+                angles[unit["unit"]] = unit["angle_estimate_end"]
+                source[unit["unit"]] = "step2_held_out"
+        limit = float(self.max_angle_error)
+        worst = int(np.argmax(angles))
+        detail = {"unit_angles": angles, "source": source, "max_angle_error": limit}
+        if "failed" in split:
+            detail["reason"] = (f"{split['failed']}; the estimate cannot be checked, and is near the limit of what "
+                                f"{n_total} samples support. Pass more samples")
+        elif angles[worst] > limit:
+            needed = n_total * (angles[worst] / limit) ** 2
+            detail["samples_needed"] = int(math.ceil(needed))
+            detail["reason"] = (f"unit {worst}'s estimated angle to its population direction is {angles[worst]:.3g} "
+                                f"rad ({source[worst]}), above max_angle_error = {limit:g}; the sampling error falls "
+                                f"like N^-1/2, so about {needed:.2g} samples (now {n_total}) would meet it")
+        self._certify("unit_angles", "reason" not in detail, detail.get("reason", detail), diagnostics)
+        diagnostics["certificates"]["unit_angles"]["detail"] = detail
+
     def _store(self, result: Step1Result, W, c, c0, diagnostics) -> None:
         self.step1_ = result
         self.coefficients_ = c
         self.baseline_ = c0
         diagnostics["method"] = self.method
-        diagnostics["certificates"] = {f"local_minimum_{i}": {"passed": cert["tau"] <= 1e-6, "detail": cert}
-                                       for i, cert in enumerate(result.certificates)}
+        diagnostics.setdefault("certificates", {}).update(
+            {f"local_minimum_{i}": {"passed": cert["tau"] <= 1e-6, "detail": cert}
+             for i, cert in enumerate(result.certificates)})
         diagnostics["M_eigenvalues"] = result.eigenvalues
         diagnostics["step1_info"] = result.info
 

@@ -1,0 +1,125 @@
+"""HighThresholdLearner's certificate ``unit_angles``: Step 1's sampling error, measured on split halves."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+
+import numpy as np
+import pytest
+
+from nnrecover.errors import CertificateWarning, ConvergenceError, InputError
+from nnrecover.learners.goel2019 import (HighThresholdLearner, HighThresholdNetwork, PopulationMoments,
+                                         UpperPolynomial, random_unit_weights, step1)
+from nnrecover.learners.goel2019.step1 import tensor_power_route
+from nnrecover.metrics import weight_error
+
+# the module (the package exports its function under the same name)
+step1_module = importlib.import_module("nnrecover.learners.goel2019.step1")
+
+
+def _network(d, n, cond, t, *, seed=0):
+    """d step units at threshold t in n inputs under a linear P (Step 1 has no bias: Lemma 2's products)."""
+    W = random_unit_weights(d, n, condition_number=cond, rng=seed)
+    c = np.random.default_rng(seed + 1).uniform(0.5, 1.5, d)
+    return HighThresholdNetwork(W, t, "step", UpperPolynomial.linear(c, 0.3))
+
+
+def _samples(net, n, seed):
+    X = np.random.default_rng(seed).standard_normal((n, net.hidden_weights.shape[1]))
+    return X, net.predict(X)
+
+
+def test_power_route_from_a_start_is_exact_in_population():
+    """Started from perturbed duals, the power iteration reaches the exact units (Claim 1)."""
+    net = _network(6, 8, 2.0, 2.0, seed=3)
+    pop = PopulationMoments(net)
+    ref = step1(pop, 6, rng=0)
+    start = ref.duals + 0.05 * np.random.default_rng(1).standard_normal(ref.duals.shape)
+    got = tensor_power_route(pop, 6, start=start[:, ::-1])
+    assert weight_error(got.weights, net.hidden_weights)["max_angle"] < 1e-9
+    with pytest.raises(InputError, match="start"):
+        tensor_power_route(pop, 6, start=start[:, :5])
+
+
+def test_split_half_estimate_follows_the_true_angles():
+    """10 units in 50 inputs, t = 3, 3e5 samples: Step 1 is about 0.2 rad off, so the default
+    max_angle_error (0.1) fails. A unit's angle in 50 dimensions varies like a chi variable with 49 degrees
+    of freedom (relative spread 1/sqrt(98) = 0.10), the true one and the estimate alike (the estimate: the
+    root mean square over 2 splits, 0.07), so log(estimate / true) has a spread of about 0.12: each unit's
+    ratio must lie within exp(+-0.48) = 0.62-1.6 (4 spreads), the mean of 10 within 0.85-1.18 (4 spreads
+    of a mean of 10)."""
+    net = _network(10, 50, 1.0, 3.0, seed=11)
+    X, y = _samples(net, 300_000, 12)
+    with pytest.warns(CertificateWarning, match="unit_angles"):
+        est = HighThresholdLearner(10, threshold=3.0, refine=False, random_state=0).fit(X, y)
+    err = weight_error(est.hidden_weights_, net.hidden_weights)
+    cert = est.diagnostics_["certificates"]["unit_angles"]
+    assert not cert["passed"]
+    ratio = cert["detail"]["unit_angles"][err["matching"]] / err["angles"]
+    assert np.all((ratio > 0.62) & (ratio < 1.6)), ratio
+    assert 0.85 < ratio.mean() < 1.18, ratio
+    # the samples that would meet the bound, from N^-1/2: (max angle / 0.1)^2 times as many
+    worst = cert["detail"]["unit_angles"].max()
+    assert cert["detail"]["samples_needed"] == pytest.approx(300_000 * (worst / 0.1) ** 2, rel=1e-6)
+    assert cert["detail"]["source"] == ["split_half"] * 10
+    with pytest.raises(ConvergenceError, match="unit_angles"):
+        HighThresholdLearner(10, threshold=3.0, refine=False, strict=True, random_state=0).fit(X, y)
+    # the bound is the user's: a looser one passes
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CertificateWarning)
+        loose = HighThresholdLearner(10, threshold=3.0, refine=False, max_angle_error=0.5, random_state=0).fit(X, y)
+    assert loose.diagnostics_["certificates"]["unit_angles"]["passed"]
+
+
+def test_enough_samples_pass_and_the_check_leaves_step2_alone():
+    """5 units, t = 2, 8e5 samples: Step 1 is about 0.05 rad off, the certificate passes silently. Without
+    the check (max_angle_error=None) the fit is the same to the bit, Step 2 included; a unit Step 2
+    replaced is judged by its held-out estimate."""
+    net = _network(5, 5, 1.5, 2.0, seed=7)
+    X, y = _samples(net, 800_000, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CertificateWarning)
+        est = HighThresholdLearner(5, threshold=2.0, random_state=0).fit(X, y)
+    cert = est.diagnostics_["certificates"]["unit_angles"]
+    assert cert["passed"]
+    assert weight_error(est.hidden_weights_, net.hidden_weights)["max_angle"] < 0.1
+    unchecked = HighThresholdLearner(5, threshold=2.0, max_angle_error=None, random_state=0).fit(X, y)
+    np.testing.assert_array_equal(unchecked.hidden_weights_, est.hidden_weights_)
+    assert "unit_angles" not in unchecked.diagnostics_["certificates"]
+    assert "split_half" not in unchecked.diagnostics_
+    for unit in est.diagnostics_["refinement"]["units"]:
+        i = unit["unit"]
+        if unit["kept"] == "step2":
+            assert cert["detail"]["source"][i] == "step2_held_out"
+            assert cert["detail"]["unit_angles"][i] == unit["angle_estimate_end"]
+        else:
+            assert cert["detail"]["source"][i] == "split_half"
+            assert cert["detail"]["unit_angles"][i] == est.diagnostics_["split_half"]["unit_angles"][i]
+
+
+def test_a_half_that_step1_cannot_fit_fails_the_certificate(monkeypatch):
+    """When Step 1 refuses a half of the samples the estimate cannot be checked: the certificate fails
+    and says why (here Step 1 is made to refuse every half)."""
+    net = _network(5, 5, 1.5, 2.0, seed=7)
+    X, y = _samples(net, 200_000, 0)
+    full = step1_module.step1
+
+    def refuse_halves(moments, *args, **kwargs):
+        if moments.n_total < X.shape[0]:
+            raise ConvergenceError("tensor power iteration did not converge")
+        return full(moments, *args, **kwargs)
+
+    monkeypatch.setattr(step1_module, "step1", refuse_halves)
+    with pytest.warns(CertificateWarning, match="half of the samples"):
+        est = HighThresholdLearner(5, threshold=2.0, refine=False, random_state=0).fit(X, y)
+    assert "failed" in est.diagnostics_["split_half"]
+    assert not est.diagnostics_["certificates"]["unit_angles"]["passed"]
+
+
+@pytest.mark.parametrize("bad", [0, -0.1, "0.1"])
+def test_max_angle_error_is_validated(bad):
+    net = _network(3, 3, 1.0, 2.0, seed=1)
+    X, y = _samples(net, 20_000, 0)
+    with pytest.raises(InputError, match="max_angle_error"):
+        HighThresholdLearner(3, threshold=2.0, max_angle_error=bad).fit(X, y)
