@@ -10,7 +10,7 @@ import pytest
 
 from nnrecover.errors import CertificateWarning, ConvergenceError, InputError
 from nnrecover.learners.goel2019 import (HighThresholdLearner, HighThresholdNetwork, PopulationMoments,
-                                         UpperPolynomial, random_unit_weights, step1)
+                                         UpperPolynomial, random_unit_weights, random_upper_polynomial, step1)
 from nnrecover.learners.goel2019.step1 import tensor_power_route
 from nnrecover.metrics import weight_error
 
@@ -75,7 +75,7 @@ def test_split_half_estimate_follows_the_true_angles():
 def test_enough_samples_pass_and_the_check_leaves_step2_alone():
     """5 units, t = 2, 8e5 samples: Step 1 is about 0.05 rad off, the certificate passes silently. Without
     the check (max_angle_error=None) the fit is the same to the bit, Step 2 included; a unit Step 2
-    replaced is judged by its held-out estimate."""
+    replaced is judged by its held-out estimate, a Step 1 unit by the larger of its two estimates."""
     net = _network(5, 5, 1.5, 2.0, seed=7)
     X, y = _samples(net, 800_000, 0)
     with warnings.catch_warnings():
@@ -90,12 +90,12 @@ def test_enough_samples_pass_and_the_check_leaves_step2_alone():
     assert "split_half" not in unchecked.diagnostics_
     for unit in est.diagnostics_["refinement"]["units"]:
         i = unit["unit"]
+        split = est.diagnostics_["split_half"]["unit_angles"][i]
         if unit["kept"] == "step2":
             assert cert["detail"]["source"][i] == "step2_held_out"
             assert cert["detail"]["unit_angles"][i] == unit["angle_estimate_end"]
         else:
-            assert cert["detail"]["source"][i] == "split_half"
-            assert cert["detail"]["unit_angles"][i] == est.diagnostics_["split_half"]["unit_angles"][i]
+            assert cert["detail"]["unit_angles"][i] == max(split, unit.get("angle_estimate_start", 0.0))
 
 
 def test_a_half_that_step1_cannot_fit_fails_the_certificate(monkeypatch):
@@ -123,3 +123,22 @@ def test_max_angle_error_is_validated(bad):
     X, y = _samples(net, 20_000, 0)
     with pytest.raises(InputError, match="max_angle_error"):
         HighThresholdLearner(3, threshold=2.0, max_angle_error=bad).fit(X, y)
+
+
+def test_step2_held_out_rows_see_the_bias_split_halves_miss():
+    """3 units at t = 2 under a monotone P with products: Step 1's population directions are biased
+    (Lemma 2), 0.54-0.66 rad for two units, which split halves cannot see (they measure 0.14 for the
+    0.66 one). Step 2's held-out estimate of that unit, which it could not improve, sees it (0.67) and
+    fails the certificate."""
+    net = HighThresholdNetwork(random_unit_weights(3, 10, condition_number=1.7, rng=22), 2.0, "step",
+                               random_upper_polynomial(3, monotone=True, rng=22))
+    X, y = _samples(net, 1_000_000, 122)
+    with pytest.warns(CertificateWarning, match="step2_held_out"):
+        est = HighThresholdLearner(3, threshold=2.0, random_state=22).fit(X, y)
+    err = weight_error(est.hidden_weights_, net.hidden_weights)
+    detail = est.diagnostics_["certificates"]["unit_angles"]["detail"]
+    worst = err["matching"][np.argmax(err["angles"])]
+    assert err["max_angle"] > 0.3
+    assert detail["source"][worst] == "step2_held_out"
+    assert detail["unit_angles"][worst] > 0.5 * err["max_angle"]
+    assert est.diagnostics_["split_half"]["unit_angles"][worst] < 0.5 * err["max_angle"]

@@ -11,7 +11,11 @@ plain functions of those modules. Diagnostics (``diagnostics_``):
                   ``E|Delta|`` of Step 1 that also carries the effect of the error of the learned units,
                   so it over-estimates ``E|Delta|`` at small ``N``.
 ``appendix_e``    ``max E[X_i X_j] / E[X_j]``, the divide-and-conquer ratio of Appendix E.
-``certificates``  the (eps, tau)-local-minimum certificate of each landscape minimum (Definition 1).
+``split_half``    Step 1's sampling error per unit, from Step 1 on disjoint halves of the samples
+                  (:func:`.step1.split_half_angles`).
+``certificates``  ``unit_angles``: every unit's estimated angle (split halves, or Step 2's held-out
+                  estimate where larger or for a unit it replaced) at most ``max_angle_error``; and the
+                  (eps, tau)-local-minimum certificate of each landscape minimum (Definition 1).
 
 The shared least-squares refinement of the other learners (:func:`nnrecover.refine.refine_network`) does
 not apply here: it fits a known two-layer form, and ``P`` is unknown. ``refine=True`` instead runs the
@@ -140,8 +144,9 @@ class HighThresholdLearner(BaseLearner):
         Certify the result (``diagnostics_["certificates"]["unit_angles"]``): every unit's estimated angle
         to its population direction must be at most this many radians. A Step 1 unit's angle is estimated
         by running Step 1 again on two disjoint halves of the samples
-        (:func:`~nnrecover.learners.goel2019.step1.split_half_angles`, ``diagnostics_["split_half"]``);
-        a unit Step 2 replaced has its held-out estimate. A failed certificate warns
+        (:func:`~nnrecover.learners.goel2019.step1.split_half_angles`, ``diagnostics_["split_half"]``),
+        or by Step 2's estimate on its held-out rows where that is larger (it also sees the bias of
+        Step 1, Lemma 2); a unit Step 2 replaced has its held-out estimate. A failed certificate warns
         (:class:`~nnrecover.errors.CertificateWarning`, or raises with ``strict=True``) and names the
         number of samples that would meet it (sampling error ``~ N^{-1/2}``). ``None`` skips the check.
     max_rows : int, default 10_000_000
@@ -377,6 +382,7 @@ class HighThresholdLearner(BaseLearner):
             except AssumptionError as exc:
                 return None, {"unit": i, "kept": "step1", "iterations": 0, "reason": str(exc)}
             entry = {"unit": i, "iterations": res.n_iter, "accepted": int(res.accepted.sum()),
+                     "angle_estimate_start": before.angle, "held_out_std_error": angle_error(before),
                      "search_angle_estimate_start": float(res.start_estimate.angle),
                      "search_angle_estimate_end": float(res.estimate.angle)}
             if np.array_equal(res.direction, res.directions[0]):
@@ -421,10 +427,15 @@ class HighThresholdLearner(BaseLearner):
         split = diagnostics["split_half"]
         angles = np.array(split["unit_angles"], dtype=float)
         source = ["split_half"] * angles.size
+        # Step 2's held-out tan(alpha) estimates see the whole angle, the bias of Step 1's population
+        # direction (Lemma 2) included, which split halves cannot: for a unit Step 2 replaced it is the
+        # only estimate of the returned direction; for a Step 1 unit the larger of the two counts
         for unit in diagnostics.get("refinement", {}).get("units", []):
+            i = unit["unit"]
             if unit.get("kept") == "step2":
-                angles[unit["unit"]] = unit["angle_estimate_end"]
-                source[unit["unit"]] = "step2_held_out"
+                angles[i], source[i] = unit["angle_estimate_end"], "step2_held_out"
+            elif unit.get("angle_estimate_start", -np.inf) > angles[i]:
+                angles[i], source[i] = unit["angle_estimate_start"], "step2_held_out"
         limit = float(self.max_angle_error)
         worst = int(np.argmax(angles))
         detail = {"unit_angles": angles, "source": source, "max_angle_error": limit}
