@@ -142,3 +142,19 @@ def test_step2_held_out_rows_see_the_bias_split_halves_miss():
     assert detail["source"][worst] == "step2_held_out"
     assert detail["unit_angles"][worst] > 0.5 * err["max_angle"]
     assert est.diagnostics_["split_half"]["unit_angles"][worst] < 0.5 * err["max_angle"]
+
+
+def test_certificate_experiment_quick():
+    """The calibration experiment: every verdict agrees with the certificate and the true angle."""
+    from nnrecover.experiments import get_experiment
+
+    df, fig = get_experiment("goel2019-certificate").func(rng=0, quick=True)
+    assert fig is not None and len(df) == 6
+    done = df[df["refused"] == ""]
+    assert len(done)
+    for _, row in done.iterrows():
+        over = row["true_max_angle"] > 0.1
+        expected = {(True, True): "false pass", (True, False): "pass", (False, True): "fail",
+                    (False, False): "false alarm"}[(row["passed"], over)]
+        assert row["verdict"] == expected
+        assert row["passed"] == (row["estimated_max_angle"] <= 0.1)

@@ -17,12 +17,13 @@ The samples are generated chunk by chunk and streamed into the learner, so ``N =
 active rows in memory.
 
 ``goel2019-refine`` (Step 2 below the Step 1 floor) and ``goel2019-halfspaces`` (Theorem 6) are described
-in their section below.
+in their section below; ``goel2019-certificate`` calibrates the learner's certificate ``unit_angles``.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -31,7 +32,8 @@ from .._validation import check_positive_int, check_random_state
 from ..errors import NNRecoverError
 from .registry import experiment
 
-__all__ = ["threshold_experiment", "routes_experiment", "gp19_teacher", "refine_experiment", "halfspaces_experiment"]
+__all__ = ["threshold_experiment", "routes_experiment", "gp19_teacher", "refine_experiment", "halfspaces_experiment",
+           "certificate_experiment"]
 
 
 def gp19_teacher(d: int, t: float, *, activation: str = "step", condition_number: float = 1.5, seed: int = 0):
@@ -428,3 +430,90 @@ def halfspaces_experiment(*, rng: Any = None, quick: bool = False, dims: Sequenc
     fig.suptitle(f"Goel-Panigrahy Theorem 6: {'unions' if union else 'intersections'} of halfspaces, "
                  f"{n} samples (dotted: Step 1 alone; lines: 0.05 rad and 1%)", fontsize=9)
     return df, fig
+
+
+# ------------------------------------------------------------------------------------ goel2019-certificate
+@experiment("goel2019-certificate", paper="goel2019",
+            description="HighThresholdLearner's certificate unit_angles on random teachers: estimated against "
+                        "true largest unit angle, false passes and false alarms, with and without Step 2")
+def certificate_experiment(*, rng: Any = None, quick: bool = False, fits: int | None = None,
+                           max_angle_error: float = 0.1):
+    """Calibration of the certificate ``unit_angles`` of :class:`HighThresholdLearner`.
+
+    Each fit draws a teacher: ``n`` in {5, 10, 20, 50} inputs, ``k`` in 2..min(n, 10) step units with rows
+    of condition number U[1, 2], ``t`` in {2, 2.5, 3}, ``P`` linear (``c_i ~ U[0.5, 1.5]``) or monotone with
+    products (half each), and ``N`` in {10^5, 3 x 10^5, 10^6} samples; the learner runs with its defaults and
+    with ``refine=False`` on the same samples. ``verdict``: ``pass`` / ``fail`` of the certificate against the
+    true largest angle: ``false pass`` (passed, true angle above ``max_angle_error``) and ``false alarm``
+    (failed, true angle within it).
+
+    Options: ``fits`` (teachers, default 40; quick 3, with ``n <= 10`` and ``N = 10^5``), ``max_angle_error``.
+    """
+    import pandas as pd
+
+    from ..learners.goel2019 import (HighThresholdLearner, HighThresholdNetwork, UpperPolynomial,
+                                     random_unit_weights, random_upper_polynomial)
+    from ..metrics import weight_error
+
+    gen = check_random_state(rng)
+    fits = check_positive_int(fits or (3 if quick else 40), "fits")
+    rows = []
+    for trial in range(fits):
+        n = int(gen.choice([5, 10] if quick else [5, 10, 20, 50]))
+        k = int(gen.integers(2, min(n, 10) + 1))
+        t = float(gen.choice([2.0, 2.5, 3.0]))
+        N = 100_000 if quick else int(gen.choice([100_000, 300_000, 1_000_000]))
+        monotone = bool(gen.random() < 0.5)
+        seed = int(gen.integers(2**31))
+        W = random_unit_weights(k, n, condition_number=float(gen.uniform(1.0, 2.0)), rng=seed)
+        P = (random_upper_polynomial(k, monotone=True, rng=seed) if monotone
+             else UpperPolynomial.linear(gen.uniform(0.5, 1.5, k), 0.3))
+        net = HighThresholdNetwork(W, t, "step", P)
+        X = np.random.default_rng(seed + 1).standard_normal((N, n))
+        y = net.predict(X)
+        for refine in (True, False):
+            row = dict(trial=trial, n_inputs=n, units=k, threshold=t, n_samples=N,
+                       upper="monotone with products" if monotone else "linear", refine=refine, refused="")
+            t0 = time.perf_counter()
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    est = HighThresholdLearner(k, threshold=t, refine=refine, max_angle_error=max_angle_error,
+                                               random_state=seed).fit(X, y)
+            except NNRecoverError as exc:
+                rows.append(dict(row, refused=f"{type(exc).__name__}: {exc}"[:200]))
+                continue
+            cert = est.diagnostics_["certificates"]["unit_angles"]
+            true = float(weight_error(est.hidden_weights_, net.hidden_weights)["max_angle"])
+            passed = bool(cert["passed"])
+            verdict = ("false pass" if passed and true > max_angle_error else
+                       "false alarm" if not passed and true <= max_angle_error else
+                       "pass" if passed else "fail")
+            rows.append(dict(row, true_max_angle=true,
+                             estimated_max_angle=float(np.max(cert["detail"]["unit_angles"])),
+                             passed=passed, verdict=verdict, half_failed="failed" in est.diagnostics_["split_half"],
+                             time_s=time.perf_counter() - t0))
+    df = pd.DataFrame(rows)
+    return df, _certificate_figure(df, max_angle_error)
+
+
+def _certificate_figure(df, limit: float):
+    fig, axes = _panels(1, width=5.6)
+    ax = axes[0]
+    done = df[df["refused"] == ""]
+    for refine, marker in ((True, "o"), (False, "x")):
+        sub = done[done["refine"] == refine]
+        ax.scatter(sub["true_max_angle"], np.minimum(sub["estimated_max_angle"], np.pi / 2), marker=marker,
+                   label=f"refine={refine}")
+    lo = max(1e-3, 0.5 * float(np.nanmin(done["true_max_angle"]))) if len(done) else 1e-3
+    ax.plot([lo, np.pi / 2], [lo, np.pi / 2], color="k", lw=0.6)
+    ax.axvline(limit, color="r", lw=0.8)
+    ax.axhline(limit, color="r", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("true largest unit angle (rad)")
+    ax.set_ylabel("certificate's largest unit angle (rad)")
+    ax.set_title("HighThresholdLearner unit_angles: lower right = false pass, upper left = false alarm", fontsize=8)
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.3)
+    return fig

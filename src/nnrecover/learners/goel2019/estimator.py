@@ -266,6 +266,7 @@ class HighThresholdLearner(BaseLearner):
         X0, Y0 = source.peek()
         c0 = float(np.median(Y0[:, 0])) if self.baseline is None else float(self.baseline)
         self._check_gaussian(X0, diagnostics)
+        del X0, Y0                                       # a chunk of memory the rest of the fit does not need
         keep_all = self.activation == "sigmoid"
         stat = accumulate(ActiveRows(c0, keep_all=keep_all, max_rows=self.max_rows), source)
         Xa, ya, n_total, c0 = stat.finalize()

@@ -39,6 +39,8 @@ from .model import HighThresholdNetwork, population_hermite_moment, threshold_he
 __all__ = ["ActiveRows", "SampleMoments", "PopulationMoments", "hermite4_contraction", "hermite4_matrix"]
 
 _SQRT2, _SQRT24 = math.sqrt(2.0), math.sqrt(24.0)
+#: rows per block of the second moment: 33 MB of weighted rows at d = 1000
+_BLOCK_ROWS = 4096
 
 
 def hermite4_contraction(X: np.ndarray, weights: np.ndarray, a: np.ndarray, b: np.ndarray,
@@ -157,6 +159,8 @@ class ActiveRows(Statistic):
         d = self.n_inputs
         X = np.vstack(self._X) if self._X else np.zeros((0, d))
         y = np.concatenate(self._y) if self._y else np.zeros(0)
+        # keep the stacked rows instead of the chunks: the store would otherwise hold the rows twice
+        self._X, self._y = [X], [y]
         return X, y, int(self.n), float(self.baseline)
 
 
@@ -197,8 +201,12 @@ class SampleMoments(_Moments):
 
     def second(self) -> np.ndarray:
         if self._M is None:
-            Xw = self.X * self.y[:, None]
-            self._M = (Xw.T @ self.X - np.eye(self.n_inputs) * self.y.sum()) / (self.n_total * _SQRT2 * self.u_hat[2])
+            # by blocks of rows: the weighted copy of all the rows would double their memory
+            S = np.zeros((self.n_inputs, self.n_inputs))
+            for lo in range(0, self.X.shape[0], _BLOCK_ROWS):
+                Xb = self.X[lo:lo + _BLOCK_ROWS]
+                S += (Xb * self.y[lo:lo + _BLOCK_ROWS, None]).T @ Xb
+            self._M = (S - np.eye(self.n_inputs) * self.y.sum()) / (self.n_total * _SQRT2 * self.u_hat[2])
         return self._M
 
     def t4(self, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:

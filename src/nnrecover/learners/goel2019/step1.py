@@ -576,6 +576,7 @@ def split_half_angles(moments, estimate: Step1Result, *, method: str = "power", 
             half_rows.append(int(member.sum()))
             try:
                 Wh = step1(half, d, method=method, rng=route_rng, **options).weights
+                del half                                 # its rows, before the other half's are copied
             except NNRecoverError as exc:
                 return {"unit_angles": np.full(d, 0.5 * math.pi), "max_angle": 0.5 * math.pi, "n_splits": n_splits,
                         "half_rows": half_rows, "failed": f"Step 1 on half of the samples: {exc}",
