@@ -76,6 +76,8 @@ def run_case(case: dict) -> dict:
                     out["improved"] = ref["improved_units"]
                     out["search_claims"] = [u["search_angle_estimate_end"] for u in ref["units"]
                                             if "search_angle_estimate_end" in u]
+                    out["searched"] = sum(u["iterations"] > 0 for u in ref["units"])
+                    out["reach_skips"] = sum("evolution strategy" in u.get("reason", "") for u in ref["units"])
     if not np.array_equal(out["step2"].pop("weights"), out["step2_one_thread"].pop("weights")):
         raise AssertionError("Step 2 gave other estimates on one thread than on the default threads.")
     return out
@@ -112,22 +114,31 @@ def main(argv=None) -> int:
              "in degrees to the nearest true unit; Step 2's time is the `refine=True` fit less the "
              "`refine=False` one, with the default threads (the units searched in the fit's worker threads) and "
              "with one BLAS thread (one worker); the estimates are the same bits in both.", "",
-             "| units, inputs, t | P | N | Step 1 angle max / mean | after Step 2 max / mean | units replaced | "
-             "Step 2 time (s), default / one thread |",
-             "|---|---|---|---|---|---|---|"]
+             "| units, inputs, t | P | N | Step 1 angle max / mean | after Step 2 max / mean | units searched | "
+             "units replaced | Step 2 time (s), default / one thread |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         step2_time = r["step2"]["seconds"] - r["step1"]["seconds"]
         step2_one = r["step2_one_thread"]["seconds"] - r["step1_one_thread"]["seconds"]
         lines.append(f"| {r['units']}, {r['inputs']}, {r['t']:g} | {'monotone' if r['monotone'] else 'signs mixed'} | "
                      f"{r['n']:.0e} | {r['step1']['max']:.2f} / {r['step1']['mean']:.2f} | "
-                     f"{r['step2']['max']:.2f} / {r['step2']['mean']:.2f} | {r['improved']} of {r['units']} | "
+                     f"{r['step2']['max']:.2f} / {r['step2']['mean']:.2f} | {r['searched']} | "
+                     f"{r['improved']} of {r['units']} | "
                      f"{step2_time:.1f} / {step2_one:.1f} |")
     last = rows[-1]
-    claims = np.degrees(last["search_claims"]) if last["search_claims"] else np.array([np.nan])
-    lines += ["", f"In the last row the search's own estimates at its end were {claims.min():.1f}-{claims.max():.1f} "
-              "degrees: it accepts whatever lowers its estimate on its own rows, so the minimum it reaches is "
-              "biased low; on the held-out rows no unit's gain exceeded the noise, and the Step 1 units are "
-              "returned unchanged.",
+    if last["search_claims"]:
+        claims = np.degrees(last["search_claims"])
+        note = (f"In the last row the search's own estimates at its end were {claims.min():.1f}-{claims.max():.1f} "
+                "degrees: it accepts whatever lowers its estimate on its own rows, so the minimum it reaches is "
+                "biased low; on the held-out rows no unit's gain exceeded the noise, and the Step 1 units are "
+                "returned unchanged.")
+    else:
+        others = last["units"] - last["reach_skips"]
+        note = (f"In the last row no unit was searched: for {last['reach_skips']} of {last['units']} the search's "
+                f"100 steps in {last['inputs']} dimensions could not gain what the held-out rows can confirm "
+                "(twice the best expected progress of a (1+1) evolution strategy, `ES_PROGRESS_RATE`)"
+                + (f"; for {others} not even angle 0 could be confirmed." if others else "."))
+    lines += ["", note,
               f"Measured {_dt.date.today().isoformat()}, {platform.processor() or platform.machine()}, "
               f"{os.cpu_count()} logical cores, Python {platform.python_version()}, numpy {np.__version__}, load "
               f"average {' / '.join(f'{v:.1f}' for v in os.getloadavg())}. Reproduce: "

@@ -479,3 +479,22 @@ def test_auto_width():
     assert est.hidden_weights_.shape == (4, 6) and est.diagnostics_["width"]["n_hidden"] == 4
     with pytest.raises(InputError, match="n_hidden"):
         HighThresholdLearner("auto", threshold=2.0).fit_population(net)
+
+
+def test_step2_skips_searches_too_short_to_show_a_gain():
+    """A random search of T steps in n dimensions shrinks the angle by at most about exp(-0.2 T / n) in
+    expectation (the (1+1) evolution strategy on a sphere model): with 5 steps in 20 dimensions not even twice
+    that rate could clear the held-out margin, so no unit is searched and Step 1 is returned as it is."""
+    gen = np.random.default_rng(0)
+    W = random_unit_weights(5, 20, rng=gen)
+    net = HighThresholdNetwork(W, 2.5, "step", random_upper_polynomial(5, monotone=True, rng=gen))
+    X = np.random.default_rng(1).standard_normal((200_000, 20))
+    y = net.predict(X)
+    step1_only = HighThresholdLearner(5, threshold=2.5, refine=False, random_state=0).fit(X, y)
+    est = HighThresholdLearner(5, threshold=2.5, refine_options={"max_iter": 5}, random_state=0).fit(X, y)
+    units = est.diagnostics_["refinement"]["units"]
+    assert all(u["iterations"] == 0 for u in units)
+    # the units not already ruled out by the margin of angle 0 are ruled out by the search's reach
+    beyond = [u for u in units if u["angle_estimate_start"] > 2 * np.sqrt(2) * u["held_out_std_error"]]
+    assert beyond and all("evolution strategy" in u["reason"] for u in beyond)
+    np.testing.assert_array_equal(est.hidden_weights_, step1_only.hidden_weights_)

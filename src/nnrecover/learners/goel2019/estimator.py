@@ -48,10 +48,16 @@ from .model import ACTIVATIONS, HighThresholdNetwork, tail_bound, threshold_acti
 from .statistics import ActiveRows, PopulationMoments, SampleMoments
 from .step1 import STEP1_METHODS, Step1Result, split_half_angles, step1
 
-__all__ = ["HighThresholdLearner", "lemma_diagnostics", "step2_defaults", "STEP2_HOLDOUT", "STEP2_GATHER_BYTES"]
+__all__ = ["HighThresholdLearner", "lemma_diagnostics", "step2_defaults", "STEP2_HOLDOUT", "STEP2_GATHER_BYTES",
+           "ES_PROGRESS_RATE"]
 
 #: fraction of Step 2's rows held out of its search, on which a refined unit must beat its start
 STEP2_HOLDOUT = 0.2
+#: the largest normalised progress rate of a (1+1) evolution strategy on the sphere model as the dimension
+#: n grows (Beyer, The Theory of Evolution Strategies, 2001, Section 3.2; Rechenberg's 1/5 rule): with the
+#: best step size and exact selection, the expected distance to the optimum shrinks by this / n per step.
+#: Step 2's search (Algorithm 1) is such a strategy on the angle, with noisy selection, so it does no better.
+ES_PROGRESS_RATE = 0.202
 #: most bytes of inputs Step 2 gathers into memory from data that are not an in-memory array (a stream, a
 #: memory map, a dask array): 2 GiB, 2.7e6 rows at d = 100, 2.7e5 at d = 1000
 STEP2_GATHER_BYTES = 2 << 30
@@ -356,6 +362,7 @@ class HighThresholdLearner(BaseLearner):
         opts.update(self._refine_kwargs())
         confidence = float(opts.get("confidence", 2.0))
         est_opts = {key: opts[key] for key in ("levels", "search_interval", "xtol") if key in opts}
+        max_iter = int(opts["max_iter"])
 
         def angle_error(e):
             return e.std_error / (1.0 + e.tan_alpha ** 2)
@@ -371,13 +378,24 @@ class HighThresholdLearner(BaseLearner):
                                             **est_opts)
             except AssumptionError as exc:
                 return None, {"unit": i, "kept": "step1", "iterations": 0, "reason": f"held-out rows: {exc}"}
-            if before.angle <= confidence * math.sqrt(2.0) * angle_error(before):
-                return None, {"unit": i, "kept": "step1", "iterations": 0, "angle_estimate_start": before.angle,
-                              "held_out_std_error": angle_error(before),
-                              "reason": f"the held-out rows cannot confirm a gain: on them the start's estimated "
-                                        f"angle is below the margin a gain must clear ({confidence:g} standard "
-                                        "errors of a difference), so not even angle 0 could be confirmed (more "
-                                        "samples, or a wider slab_width)"}
+            margin = confidence * math.sqrt(2.0) * angle_error(before)
+            skipped = {"unit": i, "kept": "step1", "iterations": 0, "angle_estimate_start": before.angle,
+                       "held_out_std_error": angle_error(before)}
+            if before.angle <= margin:
+                return None, dict(skipped, reason=f"the held-out rows cannot confirm a gain: on them the start's "
+                                  f"estimated angle is below the margin a gain must clear ({confidence:g} standard "
+                                  "errors of a difference), so not even angle 0 could be confirmed (more samples, "
+                                  "or a wider slab_width)")
+            # the most a random search of max_iter steps can gain in n dimensions, from a start at the upper
+            # end of its estimate: the search is a (1+1) evolution strategy on a sphere model, whose expected
+            # progress is at most ES_PROGRESS_RATE / n of the angle per step; twice that covers one run's luck
+            reach = 1.0 - math.exp(-2.0 * ES_PROGRESS_RATE * max_iter / W.shape[1])
+            if (before.angle + confidence * angle_error(before)) * reach <= margin:
+                return None, dict(skipped, reason=f"{max_iter} steps of a random search in {W.shape[1]} dimensions "
+                                  f"gain at most {100 * reach:.0f} % of the angle (twice the best expected "
+                                  "progress of a (1+1) evolution strategy), less than the held-out rows could "
+                                  "confirm; Theorem 5 asks for O(n log(1/eps)) steps (raise max_iter in "
+                                  "refine_options, or pass more samples)")
             try:
                 res = refine_estimate(W[i], search_i, threshold=t, rng=unit_rng, **opts)
             except AssumptionError as exc:
