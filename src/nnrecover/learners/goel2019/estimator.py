@@ -464,9 +464,16 @@ class HighThresholdLearner(BaseLearner):
         elif angles[worst] > limit:
             needed = n_total * (angles[worst] / limit) ** 2
             detail["samples_needed"] = int(math.ceil(needed))
-            detail["reason"] = (f"unit {worst}'s estimated angle to its population direction is {angles[worst]:.3g} "
-                                f"rad ({source[worst]}), above max_angle_error = {limit:g}; the sampling error falls "
-                                f"like N^-1/2, so about {needed:.2g} samples (now {n_total}) would meet it")
+            if source[worst] == "split_half":
+                remedy = (f"the sampling error falls like N^-1/2, so about {needed:.2g} samples (now {n_total}) "
+                          "would meet it")
+            else:
+                remedy = (f"that estimate also carries the bias of Step 1's population direction (Lemma 2, the "
+                          f"products of P), which more samples do not remove: about {needed:.2g} samples (now "
+                          f"{n_total}) would meet it if it is sampling error; else a higher threshold, or Step 2 "
+                          "with more steps (refine_options max_iter)")
+            detail["reason"] = (f"unit {worst}'s estimated angle is {angles[worst]:.3g} rad ({source[worst]}), "
+                                f"above max_angle_error = {limit:g}; {remedy}")
         self._certify("unit_angles", "reason" not in detail, detail.get("reason", detail), diagnostics)
         diagnostics["certificates"]["unit_angles"]["detail"] = detail
 
