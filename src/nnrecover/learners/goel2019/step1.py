@@ -251,7 +251,9 @@ def _sequential_power(action, starts: np.ndarray, max_iter: int, tol: float) -> 
         iterations.append(it + 1)
         if step > _POWER_FAIL:
             raise ConvergenceError(f"tensor power iteration did not converge in max_iter={max_iter} iterations "
-                                   f"(component {k + 1}, last step {step:.2g}); raise max_iter.")
+                                   f"(component {k + 1}, last step {step:.2g}). With too few firing samples for "
+                                   "this many units the sample tensor is far from orthogonally decomposable and the "
+                                   "iteration wanders: pass more samples (or raise max_iter).")
         found = np.column_stack([found, y])
     return found, iterations
 
