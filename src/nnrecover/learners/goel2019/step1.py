@@ -527,11 +527,12 @@ def split_half_angles(moments, estimate: Step1Result, *, method: str = "power", 
     rows where no unit fires as a binomial count: they enter the moments only through ``n_total``), and
     Step 1 runs on each half. A half's estimate has twice the sampling variance of the whole sample's, so
     two independent halves differ by about twice the whole sample's error: for unit ``i``, matched to the
-    halves' units by their absolute cosines (Hungarian), ``angle(w_i^A, w_i^B) / 2`` estimates its angle
-    to the population direction that Step 1 converges to with more samples. The estimate is the root mean
-    square over ``n_splits`` random splits (one split's angle in ``n`` dimensions varies like a chi
-    variable with ``n - 1`` degrees of freedom: by about 35 % at ``n = 5``). It does not see the bias of
-    the population direction itself (the products of ``P``, Lemma 2), which is recorded apart.
+    halves' units up to sign (Hungarian, :func:`nnrecover.metrics.weight_error`), ``angle(w_i^A, w_i^B) / 2``
+    estimates its angle to the population direction that Step 1 converges to with more samples. The
+    estimate is the root mean square over ``n_splits`` random splits (one split's angle in ``n`` dimensions
+    varies like a chi variable with ``n - 1`` degrees of freedom: by about 35 % at ``n = 5``). It does not
+    see the bias of the population direction itself (the products of ``P``, Lemma 2); the learner's
+    certificate takes Step 2's held-out estimates for that.
 
     Parameters
     ----------
@@ -553,9 +554,8 @@ def split_half_angles(moments, estimate: Step1Result, *, method: str = "power", 
         rows of each half), ``time``; when Step 1 fails on a half (too few firing rows for its
         assumptions), ``unit_angles`` is all ``pi / 2`` and ``failed`` holds the reason.
     """
-    from scipy.optimize import linear_sum_assignment
-
     from ...errors import NNRecoverError
+    from ...metrics import weight_error
 
     t0 = time.perf_counter()
     gen = check_random_state(rng)
@@ -565,7 +565,6 @@ def split_half_angles(moments, estimate: Step1Result, *, method: str = "power", 
     if method == "power":
         options = dict(options, start=estimate.duals)
     X, y, n_total = moments.X, moments.y, int(moments.n_total)
-    W_unit = W / np.linalg.norm(W, axis=1, keepdims=True)
     squares, half_rows = np.zeros(d), []
     for split_rng in gen.spawn(n_splits):
         in_first = split_rng.random(X.shape[0]) < 0.5
@@ -583,9 +582,8 @@ def split_half_angles(moments, estimate: Step1Result, *, method: str = "power", 
                 return {"unit_angles": np.full(d, 0.5 * math.pi), "max_angle": 0.5 * math.pi, "n_splits": n_splits,
                         "half_rows": half_rows, "failed": f"Step 1 on half of the samples: {exc}",
                         "time": time.perf_counter() - t0}
-            Wh = Wh / np.linalg.norm(Wh, axis=1, keepdims=True)
-            _, cols = linear_sum_assignment(-np.abs(W_unit @ Wh.T))
-            matched.append(Wh[cols])
+            matching = weight_error(Wh, W, allow_sign_flip=True)["matching"]
+            matched.append(Wh[matching] / np.linalg.norm(Wh[matching], axis=1, keepdims=True))
         A, B = matched
         # half the angle between the halves' units, atan2(|a - b|, |a + b|), accurate near 0; signed: a half
         # that flips a unit's sign disagrees with the other by about pi
