@@ -391,7 +391,7 @@ def test_step2_goes_below_the_step1_floor_from_samples():
     for unit in ref["units"]:
         i = unit["unit"]
         if unit["kept"] == "step2":   # replaced only on the held-out rows' evidence, and then closer to the truth
-            assert unit["angle_estimate_end"] < unit["angle_estimate_start"] - 2 * unit["held_out_std_error"]
+            assert unit["angle_estimate_end"] < unit["angle_estimate_start"] - 2 * unit["difference_std_error"]
             assert after[i] < before[i]
         else:
             np.testing.assert_array_equal(est.hidden_weights_[i], step1_only.hidden_weights_[i])
@@ -411,7 +411,7 @@ def test_step2_keeps_step1_units_the_held_out_rows_do_not_confirm():
     for unit in searched:
         assert unit["search_angle_estimate_end"] < unit["search_angle_estimate_start"]
         assert unit["kept"] == "step1"
-        assert not unit["angle_estimate_end"] < unit["angle_estimate_start"] - 2 * unit["held_out_std_error"]
+        assert not unit["angle_estimate_end"] < unit["angle_estimate_start"] - 2 * unit["difference_std_error"]
 
 
 def test_step2_gives_the_same_bits_for_any_number_of_workers(monkeypatch):

@@ -417,7 +417,7 @@ class HighThresholdLearner(BaseLearner):
             better = after.angle < before.angle - confidence * se
             return (res.direction if better else None), dict(
                 entry, kept="step2" if better else "step1", angle_estimate_start=before.angle,
-                angle_estimate_end=after.angle, held_out_std_error=se)
+                angle_estimate_end=after.angle, held_out_std_error=angle_error(before), difference_std_error=se)
 
         # the units are independent searches, each with a generator of its own: the fit's worker threads run
         # them side by side (numpy releases the GIL in the products), with the same result for any number
