@@ -11,7 +11,6 @@ import pytest
 from nnrecover.errors import CertificateWarning, ConvergenceError, InputError
 from nnrecover.learners.goel2019 import (HighThresholdLearner, HighThresholdNetwork, PopulationMoments,
                                          UpperPolynomial, random_unit_weights, random_upper_polynomial, step1)
-from nnrecover.learners.goel2019.step1 import tensor_power_route
 from nnrecover.metrics import weight_error
 
 # the module (the package exports its function under the same name)
@@ -30,16 +29,18 @@ def _samples(net, n, seed):
     return X, net.predict(X)
 
 
-def test_power_route_from_a_start_is_exact_in_population():
-    """Started from perturbed duals, the power iteration reaches the exact units (Claim 1)."""
+@pytest.mark.parametrize("method", ["power", "landscape", "simultaneous"])
+def test_routes_from_a_start_are_exact_in_population(method):
+    """Started from perturbed duals (in another order), every Step 1 route reaches the exact units
+    (Claims 1-2, Theorem 11)."""
     net = _network(6, 8, 2.0, 2.0, seed=3)
     pop = PopulationMoments(net)
     ref = step1(pop, 6, rng=0)
     start = ref.duals + 0.05 * np.random.default_rng(1).standard_normal(ref.duals.shape)
-    got = tensor_power_route(pop, 6, start=start[:, ::-1])
+    got = step1(pop, 6, method=method, start=start[:, ::-1], rng=2)
     assert weight_error(got.weights, net.hidden_weights)["max_angle"] < 1e-9
     with pytest.raises(InputError, match="start"):
-        tensor_power_route(pop, 6, start=start[:, :5])
+        step1(pop, 6, method=method, start=start[:, :5])
 
 
 def test_split_half_estimate_follows_the_true_angles():

@@ -122,6 +122,17 @@ def whitening_basis(moments, n_hidden: int, *, min_eigenvalue: float = 1e-6) -> 
     return evecs[:, :d], top
 
 
+def _start_duals(start, U: np.ndarray) -> np.ndarray:
+    """``start`` (the ``duals`` of a nearby :class:`Step1Result`, input coordinates) in the coordinates of
+    the top eigenspace ``U`` of ``M``: a ``(d, d)`` array whose columns are the routes' starting duals."""
+    d = U.shape[1]
+    start = np.asarray(start, dtype=np.float64)
+    if start.shape != (U.shape[0], d):
+        raise InputError(f"start must hold {d} dual vectors of length {U.shape[0]} as columns, got shape "
+                         f"{start.shape}.")
+    return U.T @ start
+
+
 def resolve_signs(moments, duals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Signs of the dual vectors from the first-order Hermite moment, and the test margins.
 
@@ -197,12 +208,8 @@ def tensor_power_route(moments, n_hidden: int, *, max_iter: int = 300, tol: floa
         C = scale[:, None] * mq.t4_matrix(scale * g) * scale[None, :]
         Y = np.linalg.eigh(0.5 * (C + C.T))[1]
     else:
-        start = np.asarray(start, dtype=np.float64)
-        if start.shape != (U.shape[0], d):
-            raise InputError(f"start must hold {d} dual vectors of length {U.shape[0]} as columns, "
-                             f"got shape {start.shape}.")
         # Z = W_ Y with W_ = U diag(D^-1/2): the whitened iterates are diag(D^1/2) U^T Z, made orthonormal
-        Uv, _, Vt = np.linalg.svd((U.T @ start) / scale[:, None], full_matrices=False)
+        Uv, _, Vt = np.linalg.svd(_start_duals(start, U) / scale[:, None], full_matrices=False)
         Y = Uv @ Vt
     # all d components at once: Y <- polar(T_w(I, y_j, y_j, y_j)_j), the symmetric (Loewdin)
     # orthonormalisation playing the role of deflation; one pass over the stored rows per iteration
@@ -340,7 +347,7 @@ def _local_min(fun, v0, *, eps: float, tau: float, max_iter: int, gen, newton_to
 
 
 def landscape_route(moments, n_hidden: int, *, lam: float = 4.0, eps: float = 1e-6, tau: float = 1e-6,
-                    max_iter: int = 5000, rng=None) -> Step1Result:
+                    max_iter: int = 5000, rng=None, start: np.ndarray | None = None) -> Step1Result:
     """The paper's Step 1: one local minimum of ``G`` at a time, deflated in the ``M``-geometry (Section 2.1).
 
     Parameters
@@ -355,6 +362,9 @@ def landscape_route(moments, n_hidden: int, *, lam: float = 4.0, eps: float = 1e
         (relative to the scale of ``G``).
     max_iter : int, default 5000
     rng : None, int or Generator
+    start : ndarray (n, d), optional
+        Dual vectors to start from (the ``duals`` of a :class:`Step1Result` on similar moments): the
+        ``j``-th search starts from the ``j``-th, projected on the deflated subspace, instead of at random.
     """
     t0 = time.perf_counter()
     d = check_positive_int(n_hidden, "n_hidden")
@@ -362,15 +372,16 @@ def landscape_route(moments, n_hidden: int, *, lam: float = 4.0, eps: float = 1e
         raise InputError(f"lam (lambda') must be a finite number > 0, got {lam!r}.")
     gen = check_random_state(rng)
     U, D = whitening_basis(moments, d)
+    starts = None if start is None else _start_duals(start, U)
     mq = moments.project(U)
     M = mq.second()
     lam = float(lam)
     for _attempt in range(6):
         Z, certs = [], []
         diverged = False
-        for _ in range(d):
+        for j in range(d):
             B = linalg.null_space((M @ np.column_stack(Z)).T) if Z else np.eye(d)
-            v0 = gen.standard_normal(B.shape[1])
+            v0 = gen.standard_normal(B.shape[1]) if starts is None else B.T @ starts[:, j]
             v0 /= math.sqrt(v0 @ B.T @ M @ B @ v0)            # start on m_2 = 1
 
             def fun(v, B=B):
@@ -427,7 +438,7 @@ def _fd_hessian(grad_fn, x: np.ndarray, h: float) -> np.ndarray:
 
 
 def simultaneous_route(moments, n_hidden: int, *, gamma: float = 0.01, lam: float = 4.0, tau: float = 1e-6,
-                       max_rounds: int = 10, rng=None) -> Step1Result:
+                       max_rounds: int = 10, rng=None, start: np.ndarray | None = None) -> Step1Result:
     """All ``d`` units at once: the simultaneous landscape with the corrected ``psi`` (Appendix B.4).
 
     Parameters
@@ -444,6 +455,9 @@ def simultaneous_route(moments, n_hidden: int, *, gamma: float = 0.01, lam: floa
     max_rounds : int, default 10
         Escapes allowed.
     rng : None, int or Generator
+    start : ndarray (n, d), optional
+        Dual vectors to start from (the ``duals`` of a :class:`Step1Result` on similar moments) instead
+        of random rows.
     """
     t0 = time.perf_counter()
     d = check_positive_int(n_hidden, "n_hidden")
@@ -462,7 +476,8 @@ def simultaneous_route(moments, n_hidden: int, *, gamma: float = 0.01, lam: floa
     def grad(x):
         return fg(x)[1]
 
-    W0 = gen.standard_normal((d, d))
+    # the rows of W are the duals (the columns of Z = W^T), each even in G: a start's signs do not matter
+    W0 = gen.standard_normal((d, d)) if start is None else _start_duals(start, U).T
     W0 /= np.sqrt(np.einsum("ij,jk,ik->i", W0, M, W0))[:, None]
     x = W0.ravel()
     escapes = 0
@@ -541,9 +556,10 @@ def split_half_angles(moments, estimate: Step1Result, *, method: str = "power", 
     estimate : Step1Result
         Step 1 on all the samples.
     method : str
-        The Step 1 route, run on each half with ``options``; the power route starts from ``estimate``'s
-        duals (the fixed point it converges to on a half is the one near them, and it gets there in a
-        few iterations).
+        The Step 1 route, run on each half with ``options``, started from ``estimate``'s duals: the half's
+        fixed point or minimum near them is the one to compare (a random start may reach another one,
+        and on half the rows the landscape routes do find spurious minima), and it is reached in a few
+        iterations.
     n_splits : int, default 2
     rng : None, int or Generator
 
@@ -562,8 +578,7 @@ def split_half_angles(moments, estimate: Step1Result, *, method: str = "power", 
     n_splits = check_positive_int(n_splits, "n_splits")
     W = estimate.weights
     d = W.shape[0]
-    if method == "power":
-        options = dict(options, start=estimate.duals)
+    options = dict(options, start=estimate.duals)
     X, y, n_total = moments.X, moments.y, int(moments.n_total)
     squares, half_rows = np.zeros(d), []
     for split_rng in gen.spawn(n_splits):
