@@ -300,18 +300,25 @@ def test_high_threshold_step2_reads_a_bounded_sample_on_the_cluster(client, monk
 
 def test_peek_computes_only_the_first_rows_of_a_large_block():
     """peek() on a dask source returns the rows an in-memory array's peek returns and computes only those:
-    a first block of 400,000 x 10 (32 MB) never reaches the client whole."""
+    a first block of 1,000,000 x 10 (80 MB) never reaches the client whole (the bound, half of it, leaves
+    room for the modules the first compute imports). The blocks wrap an array (a
+    random block would have to be drawn whole before any of its rows exist, and when a cluster computes
+    it, the client's traced memory would not see it)."""
     from nnrecover.data import as_data_source
 
-    Xd = da.random.RandomState(3).standard_normal((400_000, 10), chunks=(400_000, 10))
+    X = np.random.default_rng(3).standard_normal((1_000_000, 10))
+    Xd = da.from_array(X, chunks=(1_000_000, 10))
     Yd = Xd[:, :2] ** 2
-    X, Y = Xd.compute(), Yd.compute()
-    tracemalloc.start()
-    try:
-        Xp, Yp = as_data_source(Xd, Yd).peek()
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    Y = Yd.compute()
+    # computed in this process, where tracemalloc sees it (a cluster client left by another test would
+    # compute it elsewhere, after shipping the wrapped array whole)
+    with dask.config.set(scheduler="synchronous"):
+        tracemalloc.start()
+        try:
+            Xp, Yp = as_data_source(Xd, Yd).peek()
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
     Xa, Ya = as_data_source(X, Y).peek()
     np.testing.assert_array_equal(Xp, Xa)
     np.testing.assert_array_equal(Yp, Ya)
