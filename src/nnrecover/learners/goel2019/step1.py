@@ -521,13 +521,16 @@ def step1(moments, n_hidden: int, *, method: str = "power", rng=None, **options)
     ``method`` is ``"power"``, ``"landscape"`` or ``"simultaneous"``.
 
     The route runs with one BLAS thread: its products are (rows x d) by (d x few columns), for which
-    one thread is fastest and several threads only spin (``benchmarks/bench_threads.py``).
+    one thread is fastest and several threads only spin (``benchmarks/bench_threads.py``). The second
+    moment ``M`` (rows x n by n x rows, the largest product of Step 1) is formed before, with the
+    default threads.
     """
     from threadpoolctl import threadpool_limits
 
     routes = {"power": tensor_power_route, "landscape": landscape_route, "simultaneous": simultaneous_route}
     if method not in routes:
         raise InputError(f"method must be one of {', '.join(STEP1_METHODS)}, got {method!r}.")
+    moments.second()
     with threadpool_limits(limits=1, user_api="blas"):
         return routes[method](moments, n_hidden, rng=rng, **options)
 
