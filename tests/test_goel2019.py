@@ -322,6 +322,9 @@ def test_experiments_quick(name):
     assert len(df) and fig is not None
     done = df[df["refused"] == ""]
     assert len(done) and np.all(np.isfinite(done["max_angle"])) and np.all(done["max_angle"] < np.pi / 2)
+    if name == "goel2019-threshold":
+        assert np.all(done["estimated_max_angle"] > 0)
+        assert np.all(done["certificate_passed"] == (done["estimated_max_angle"] <= 0.1))
 
 
 def test_dask_arrays_match_numpy():
