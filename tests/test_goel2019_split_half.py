@@ -159,3 +159,15 @@ def test_certificate_experiment_quick():
                     (False, False): "false alarm"}[(row["passed"], over)]
         assert row["verdict"] == expected
         assert row["passed"] == (row["estimated_max_angle"] <= 0.1)
+
+
+def test_landscape_route_start_with_nothing_left_falls_back_to_random():
+    """A start with nothing left after the deflation (here a zero column; also one whose unit an earlier
+    search already found): that search starts at random instead, and the route is still exact."""
+    net = _network(6, 8, 2.0, 2.0, seed=3)
+    pop = PopulationMoments(net)
+    ref = step1(pop, 6, rng=0)
+    start = ref.duals.copy()
+    start[:, 1] = 0.0
+    got = step1(pop, 6, method="landscape", start=start, rng=2)
+    assert weight_error(got.weights, net.hidden_weights)["max_angle"] < 1e-9

@@ -45,7 +45,7 @@ import numpy as np
 from scipy import linalg, optimize
 
 from ..._validation import check_positive_int, check_random_state
-from ...errors import AssumptionError, ConvergenceError, InputError
+from ...errors import AssumptionError, ConvergenceError, InputError, NNRecoverError
 from .statistics import SampleMoments
 
 __all__ = ["Step1Result", "STEP1_METHODS", "whitening_basis", "tensor_power_route", "landscape_route",
@@ -381,7 +381,10 @@ def landscape_route(moments, n_hidden: int, *, lam: float = 4.0, eps: float = 1e
         diverged = False
         for j in range(d):
             B = linalg.null_space((M @ np.column_stack(Z)).T) if Z else np.eye(d)
-            v0 = gen.standard_normal(B.shape[1]) if starts is None else B.T @ starts[:, j]
+            v0 = None if starts is None else B.T @ starts[:, j]
+            if v0 is None or np.linalg.norm(v0) <= 1e-3 * np.linalg.norm(starts[:, j]):
+                # no start, or one the deflation removed (an earlier search reached its unit): at random
+                v0 = gen.standard_normal(B.shape[1])
             v0 /= math.sqrt(v0 @ B.T @ M @ B @ v0)            # start on m_2 = 1
 
             def fun(v, B=B):
@@ -573,7 +576,6 @@ def split_half_angles(moments, estimate: Step1Result, *, method: str = "power", 
         rows of each half), ``time``; when Step 1 fails on a half (too few firing rows for its
         assumptions), ``unit_angles`` is all ``pi / 2`` and ``failed`` holds the reason.
     """
-    from ...errors import NNRecoverError
     from ...metrics import weight_error
 
     t0 = time.perf_counter()
