@@ -114,23 +114,27 @@ def test_moment_sums_reject_bad_shapes():
 # ============================================================================ pass 1: RangeStatistic
 
 @pytest.mark.parametrize("sign", ["mixed", "positive", "negative"])
-def test_full_range_statistic_equals_dense_weighted_gram(sign):
-    # sign-split dsyrk (upper triangle) == X^T diag(y) X; one-signed y exercises the empty group
+@pytest.mark.parametrize("chunk", [999, 9000])
+def test_full_range_statistic_equals_dense_weighted_gram(sign, chunk):
+    # sign-split dsyrk (upper triangle) == X^T diag(y) X; one-signed y exercises the empty group; chunks of
+    # 9000 rows span three blocks of SIGNED_GRAM_BLOCK rows, the last one short
     rng = np.random.default_rng(3)
-    X, y = rng.standard_normal((2500, 7)), rng.standard_normal(2500)
+    n = 10000
+    X, y = rng.standard_normal((n, 7)), rng.standard_normal(n)
     y = {"mixed": y, "positive": np.abs(y), "negative": -np.abs(y)}[sign]
+    assert chunk > 2 * co.SIGNED_GRAM_BLOCK or chunk < co.SIGNED_GRAM_BLOCK
     stat = co.RangeStatistic(7, method="full", omega=None, omega_cov=rng.standard_normal((7, 4)))
-    nr.moments.accumulate(stat, (X, y[:, None]), chunk_size=999)
+    nr.moments.accumulate(stat, (X, y[:, None]), chunk_size=chunk)
     fin = stat.finalize()
-    ref = (X.T * y) @ X / 2500 - y.mean() * np.eye(7)
+    ref = (X.T * y) @ X / n - y.mean() * np.eye(7)
     _close(fin["t2"], ref)
     np.testing.assert_array_equal(fin["t2"], fin["t2"].T)
-    _close(fin["t1"], y @ X / 2500)
+    _close(fin["t1"], y @ X / n)
     _close(stat.sx, X.sum(axis=0))
     _close(stat.sxx, (X ** 2).sum(axis=0))
-    # the covariance probes: every FULL_RANGE_PROBE_STRIDE-th row of each chunk (chunks of 999 rows)
-    rows = np.concatenate([np.arange(s, min(s + 999, 2500), co.FULL_RANGE_PROBE_STRIDE) for s in range(0, 2500, 999)])
-    assert stat.n_probe == rows.size < 2500
+    # the covariance probes: every FULL_RANGE_PROBE_STRIDE-th row of each chunk
+    rows = np.concatenate([np.arange(s, min(s + chunk, n), co.FULL_RANGE_PROBE_STRIDE) for s in range(0, n, chunk)])
+    assert stat.n_probe == rows.size < n
     _close(stat.sprobe, X[rows].T @ (X[rows] @ stat.omega_cov))
 
 

@@ -225,6 +225,24 @@ def test_samples_noiseless_exact_units(d, k, seed):
     assert certs["unit_count"]["passed"] and certs["hermite_fit"]["passed"]
 
 
+def test_residual_moment_statistic_equals_its_dense_sums():
+    # the lack-of-fit sums of r = y - g(x) over chunks that span several blocks of the signed Gram
+    from nnrecover.learners.awasthi2021.certificates import ResidualMomentStatistic
+    from nnrecover.learners.awasthi2021.coefficients import SIGNED_GRAM_BLOCK
+
+    teacher = nr.random_network(6, 3, rng=2)
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((3 * SIGNED_GRAM_BLOCK + 7, 6))
+    clean = teacher.predict(X).reshape(-1)
+    Y = (clean + 0.3 * rng.standard_normal(X.shape[0]))[:, None]
+    stat = nr.moments.accumulate(ResidualMomentStatistic(teacher), (X, Y), chunk_size=2 * SIGNED_GRAM_BLOCK + 5)
+    r = Y[:, 0] - clean
+    np.testing.assert_allclose(stat.S2, (X.T * r) @ X, rtol=0, atol=1e-12 * np.abs(r).sum())
+    np.testing.assert_array_equal(stat.S2, stat.S2.T)
+    np.testing.assert_allclose(stat.s1, X.T @ r, rtol=0, atol=1e-12 * np.abs(r).sum())
+    assert stat.s0 == pytest.approx(r.sum(), abs=1e-9) and stat.rr == pytest.approx(r @ r, rel=1e-12)
+
+
 def test_residual_lack_of_fit_sees_a_missing_unit_not_the_noise():
     # the true network on noisy labels: Q ~ chi-square(J) (the truth has no estimation error, so the 2P
     # allowance is slack), z far below 4; the network without one unit (|a| >= 0.5, b = 0: half of its

@@ -17,7 +17,7 @@ import numpy as np
 from ...errors import InputError
 from ...moments.base import Statistic
 from ...network import TwoLayerNetwork
-from .coefficients import HermiteCoefficients, _Prefix
+from .coefficients import HermiteCoefficients, _Prefix, _add_signed_gram
 
 __all__ = ["hermite_fit", "residual_lack_of_fit", "first_look_rows", "ResidualMomentStatistic",
            "ResidualEnergyStatistic", "HERMITE_FIT_MEANING", "RESIDUAL_FIT_MEANING"]
@@ -58,8 +58,10 @@ def _first_output_residual(network: TwoLayerNetwork, X: np.ndarray, y: np.ndarra
     source), without ``predict``'s validation, a read of every value of the chunk."""
     if X.shape[1] != network.n_inputs:
         raise InputError(f"the rows have {X.shape[1]} columns but the network has {network.n_inputs} inputs.")
-    H = network.activation(X @ network.hidden_weights.T + network.hidden_bias)
-    return y - (H @ network.output_weights[0] + network.output_bias[0])
+    # samples in columns: the faster orientation of the product with few units (TwoLayerNetwork._forward)
+    pre = network.hidden_weights @ X.T
+    pre += network.hidden_bias[:, None]
+    return y - (network.output_weights[0] @ network.activation(pre) + network.output_bias[0])
 
 
 def _residual_energy(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray) -> tuple[float, float]:
@@ -94,18 +96,10 @@ class ResidualEnergyStatistic(Statistic):
 
 
 def _signed_gram(X: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """``X^T diag(w) X`` (symmetric) as ``A_+^T A_+ - A_-^T A_-``, ``A_+- = diag(sqrt|w|) X`` over the rows
-    with ``w >= 0`` / ``w < 0``: NumPy multiplies ``A^T A`` by a symmetric rank-k update (BLAS ``dsyrk``),
-    half the flops of the GEMM ``(X^T diag(w)) X``, which pays for the gathers."""
-    neg = w < 0
-    out = np.zeros((X.shape[1], X.shape[1]))
-    for sign, sel in ((1.0, ~neg), (-1.0, neg)):
-        idx = np.flatnonzero(sel)
-        if idx.size:
-            A = np.take(X, idx, axis=0)
-            A *= np.sqrt(np.abs(w[idx]))[:, None]
-            out += sign * (A.T @ A)
-    return out
+    """``X^T diag(w) X`` (symmetric), by the symmetric rank-k updates of :func:`.coefficients._add_signed_gram`."""
+    upper = np.zeros((X.shape[1], X.shape[1]), order="F")
+    _add_signed_gram(upper, X, w)
+    return np.triu(upper) + np.triu(upper, 1).T
 
 
 class ResidualMomentStatistic(Statistic):

@@ -297,24 +297,34 @@ class _InputCheck:
                 "expected_cov": float(math.sqrt((d + 1) / n_probe))}
 
 
+#: rows per block of :func:`_add_signed_gram`: a block's sign groups (3.2 MiB at d = 100) are gathered
+#: and scaled in the cache and multiplied from there, where gathering a whole chunk's rows first sends
+#: them through memory (one thread, d = 100, N = 10^6: 0.36 s against 0.47 s, one ``X^T X`` 0.24 s)
+SIGNED_GRAM_BLOCK = 4096
+
+
 def _add_signed_gram(G: np.ndarray, X: np.ndarray, w: np.ndarray) -> None:
     """``G += X^T diag(w) X`` on the upper triangle (``G`` Fortran-ordered, lower triangle untouched).
 
     A symmetric rank-k update (BLAS ``dsyrk``, half the flops of a GEMM) needs a sign-definite weight,
     so the rows with ``w >= 0`` add ``A^T A`` and those with ``w < 0`` subtract it, with
-    ``A = diag(sqrt|w|) X`` of that group (faster than ``(X^T diag(w)) X``, gathers included)."""
+    ``A = diag(sqrt|w|) X`` of that group, block by block of :data:`SIGNED_GRAM_BLOCK` rows (faster
+    than ``(X^T diag(w)) X``, gathers included)."""
     from scipy.linalg import blas
 
-    neg = w < 0
-    for alpha, sel in ((1.0, ~neg), (-1.0, neg)):
-        idx = np.flatnonzero(sel)
-        if idx.size == 0:
-            continue
-        A = np.take(X, idx, axis=0)
-        A *= np.sqrt(np.abs(w[idx]))[:, None]
-        out = blas.dsyrk(alpha, A.T, beta=1.0, c=G, trans=0, lower=0, overwrite_c=1)  # A.T: Fortran, no copy
-        if out is not G:  # f2py copied G (not Fortran-ordered float64): keep the result anyway
-            G[...] = out
+    buf = np.empty((min(SIGNED_GRAM_BLOCK, X.shape[0]), X.shape[1]))
+    for start in range(0, X.shape[0], SIGNED_GRAM_BLOCK):
+        Xb, wb = X[start:start + SIGNED_GRAM_BLOCK], w[start:start + SIGNED_GRAM_BLOCK]
+        neg = wb < 0
+        for alpha, sel in ((1.0, ~neg), (-1.0, neg)):
+            idx = np.flatnonzero(sel)
+            if idx.size == 0:
+                continue
+            A = np.take(Xb, idx, axis=0, out=buf[:idx.size])
+            A *= np.sqrt(np.abs(wb[idx]))[:, None]
+            out = blas.dsyrk(alpha, A.T, beta=1.0, c=G, trans=0, lower=0, overwrite_c=1)  # A.T: Fortran, no copy
+            if out is not G:  # f2py copied G (not Fortran-ordered float64): keep the result anyway
+                G[...] = out
 
 
 def _target_column(Y: np.ndarray) -> np.ndarray:
