@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -293,6 +294,40 @@ def test_warns_on_non_gaussian_inputs():
     X = 2.0 * np.random.default_rng(0).standard_normal((20_000, 3))
     with pytest.warns(AssumptionWarning, match="N\\(0, I\\)"):
         HighThresholdLearner(3, threshold=2.0, refine=False, min_coefficient_ratio=0.0).fit(X, net.predict(X))
+
+
+@pytest.mark.parametrize("law", ["uniform", "rademacher", "laplace"])
+def test_warns_on_inputs_with_the_covariance_of_n01_but_another_shape(law):
+    # mean 0, covariance I, not Gaussian: Step 1 is biased on both split halves alike (5 units in 10 inputs,
+    # 3e5 rows: every unit 0.5-1.2 rad off while unit_angles estimates 0.02-0.08), so only the input
+    # check can say it; the excess kurtosis of a coordinate is -1.2, -2 and +3 (tolerance 0.52 at 30000 rows)
+    g = np.random.default_rng(0)
+    n, d = 30_000, 10
+    X = {"uniform": lambda: g.uniform(-math.sqrt(3), math.sqrt(3), (n, d)),
+         "rademacher": lambda: g.choice([-1.0, 1.0], (n, d)),
+         "laplace": lambda: g.laplace(0, 1 / math.sqrt(2), (n, d))}[law]()
+    net = HighThresholdNetwork(random_unit_weights(5, d, rng=0), 2.0, "step", UpperPolynomial.linear(np.ones(5), 0.3))
+    learner = HighThresholdLearner(5, threshold=2.0, refine=False, max_angle_error=None)
+    with pytest.warns(AssumptionWarning, match="kurtosis"):
+        try:
+            learner.fit(X, net.predict(X))
+        except AssumptionError:  # Step 1 may also refuse (Rademacher rows here): the warning came first
+            return
+    check = learner.diagnostics_["input_check"]
+    assert not check["plausible"] and check["excess_kurtosis"] > check["excess_kurtosis_tolerance"]
+
+
+def test_gaussian_inputs_pass_the_input_check():
+    # N(0, I) rows stay within the mean, covariance and kurtosis tolerances (each fails with probability
+    # at most 1e-3) for every seed tried
+    net = HighThresholdNetwork(random_unit_weights(5, 10, rng=0), 2.0, "step", UpperPolynomial.linear(np.ones(5), 0.3))
+    for seed in range(5):
+        X = np.random.default_rng(seed).standard_normal((30_000, 10))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", AssumptionWarning)
+            learner = HighThresholdLearner(5, threshold=2.0, refine=False, max_angle_error=None).fit(X, net.predict(X))
+        check = learner.diagnostics_["input_check"]
+        assert check["plausible"] and check["excess_kurtosis"] <= check["excess_kurtosis_tolerance"]
 
 
 def test_refuses_degenerate_u4_and_bad_parameters():

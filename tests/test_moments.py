@@ -540,6 +540,24 @@ def test_input_deviation_separates_standard_from_non_standard_samples():
         input_deviation_from_standard(CovarianceStatistic().update(Z), failure_probability=2.0)
 
 
+def test_excess_kurtosis_deviation_exact_and_its_tolerance():
+    from nnrecover.moments import excess_kurtosis_deviation
+
+    # Gaussian marginals of any variance have E[x^4] = 3 E[x^2]^2: deviation 0; uniform on
+    # [-sqrt 3, sqrt 3] has E[x^4] = 9/5: deviation 1.2
+    dev, tol = excess_kurtosis_deviation(np.array([1.0, 4.0]), np.array([3.0, 48.0]), 10_000)
+    assert dev == 0.0 and tol == pytest.approx(2 * math.sqrt(96 / 1e4) * math.sqrt(2 * math.log(8 / 1e-3)))
+    assert excess_kurtosis_deviation(np.ones(3), np.array([3.0, 1.8, 3.0]), 100)[0] == pytest.approx(1.2)
+    # N(0, 1) samples stay inside the tolerance (probability of failing <= 1e-3 by construction, fixed seed)
+    Z = np.random.default_rng(4).standard_normal((20_000, 8))
+    dev, tol = excess_kurtosis_deviation((Z ** 2).mean(axis=0), (Z ** 4).mean(axis=0), 20_000)
+    assert dev <= tol
+    with pytest.raises(InputError, match="m2 and m4"):
+        excess_kurtosis_deviation(np.ones(2), np.ones(3), 10)
+    with pytest.raises(InputError, match="failure_probability"):
+        excess_kurtosis_deviation(np.ones(2), np.ones(2), 10, failure_probability=0.0)
+
+
 def test_subclass_contract_of_statistic():
     class Count(Statistic):
         def _reset(self):

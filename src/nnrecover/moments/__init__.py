@@ -17,6 +17,7 @@ from .statistics import (
     SecondMoments,
     ThirdMomentContraction,
     WeightedSecondMoment,
+    excess_kurtosis_deviation,
     input_deviation_from_standard,
 )
 from .hermite import (
@@ -36,6 +37,7 @@ __all__ = [
     "DataInfo", "DataSource", "as_data_source", "describe_data", "iterate_chunks", "default_chunk_rows",
     "MeanStatistic", "SecondMoment", "CovarianceStatistic", "WeightedSecondMoment", "ThirdMomentContraction",
     "Means", "SecondMoments", "Covariance", "InputDeviation", "input_deviation_from_standard",
+    "excess_kurtosis_deviation",
     "HermiteTensorStatistic", "HermiteRankOneStatistic", "HermiteContractionStatistic",
     "HermiteVectorSliceStatistic", "HermiteMatrixSliceStatistic", "HermitePartialContractionStatistic",
     "HermiteMoments", "SampleHermiteMoments", "PopulationHermiteMoments",

@@ -60,7 +60,7 @@ from .base import Statistic
 
 __all__ = ["Means", "SecondMoments", "Covariance", "InputDeviation", "MeanStatistic", "SecondMoment",
            "CovarianceStatistic", "WeightedSecondMoment", "ThirdMomentContraction",
-           "input_deviation_from_standard"]
+           "input_deviation_from_standard", "excess_kurtosis_deviation"]
 
 
 # ==================================================================================== results
@@ -508,6 +508,40 @@ def input_deviation_from_standard(stat: "CovarianceStatistic | Covariance", *,
         r = N / (n - cov.ddof)
         cov_tol = max(r * (1.0 + eps) ** 2 - 1.0, 1.0 - r * max(1.0 - eps, 0.0) ** 2)
     return InputDeviation(mean_dev, cov_dev, mean_tol, cov_tol, cov.n)
+
+
+def excess_kurtosis_deviation(m2: np.ndarray, m4: np.ndarray, n: int, *,
+                              failure_probability: float = 1e-3) -> tuple[float, float]:
+    """``max_j |E[x_j^4] / E[x_j^2]^2 - 3|`` of the coordinates and its tolerance for ``n`` Gaussian samples.
+
+    Every Gaussian marginal has kurtosis 3, whatever its variance; laws with the mean and covariance of
+    N(0, I) but another shape (uniform, Rademacher, Laplace, Student-t scaled to unit variance) do not,
+    and the covariance check does not see them. For N(0, 1), ``x^4`` has variance ``105 - 9 = 96``, so by
+    the central limit theorem and a union bound over the ``d`` coordinates the tolerance is
+    ``2 sqrt(96 / n) sqrt(2 log(4 d / delta))`` (the factor 2 covers the right skew of ``x^4`` and the
+    ratio with the estimated ``E[x_j^2]``).
+
+    Parameters
+    ----------
+    m2, m4 : (d,) arrays
+        ``E[x_j^2]`` and ``E[x_j^4]`` over the ``n`` rows.
+    n : int
+    failure_probability : float in (0, 1), default 1e-3
+
+    Returns
+    -------
+    (deviation, tolerance)
+    """
+    m2 = np.maximum(np.asarray(m2, dtype=np.float64), np.finfo(float).tiny)
+    m4 = np.asarray(m4, dtype=np.float64)
+    delta = float(failure_probability)
+    if not 0.0 < delta < 1.0:
+        raise InputError(f"failure_probability must be in (0, 1), got {failure_probability!r}.")
+    if m2.ndim != 1 or m2.shape != m4.shape or m2.size == 0 or int(n) < 1:
+        raise InputError(f"m2 and m4 must be equal non-empty (d,) arrays and n >= 1; got {m2.shape}, {m4.shape}, {n}.")
+    deviation = float(np.max(np.abs(m4 / m2 ** 2 - 3.0)))
+    tolerance = 2.0 * math.sqrt(96.0 / int(n)) * math.sqrt(2.0 * math.log(4.0 * m2.size / delta))
+    return deviation, tolerance
 
 
 # ==================================================================================== population

@@ -61,7 +61,7 @@ from ...errors import AssumptionError, AssumptionWarning, CertificateWarning, In
 from ...moments.base import Statistic, accumulate
 from ...data import _fresh_chunks, as_data_source
 from ...moments.hermite import HermiteTensorStatistic
-from ...moments.statistics import (Covariance, InputDeviation, SecondMoment,
+from ...moments.statistics import (Covariance, InputDeviation, SecondMoment, excess_kurtosis_deviation,
                                    input_deviation_from_standard)
 from ...tensor import jennrich, joint_diagonalize, whiten
 from ._common import check_flag
@@ -635,9 +635,7 @@ def _check_input_law(sec: _InputMomentValues, whiten: bool):
     ``whiten=True``, Remark 3's x ~ N(0, Sigma), only the mean). Tails: the excess kurtosis
     ``max_j |E[x_j^4] / E[x_j^2]^2 - 3|`` of the coordinates (each Gaussian marginal has 3, also under
     ``Sigma``), which catches standardised heavy tails (e.g. Student-t scaled to unit variance) that the
-    covariance does not see. For N(0, 1), ``x^4`` has variance 105 - 9 = 96, so by the central limit
-    theorem and a union bound over the d coordinates the tolerance is ``2 sqrt(96 / n) sqrt(2 log(4 d / 1e-3))``
-    (the factor 2 covers the right skew of ``x^4`` and the ratio with the estimated ``E[x_j^2]``).
+    covariance does not see, with the tolerance of :func:`nnrecover.moments.excess_kurtosis_deviation`.
     Returns the :class:`~nnrecover.moments.InputDeviation` and ``(kurtosis deviation, tolerance)``.
     """
     xx = sec.xx - np.outer(sec.x, sec.x)
@@ -649,9 +647,7 @@ def _check_input_law(sec: _InputMomentValues, whiten: bool):
         # (the tolerance of input_deviation_from_standard for n rows, failure probability 1e-3)
         mean_tol = math.sqrt(2.0 * math.log(4.0 * d / 1e-3) / n)
         dev = InputDeviation(dev.mean, dev.covariance, mean_tol, dev.covariance_tolerance, n)
-    m2 = np.maximum(sec.m2, np.finfo(float).tiny)
-    kurt = float(np.max(np.abs(sec.m4 / m2 ** 2 - 3.0)))
-    kurt_tol = 2.0 * math.sqrt(96.0 / n) * math.sqrt(2.0 * math.log(4.0 * d / 1e-3))
+    kurt, kurt_tol = excess_kurtosis_deviation(sec.m2, sec.m4, n)
     bad_mean = dev.mean > dev.mean_tolerance
     bad_cov = (not whiten) and dev.covariance > dev.covariance_tolerance
     bad_tail = not kurt <= kurt_tol
