@@ -364,30 +364,37 @@ class _Recorder:
         diagnostics.setdefault("certificates", {})[name] = {"passed": passed, "detail": detail}
 
 
-def test_certificate_decides_on_a_fifth_of_the_rows_only_when_it_passes_there():
+def test_certificate_decides_on_a_fifth_of_the_rows_only_a_residual_at_round_off():
     """Two looks at the rows, each at half the failure probability: the first (4 rows per parameter)
-    settles a pass; a failing first look is redone on all 20 rows per parameter."""
+    settles a pass when the residual is at round-off; with label noise (where the lack-of-fit test needs
+    power) and on a failing first look, every row the dense form affords (CHEAP_CERTIFICATE_FLOPS) decides."""
     import nnrecover as nr
-    from nnrecover.learners.bakshi2019.certificate import certify_max_unit_error
+    from nnrecover.learners.bakshi2019.certificate import CHEAP_CERTIFICATE_FLOPS, certify_max_unit_error
 
     net = nr.random_network(8, 3, n_outputs=2, rng=0)
     P = 3 * 8 + 3 * 2 + 2
     X = np.random.default_rng(1).standard_normal((40_000, 8))
     Y = net.predict(X) + 0.05 * np.random.default_rng(2).standard_normal((40_000, 2))
+    assert 40_000 * (3 * 9) ** 2 + P ** 3 < CHEAP_CERTIFICATE_FLOPS
 
+    exact: dict = {}
+    assert certify_max_unit_error(_Recorder(), net, (X, net.predict(X)), exact, tol=1e-6) is True
+    assert exact["certificates"]["max_unit_error"]["n_rows"] == max(2000, 4 * P // 2)
     loose: dict = {}
     assert certify_max_unit_error(_Recorder(), net, (X, Y), loose, tol=1.0) is True
-    assert f"{max(2000, 4 * P // 2)} rows" in loose["certificates"]["max_unit_error"]["detail"]
+    assert loose["certificates"]["max_unit_error"]["n_rows"] == 40_000
     tight: dict = {}
     assert certify_max_unit_error(_Recorder(), net, (X, Y), tight, tol=1e-6) is False
-    assert f"{max(2000, 20 * P // 2)} rows" in tight["certificates"]["max_unit_error"]["detail"]
+    assert tight["certificates"]["max_unit_error"]["n_rows"] == 40_000
 
 
 def test_relu_first_look_matrix_free_above_the_dense_first_look_budget():
     """d = 40, k = p = 6: the dense form's first look (2000 rows) would cost 1.4e8 flops > 1e8, so a ReLU
-    network's first look takes the matrix-free form; when it does not pass, the second look is dense (the
-    tighter noise term). A leaky-ReLU network keeps the dense form for both."""
-    from nnrecover.learners.bakshi2019.certificate import DENSE_FIRST_LOOK_FLOPS, certify_max_unit_error
+    network's first look takes the matrix-free form; it settles a residual at round-off, and otherwise the
+    second look is dense (the tighter noise term), on the rows that CHEAP_CERTIFICATE_FLOPS affords. A
+    leaky-ReLU network keeps the dense form for both."""
+    from nnrecover.learners.bakshi2019.certificate import (CHEAP_CERTIFICATE_FLOPS, DENSE_FIRST_LOOK_FLOPS,
+                                                           certify_max_unit_error)
 
     net = nr.random_network(40, 6, n_outputs=6, rng=0)
     P = 6 * 40 + 6 * 6 + 6
@@ -395,14 +402,16 @@ def test_relu_first_look_matrix_free_above_the_dense_first_look_budget():
     X = np.random.default_rng(1).standard_normal((40_000, 40))
     Y = net.predict(X) + 0.05 * np.random.default_rng(2).standard_normal((40_000, 6))
 
-    loose: dict = {}
-    assert certify_max_unit_error(_Recorder(), net, (X, Y), loose, tol=1.0) is True
-    rec = loose["certificates"]["max_unit_error"]
+    exact: dict = {}
+    assert certify_max_unit_error(_Recorder(), net, (X, net.predict(X)), exact, tol=1e-6) is True
+    rec = exact["certificates"]["max_unit_error"]
     assert rec["method"] == "matrix-free" and rec["n_rows"] == 2000
-    tight: dict = {}
-    assert certify_max_unit_error(_Recorder(), net, (X, Y), tight, tol=1e-6) is False
-    rec = tight["certificates"]["max_unit_error"]
-    assert rec["method"] == "dense" and rec["n_rows"] == max(2000, -(-20 * P // 6))
+    second = max(2000, -(-20 * P // 6), int((CHEAP_CERTIFICATE_FLOPS - P ** 3) // (6 * 41) ** 2))
+    for tol, verdict in ((1.0, True), (1e-6, False)):
+        noisy: dict = {}
+        assert certify_max_unit_error(_Recorder(), net, (X, Y), noisy, tol=tol) is verdict
+        rec = noisy["certificates"]["max_unit_error"]
+        assert rec["method"] == "dense" and rec["n_rows"] == second
     leaky = nr.random_network(40, 6, n_outputs=6, activation="leaky_relu(0.1)", rng=0)
     other: dict = {}
     certify_max_unit_error(_Recorder(), leaky, (X, leaky.predict(X)), other, tol=1.0)
