@@ -167,6 +167,36 @@ def test_population_genuine_flip_ambiguity_is_reported():
     assert parameter_error(learner.network_, teacher)["max_unit_error"] < 1e-9
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_teacher_with_an_antipodal_pair_is_reported_as_not_identifiable(seed):
+    # units w and -w with output weights a and -a add up to the linear function a w.x (Claim D.14's pair):
+    # the function is recovered exactly, but flipping any other unit and moving a_i w_i into the pair gives
+    # the same function, so the units are not determined; the learner must say so
+    base = nr.random_network(10, 4, rng=seed)
+    W, a = base.hidden_weights.copy(), base.output_weights.copy()
+    W[1], a[0, 1] = -W[0], -a[0, 0]
+    teacher = nr.TwoLayerNetwork(W, base.hidden_bias, a, base.output_bias)
+    with pytest.warns(AssumptionWarning, match="Claim D.14"):
+        learner = HermiteTensorLearner(4, random_state=0).fit_population(teacher)
+    net = learner.network_
+    info = learner.diagnostics_["non_identifiable"]
+    X = np.random.default_rng(3).standard_normal((10_000, 10))
+    scale = np.abs(teacher.predict(X)).max()
+    assert np.abs(net.predict(X) - teacher.predict(X)).max() < 1e-9 * scale
+    assert len(info["linear_units"]) == 2 and info["equivalent_networks"] == 2 ** len(info["free_flip_units"])
+    # one of the equivalent networks: flip the first free unit, the pair takes its linear part
+    i, (p, q) = info["free_flip_units"][0], info["linear_units"]
+    Wn, bn, An = net.hidden_weights.copy(), net.hidden_bias.copy(), net.output_weights.copy()
+    v = An[0, p] * Wn[p] + An[0, i] * Wn[i]             # the pair's a_p w_p (= -a_q w_q) plus a_i w_i
+    c = net.output_bias + An[0, i] * bn[i]
+    Wn[i], bn[i] = -Wn[i], -bn[i]
+    Wn[p], Wn[q] = v / np.linalg.norm(v), -v / np.linalg.norm(v)
+    An[0, p], An[0, q] = np.linalg.norm(v), -np.linalg.norm(v)
+    other = nr.TwoLayerNetwork(Wn, bn, An, c)
+    assert np.abs(other.predict(X) - net.predict(X)).max() < 1e-9 * scale
+    assert parameter_error(other, net)["max_unit_error"] > 0.1
+
+
 def test_population_parallel_units_fail_the_hermite_certificate():
     # two parallel w_i violate Theorem 3.4's assumption: the decomposition finds 2 directions and the
     # returned network misses the teacher's T_4 (a residual of order 1 against a round-off threshold)

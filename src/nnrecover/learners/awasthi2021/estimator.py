@@ -192,7 +192,11 @@ class HermiteTensorLearner(BaseLearner):
     linear part is explained by sign flips, ``relu(z) = z + relu(-z)``: the flip set ``F`` solves
     ``sum_{i in F} a_i w_i = -v`` (Theorem 3.4, corrected eq. (2)), a unique 0/1 solution when the
     ``a_i w_i`` are independent (full-rank ``W``), else every solution is found and reported
-    (``diagnostics_["sign_flip_sets"]``, :class:`~nnrecover.errors.AssumptionWarning`). The rewrite may
+    (``diagnostics_["sign_flip_sets"]``, :class:`~nnrecover.errors.AssumptionWarning`). A linear part that
+    no flip explains is carried by units of its own (Claim D.14's pair ``lambda relu(u x) - lambda
+    relu(-u x)``, as in a teacher with units ``w`` and ``-w``); then every flip of the other units is
+    absorbed by them, the ``2^m`` networks fit equally, and the learner says so
+    (``diagnostics_["non_identifiable"]``, :class:`~nnrecover.errors.AssumptionWarning`). The rewrite may
     change the function by at most its accuracy (round-off with exact coefficients; the estimation error
     of the refinement on samples), and a rewrite that changed it is refined again. When more units
     remain, an ``n_hidden``-unit version is refitted and kept unless worse on held-out rows (refinement

@@ -253,6 +253,24 @@ def reduce_to_width(fitted: TwoLayerNetwork, coeffs: HermiteCoefficients, n_hidd
             f"HermiteTensorLearner: the sign flips were resolved by rounding the minimum-norm solution; the "
             f"null space of [a_i w_i] has dimension {flip['null_dimension']}, too large to check that no other "
             f"flip set explains the linear part (Theorem 3.4).", AssumptionWarning, stacklevel=4)
+    n_free = out.n_hidden - red.linear_units
+    if red.within_limit and red.linear_units and n_free > 0:
+        # the linear part sits in units of its own (Claim D.14's pair lambda relu(u x) - lambda relu(-u x), or
+        # one unit with a large bias): flipping any other unit, relu(z) = z + relu(-z), only moves those
+        # units, so every subset of the others gives a network with the same function
+        carriers = list(range(n_free, out.n_hidden))
+        diagnostics["non_identifiable"] = {
+            "reason": "linear part carried by units of its own (Claim D.14)", "linear_units": carriers,
+            "free_flip_units": list(range(n_free)), "equivalent_networks": 2 ** n_free}
+        warnings.warn(
+            f"HermiteTensorLearner: the fitted function has a linear part, carried by unit(s) {carriers} "
+            f"({'the pair lambda relu(u.x) - lambda relu(-u.x) of Claim D.14' if red.linear_units == 2 else 'a unit with a large bias'}"
+            f"). Then the other {n_free} unit(s) are determined only up to sign flips: flipping unit i, "
+            "relu(w.x + b) = (w.x + b) + relu(-w.x - b), and moving a_i w_i into the linear units gives the "
+            f"same function, so {2 ** n_free} networks of {out.n_hidden} units fit the data equally. A teacher "
+            "with two units on one line (w and -w) is such a network; Awasthi et al.'s identifiability "
+            "(Theorem 3.4) assumes none. diagnostics_['non_identifiable'] names the units.",
+            AssumptionWarning, stacklevel=4)
     info["reason"] = red.reason if not red.within_limit else ""
     return out
 
