@@ -330,6 +330,47 @@ def test_gaussian_inputs_pass_the_input_check():
         assert check["plausible"] and check["excess_kurtosis"] <= check["excess_kurtosis_tolerance"]
 
 
+def test_more_units_in_the_data_than_n_hidden_are_reported():
+    # M's rank is the number of units (Claim 1, Lemma 2): with n_hidden one or two short the returned
+    # units can each be right while the others are missing, so only M's spectrum can say it
+    from nnrecover.learners.goel2019 import extra_directions
+
+    W = random_unit_weights(5, 10, rng=0)
+    net = HighThresholdNetwork(W, 2.0, "step", UpperPolynomial.linear(np.linspace(0.6, 1.4, 5), 0.3))
+    exact = extra_directions(PopulationMoments(net), 5)
+    assert exact["count"] == 5 and not exact["extra"] and exact["eigenvalues"][5] < 1e-12
+    assert extra_directions(PopulationMoments(net), 4)["extra"]
+    X = np.random.default_rng(1).standard_normal((300_000, 10))
+    y = net.predict(X)
+    for k in (4, 3):
+        with pytest.warns(AssumptionWarning, match=f"more than n_hidden = {k}.*n_hidden=5"):
+            learner = HighThresholdLearner(k, threshold=2.0, refine=False, max_angle_error=None).fit(X, y)
+        info = learner.diagnostics_["extra_directions"]
+        assert info["extra"] and info["count"] == 5 and info["eigenvalues"][k] > 2 * info["noise_level"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AssumptionWarning)
+        learner = HighThresholdLearner(5, threshold=2.0, refine=False, max_angle_error=None).fit(X, y)
+    info = learner.diagnostics_["extra_directions"]
+    assert info["count"] == 5 and info["eigenvalues"][5] < 2 * info["noise_level"]
+
+
+def test_second_moment_group_spread_is_that_of_its_row_groups():
+    # ||M_g - M|| for the row groups r mod M_GROUPS, each M_g on n_total / G rows
+    from nnrecover.learners.goel2019.statistics import M_GROUPS
+
+    g = np.random.default_rng(3)
+    X, yt = g.standard_normal((9001, 6)), g.standard_normal(9001)
+    mom = SampleMoments(X, yt, 50_000, "step", 2.0)
+    norm = math.sqrt(2) * mom.u_hat[2]
+    np.testing.assert_allclose(mom.second() * 50_000 * norm, (X.T * yt) @ X - np.eye(6) * yt.sum(), rtol=0,
+                               atol=1e-9)
+    groups = [((X[r::M_GROUPS].T * yt[r::M_GROUPS]) @ X[r::M_GROUPS] - np.eye(6) * yt[r::M_GROUPS].sum())
+              / (50_000 / M_GROUPS * norm) for r in range(M_GROUPS)]
+    np.testing.assert_allclose(np.mean(groups, axis=0), mom.second(), rtol=0, atol=1e-13)
+    np.testing.assert_allclose(mom.second_group_spread(), [np.linalg.norm(Mg - mom.second(), 2) for Mg in groups],
+                               rtol=1e-12)
+
+
 def test_refuses_degenerate_u4_and_bad_parameters():
     X, y = np.zeros((3, 2)), np.zeros(3)
     with pytest.raises(AssumptionError, match="u_hat_4"):

@@ -49,8 +49,9 @@ from .model import (ACTIVATIONS, CallableUpper, HighThresholdNetwork, UpperPolyn
                     random_unit_weights, random_upper_polynomial, tail_bound, threshold_activation,
                     threshold_hermite_coefficients, violating_upper_polynomial)
 from .statistics import ActiveRows, PopulationMoments, SampleMoments
-from .step1 import (STEP1_METHODS, Step1Result, landscape_objective, landscape_route, resolve_signs,
-                    simultaneous_objective, simultaneous_route, step1, tensor_power_route, whitening_basis)
+from .step1 import (STEP1_METHODS, Step1Result, extra_directions, landscape_objective, landscape_route,
+                    resolve_signs, simultaneous_objective, simultaneous_route, step1, tensor_power_route,
+                    whitening_basis)
 
 __all__ = [
     "HighThresholdLearner", "HighThresholdNetwork", "UpperPolynomial", "CallableUpper", "ACTIVATIONS",
@@ -59,6 +60,7 @@ __all__ = [
     "ActiveRows", "SampleMoments", "PopulationMoments",
     "STEP1_METHODS", "Step1Result", "step1", "tensor_power_route", "landscape_route", "simultaneous_route",
     "landscape_objective", "simultaneous_objective", "whitening_basis", "resolve_signs", "lemma_diagnostics",
+    "extra_directions",
 ]
 
 # documented (and pickled) under the package, its public home, not under the estimator module

@@ -46,7 +46,7 @@ from .._width import is_auto
 from ..base import BaseLearner
 from .model import ACTIVATIONS, HighThresholdNetwork, tail_bound, threshold_activation, threshold_hermite_coefficients
 from .statistics import ActiveRows, PopulationMoments, SampleMoments
-from .step1 import STEP1_METHODS, Step1Result, split_half_angles, step1
+from .step1 import STEP1_METHODS, Step1Result, extra_directions, split_half_angles, step1
 
 __all__ = ["HighThresholdLearner", "lemma_diagnostics", "step2_defaults", "STEP2_HOLDOUT", "STEP2_GATHER_BYTES",
            "ES_PROGRESS_RATE"]
@@ -251,7 +251,10 @@ class HighThresholdLearner(BaseLearner):
                 "Section 2.1 (Assumption 2: |u_hat_4| = t^Theta(1) rho(t, 1)) degenerates there. Use another t.")
 
     # ------------------------------------------------------------------ fitting
-    def _run_step1(self, moments, rng, n_active: int | str = "population: no") -> Step1Result:
+    def _run_step1(self, moments, rng, n_active: int | str = "population: no",
+                   diagnostics: dict | None = None) -> Step1Result:
+        if diagnostics is not None:
+            self._check_extra_directions(moments, diagnostics)
         result = step1(moments, int(self.n_hidden), method=self.method, rng=rng, **(self.step1_options or {}))
         c, ev = result.coefficients, result.eigenvalues
         ratio = float(self.min_coefficient_ratio)
@@ -288,7 +291,7 @@ class HighThresholdLearner(BaseLearner):
                 "t is too low for the Step 1 statistics, or the labels are noisy. Raise t or pass baseline=c_0.")
         moments = SampleMoments(Xa, ya, n_total, self.activation, float(self.threshold))
         diagnostics["statistics_time"] = time.perf_counter() - t_start
-        result = self._run_step1(moments, rng, int(Xa.shape[0]))
+        result = self._run_step1(moments, rng, int(Xa.shape[0]), diagnostics)
         W, c = result.weights, result.coefficients
         # a generator of its own, spawned either way, so that Step 2 draws the same whether or not the check runs
         check_rng = rng.spawn(1)[0]
@@ -305,6 +308,23 @@ class HighThresholdLearner(BaseLearner):
         diagnostics["lemmas"] = lemma_diagnostics(W, float(self.threshold), self.activation, H, n_total,
                                                   residual=ya - H @ c)
         return self._network(W, c, c0)
+
+    def _check_extra_directions(self, moments, diagnostics: dict) -> None:
+        """Warn when ``M`` has more eigenvalues above its sampling error than ``n_hidden``
+        (:func:`.step1.extra_directions`): the data then come from more units, and the ones not returned
+        are missing without any certificate failing (``unit_angles`` judges the returned units only)."""
+        k = int(self.n_hidden)
+        info = extra_directions(moments, k)
+        diagnostics["extra_directions"] = info
+        if info["extra"]:
+            ev = info["eigenvalues"]
+            warnings.warn(
+                f"HighThresholdLearner: M-hat = E[y~ (x x^T - I)]/(sqrt(2) u_hat_2) has {info['count']} eigenvalues "
+                f"above twice its sampling error ({2 * info['noise_level']:.3g}), more than n_hidden = {k}: its "
+                f"({k + 1})-th is {ev[k]:.3g} against a largest of {ev[0]:.3g}. Its rank is the number of units "
+                f"(Claim 1, Lemma 2), so the data look like they come from more units, and the units beyond the "
+                f"{k} returned are missing. Pass n_hidden={info['count']} or n_hidden='auto'.",
+                AssumptionWarning, stacklevel=5)
 
     def _check_gaussian(self, X0: np.ndarray, diagnostics: dict) -> None:
         """Warn when the first chunk is implausible for N(0, I) (the only input law of the paper, Section 1):
@@ -533,7 +553,7 @@ class HighThresholdLearner(BaseLearner):
         self._clear_fitted()
         diagnostics: dict = {"population": True}
         moments = PopulationMoments(truth)
-        result = self._run_step1(moments, rng)
+        result = self._run_step1(moments, rng, diagnostics=diagnostics)
         c0 = float(truth.upper.constant)
         self._store(result, result.weights, result.coefficients, c0, diagnostics)
         diagnostics["refinement"] = {"ran": False, "reason": "no samples (population mode)"}

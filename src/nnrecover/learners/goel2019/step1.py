@@ -50,7 +50,7 @@ from .statistics import SampleMoments
 
 __all__ = ["Step1Result", "STEP1_METHODS", "whitening_basis", "tensor_power_route", "landscape_route",
            "simultaneous_route", "step1", "landscape_objective", "simultaneous_objective", "resolve_signs",
-           "split_half_angles"]
+           "split_half_angles", "extra_directions"]
 
 STEP1_METHODS = ("power", "landscape", "simultaneous")
 
@@ -120,6 +120,34 @@ def whitening_basis(moments, n_hidden: int, *, min_eigenvalue: float = 1e-6) -> 
             "(Claim 1, Assumption 1) needs a positive linear coefficient c_i for every unit and a threshold "
             "high enough that the linear part dominates (Lemma 2). Raise t, pass more samples, or check P.")
     return evecs[:, :d], top
+
+
+def extra_directions(moments, n_hidden: int) -> dict:
+    """Does ``M`` have more than ``n_hidden`` eigenvalues above its sampling error (more units in the data)?
+
+    In population ``M = sum_i c_i w_i w_i^T`` plus terms from the products of ``P``, all inside the span of
+    the units (Lemma 2), so its rank is the number of units. From samples an eigenvalue that is zero in
+    population shows as at most the error's spectral norm (Weyl), estimated as ``tau``, the median
+    spread ``||M_g - M||`` of the :data:`~.statistics.M_GROUPS` row groups' estimates divided by
+    ``sqrt(G - 1)`` (the rule of :mod:`nnrecover.learners._width`); an eigenvalue counts when it exceeds
+    ``2 tau`` (room for the error of ``tau`` itself). Exact moments: ``tau = 1e-9 |lambda_1|``.
+
+    Returns
+    -------
+    dict
+        ``count`` (eigenvalues above ``2 tau``), ``extra`` (``count > n_hidden``), ``noise_level`` (``tau``),
+        ``eigenvalues`` (the largest ``n_hidden + 3``, descending).
+    """
+    d = check_positive_int(n_hidden, "n_hidden")
+    M = moments.second()
+    evals = np.sort(np.linalg.eigvalsh(0.5 * (M + M.T)))[::-1]
+    if isinstance(moments, SampleMoments):
+        spreads = moments.second_group_spread()
+        tau = float(np.median(spreads) / math.sqrt(max(len(spreads) - 1, 1)))
+    else:
+        tau = 1e-9 * float(np.max(np.abs(evals), initial=0.0))
+    count = int(np.sum(evals > 2.0 * tau))
+    return {"count": count, "extra": count > d, "noise_level": tau, "eigenvalues": evals[:d + 3].tolist()}
 
 
 def _start_duals(start, U: np.ndarray) -> np.ndarray:
