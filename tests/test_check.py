@@ -141,3 +141,21 @@ def test_noise_floor_not_taken_from_signal_when_outputs_equal_width():
     verdict = {v.learner: v.applies for v in report.verdicts}
     assert verdict["exact-relu"] in ("yes", "unsure")
     assert verdict["bakshi2019-noisy"] == "yes"
+
+
+@pytest.mark.parametrize("k", [3, 5])
+def test_width_is_unsure_when_every_output_eigenvalue_may_be_signal(k):
+    # p = 3 outputs, k >= p units, uniform inputs (no T_2 test): all three eigenvalues of Cov(y) are
+    # signal, so taking the smallest for the noise floor must not give a sure width p - 1
+    net = nr.random_network(8, k, 3, rng=8)
+    X = np.random.default_rng(1).uniform(-np.sqrt(3), np.sqrt(3), (50_000, 8))
+    report = check(X, net.predict(X), random_state=0)
+    assert not report.width["sure"] and report.width["range"][1] >= 3
+
+
+def test_a_full_rank_t2_overrules_a_smaller_output_rank():
+    # p = 3 outputs, k = 12 > d = 8 units, Gaussian inputs: T_2 has full rank d, so the width is at least d
+    net = nr.random_network(8, 12, 3, rng=4)
+    X, Y = nr.sample(net, nr.distributions.StandardGaussian(8), 50_000, rng=1)
+    report = check(X, Y, random_state=0)
+    assert report.width["estimate"] == 8 and not report.width["sure"] and "k >= d" in report.width["method"]

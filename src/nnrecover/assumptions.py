@@ -325,6 +325,12 @@ def _width_and_noise(X: np.ndarray, Y: np.ndarray, gaussian: bool, standard: boo
             width = {"estimate": low, "range": (low, high), "sure": low == high,
                      "method": "rank of Cov(y) (p > k)", "spectrum": lam[::-1].tolist(),
                      "noise_level": float(max(floor, 0.0))}
+            if low == p - 1 and floor > 1e-10 * max(lam[-1], 1e-300):
+                # only the smallest eigenvalue was taken for the noise floor: with k >= p it is signal
+                # too (uniform inputs, p = 3, k = 3 or 5 were reported as a sure 2), and Cov(y) alone
+                # cannot tell k = p - 1 under label noise from k >= p
+                width.update(range=(low, p), sure=False,
+                             method="rank of Cov(y): p - 1, or k >= p with the smallest eigenvalue signal")
     # (a) the rank of the stacked T_2 (Gaussian inputs, whitened if needed)
     if gaussian and idx is not None and d >= 2:
         if standard:
@@ -343,7 +349,8 @@ def _width_and_noise(X: np.ndarray, Y: np.ndarray, gaussian: bool, standard: boo
 
         B = t2(np.arange(n))
         rk = _rank_from_groups(B, [t2(i) for i in idx])
-        if width["estimate"] is None or rk["low"] < Z.shape[1]:
+        # a full-rank T_2 (k >= d) overrules a smaller Cov(y) rank too (p = 3, k = 12 > d = 8 was a sure 2)
+        if width["estimate"] is None or rk["low"] < Z.shape[1] or rk["low"] > width["estimate"]:
             if width["estimate"] is None or width["estimate"] >= p or rk["low"] > width["estimate"]:
                 width = {"estimate": rk["low"], "range": (rk["low"], rk["high"]),
                          "sure": rk["low"] == rk["high"] and rk["low"] < Z.shape[1],

@@ -5,13 +5,16 @@ The rule (the same as :func:`nnrecover.check`, which reports it with its evidenc
 1. **Spectrum.** With ``p`` outputs the rank of ``Cov(y)``, which is ``min(p, k)`` for a generic
    network whatever the input law: sampling moves ``Cov(y)`` only inside the span of the units'
    outputs, so an eigenvalue counts when it stands above the smallest one (the label-noise floor) by
-   the spread of white-noise eigenvalues plus 4 of its standard errors. When that cannot decide
+   the spread of white-noise eigenvalues plus 4 of its standard errors (when all but the smallest stand
+   out, the smallest may be signal too, ``k >= p``, and the estimate ``p - 1`` is unsure unless that
+   eigenvalue is at round-off). When that cannot decide
    (``k >= p``) and the inputs are Gaussian, the rank of the stacked Hermite matrices
    ``T_2^(j) = E[(y_j - E y_j)(x x^T - I)] = sum_i a_ij c_2(b_i) w_i w_i^T`` (Lemma 3.5 of Awasthi et
    al.; the statistic Awasthi et al.'s range finder and Bakshi et al.'s order-2 tensor step compute),
    whose rank is ``k`` when ``k <= d`` because ``c_2(b) = phi(b) > 0`` for ReLU: a singular value counts
    when it exceeds twice the noise level ``tau`` (the spread of 10 row-group estimates; by Weyl's
-   inequality a zero singular value shows as at most the error's norm). Values between the two bounds
+   inequality a zero singular value shows as at most the error's norm); a full rank (``k >= d``) overrules
+   a smaller rank of ``Cov(y)``. Values between the two bounds
    make the estimate unsure. The spectrum is read from at most 200,000 rows (the first ones, at most
    2e7 values of ``X``); when that leaves the T_2 rule unsure and the data have more rows, T_2 and its
    noise level are accumulated again over every row in one streamed pass (``tau`` falls like
