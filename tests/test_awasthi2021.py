@@ -636,7 +636,7 @@ def test_bad_inputs():
         HermiteTensorLearner(6, order=1).fit(X, Y)
     with pytest.raises(AssumptionError, match="C\\(d\\+1, 2\\)"):
         HermiteTensorLearner(10, order=2).fit_population(nr.random_network(4, 10, rng=0))
-    with pytest.raises(InputError, match="at least 1000"):
+    with pytest.raises(InputError, match="at least 4097"):
         HermiteTensorLearner(2).fit(X[:500], Y[:500])
     t6 = nr.random_network(6, 8, rng=0)
     X6, Y6 = nr.sample(t6, nr.distributions.StandardGaussian(6), 3000, rng=0)

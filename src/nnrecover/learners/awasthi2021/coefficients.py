@@ -1098,11 +1098,17 @@ def _open_source(data: Any, order: int):
 
 
 def _check_n(n: int, order: int, n_dim: int, min_n: int | None) -> None:
-    need = min_samples(order, n_dim) if min_n is None else int(min_n)
+    rule_n = min_samples(order, n_dim) if min_n is None else int(min_n)
+    # whatever the rule says, the split-sample halves are alternate blocks of SPLIT_BLOCK rows, and the
+    # noise estimates of Algorithm 4's thresholds need rows in both
+    need = max(rule_n, SPLIT_BLOCK + 1)
     if n < need:
         rule = ("min_n" if min_n is not None else
                 f"ten per column of the {n_dim}^{order} x {n_dim}^{order + 2} flattening of T_{2 * order + 2} in "
                 f"dimension {n_dim}, whose spectral sampling error it bounds")
+        if need > rule_n:
+            rule = (f"more than {SPLIT_BLOCK}: the noise-adaptive thresholds of Algorithm 4 compare two halves of "
+                    f"the data made of alternate blocks of {SPLIT_BLOCK} rows; {rule}: {rule_n}")
         raise InputError(f"too few samples for order l = {order}: got {n}, need at least {need} ({rule}); "
                          "supply more samples.")
 

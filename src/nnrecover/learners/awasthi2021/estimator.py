@@ -284,6 +284,8 @@ class HermiteTensorLearner(BaseLearner):
     min_n : int, optional
         Minimum number of samples (default: ten per column of the ``k^l x k^(l+2)`` flattening of
         ``T_{2l+2}`` in the working space, ``10 k^(l+2)``, at least 1000; :func:`min_samples` says why).
+        More than 4096 samples are needed in any case: the split halves behind Algorithm 4's noise-adaptive
+        thresholds are alternate blocks of 4096 rows.
     random_state : int, Generator or None
 
     Attributes
