@@ -126,6 +126,29 @@ def test_unit_without_output_weight_is_reported_unidentifiable():
     assert res2.diagnostics_["unidentifiable_units"] == 1
 
 
+def test_a_unit_missed_in_a_noisy_box_fails_the_certificate():
+    # additive noise 3e-5 and one unit with output weight 0.03: its kinks drown and it is missed; the 0.8 %
+    # it leaves is about 560 times the measured relative noise (the complete extraction of the same box
+    # with the unit's weight at full size leaves 5.6 times), above the certificate's 10 sqrt(P) = 60 times
+    base = nr.random_network(5, 5, rng=7, bias_range=(-0.5, 0.5)).canonical()
+    A = base.output_weights.copy()
+    A[0, 0] = 0.03
+    weak = nr.TwoLayerNetwork(base.hidden_weights, base.hidden_bias, A, base.output_bias)
+
+    def box(net):
+        g = np.random.default_rng(0)
+        return lambda X: net.predict(X) + 3e-5 * g.standard_normal(np.asarray(X).shape[0])
+
+    with pytest.warns(CertificateWarning, match="units were missed"):
+        res = extract(box(weak), 5, rng=0)
+    cert = res.diagnostics_["certificate"]
+    assert res.network_.n_hidden == 4 and not cert["passed"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CertificateWarning)
+        full = extract(box(base), 5, rng=0)
+    assert full.network_.n_hidden == 5 and full.diagnostics_["certificate"]["passed"]
+
+
 def test_float32_black_box_precision_and_no_false_units():
     # a float32 model rounds every input and output to 2^-24 = 6e-8 relative; the measured noise must
     # say so, and the recovered network then matches the float32 box only to that round-off (times

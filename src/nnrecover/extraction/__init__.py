@@ -46,7 +46,8 @@ class ExtractionResult:
         ``"queries"`` (rows queried), ``"model_calls"``, ``"seconds"``, ``"method"``, ``"complete"``,
         ``"n_hidden"`` and the width evidence (``"width"``), the measured noise level of the black box
         (``"noise"``), the certificate on fresh queries (``"certificate"``: relative error, max absolute
-        error, passed) and method-specific evidence.
+        error, tolerance, passed; the chosen-query route passes within ``10 sqrt(P)`` times the measured
+        relative noise, ``P`` the parameters, at most 1000 times) and method-specific evidence.
     n_queries_ : int
         Rows sent to the model.
     """
