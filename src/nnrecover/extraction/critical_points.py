@@ -58,7 +58,7 @@ _H_FRACTION = 0.005
 _MAX_BATCH = 1 << 15
 #: the certificate accepts a relative error of at most this times ``sqrt(P)`` (``P`` parameters) times the
 #: measured relative noise of the box (and at most 1000 times it): a network extracted from noisy
-#: critical points carries their noise amplified by about ``sqrt(P)``. Measured on 1018 extractions
+#: critical points carries their noise amplified by about ``sqrt(P)``. Measured on 1054 extractions
 #: (d = 3-100, k = 2-20, float32 boxes and additive noise 1e-8 to 3e-5): complete ones reached at most
 #: 3.2 sqrt(P) times the noise, while those that missed a unit with small output weights (0.01-0.3 of
 #: the others) left 2.8-40 sqrt(P) and passed the former fixed 1000 times the noise (55 of 1000 fits)
