@@ -159,3 +159,13 @@ def test_a_full_rank_t2_overrules_a_smaller_output_rank():
     X, Y = nr.sample(net, nr.distributions.StandardGaussian(8), 50_000, rng=1)
     report = check(X, Y, random_state=0)
     assert report.width["estimate"] == 8 and not report.width["sure"] and "k >= d" in report.width["method"]
+
+
+def test_constant_or_out_of_range_inputs_get_a_clear_error():
+    Y = np.random.default_rng(0).standard_normal(1000)
+    with pytest.raises(InputError, match="every row of X is the same"):
+        check(np.ones((1000, 5)), Y)
+    with pytest.raises(InputError, match=r"largest \|X\| entry .* rescale X"):
+        check(1e200 * np.random.default_rng(1).standard_normal((1000, 5)), Y)
+    with pytest.raises(InputError, match=r"largest \|Y\| entry"):
+        check(np.random.default_rng(1).standard_normal((1000, 5)), 1e-30 * Y)

@@ -572,6 +572,40 @@ def test_fit_checks_every_output_path_before_fitting(capsys, simulated):
                                "--out", str(blocker / "m.json")], "--out")
 
 
+def test_fit_never_writes_over_its_data_and_writes_model_and_diagnostics_together(capsys, simulated):
+    data = simulated / "s.npz"
+    before = data.read_bytes()
+    line = assert_user_error(capsys, ["fit", str(data), "--learner", "gradient-descent", "-k", "2",
+                                      "--out", str(simulated / "." / "s.npz")], "--out")
+    assert "same file as DATA" in line and data.read_bytes() == before
+    assert_user_error(capsys, ["fit", str(data), "--learner", "gradient-descent", "-k", "2",
+                               "--out", str(simulated / "m.json"), "--diagnostics", str(data)], "--diagnostics")
+    assert data.read_bytes() == before and not (simulated / "m.json").exists()
+    # a failure between the two files leaves both as they were (they are renamed together at the end)
+    model, diag = simulated / "m.json", simulated / "d.json"
+    model.write_text("old model")
+    diag.write_text("old diagnostics")
+    from unittest import mock
+
+    import nnrecover.cli as cli
+
+    real = cli._json_text
+    calls = []
+
+    def model_then_interrupt(doc):  # the model's text is written, the diagnostics' never is
+        calls.append(doc)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return real(doc)
+
+    with mock.patch.object(cli, "_json_text", side_effect=model_then_interrupt):
+        rc, _, _ = run(capsys, "fit", str(data), "--learner", "gradient-descent", "-k", "2", "--seed", "0",
+                       "--out", str(model), "--diagnostics", str(diag))
+    assert len(calls) == 2
+    assert rc == 130 and model.read_text() == "old model" and diag.read_text() == "old diagnostics"
+    assert sorted(p.name for p in simulated.iterdir() if p.name.startswith(".")) == []
+
+
 def test_simulate_checks_the_teacher_path_before_writing_samples(capsys, tmp_path):
     (tmp_path / "a_file").write_text("")
     assert_user_error(capsys, ["simulate", "--n", "100", "--out", str(tmp_path / "s.npz"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import platform
 import warnings
 
@@ -56,7 +57,9 @@ def test_runner_writes_three_files_with_metadata(toy, tmp_path):
     assert meta["experiment"] == TOY and meta["seed"] == 11 and meta["quick"] is False
     assert meta["options"] == {"n": 4, "scale": 2.0} and meta["n_rows"] == 4 and meta["columns"] == ["i", "value"]
     assert meta["wall_time_s"] >= 0 and meta["started_at_utc"] <= meta["finished_at_utc"]
-    assert meta["command"] == f"nnrecover experiment {TOY} --seed 11 --option n=4 --option scale=2.0"
+    # the command replays the run, into the same folder
+    assert meta["command"] == (f"nnrecover experiment {TOY} --seed 11 --out {shlex.quote(str(out))} --option n=4 "
+                               "--option scale=2.0")
     for pkg in ("numpy", "scipy", "scikit-learn", "tensorly", "dask", "pandas", "matplotlib", "nnrecover"):
         assert meta["versions"][pkg], pkg
     assert meta["versions"]["numpy"] == np.__version__

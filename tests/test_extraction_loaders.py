@@ -65,11 +65,14 @@ def test_cli_extracts_skops_regressor_without_knowing_width(diabetes_mlp, tmp_pa
 def test_cli_budget_error_writes_partial_diagnostics(diabetes_mlp, tmp_path):
     _, path, _ = diabetes_mlp
     out = tmp_path / "net.json"
+    earlier = tmp_path / "net.json.diagnostics.json"    # of an earlier complete run: left as it was
+    earlier.write_text('{"complete": true}')
     with pytest.raises(QueryBudgetError, match="Recovered so far"):
         run(_parse([str(path), "--out", str(out), "--max-queries", "1000", "--no-progress"]))
-    assert not out.exists()
-    diag = json.loads((tmp_path / "net.json.diagnostics.json").read_text())
+    assert not out.exists() and earlier.read_text() == '{"complete": true}'
+    diag = json.loads((tmp_path / "net.json.diagnostics.partial.json").read_text())
     assert diag["complete"] is False and diag["queries"] <= 1000
+    assert not [p.name for p in tmp_path.iterdir() if ".part-" in p.name or p.name.endswith(".tmp")]
 
 
 def test_skops_classifier_logits(tmp_path):

@@ -263,6 +263,49 @@ def test_atomic_output_replaces_only_when_complete(tmp_path):
         assert target.read_text() == "new" and _siblings(target) == ["f.txt"]
 
 
+def test_atomic_outputs_replace_all_files_or_none(tmp_path):
+    a, b = tmp_path / "a.csv", tmp_path / "b.json"
+    a.write_text("old a")
+    b.write_text("old b")
+    for exc in (RuntimeError("figure failed"), KeyboardInterrupt()):
+        with pytest.raises(type(exc)):
+            with io.atomic_outputs([a, b]) as (ta, tb):
+                assert ta.suffix == ".csv" and tb.suffix == ".json"   # writers that choose by suffix
+                ta.write_text("new a")                                # the first file is complete ...
+                raise exc                                             # ... the second never is
+        assert (a.read_text(), b.read_text()) == ("old a", "old b") and _siblings(a) == ["a.csv", "b.json"]
+    with io.atomic_outputs([a, b]) as (ta, tb):
+        ta.write_text("new a")
+        tb.write_text("new b")
+    assert (a.read_text(), b.read_text()) == ("new a", "new b") and _siblings(a) == ["a.csv", "b.json"]
+    with pytest.raises(InputError, match="same file twice"):
+        with io.atomic_outputs([a, tmp_path / "." / "a.csv"]):
+            pass
+
+
+def test_outputs_that_are_not_regular_files_or_inputs_are_refused(tmp_path):
+    import os
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    link = tmp_path / "model.json"
+    link.symlink_to(fifo)               # a rename would replace the pipe itself by a file
+    for path in (fifo, link):
+        with pytest.raises(InputError, match="not a regular file"):
+            io.check_writable(path)
+        with pytest.raises(InputError, match="not a regular file"):
+            with io.atomic_output(path):
+                pass
+    assert fifo.is_fifo()
+    data = tmp_path / "data.npz"
+    data.write_bytes(b"x")
+    with pytest.raises(InputError, match="--out .* same file as DATA"):
+        io.check_distinct({"DATA": str(data)}, {"--out": str(tmp_path / "." / "data.npz")})
+    with pytest.raises(InputError, match="--diagnostics .* same file as --out"):
+        io.check_distinct({"DATA": str(data)}, {"--out": tmp_path / "m.json", "--diagnostics": tmp_path / "m.json"})
+    io.check_distinct({"DATA": str(data), "--targets": None}, {"--out": tmp_path / "m.json", "--diagnostics": None})
+
+
 @pytest.mark.parametrize("ext", FORMATS)
 def test_a_stream_that_fails_midway_leaves_the_previous_file(tmp_path, data, ext):
     X, Y, _ = data

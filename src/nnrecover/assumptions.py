@@ -176,6 +176,17 @@ def _read(X, Y, max_rows: int):
     Ya = np.concatenate(ys)[:rows]
     if not (np.isfinite(Xa).all() and np.isfinite(Ya).all()):
         raise InputError("X and Y must be finite (NaN or inf found); remove or impute those rows first.")
+    from .learners.base import MAGNITUDE_RANGE
+
+    lo, hi = MAGNITUDE_RANGE
+    for name, A in (("X", Xa), ("Y", Ya)):
+        m = float(np.max(np.abs(A), initial=0.0))
+        if m > hi or 0 < m < lo:
+            # the same range every learner computes in (learners.base._check_magnitude): the moments of
+            # the checks below overflow or underflow outside it
+            raise InputError(f"the largest |{name}| entry is {m:.3g}, outside the range [2^-64, 2^64] in which "
+                             f"the checks' moments stay finite and nonzero in float64; rescale {name} (e.g. divide "
+                             "by its standard deviation).")
     return Xa, Ya
 
 
@@ -542,6 +553,9 @@ def check(X, Y=None, *, max_rows: int = MAX_ROWS, random_state=None) -> CheckRep
     n, d = Xa.shape
     if n < 50:
         raise InputError(f"check needs at least 50 rows to measure anything, got {n}.")
+    if np.all(Xa == Xa[:1]):
+        raise InputError("every row of X is the same (each input column is constant): there is nothing to "
+                         "learn from; check that the right columns were read.")
     ev = _measure(Xa, Ya, rng)
     normal, standard, heavy = _law(ev, d)
     law = ("standard Gaussian" if normal and standard else "Gaussian, not standard" if normal else "not Gaussian")

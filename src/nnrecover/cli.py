@@ -8,9 +8,13 @@ prints one ``internal error`` line and exits with status 1; ``--debug`` shows it
 Warnings are shown as one ``nnrecover: warning: ...`` line each.
 
 Outputs: every output path is checked for writability (and, for ``simulate``, the folder's free
-space against the size of the samples) before the command starts its work, and every file is
-written to a temporary file in the same folder that is renamed into place only when complete
-(:func:`nnrecover.io.atomic_output`). An error, Ctrl-C (exit 130) or SIGTERM (exit 143) leaves every
+space against the size of the samples) before the command starts its work; an output that names an
+input file or another output, or a path that is not a regular file (a device, a pipe), is refused
+(:func:`nnrecover.io.check_distinct`). Every file is written to a temporary file in the same folder
+that is renamed into place only when complete (:func:`nnrecover.io.atomic_output`), and the files of
+one result (``fit``'s model and diagnostics, ``extract``'s network and diagnostics, the files of
+``demo`` and ``experiment``) are renamed together once all are complete
+(:func:`nnrecover.io.atomic_outputs`). An error, Ctrl-C (exit 130) or SIGTERM (exit 143) leaves every
 output as it was; a ``fit`` whose model predicts non-finite values on its training data writes
 nothing (exit 1).
 
@@ -172,12 +176,17 @@ def _table(rows: Sequence[dict], columns: Sequence[str], formats: dict[str, Call
     return "\n".join([line(list(columns))] + [line(row) for row in cells])
 
 
+def _json_text(data: dict) -> str:
+    from .experiments.runner import to_jsonable
+
+    return json.dumps(to_jsonable(data), indent=1) + "\n"
+
+
 def _write_json(path: Path, data: dict) -> None:
     """Write ``data`` as JSON, completely or not at all (:func:`nnrecover.io.write_text_atomic`)."""
-    from .experiments.runner import to_jsonable
     from .io import write_text_atomic
 
-    write_text_atomic(path, json.dumps(to_jsonable(data), indent=1) + "\n")
+    write_text_atomic(path, _json_text(data))
 
 
 def _out_file(path: str, flag: str = "--out") -> Path:
@@ -285,8 +294,8 @@ def _cmd_demo(args) -> int:
     from .experiments.baseline import (DEMO_DEFAULTS, DEMO_MAX_OUTPUTS, FAILED_FUNCTION_ERROR, FAILED_UNIT_ERROR,
                                        compare_learners, comparison_figure, demo_options, demo_teacher,
                                        recovery_figure, select_learners)
-    from .experiments.runner import environment_info, to_jsonable
-    from .io import atomic_output
+    from .experiments.runner import environment_info
+    from .io import atomic_outputs
 
     select_learners(args.learner)  # an unknown name is a one-line error before any output
     out = _out_dir(args.out, _DEMO_FILES)
@@ -329,19 +338,19 @@ def _cmd_demo(args) -> int:
          "(docs/certificates.md; failed: that network may be wrong; -: none).")
     fig = comparison_figure(df, title=f"nnrecover demo: d={teacher.n_inputs}, k={teacher.n_hidden}, "
                                       f"p={teacher.n_outputs}, n={n}, seed={args.seed}")
-    with atomic_output(out / "demo.png") as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    if networks:
-        fig = recovery_figure(networks, title="recovered against true parameters (canonical form, units matched)")
-        with atomic_output(out / "recovery.png") as tmp:
-            fig.savefig(tmp, dpi=110, format="png")
-    with atomic_output(out / "results.csv") as tmp:
-        df.to_csv(tmp, index=False)
-    teacher.save(out / "teacher.json")
     meta = {"command": "nnrecover demo " + " ".join(args.argv), "seed": args.seed, "n_samples": n,
             "quick": args.quick, "noise": args.noise, "learner_options": per_learner, "common_options": common,
             "started_at_utc": started, "wall_time_s": round(wall, 3), **environment_info()}
-    _write_json(out / "metadata.json", to_jsonable(meta))
+    # the files of one run as one: all of them, or (error, Ctrl-C) none replaced
+    names = ["demo.png", "results.csv", "teacher.json", "metadata.json"] + (["recovery.png"] if networks else [])
+    with atomic_outputs([out / name for name in names]) as temps:
+        fig.savefig(temps[0], dpi=120, format="png")
+        df.to_csv(temps[1], index=False)
+        teacher.save(temps[2])
+        temps[3].write_text(_json_text(meta), encoding="utf-8")
+        if networks:
+            fig = recovery_figure(networks, title="recovered against true parameters (canonical form, units matched)")
+            fig.savefig(temps[4], dpi=110, format="png")
     _say(f"wrote {out / 'demo.png'}, {out / 'recovery.png' if networks else '(no recovery.png: no fit returned a network)'}, "
          f"{out / 'results.csv'}, {out / 'teacher.json'}, {out / 'metadata.json'} "
          f"({wall:.1f} s in total)")
@@ -445,7 +454,7 @@ def _load_data(args):
 
 
 def _cmd_fit(args) -> int:
-    from .experiments.runner import make_learner, to_jsonable
+    from .experiments.runner import make_learner
     from .network import TwoLayerNetwork
 
     options = _options(args.option)
@@ -454,10 +463,12 @@ def _cmd_fit(args) -> int:
     if Path(args.out).suffix.lower() not in (".json", ".npz"):
         raise InputError(f"--out must name a .json or .npz file, got {str(args.out)!r}.")
     est = make_learner(args.learner, args.hidden, options, random_state=args.seed)
+    from .io import atomic_outputs, check_distinct
+
+    check_distinct({"DATA": args.data, "--targets": args.targets},
+                   {"--out": args.out, "--diagnostics": args.diagnostics})
     out = _out_file(args.out, "--out")
     diagnostics_out = _out_file(args.diagnostics, "--diagnostics") if args.diagnostics else None
-    if diagnostics_out is not None and diagnostics_out.resolve() == out.resolve():
-        raise InputError("--out and --diagnostics must be different files.")
     X, Y = _load_data(args)
     t0 = time.perf_counter()
     est.fit(X, Y)
@@ -491,12 +502,14 @@ def _cmd_fit(args) -> int:
                                    "written. Rescale the data to values of order 1.")
         model_doc = {"format": _HIDDEN_WEIGHTS_FORMAT, "hidden_weights": np.asarray(W).tolist(), "fit": fit_info}
         summary = "hidden weights only (this learner does not recover the output layer)"
-    if diagnostics_out is not None:
-        _write_json(diagnostics_out, to_jsonable(fit_info["diagnostics"]))
-    if out.suffix.lower() == ".json":
-        _write_json(out, model_doc)
-    else:
-        net.save(out)
+    # the model and its diagnostics as one: both files or neither
+    with atomic_outputs([out] + ([diagnostics_out] if diagnostics_out is not None else [])) as temps:
+        if out.suffix.lower() == ".json":
+            temps[0].write_text(_json_text(model_doc), encoding="utf-8")
+        else:
+            net.save(temps[0])
+        if diagnostics_out is not None:
+            temps[1].write_text(_json_text(fit_info["diagnostics"]), encoding="utf-8")
     # a learner may return another number of units than asked (folded or dropped units): say so
     returned = f"; the model has {net.n_hidden} unit(s)" if isinstance(net, TwoLayerNetwork) and \
         net.n_hidden != width else ""

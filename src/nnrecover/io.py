@@ -48,7 +48,8 @@ import numpy as np
 from ._validation import as_2d_float, as_targets, check_positive_int
 from .errors import InputError
 
-__all__ = ["load_samples", "save_samples", "save_sample_stream", "SAMPLE_FORMATS", "atomic_output", "prepare_output_dir",
+__all__ = ["load_samples", "save_samples", "save_sample_stream", "SAMPLE_FORMATS", "atomic_output", "atomic_outputs",
+           "check_distinct", "prepare_output_dir",
            "write_text_atomic", "check_writable", "check_free_space", "sample_file_bytes"]
 
 SAMPLE_FORMATS = (".npz", ".npy", ".csv", ".parquet")
@@ -60,8 +61,52 @@ _CHECK_ROWS = 1 << 16
 
 # ------------------------------------------------------------------------------------------ writing safely
 def _temp_name(out: Path, kind: str) -> Path:
-    """A hidden sibling of ``out`` that no reader mistakes for the file itself."""
-    return out.with_name(f".{out.name}.{kind}-{secrets.token_hex(6)}")
+    """A hidden sibling of ``out`` that no reader mistakes for the file itself; it keeps ``out``'s suffix,
+    so writers that pick a format by suffix (:meth:`nnrecover.TwoLayerNetwork.save`) can write to it."""
+    return out.with_name(f".{out.name}.{kind}-{secrets.token_hex(6)}{out.suffix}")
+
+
+def _output_target(path: "str | os.PathLike[str]", what: str = "output") -> Path:
+    """The file an output path replaces: a symbolic link's target; refused when it exists and is not a
+    regular file (a device, a pipe, a folder), which a rename would replace by a file."""
+    out = Path(path)
+    if out.is_symlink():  # replace the file the link points to, not the link itself
+        out = Path(os.path.realpath(out))
+    if out.exists() and not out.is_file():
+        kind = "a folder" if out.is_dir() else "not a regular file (a device, pipe or socket)"
+        raise InputError(f"{what} {str(path)!r} is {kind}; nnrecover writes an output as a new file and "
+                         "renames it into place, which would replace it: choose a file name.")
+    return out
+
+
+def check_distinct(inputs: dict, outputs: dict) -> None:
+    """Refuse outputs that would overwrite an input or each other (``{flag: path}`` each; ``None`` paths
+    are skipped): a fit writing its model over its data file would destroy the data.
+
+    Raises
+    ------
+    InputError
+        Naming the two flags that point to the same file.
+    """
+    def key(p):
+        p = Path(os.path.realpath(p))
+        try:
+            st = p.stat()
+        except OSError:
+            return ("path", str(p))
+        return ("inode", st.st_dev, st.st_ino)
+
+    seen = {}
+    for flag, path in [(f, p) for f, p in inputs.items() if p is not None]:
+        seen.setdefault(key(path), flag)
+    for flag, path in [(f, p) for f, p in outputs.items() if p is not None]:
+        k = key(path)
+        if k in seen:
+            other = seen[k]
+            role = "an input" if other in inputs else "another output"
+            raise InputError(f"{flag} {str(path)!r} is the same file as {other} ({role}); writing it would "
+                             f"destroy that file: choose another name.")
+        seen[k] = flag
 
 
 def check_writable(path: "str | os.PathLike[str]", what: str = "output") -> Path:
@@ -79,6 +124,7 @@ def check_writable(path: "str | os.PathLike[str]", what: str = "output") -> Path
     out = Path(path)
     if out.is_dir():
         raise InputError(f"{what} {str(out)!r} is a directory; give a file name.")
+    _output_target(out, what)
     for folder in out.parents:  # the nearest existing ancestor must be a folder
         if folder.exists():
             if not folder.is_dir():
@@ -151,12 +197,13 @@ def _fsync_path(path: "str | os.PathLike[str]", *, directory: bool = False) -> N
 def atomic_output(path: "str | os.PathLike[str]") -> Iterator[Path]:
     """Write a file completely or not at all.
 
-    Yields a temporary path in the same folder as ``path``; the caller writes the whole file there
-    (by name, or with ``open(tmp, "wb")``). When the ``with`` block ends normally the temporary file is
-    flushed to disk (``os.fsync``) and renamed onto ``path`` (``os.replace``, atomic on POSIX and
-    Windows), so a reader sees the old file or the complete new one. When the block raises (including
-    ``KeyboardInterrupt``) the temporary file is removed and ``path`` is untouched. A symbolic link is
-    followed: the file it points to is replaced and the link kept. A process killed
+    Yields a temporary path in the same folder as ``path`` (with the same suffix); the caller writes the
+    whole file there (by name, or with ``open(tmp, "wb")``). When the ``with`` block ends normally the
+    temporary file is flushed to disk (``os.fsync``) and renamed onto ``path`` (``os.replace``, atomic on
+    POSIX and Windows), so a reader sees the old file or the complete new one. When the block raises
+    (including ``KeyboardInterrupt``) the temporary file is removed and ``path`` is untouched. A symbolic
+    link is followed: the file it points to is replaced and the link kept. A path that exists and is not
+    a regular file (a device, a pipe) is refused (:class:`~nnrecover.errors.InputError`). A process killed
     with SIGKILL can leave only the hidden temporary file ``.NAME.part-XXXX`` behind.
 
     The new file gets the mode of the file it replaces, or ``0o666`` minus the umask.
@@ -171,26 +218,55 @@ def atomic_output(path: "str | os.PathLike[str]") -> Iterator[Path]:
     >>> sorted(os.listdir(os.path.dirname(path)))   # the temporary file was renamed into place
     ['model.npz']
     """
-    out = Path(path)
-    if out.is_symlink():  # replace the file the link points to, not the link itself
-        out = Path(os.path.realpath(out))
-    tmp = _temp_name(out, "part")
-    try:
-        os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # mode from the umask
-    except OSError as exc:
-        raise InputError(f"cannot write {str(out)!r}: {exc.strerror or exc}; choose a writable location.") from None
-    try:
+    with atomic_outputs([path]) as (tmp,):
         yield tmp
-        if out.exists():
-            with contextlib.suppress(OSError):
-                shutil.copymode(out, tmp)
-        _fsync_path(tmp)
-        os.replace(tmp, out)
+
+
+@contextlib.contextmanager
+def atomic_outputs(paths) -> Iterator[list]:
+    """Write several files as one: all of them, or none (:func:`atomic_output` for each, renamed together).
+
+    Yields one temporary path per entry of ``paths``. Only when the ``with`` block ends normally are they
+    flushed and renamed onto their targets, one after the other with nothing in between; an error or an
+    interrupt before that leaves every target as it was. Used for the files of one result (a model and
+    its diagnostics, an experiment's table, figure and metadata), so that a reader never finds a new
+    table beside an old figure.
+
+    Raises
+    ------
+    InputError
+        Two paths name the same file, a path is not a regular file, or a folder is not writable.
+    """
+    outs = [_output_target(p) for p in paths]
+    resolved = [os.path.realpath(o) for o in outs]
+    if len(set(resolved)) != len(resolved):
+        raise InputError(f"the output files {[str(p) for p in paths]} name the same file twice; give distinct names.")
+    temps: list = []
+    try:
+        for out in outs:
+            tmp = _temp_name(out, "part")
+            try:
+                os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # mode from the umask
+            except OSError as exc:
+                raise InputError(f"cannot write {str(out)!r}: {exc.strerror or exc}; choose a writable "
+                                 "location.") from None
+            temps.append(tmp)
+        yield list(temps)
+        for out, tmp in zip(outs, temps):
+            if out.exists():
+                with contextlib.suppress(OSError):
+                    shutil.copymode(out, tmp)
+            _fsync_path(tmp)
+        while temps:
+            os.replace(temps[0], outs[len(outs) - len(temps)])
+            temps.pop(0)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        for tmp in temps:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         raise
-    _fsync_path(out.parent if str(out.parent) else ".", directory=True)
+    for folder in {str(out.parent) or "." for out in outs}:
+        _fsync_path(folder, directory=True)
 
 
 def write_text_atomic(path: "str | os.PathLike[str]", text: str) -> Path:

@@ -10,8 +10,8 @@ runs it with one seeded random stream, and writes three files into ``out_dir``:
                    (python, nnrecover, numpy, scipy, scikit-learn, tensorly, dask, pandas, matplotlib),
                    platform, CPU count, UTC start/end time and wall time. No host name or user name.
 
-The folder is checked for writability before the experiment runs, and each file is written through
-:func:`nnrecover.io.atomic_output` (complete or not at all).
+The folder is checked for writability before the experiment runs, and the three files are written
+together through :func:`nnrecover.io.atomic_outputs` (all of them complete, or none replaced).
 
 It also provides the two helpers every driver of learners needs (the CLI, the demo and the
 experiments): :func:`learner_parameters` (the options a learner class accepts) and
@@ -160,7 +160,7 @@ def run_experiment(name: str, out_dir: "str | os.PathLike[str]", *, quick: bool 
 
     record = get_experiment(name)
     _check_options(record.func, options, name)
-    from ..io import atomic_output, prepare_output_dir, write_text_atomic
+    from ..io import atomic_outputs, prepare_output_dir
 
     out = prepare_output_dir(out_dir, RESULT_FILES)  # before the run, not after it
     seed = resolve_seed(rng)
@@ -175,11 +175,6 @@ def run_experiment(name: str, out_dir: "str | os.PathLike[str]", *, quick: bool 
     if not isinstance(df, pd.DataFrame) or not hasattr(fig, "savefig"):
         raise TypeError(f"experiment {name!r} must return (pandas.DataFrame, matplotlib Figure), got "
                         f"({type(df).__name__}, {type(fig).__name__}).")
-    with atomic_output(out / "results.csv") as tmp:
-        df.to_csv(tmp, index=False)
-    with atomic_output(out / "figure.png") as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    _close(fig)
     meta = {
         "experiment": record.name,
         "paper": record.paper,
@@ -193,18 +188,26 @@ def run_experiment(name: str, out_dir: "str | os.PathLike[str]", *, quick: bool 
         "n_rows": int(len(df)),
         "columns": [str(c) for c in df.columns],
         "files": list(RESULT_FILES),
-        "command": _command(record.name, quick, seed, options),
+        "command": _command(record.name, quick, seed, options, out),
         **environment_info(),
     }
-    write_text_atomic(out / "metadata.json", json.dumps(meta, indent=1) + "\n")
+    # the three files of one run as one: all of them, or (error, Ctrl-C) none replaced
+    with atomic_outputs([out / "results.csv", out / "figure.png", out / "metadata.json"]) as (csv, png, js):
+        df.to_csv(csv, index=False)
+        fig.savefig(png, dpi=120, format="png")
+        js.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+    _close(fig)
     return df
 
 
-def _command(name: str, quick: bool, seed: int, options: Mapping[str, Any]) -> str:
-    """The ``nnrecover experiment`` command line that replays this run (options as JSON values)."""
+def _command(name: str, quick: bool, seed: int, options: Mapping[str, Any], out=None) -> str:
+    """The ``nnrecover experiment`` command line that replays this run (options as JSON values; ``--out``
+    the folder it wrote)."""
     import shlex
 
     parts = ["nnrecover", "experiment", name, *(["--quick"] if quick else []), "--seed", str(seed)]
+    if out is not None:
+        parts += ["--out", str(out)]
     for key, value in options.items():
         parts += ["--option", f"{key}={json.dumps(to_jsonable(value))}"]
     return shlex.join(parts)

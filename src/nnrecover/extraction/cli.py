@@ -4,8 +4,10 @@
 black box (:func:`nnrecover.extraction.loaders.load_model`), extracts it with a progress bar on
 stderr, prints the queries used, the time and the certified error on fresh queries, and writes the
 network (``--out``, ``.json`` or ``.npz``) and its diagnostics (``--diagnostics``, default
-``<out>.diagnostics.json``). When the budget runs out the diagnostics of the partial result are
-written and the error (one line) says what was recovered.
+``<out>.diagnostics.json``) together: both files or neither (:func:`nnrecover.io.atomic_outputs`), and
+never over the model file. When the budget runs out the diagnostics of the partial result are written
+beside them as ``<diagnostics stem>.partial.json`` (the files of an earlier complete run are left as they
+were) and the error (one line) says what was recovered.
 """
 
 from __future__ import annotations
@@ -80,9 +82,9 @@ def _jsonable(obj: Any) -> Any:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_jsonable(data), indent=1))
-    tmp.replace(path)
+    from ..io import write_text_atomic
+
+    write_text_atomic(path, json.dumps(_jsonable(data), indent=1))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,6 +102,13 @@ def run(args: argparse.Namespace) -> int:
     if out.suffix.lower() not in (".json", ".npz"):
         raise InputError(f"--out must name a .json or .npz file, got {args.out!r}.")
     diag_path = Path(args.diagnostics) if args.diagnostics else out.with_name(out.name + ".diagnostics.json")
+    partial_path = diag_path.with_name(diag_path.stem + ".partial.json")
+    from ..io import check_distinct, check_writable
+
+    model_file = args.model if Path(args.model).exists() else None  # else module:function
+    check_distinct({"MODEL": model_file}, {"--out": out, "--diagnostics": diag_path})
+    for path, flag in ((out, "--out"), (diag_path, "--diagnostics")):
+        check_writable(path, flag)
     model = load_model(args.model)
     d = args.inputs if args.inputs is not None else model.n_inputs
     if d is None:
@@ -111,11 +120,14 @@ def run(args: argparse.Namespace) -> int:
                       rng=args.seed, input_scale=args.input_scale, progress=not args.no_progress)
     except QueryBudgetError as exc:
         if exc.partial is not None:
-            _write_json(diag_path, {"model": args.model, **exc.partial.diagnostics_})
+            _write_json(partial_path, {"model": args.model, **exc.partial.diagnostics_})
         raise
     diag = {"model": args.model, "model_kind": model.kind, **res.diagnostics_}
-    res.network_.save(out)
-    _write_json(diag_path, diag)
+    from ..io import atomic_outputs
+
+    with atomic_outputs([out, diag_path]) as (net_tmp, diag_tmp):
+        res.network_.save(net_tmp)
+        diag_tmp.write_text(json.dumps(_jsonable(diag), indent=1), encoding="utf-8")
     cert = res.diagnostics_["certificate"]
     print(f"extracted {res.network_.n_hidden} hidden units from {model.kind} ({d} inputs, "
           f"{res.network_.n_outputs} output(s))")
