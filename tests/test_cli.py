@@ -606,6 +606,22 @@ def test_fit_never_writes_over_its_data_and_writes_model_and_diagnostics_togethe
     assert sorted(p.name for p in simulated.iterdir() if p.name.startswith(".")) == []
 
 
+def test_options_the_data_format_would_ignore_are_refused(capsys, simulated):
+    # each of these used to be dropped in silence (rc 0)
+    held = simulated / "held.csv"
+    base = ["fit", str(held), "--learner", "gradient-descent", "-k", "2", "--out", str(simulated / "m.json")]
+    assert "--x-key and --y-key" in assert_user_error(capsys, base + ["--y-key", "bar"], "--x-key")
+    X, Y = nr.io.load_samples(held)
+    np.save(simulated / "x.npy", X)
+    np.save(simulated / "y.npy", Y)
+    assert_user_error(capsys, ["fit", str(simulated / "x.npy"), "--targets", str(simulated / "y.npy"),
+                               "--target-column", "0", "--learner", "gradient-descent", "-k", "2",
+                               "--out", str(simulated / "m.json")], "--target-column")
+    assert_user_error(capsys, ["simulate", "--n", "100", "--mixture-components", "5",
+                               "--out", str(simulated / "mix.npz")], "--distribution mixture")
+    assert not (simulated / "m.json").exists() and not (simulated / "mix.npz").exists()
+
+
 def test_simulate_checks_the_teacher_path_before_writing_samples(capsys, tmp_path):
     (tmp_path / "a_file").write_text("")
     assert_user_error(capsys, ["simulate", "--n", "100", "--out", str(tmp_path / "s.npz"),

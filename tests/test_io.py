@@ -369,3 +369,19 @@ def test_truncated_and_lying_npy_headers_are_reported_not_allocated(tmp_path, da
     np.save(tmp_path / "obj.npy", np.array([None, 1], dtype=object), allow_pickle=True)
     with pytest.raises(InputError, match="without pickle"):
         io.load_samples(tmp_path / "obj.npy")
+
+
+def test_csv_written_by_pandas_with_default_header_or_index_reads_as_its_data(tmp_path):
+    # DataFrame(array).to_csv() writes a header 0, 1, ..., m - 1 (once read as a row of data, which shifted
+    # the targets by a row) and, without index=False, a first column "Unnamed: 0" of row numbers (once read
+    # as an input)
+    a = np.random.default_rng(0).standard_normal((100, 5))
+    files = {"default_header": dict(index=False), "with_index": dict(), "named_with_index": dict()}
+    for name, kw in files.items():
+        df = pd.DataFrame(a, columns=list("abcdy") if name.startswith("named") else None)
+        df.to_csv(tmp_path / f"{name}.csv", **kw)
+        X, Y = io.load_samples(tmp_path / f"{name}.csv")
+        np.testing.assert_array_equal(np.column_stack([X, Y]), a)
+    np.savetxt(tmp_path / "plain.csv", a, delimiter=",")            # no header at all: still data
+    X, Y = io.load_samples(tmp_path / "plain.csv")
+    assert X.shape == (100, 4) and np.allclose(Y, a[:, 4])

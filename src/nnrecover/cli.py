@@ -262,12 +262,15 @@ def _distribution_from_spec(spec: dict | None, d: int):
 def _make_distribution(args, d: int, gen) -> tuple[Any, dict]:
     from . import distributions as D
 
+    if args.distribution != "mixture" and (args.mixture_components is not None or args.mixture_scale is not None):
+        raise InputError("--mixture-components and --mixture-scale shape the mixture input law; add "
+                         f"--distribution mixture (the law is {args.distribution!r}).")
     if args.distribution == "gaussian":
         return D.StandardGaussian(d), {"name": "gaussian", "dim": d}
     if args.distribution == "rademacher":
         return D.Rademacher(d), {"name": "rademacher", "dim": d}
-    means = gen.standard_normal((args.mixture_components, d))
-    means *= args.mixture_scale / np.linalg.norm(means, axis=1, keepdims=True)
+    means = gen.standard_normal((args.mixture_components or 2, d))
+    means *= (1.0 if args.mixture_scale is None else args.mixture_scale) / np.linalg.norm(means, axis=1, keepdims=True)
     return D.SymmetricMixture(means), {"name": "mixture", "means": means.tolist(), "cov": None}
 
 
@@ -446,11 +449,19 @@ def _load_data(args):
     from .io import load_samples
 
     columns = [c.strip() for item in (args.target_column or ()) for c in item.split(",") if c.strip()]
-    if columns and args.targets is None and Path(args.data).suffix.lower() == ".npz":
+    npz = Path(args.data).suffix.lower() == ".npz"
+    # an option that the data's format ignores is refused, not dropped in silence
+    if columns and args.targets is not None:
+        raise InputError("--target-column selects target columns of DATA; with --targets FILE the targets are "
+                         "that whole file: give one or the other.")
+    if columns and npz:
         raise InputError("--target-column selects columns of .npy/.csv/.parquet files; a .npz file names its "
                          "target array: use --y-key (and --x-key).")
+    if not npz and (args.x_key is not None or args.y_key is not None):
+        raise InputError(f"--x-key and --y-key name the arrays of a .npz file; {Path(args.data).name} is not one "
+                         "(use --target-column for .npy/.csv/.parquet files).")
     return load_samples(args.data, targets=args.targets, target_columns=columns or None,
-                        x_key=args.x_key, y_key=args.y_key)
+                        x_key=args.x_key or "X", y_key=args.y_key or "Y")
 
 
 def _cmd_fit(args) -> int:
@@ -635,8 +646,8 @@ def _data_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target-column", action="append", metavar="COL",
                    help="target column(s): names (.csv/.parquet) or positions (.npy, e.g. -1), comma-separated "
                         "or repeated. Default: 'y', else 'y0, y1, ...', else the last column")
-    p.add_argument("--x-key", default="X", help="array name of the inputs in a .npz file (default: X)")
-    p.add_argument("--y-key", default="Y", help="array name of the targets in a .npz file (default: Y)")
+    p.add_argument("--x-key", default=None, help="array name of the inputs in a .npz file (default: X)")
+    p.add_argument("--y-key", default=None, help="array name of the targets in a .npz file (default: Y)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -702,9 +713,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--noise", type=_nonneg_float, default=0.0, help="label-noise standard deviation (default 0)")
     p.add_argument("--distribution", choices=_DISTRIBUTIONS, default="gaussian",
                    help="input law: N(0, I), symmetric Gaussian mixture, or uniform on {-1, 1}^d")
-    p.add_argument("--mixture-components", type=_pos_int, default=2, metavar="J",
+    p.add_argument("--mixture-components", type=_pos_int, default=None, metavar="J",
                    help="mixture: pairs of components N(+mu_j, I), N(-mu_j, I) (default 2)")
-    p.add_argument("--mixture-scale", type=_nonneg_float, default=1.0, help="mixture: |mu_j| (default 1)")
+    p.add_argument("--mixture-scale", type=_nonneg_float, default=None, help="mixture: |mu_j| (default 1)")
     p.add_argument("--antithetic", action="store_true", help="emit samples in pairs (x, -x) (n even)")
     p.add_argument("--seed", type=_nonneg_int, default=None, help="random seed (default: fresh, printed)")
     p.add_argument("--out", default="samples.npz", help="samples file (default samples.npz)")

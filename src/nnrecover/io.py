@@ -12,7 +12,9 @@ Formats (chosen by the file suffix):
 ``.csv``      a table read with pandas; with a header row, targets are the columns named by
               ``target_columns``, else the column ``y``, else ``y0, y1, ...``, else the last column. A
               file without a header (every field of the first row is a number) is read header-less;
-              its columns are then addressed by position.
+              its columns are then addressed by position. A first row ``0, 1, ..., m - 1`` is pandas'
+              default header (``DataFrame(array).to_csv()``), and a first column ``Unnamed: 0`` holding
+              ``0, 1, ..., n - 1`` is the row index pandas writes without ``index=False``: neither is data.
 ``.parquet``  as ``.csv`` (needs ``pyarrow``: ``pip install 'nnrecover[parquet]'``).
 ============  ===========================================================================================
 
@@ -543,8 +545,19 @@ def _read_table(path: Path, suffix: str):
         raise InputError(f"{path.name} is empty.") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise InputError(f"{path.name} is not a readable CSV file: {str(exc).strip()}") from None
-    if all(_is_number(c) for c in df.columns):  # first row is data: no header
+    names = [str(c) for c in df.columns]
+    if names == [str(i) for i in range(len(names))]:
+        # pandas' default column names 0, 1, ..., d - 1 (DataFrame(array).to_csv()): a header, not a row
+        # of data (read as data, it shifted every target by a row and the fit was off)
+        df.columns = list(range(len(names)))
+    elif all(_is_number(c) for c in df.columns):  # first row is data: no header
         df = pd.read_csv(path, header=None)
+    if len(df.columns) and str(df.columns[0]).startswith("Unnamed: 0") and \
+            np.array_equal(df.iloc[:, 0].to_numpy(), np.arange(len(df))):
+        # the row index pandas writes without index=False: not an input
+        df = df.iloc[:, 1:]
+        if names[1:] == [str(i) for i in range(len(names) - 1)]:
+            df.columns = list(range(len(names) - 1))
     return df
 
 
