@@ -339,6 +339,11 @@ def test_bug_gives_one_line_and_status_1_and_debug_traceback(capsys, fake, simul
     assert "--debug" in line
     with pytest.raises(RuntimeError, match="deliberate bug"):
         main(["--debug", *argv])
+    # a user error keeps its exit status under --debug, which adds the traceback
+    capsys.readouterr()
+    assert main(["--debug", "evaluate", str(simulated / "missing.json"), "--teacher", str(simulated / "t.json")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().splitlines()[-1].startswith("nnrecover: error: ")
 
 
 def test_warnings_are_one_line(capsys, fake, simulated):

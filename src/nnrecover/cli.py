@@ -4,7 +4,8 @@ Every subcommand has ``--help``. A user mistake (bad flag, missing or malformed 
 learner, unknown learner option, violated assumption) prints exactly one line
 ``nnrecover: error: <what is wrong and how to fix it>`` on stderr and exits with status 2; no Python
 traceback. A learner that fails to converge exits with status 1. An unexpected exception (a bug)
-prints one ``internal error`` line and exits with status 1; ``--debug`` shows its traceback.
+prints one ``internal error`` line and exits with status 1; ``--debug`` shows its traceback (and
+that of a user error, before its line, with the same exit status).
 Warnings are shown as one ``nnrecover: warning: ...`` line each.
 
 Outputs: every output path is checked for writability (and, for ``simulate``, the folder's free
@@ -31,6 +32,7 @@ import json
 import os
 import sys
 import time
+import traceback
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -856,13 +858,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             _error(str(exc))
             return 2
         except ConvergenceError as exc:
-            if debug:
-                raise
+            if debug:  # the traceback, and the same exit status as without --debug
+                traceback.print_exc()
             _error(f"{exc} [ConvergenceError]")
             return 1
         except NNRecoverError as exc:
-            if debug:
-                raise
+            if debug:  # the traceback, and the same exit status as without --debug
+                traceback.print_exc()
             _error(str(exc))
             return 2
         except BrokenPipeError:  # e.g. 'nnrecover methods | head': stop quietly
@@ -870,8 +872,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 1
         except (OSError, json.JSONDecodeError) as exc:
-            if debug:
-                raise
+            if debug:  # the traceback, and the same exit status as without --debug
+                traceback.print_exc()
             _error(_os_error(exc) if isinstance(exc, OSError) else f"invalid JSON: {exc}")
             return 2
         except KeyboardInterrupt:
@@ -881,8 +883,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _error("terminated; output files were left as they were")
             return 143
         except MemoryError as exc:
-            if debug:
-                raise
+            if debug:  # the traceback, and the same exit status as without --debug
+                traceback.print_exc()
             _error(f"out of memory ({_one_line(str(exc)) or 'MemoryError'}); reduce the problem size "
                    "(samples, hidden units, learner options such as max_samples)")
             return 2
