@@ -318,7 +318,13 @@ class TwoLayerNetwork:
                         data[key] = str(data[key])
         except OSError as exc:
             raise InputError(f"cannot read network file {str(path)!r}: {exc.strerror or exc}.") from exc
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except InputError as exc:
+            # name the file: a samples file given where a model is expected reads as "lacks [...]"
+            hint = (" (it holds arrays X, Y: a samples file, not a network)"
+                    if isinstance(data, dict) and {"X", "Y"} <= set(data) else "")
+            raise InputError(f"{path.name}: {exc}{hint}") from None
 
     @classmethod
     def from_sklearn(cls, model: Any) -> "TwoLayerNetwork":
