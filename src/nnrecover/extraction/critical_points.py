@@ -1013,9 +1013,13 @@ class CriticalPointExtractor:
             "signs": sign_info, "linear_units": linear_units, "certificate": cert,
             "seconds": seconds,
             "unidentifiable": ("units with a zero output column, and units whose hyperplane does not "
-                               f"cross the searched lines (|x| up to about {4 * self.radius:.3g}), leave "
-                               "no critical point and cannot be recovered; two units sharing a hyperplane "
-                               "appear as one"),
+                               f"cross the searched lines (|x| up to about {4 * self.radius:.3g}; a random "
+                               "line through the origin of that length crosses a hyperplane at distance r "
+                               f"only when aimed within arccos(r / {4 * self.radius:.3g}) of its normal, so "
+                               "units far outside the input scale are found by chance if at all), leave "
+                               "no critical point and cannot be recovered; the certificate checks the "
+                               "function on Gaussian queries of the input scale, where such units are "
+                               "inactive; two units sharing a hyperplane appear as one"),
         })
         if self.n_hidden is not None and widths["n_hidden"] < self.n_hidden:
             self.diag["unidentifiable_units"] = int(self.n_hidden - widths["n_hidden"])
