@@ -71,7 +71,10 @@ __all__ = ["unit_error_bound", "certify_max_unit_error", "certificate_rows", "ch
 #: what the certificate ``max_unit_error`` states (shared by the three learners that issue it)
 MEANING = ("max over matched units of ||w_i - w*_i|| + |b_i - b*_i| + ||a_i - a*_i|| (canonical form, nr.metrics."
            "parameter_error) <= bound, to first order, with probability >= 1 - failure_probability over "
-           "i.i.d. mean-zero label noise; passes when bound <= certificate_tol")
+           "i.i.d. mean-zero label noise; passes when bound <= certificate_tol. It assumes the data come from "
+           "a network of this width: a missing unit fails it through the lack-of-fit test only when the unit's "
+           "part of the output stands out from the label noise on the rows used (a unit with output weights "
+           "of norm 0.01 under noise 0.1 does not)")
 
 _EPS = np.finfo(float).eps
 #: the certificate's Gauss-Newton matrix has P^2 entries (P parameters) and costs n (k (d + 1))^2 + P^3 flops;
