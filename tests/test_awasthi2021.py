@@ -856,3 +856,19 @@ def test_direction_errors_for_fixsigns_match_the_actual_ones():
     assert 0.5 <= np.sqrt(np.mean(err ** 2) / np.mean(est ** 2)) <= 2.0
     assert np.all(est < 1.0 / rec.snr)
     assert all(rec.diagnostics["fixsigns"]["reliable"])
+
+
+def test_the_estimate_does_not_depend_on_how_the_rows_are_chunked():
+    # the centre of pass 1's T_2 is the mean of y over the first 4096 rows however they are chunked (it was
+    # the first chunk's alone: a first chunk of 1234 rows moved the provable estimate by 1e-3)
+    import warnings
+
+    t = nr.random_network(8, 3, rng=1, bias_range=(-0.5, 0.5))
+    X, Y = nr.sample(t, nr.distributions.StandardGaussian(8), 30_000, rng=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = nr.learners.HermiteTensorLearner(3, refine=False, random_state=0).fit(X, Y).network_
+        cuts = [0, 1234, 1235, 5000, 5000, 30_000]      # a short first chunk, a one-row and an empty one
+        got = nr.learners.HermiteTensorLearner(3, refine=False, random_state=0).fit(
+            [(X[a:b], Y[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]).network_
+    assert nr.metrics.parameter_error(got, ref)["max_unit_error"] < 1e-12

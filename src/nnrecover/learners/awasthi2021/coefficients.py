@@ -1046,20 +1046,26 @@ def _chunk_rows(chunk_size: int | None, d: int) -> int:
 
 
 def _pilot_mean(source) -> float:
-    """Mean of ``y`` over the first chunk of at most ``SPLIT_BLOCK`` rows (arrays, memory maps, dask: the
-    first ``SPLIT_BLOCK`` rows; streams: their first chunk), the centre of pass 1's ``T_2`` (fixed before
-    the pass, so the estimate does not depend on how the rest is chunked)."""
+    """Mean of ``y`` over the first ``SPLIT_BLOCK`` rows (all of them when fewer), read across as many
+    chunks as it takes: the centre of pass 1's ``T_2``, fixed before the pass. The same rows for any
+    chunking, so the estimate does not depend on how the data are cut (a first chunk of 1234 rows moved
+    the provable estimate by 1e-3 when only the first chunk was read)."""
     it = iter(source.chunks(SPLIT_BLOCK))
+    parts, rows = [], 0
     try:
-        _, Y = next(it)
-    except StopIteration:
-        raise InputError("the data source is empty.") from None
+        for _, Y in it:
+            y = _target_column(np.asarray(Y))[:SPLIT_BLOCK - rows]
+            parts.append(y)
+            rows += y.shape[0]
+            if rows >= SPLIT_BLOCK:
+                break
     finally:
         close = getattr(it, "close", None)
         if close is not None:
             close()
-    y = _target_column(np.asarray(Y)[:SPLIT_BLOCK])
-    return float(y.mean())
+    if rows == 0:
+        raise InputError("the data source is empty.")
+    return float(np.concatenate(parts).mean())
 
 
 def _moment_chunk_rows(chunk_size: int | None, d: int, source) -> int:
