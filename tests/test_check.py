@@ -150,7 +150,7 @@ def test_width_is_unsure_when_every_output_eigenvalue_may_be_signal(k):
     net = nr.random_network(8, k, 3, rng=8)
     X = np.random.default_rng(1).uniform(-np.sqrt(3), np.sqrt(3), (50_000, 8))
     report = check(X, net.predict(X), random_state=0)
-    assert not report.width["sure"] and report.width["range"][1] >= 3
+    assert not report.width["sure"] and report.width["range"] == (2, None)  # p - 1, or more
 
 
 def test_a_full_rank_t2_overrules_a_smaller_output_rank():
@@ -169,3 +169,21 @@ def test_constant_or_out_of_range_inputs_get_a_clear_error():
         check(1e200 * np.random.default_rng(1).standard_normal((1000, 5)), Y)
     with pytest.raises(InputError, match=r"largest \|Y\| entry"):
         check(np.random.default_rng(1).standard_normal((1000, 5)), 1e-30 * Y)
+
+
+def test_a_sure_t2_rank_settles_an_unsure_output_rank():
+    # Gaussian inputs, k = p - 1 units, label noise: Cov(y) alone cannot tell p - 1 from k >= p, the rank of
+    # T_2 (below d) can
+    gen = np.random.default_rng(0)
+    net = nr.random_network(8, 2, 3, rng=gen)
+    X = gen.standard_normal((20_000, 8))
+    Y = net.predict(X) + 0.1 * gen.standard_normal((20_000, 3))
+    width = check(X, Y, random_state=0).width
+    assert width["estimate"] == 2 and width["sure"] and "T_2" in width["method"]
+
+
+def test_hermite_tensor_is_not_recommended_on_4096_rows_or_fewer():
+    net = nr.random_network(6, 2, rng=0)
+    X, Y = nr.sample(net, nr.distributions.StandardGaussian(6), 2000, rng=1)
+    verdict = check(X, Y, random_state=0).verdict("hermite-tensor")
+    assert verdict.applies == "no" and any("4096" in r for r in verdict.reasons)

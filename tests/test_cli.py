@@ -615,13 +615,27 @@ def test_options_the_data_format_would_ignore_are_refused(capsys, simulated):
     # each of these used to be dropped in silence (rc 0)
     held = simulated / "held.csv"
     base = ["fit", str(held), "--learner", "gradient-descent", "-k", "2", "--out", str(simulated / "m.json")]
-    assert "--x-key and --y-key" in assert_user_error(capsys, base + ["--y-key", "bar"], "--x-key")
+    assert "names an array of a .npz file" in assert_user_error(capsys, base + ["--y-key", "bar"], "--y-key")
     X, Y = nr.io.load_samples(held)
     np.save(simulated / "x.npy", X)
     np.save(simulated / "y.npy", Y)
     assert_user_error(capsys, ["fit", str(simulated / "x.npy"), "--targets", str(simulated / "y.npy"),
                                "--target-column", "0", "--learner", "gradient-descent", "-k", "2",
-                               "--out", str(simulated / "m.json")], "--target-column")
+                               "--out", str(simulated / "m.json")], "target_columns select columns")
+    # ... while a .csv targets file has columns to choose from
+    pd = pytest.importorskip("pandas")
+    pd.DataFrame({"y0": Y[:, 0], "y1": Y[:, 1]} if Y.ndim == 2 else {"y0": Y, "y1": -Y}).to_csv(
+        simulated / "t.csv", index=False)
+    rc, _, err = run(capsys, "fit", str(simulated / "x.npy"), "--targets", str(simulated / "t.csv"),
+                     "--target-column", "y0", "--learner", "gradient-descent", "-k", "2", "--out",
+                     str(simulated / "m2.json"))
+    assert rc == 0, err
+    # an input teacher is never overwritten by simulate
+    teacher = simulated / "t.json"
+    before = teacher.read_bytes()
+    assert_user_error(capsys, ["simulate", "--n", "100", "--use-teacher", str(teacher), "--out", str(simulated / "s2.npz"),
+                               "--teacher", str(teacher)], "same file as --use-teacher")
+    assert teacher.read_bytes() == before
     assert_user_error(capsys, ["simulate", "--n", "100", "--mixture-components", "5",
                                "--out", str(simulated / "mix.npz")], "--distribution mixture")
     assert not (simulated / "m.json").exists() and not (simulated / "mix.npz").exists()

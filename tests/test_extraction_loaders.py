@@ -67,8 +67,9 @@ def test_cli_budget_error_writes_partial_diagnostics(diabetes_mlp, tmp_path):
     out = tmp_path / "net.json"
     earlier = tmp_path / "net.json.diagnostics.json"    # of an earlier complete run: left as it was
     earlier.write_text('{"complete": true}')
-    with pytest.raises(QueryBudgetError, match="Recovered so far"):
+    with pytest.raises(QueryBudgetError, match="Recovered so far") as info:
         run(_parse([str(path), "--out", str(out), "--max-queries", "1000", "--no-progress"]))
+    assert "net.json.diagnostics.partial.json" in str(info.value) and "attribute" not in str(info.value)
     assert not out.exists() and earlier.read_text() == '{"complete": true}'
     diag = json.loads((tmp_path / "net.json.diagnostics.partial.json").read_text())
     assert diag["complete"] is False and diag["queries"] <= 1000

@@ -317,6 +317,18 @@ def test_warns_on_inputs_with_the_covariance_of_n01_but_another_shape(law):
     assert not check["plausible"] and check["excess_kurtosis"] > check["excess_kurtosis_tolerance"]
 
 
+def test_the_average_kurtosis_sees_a_shared_law_at_large_d():
+    # d = 200 on a first chunk of 5216 rows: a uniform coordinate's -1.2 is within the largest coordinate's
+    # tolerance (1.45), not the average's (0.08)
+    X = np.random.default_rng(0).uniform(-math.sqrt(3), math.sqrt(3), (5216, 200))
+    diagnostics: dict = {}
+    with pytest.warns(AssumptionWarning, match="on average"):
+        HighThresholdLearner(2, threshold=2.0)._check_gaussian(X, diagnostics)
+    check = diagnostics["input_check"]
+    assert check["excess_kurtosis"] < check["excess_kurtosis_tolerance"]
+    assert check["mean_excess_kurtosis"] > 10 * check["mean_excess_kurtosis_tolerance"]
+
+
 def test_gaussian_inputs_pass_the_input_check():
     # N(0, I) rows stay within the mean, covariance and kurtosis tolerances (each fails with probability
     # at most 1e-3) for every seed tried

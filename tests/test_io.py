@@ -385,3 +385,11 @@ def test_csv_written_by_pandas_with_default_header_or_index_reads_as_its_data(tm
     np.savetxt(tmp_path / "plain.csv", a, delimiter=",")            # no header at all: still data
     X, Y = io.load_samples(tmp_path / "plain.csv")
     assert X.shape == (100, 4) and np.allclose(Y, a[:, 4])
+
+
+def test_a_csv_of_whole_numbers_whose_first_row_is_0_to_m_keeps_that_row(tmp_path):
+    # without a fractional value below it, a first row 0, 1, ..., m - 1 may be data: it is kept
+    (tmp_path / "ints.csv").write_text("0,1\n1,2\n2,3\n3,4\n")
+    X, Y = io.load_samples(tmp_path / "ints.csv")
+    np.testing.assert_array_equal(X[:, 0], [0, 1, 2, 3])
+    np.testing.assert_array_equal(Y, [1, 2, 3, 4])

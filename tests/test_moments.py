@@ -556,6 +556,15 @@ def test_excess_kurtosis_deviation_exact_and_its_tolerance():
         excess_kurtosis_deviation(np.ones(2), np.ones(3), 10)
     with pytest.raises(InputError, match="failure_probability"):
         excess_kurtosis_deviation(np.ones(2), np.ones(2), 10, failure_probability=0.0)
+    # the mean over coordinates: d times less variance, so it sees a law every coordinate shares at large d
+    U = np.random.default_rng(5).uniform(-math.sqrt(3), math.sqrt(3), (5000, 200))
+    m2, m4 = (U ** 2).mean(axis=0), (U ** 4).mean(axis=0)
+    top, top_tol = excess_kurtosis_deviation(m2, m4, 5000)
+    mean, mean_tol = excess_kurtosis_deviation(m2, m4, 5000, statistic="mean")
+    assert top < top_tol and mean == pytest.approx(1.2, abs=0.05) and mean > 10 * mean_tol
+    assert mean_tol == pytest.approx(2 * math.sqrt(96 / 1e6) * math.sqrt(2 * math.log(4 / 1e-3)))
+    with pytest.raises(InputError, match="statistic"):
+        excess_kurtosis_deviation(m2, m4, 5000, statistic="median")
 
 
 def test_subclass_contract_of_statistic():

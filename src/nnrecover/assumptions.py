@@ -128,7 +128,8 @@ class CheckReport:
                  f"symmetry        {'symmetric' if self.symmetric else 'not symmetric'}: x vs -x test p-value "
                  f"{ev['symmetry_p']:.2g}" + ("" if not self.heavy_tailed else " (unreliable with heavy tails)"),
                  "width           " + (f"k = {w['estimate']}" if w["estimate"] is not None else "not estimated")
-                 + ("" if w["sure"] or w["estimate"] is None else f" (unsure: {w['range'][0]}-{w['range'][1]})")
+                 + ("" if w["sure"] or w["estimate"] is None else
+                    f" (unsure: {w['range'][0]}-{w['range'][1] if w['range'][1] is not None else 'more'})")
                  + f" [{w['method']}]",
                  "label noise     " + (f"std {self.label_noise['std']:.3g} ({self.label_noise['kind']})"
                                        if self.label_noise["std"] is not None else "not estimated"),
@@ -340,7 +341,7 @@ def _width_and_noise(X: np.ndarray, Y: np.ndarray, gaussian: bool, standard: boo
                 # only the smallest eigenvalue was taken for the noise floor: with k >= p it is signal
                 # too (uniform inputs, p = 3, k = 3 or 5 were reported as a sure 2), and Cov(y) alone
                 # cannot tell k = p - 1 under label noise from k >= p
-                width.update(range=(low, p), sure=False,
+                width.update(range=(low, None), sure=False,
                              method="rank of Cov(y): p - 1, or k >= p with the smallest eigenvalue signal")
     # (a) the rank of the stacked T_2 (Gaussian inputs, whitened if needed)
     if gaussian and idx is not None and d >= 2:
@@ -360,9 +361,12 @@ def _width_and_noise(X: np.ndarray, Y: np.ndarray, gaussian: bool, standard: boo
 
         B = t2(np.arange(n))
         rk = _rank_from_groups(B, [t2(i) for i in idx])
-        # a full-rank T_2 (k >= d) overrules a smaller Cov(y) rank too (p = 3, k = 12 > d = 8 was a sure 2)
+        # a full-rank T_2 (k >= d) overrules a smaller Cov(y) rank too (p = 3, k = 12 > d = 8 was a sure 2),
+        # and a sure T_2 rank below d settles an unsure Cov(y) one (p - 1 with label noise)
+        t2_sure = rk["low"] == rk["high"] and rk["low"] < Z.shape[1]
         if width["estimate"] is None or rk["low"] < Z.shape[1] or rk["low"] > width["estimate"]:
-            if width["estimate"] is None or width["estimate"] >= p or rk["low"] > width["estimate"]:
+            if width["estimate"] is None or width["estimate"] >= p or rk["low"] > width["estimate"] or (
+                    t2_sure and not width["sure"]):
                 width = {"estimate": rk["low"], "range": (rk["low"], rk["high"]),
                          "sure": rk["low"] == rk["high"] and rk["low"] < Z.shape[1],
                          "method": "rank of the Hermite matrices T_2 (Gaussian inputs)",
@@ -431,6 +435,12 @@ def _verdicts(report: CheckReport) -> list[Verdict]:
             if k is not None and k >= d:
                 reasons.append("k >= d needs order l = 2 (Kronecker squares independent, k <= d^2/2)")
             verdict = combine(a, b)
+            from .learners.awasthi2021.coefficients import SPLIT_BLOCK
+
+            if report.n_samples <= SPLIT_BLOCK:
+                reasons.append(f"needs more than {SPLIT_BLOCK} samples (the split halves of Algorithm 4's "
+                               f"thresholds), got {report.n_samples}")
+                verdict = "no"
             cmd = f"nnrecover fit DATA --learner {rec.name}{k_arg}"
         elif rec.name in ("exact-relu", "bakshi2019-noisy"):
             a = law(reasons)

@@ -408,11 +408,11 @@ def _cmd_simulate(args) -> int:
     teacher_out = args.teacher if args.teacher is not None else (None if args.use_teacher else "teacher.json")
     if Path(args.out).suffix.lower() not in SAMPLE_FORMATS:
         raise InputError(f"--out must end in one of {', '.join(SAMPLE_FORMATS)}, got {Path(args.out).name!r}.")
-    if teacher_out is not None:
-        if Path(teacher_out).suffix.lower() != ".json":
-            raise InputError(f"--teacher must name a .json file, got {Path(teacher_out).name!r}.")
-        if Path(args.out).resolve() == Path(teacher_out).resolve():
-            raise InputError("--out and --teacher must be different files.")
+    if teacher_out is not None and Path(teacher_out).suffix.lower() != ".json":
+        raise InputError(f"--teacher must name a .json file, got {Path(teacher_out).name!r}.")
+    from .io import check_distinct
+
+    check_distinct({"--use-teacher": args.use_teacher}, {"--out": args.out, "--teacher": teacher_out})
     out = _out_file(args.out, "--out")
     teacher_path = _out_file(teacher_out, "--teacher") if teacher_out is not None else None
     seed = resolve_seed(args.seed)
@@ -452,16 +452,16 @@ def _load_data(args):
 
     columns = [c.strip() for item in (args.target_column or ()) for c in item.split(",") if c.strip()]
     npz = Path(args.data).suffix.lower() == ".npz"
-    # an option that the data's format ignores is refused, not dropped in silence
-    if columns and args.targets is not None:
-        raise InputError("--target-column selects target columns of DATA; with --targets FILE the targets are "
-                         "that whole file: give one or the other.")
-    if columns and npz:
+    targets_npz = args.targets is not None and Path(args.targets).suffix.lower() == ".npz"
+    # an option that the files' formats ignore is refused, not dropped in silence (a --target-column with
+    # a .npy/.npz --targets file is refused by load_samples)
+    if columns and args.targets is None and npz:
         raise InputError("--target-column selects columns of .npy/.csv/.parquet files; a .npz file names its "
                          "target array: use --y-key (and --x-key).")
-    if not npz and (args.x_key is not None or args.y_key is not None):
-        raise InputError(f"--x-key and --y-key name the arrays of a .npz file; {Path(args.data).name} is not one "
-                         "(use --target-column for .npy/.csv/.parquet files).")
+    if (args.x_key is not None and not npz) or (args.y_key is not None and not (npz or targets_npz)):
+        flag = "--x-key" if args.x_key is not None and not npz else "--y-key"
+        raise InputError(f"{flag} names an array of a .npz file; {Path(args.data).name} is not one (use "
+                         "--target-column for .npy/.csv/.parquet files).")
     return load_samples(args.data, targets=args.targets, target_columns=columns or None,
                         x_key=args.x_key or "X", y_key=args.y_key or "Y")
 

@@ -12,9 +12,10 @@ Formats (chosen by the file suffix):
 ``.csv``      a table read with pandas; with a header row, targets are the columns named by
               ``target_columns``, else the column ``y``, else ``y0, y1, ...``, else the last column. A
               file without a header (every field of the first row is a number) is read header-less;
-              its columns are then addressed by position. A first row ``0, 1, ..., m - 1`` is pandas'
-              default header (``DataFrame(array).to_csv()``), and a first column ``Unnamed: 0`` holding
-              ``0, 1, ..., n - 1`` is the row index pandas writes without ``index=False``: neither is data.
+              its columns are then addressed by position. A first row ``0, 1, ..., m - 1`` above rows that
+              are not all whole numbers is pandas' default header (``DataFrame(array).to_csv()``), and a
+              first column ``Unnamed: 0`` holding ``0, 1, ..., n - 1`` is the row index pandas writes
+              without ``index=False``: neither is data.
 ``.parquet``  as ``.csv`` (needs ``pyarrow``: ``pip install 'nnrecover[parquet]'``).
 ============  ===========================================================================================
 
@@ -546,9 +547,10 @@ def _read_table(path: Path, suffix: str):
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise InputError(f"{path.name} is not a readable CSV file: {str(exc).strip()}") from None
     names = [str(c) for c in df.columns]
-    if names == [str(i) for i in range(len(names))]:
-        # pandas' default column names 0, 1, ..., d - 1 (DataFrame(array).to_csv()): a header, not a row
-        # of data (read as data, it shifted every target by a row and the fit was off)
+    if names == [str(i) for i in range(len(names))] and _has_fraction(df):
+        # pandas' default column names 0, 1, ..., d - 1 (DataFrame(array).to_csv()) above rows of real
+        # numbers: a header, not a row of data (read as data, it shifted every target by a row and the fit
+        # was off); above integer rows the first row may be data, and is kept as such
         df.columns = list(range(len(names)))
     elif all(_is_number(c) for c in df.columns):  # first row is data: no header
         df = pd.read_csv(path, header=None)
@@ -559,6 +561,13 @@ def _read_table(path: Path, suffix: str):
         if names[1:] == [str(i) for i in range(len(names) - 1)]:
             df.columns = list(range(len(names) - 1))
     return df
+
+
+def _has_fraction(df) -> bool:
+    """Whether some numeric entry of the table is not a whole number."""
+    values = df.select_dtypes("number").to_numpy(dtype=np.float64, na_value=np.nan)
+    finite = values[np.isfinite(values)]
+    return bool(finite.size and np.any(finite != np.round(finite)))
 
 
 def _is_number(text: Any) -> bool:
@@ -653,6 +662,9 @@ def _npz_array(data, key: str, source: str) -> np.ndarray:
 
 def _read_targets(path: Path, target_columns, y_key: str, mmap: bool) -> np.ndarray:
     suffix = _suffix(path, "targets")
+    if target_columns is not None and suffix in (".npy", ".npz"):
+        raise InputError(f"target_columns select columns of a .csv/.parquet targets file; {path.name} is a whole "
+                         "targets array: drop target_columns, or pass the columns wanted in a file of their own.")
     if suffix == ".npy":
         return _load_npy(path, mmap)
     if suffix == ".npz":

@@ -106,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
     from ..io import check_distinct, check_writable
 
     model_file = args.model if Path(args.model).exists() else None  # else module:function
-    check_distinct({"MODEL": model_file}, {"--out": out, "--diagnostics": diag_path})
+    check_distinct({"MODEL": model_file}, {"--out": out, "--diagnostics": diag_path,
+                                           "the partial diagnostics (<diagnostics stem>.partial.json)": partial_path})
     for path, flag in ((out, "--out"), (diag_path, "--diagnostics")):
         check_writable(path, flag)
     model = load_model(args.model)
@@ -121,6 +122,11 @@ def run(args: argparse.Namespace) -> int:
     except QueryBudgetError as exc:
         if exc.partial is not None:
             _write_json(partial_path, {"model": args.model, **exc.partial.diagnostics_})
+            # at the command line the partial result is a file, not the exception's attribute
+            where = f"the diagnostics of the partial result are in {partial_path}"
+            api = "the partial result is in the exception's 'partial' attribute"
+            msg = str(exc).replace(api, where) if api in str(exc) else f"{exc} ({where})"
+            raise QueryBudgetError(msg, partial=exc.partial, n_queries=exc.n_queries) from None
         raise
     diag = {"model": args.model, "model_kind": model.kind, **res.diagnostics_}
     from ..io import atomic_outputs

@@ -510,16 +510,21 @@ def input_deviation_from_standard(stat: "CovarianceStatistic | Covariance", *,
     return InputDeviation(mean_dev, cov_dev, mean_tol, cov_tol, cov.n)
 
 
-def excess_kurtosis_deviation(m2: np.ndarray, m4: np.ndarray, n: int, *,
-                              failure_probability: float = 1e-3) -> tuple[float, float]:
-    """``max_j |E[x_j^4] / E[x_j^2]^2 - 3|`` of the coordinates and its tolerance for ``n`` Gaussian samples.
+def excess_kurtosis_deviation(m2: np.ndarray, m4: np.ndarray, n: int, *, failure_probability: float = 1e-3,
+                              statistic: str = "max") -> tuple[float, float]:
+    """The excess kurtosis ``E[x_j^4] / E[x_j^2]^2 - 3`` of the coordinates against its tolerance for ``n``
+    Gaussian samples: its largest ``|.|`` (``statistic="max"``) or ``|.|`` of its mean over the
+    coordinates (``"mean"``).
 
     Every Gaussian marginal has kurtosis 3, whatever its variance; laws with the mean and covariance of
     N(0, I) but another shape (uniform, Rademacher, Laplace, Student-t scaled to unit variance) do not,
     and the covariance check does not see them. For N(0, 1), ``x^4`` has variance ``105 - 9 = 96``, so by
-    the central limit theorem and a union bound over the ``d`` coordinates the tolerance is
-    ``2 sqrt(96 / n) sqrt(2 log(4 d / delta))`` (the factor 2 covers the right skew of ``x^4`` and the
-    ratio with the estimated ``E[x_j^2]``).
+    the central limit theorem and a union bound over the ``d`` coordinates the tolerance of the largest
+    is ``2 sqrt(96 / n) sqrt(2 log(4 d / delta))`` (the factor 2 covers the right skew of ``x^4`` and the
+    ratio with the estimated ``E[x_j^2]``). The mean over ``d`` independent coordinates has ``d`` times less
+    variance: tolerance ``2 sqrt(96 / (n d)) sqrt(2 log(4 / delta))``, the stronger test when every
+    coordinate has the same law (at d = 200 on 5000 rows: 0.08 against 1.42 for the largest, which a
+    uniform law, -1.2, passes).
 
     Parameters
     ----------
@@ -527,6 +532,7 @@ def excess_kurtosis_deviation(m2: np.ndarray, m4: np.ndarray, n: int, *,
         ``E[x_j^2]`` and ``E[x_j^4]`` over the ``n`` rows.
     n : int
     failure_probability : float in (0, 1), default 1e-3
+    statistic : {"max", "mean"}, default "max"
 
     Returns
     -------
@@ -539,9 +545,14 @@ def excess_kurtosis_deviation(m2: np.ndarray, m4: np.ndarray, n: int, *,
         raise InputError(f"failure_probability must be in (0, 1), got {failure_probability!r}.")
     if m2.ndim != 1 or m2.shape != m4.shape or m2.size == 0 or int(n) < 1:
         raise InputError(f"m2 and m4 must be equal non-empty (d,) arrays and n >= 1; got {m2.shape}, {m4.shape}, {n}.")
-    deviation = float(np.max(np.abs(m4 / m2 ** 2 - 3.0)))
-    tolerance = 2.0 * math.sqrt(96.0 / int(n)) * math.sqrt(2.0 * math.log(4.0 * m2.size / delta))
-    return deviation, tolerance
+    excess = m4 / m2 ** 2 - 3.0
+    if statistic == "max":
+        return float(np.max(np.abs(excess))), 2.0 * math.sqrt(96.0 / int(n)) * math.sqrt(
+            2.0 * math.log(4.0 * m2.size / delta))
+    if statistic == "mean":
+        return float(abs(np.mean(excess))), 2.0 * math.sqrt(96.0 / (int(n) * m2.size)) * math.sqrt(
+            2.0 * math.log(4.0 / delta))
+    raise InputError(f"statistic must be 'max' or 'mean', got {statistic!r}.")
 
 
 # ==================================================================================== population

@@ -114,7 +114,7 @@ ROWS_PER_PARAMETER = 20
 #: ... except that the dense form takes every given row while that costs at most this many flops: its
 #: lack-of-fit test gains power with the rows (a unit with output weights of norm 0.04 missing from a fit
 #: of 3 units for 4, d = 10, label noise 0.1, passed on the 2000 rows of the rule above, lack-of-fit
-#: p-value 0.08, and is seen on 20000, p-value 9e-49), at a cost of milliseconds where it applies
+#: p-value 0.08, and is seen on 20000, p-value 5e-46), at a cost of milliseconds where it applies
 CHEAP_CERTIFICATE_FLOPS = 2e8
 #: a residual after the Gauss-Newton step that depends on x is taken for the step's own second-order
 #: remainder (not a lack of fit) while its squared norm is at most this times ``||J delta||^2`` times the
