@@ -20,6 +20,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -397,3 +398,40 @@ def test_random_bytes_as_model_or_data_file(raw, suffix, prefix):
         _assert_clean(*_cli("evaluate", str(Path(tmp) / "m.json"), "--data", str(path)))
         _assert_clean(*_cli("fit", str(path), "--learner", "gradient-descent", "-k", "1", "--out",
                             str(Path(tmp) / "out.json"), "--option", "n_restarts=1"))
+
+
+def test_data_source_mistakes_get_input_errors_that_point_at_them():
+    import re
+
+    import pandas as pd
+
+    t = nr.random_network(8, 3, 4, rng=1).canonical()
+    X, Y = nr.sample(t, nr.distributions.StandardGaussian(8), 20_000, rng=2)
+    # a NaN is reported in a row range that holds it (the tensor step's rows after the reserved ones
+    # were labelled from 0)
+    Xn = X.copy()
+    Xn[19_997, 1] = np.nan
+    with pytest.raises(nr.errors.InputError, match="NaN") as info:
+        nr.learners.ExactReLULearner(3, refine=False, random_state=0).fit(Xn, Y)
+    lo, hi = map(int, re.search(r"rows (\d+):(\d+)", str(info.value)).groups())
+    assert lo <= 19_997 < hi
+    # a ragged chunk, a pandas column with missing values
+    ragged = [(X[:4], Y[:4]), ([[0.0] * 8, [0.0] * 7], Y[:2])]
+    with pytest.raises(nr.errors.InputError, match="ragged"):
+        nr.learners.GradientDescentLearner(3, random_state=0).fit(ragged)
+    frame = pd.DataFrame(X[:1000]).astype("Float64")
+    frame.iloc[3, 2] = pd.NA
+    with pytest.raises(nr.errors.InputError, match="missing values"):
+        nr.learners.ExactReLULearner(3).fit(frame, Y[:1000])
+    # an exhausted generator is empty, whatever the learner
+    with pytest.raises(nr.errors.InputError, match="empty"):
+        nr.learners.HighThresholdLearner(2, threshold=2.0).fit(iter(()))
+
+
+def test_pure_neuron_on_a_one_pass_iterator_says_it_skipped_the_span_route():
+    t = nr.random_network(8, 3, 4, rng=1)
+    X, Y = nr.sample(t, nr.distributions.StandardGaussian(8), 20_000, rng=2)
+    gen = ((X[i:i + 5000], Y[i:i + 5000]) for i in range(0, 20_000, 5000))
+    with pytest.warns(UserWarning, match="one-pass iterator"):
+        learner = nr.learners.PureNeuronLearner(3, refine=False, random_state=0).fit(gen)
+    assert not learner.diagnostics_["span"]["used"] and "one-pass" in learner.diagnostics_["span"]["reason"]

@@ -308,7 +308,11 @@ def _validate_chunk(X: Any, Y: Any, where: str, checked: bool = False) -> tuple[
 def _n_target_columns(Y: Any) -> int:
     if Y is None:
         return 0
-    shape = np.shape(Y)
+    try:
+        shape = np.shape(Y)
+    except ValueError:  # nested lists of unequal lengths
+        raise InputError("Y is ragged (rows of different lengths); give every sample the same number of "
+                         "targets.") from None
     if len(shape) not in (1, 2):
         raise InputError(f"Y must have shape (n,) or (n, p), got shape {tuple(shape)}.")
     return 1 if len(shape) == 1 else int(shape[1])
@@ -335,7 +339,10 @@ def _check_array_meta(A: Any, name: str, ndims: tuple[int, ...]) -> None:
 # ==================================================================================== array sources
 
 class _ArraySource(DataSource):
-    def __init__(self, X: Any, Y: Any) -> None:
+    def __init__(self, X: Any, Y: Any, *, row_offset: int = 0) -> None:
+        #: the row of the caller's data that row 0 of ``X`` is (a source of the rows after ``skip``: the
+        #: error messages then name the caller's rows)
+        self.row_offset = int(row_offset)
         if not hasattr(X, "shape"):  # nested lists: validate everything now (it is in memory anyway)
             X = as_2d_float(X, "X", min_rows=0)
         if Y is not None and not hasattr(Y, "shape"):
@@ -373,7 +380,7 @@ class _ArraySource(DataSource):
         for start in range(0, n, rows):
             stop = min(n, start + rows)
             yield (self.X[start:stop], None if self.Y is None else self.Y[start:stop],
-                   f" (rows {start}:{stop})")
+                   f" (rows {start + self.row_offset}:{stop + self.row_offset})")
 
 
 def _open_npy(path: Any, name: str) -> np.ndarray:
@@ -503,7 +510,11 @@ def _item_pair(item: Any, index: int) -> tuple[Any, Any]:
 
 def _raw_dims(item: Any, index: int) -> tuple[int, int, int]:
     X, Y = _item_pair(item, index)
-    shape = np.shape(X)
+    try:
+        shape = np.shape(X)
+    except ValueError:  # nested lists of unequal lengths
+        raise InputError(f"X in chunk {index} of the data stream is ragged (rows of different lengths); "
+                         "every row needs n_features values.") from None
     if len(shape) != 2:
         raise InputError(f"X in chunk {index} of the data stream must be 2-D with shape (n_samples, "
                          f"n_features), got shape {tuple(shape)}.")

@@ -428,6 +428,9 @@ def _coerce_array(A: Any, name: str, *, is_X: bool) -> Any:
             if arr.dtype == object:
                 arr = arr.astype(np.float64)
         except TypeError as exc:
+            if "NAType" in str(exc):  # a pandas nullable column with missing values: a data problem
+                raise InputError(f"{name} contains missing values (pandas NA); remove or impute those rows "
+                                 "first.") from None
             raise TypeError(f"{name} could not be converted to float64: {exc}") from exc
         except ValueError as exc:
             raise InputError(f"{name} could not be converted to a numeric array: {exc}") from exc

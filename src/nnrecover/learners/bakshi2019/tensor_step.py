@@ -182,7 +182,9 @@ def _tail(source, skip: int, transform: Callable | None = None, chunk_size: int 
     """
     if (transform is None and source.kind in ("arrays", "memmap") and isinstance(source.X, np.ndarray)
             and isinstance(source.Y, np.ndarray)):
-        return source.X[skip:], source.Y[skip:]
+        from ...data import _ArraySource
+
+        return _ArraySource(source.X[skip:], source.Y[skip:], row_offset=skip + getattr(source, "row_offset", 0))
     if not getattr(source, "is_dask", False):
         return _Tail(source, skip, transform, chunk_size)
     import dask

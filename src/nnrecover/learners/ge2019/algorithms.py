@@ -478,6 +478,14 @@ def _run(X, Y, n_hidden, *, noise_correction, split, decomposition, rng, check_s
     layout = _layout(split, l, k)
     roles = _ROLES[layout]
     use_span, reason = _use_span(span, k, d, source.info.reiterable)
+    if not source.info.reiterable and not (isinstance(span, (bool, np.bool_)) and not span) and \
+            (d is None or k < d):
+        # the same rows as arrays take the span route: the two estimates differ by their sampling errors
+        warnings.warn("Ge et al.: the data came as a one-pass iterator, so the detector's statistics were "
+                      "accumulated in all d dimensions in the same pass (O(n k^2 d^2) flops), not on the span "
+                      "of W read in a first pass; the estimate differs from a fit of the same rows given as "
+                      "arrays by its sampling error. Pass arrays, a list of chunks or an nnrecover.SampleStream "
+                      "for the span route, or span=False to silence this.", UserWarning, stacklevel=3)
     readout_part, sb = None, None
     if source.info.reiterable:
         # two passes: low-order moments first (and every cheap check), then the detector contracted

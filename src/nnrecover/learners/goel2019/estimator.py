@@ -270,9 +270,11 @@ class HighThresholdLearner(BaseLearner):
 
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
         t_start = time.perf_counter()
-        if source.info.n_outputs != 1:
+        if source.info.n_outputs not in (None, 1):
             raise InputError(f"HighThresholdLearner learns a scalar output; Y has {source.info.n_outputs} columns.")
         X0, Y0 = source.peek()
+        if Y0.ndim == 2 and Y0.shape[1] != 1:
+            raise InputError(f"HighThresholdLearner learns a scalar output; Y has {Y0.shape[1]} columns.")
         c0 = float(np.median(Y0[:, 0])) if self.baseline is None else float(self.baseline)
         self._check_gaussian(X0, diagnostics)
         del X0, Y0                                       # a chunk of memory the rest of the fit does not need
