@@ -421,6 +421,20 @@ def test_moments_route_scalar_and_vector():
     assert res3.network_.n_outputs == 4 and _rel_error(res3.network_, net3, 6) < 1e-9
 
 
+def test_moments_route_warns_when_its_certificate_fails():
+    # a leaky-ReLU box is outside the model: the route's own certificate (1e-6 on fresh queries) fails and
+    # says so, beside whatever the learner itself warns
+    W = np.random.default_rng(0).standard_normal((3, 5))
+
+    def box(X):
+        Z = X @ W.T
+        return np.where(Z > 0, Z, 0.2 * Z).sum(axis=1)
+
+    with pytest.warns(CertificateWarning, match="extraction certificate failed"):
+        res = extract(box, 5, method="moments", rng=0, n_samples=60_000, n_hidden=3)
+    assert not res.diagnostics_["certificate"]["passed"] and res.diagnostics_["certificate"]["relative_error"] > 1e-3
+
+
 def test_moment_width_statistics_and_refusals():
     from scipy.stats import norm
 

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import numbers
 import time
+import warnings
 from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import AssumptionError, InputError
+from ..errors import AssumptionError, CertificateWarning, InputError
 from .queries import QueryOracle
 
 __all__ = ["extract_moments", "moment_width"]
@@ -150,5 +151,9 @@ def extract_moments(oracle: QueryOracle, d: int, rng: np.random.Generator, *, n_
     rel = float(np.linalg.norm(diff) / max(np.linalg.norm(Yc), 1e-300))
     diag["certificate"] = {"queries": int(n_certify), "relative_error": rel, "max_abs_error": float(diff.max()),
                            "tolerance": 1e-6, "passed": bool(rel <= 1e-6)}
+    if not diag["certificate"]["passed"]:
+        warnings.warn(f"extraction certificate failed: relative error {rel:.3g} on {n_certify} fresh queries exceeds "
+                      "the tolerance 1e-06 of the moments route; more samples (max_queries), or "
+                      "method='critical-points' (see diagnostics['certificate']).", CertificateWarning, stacklevel=3)
     diag.update(complete=True, n_hidden=int(net.n_hidden), seconds=time.perf_counter() - t0)
     return net, diag
