@@ -187,3 +187,25 @@ def test_hermite_tensor_is_not_recommended_on_4096_rows_or_fewer():
     X, Y = nr.sample(net, nr.distributions.StandardGaussian(6), 2000, rng=1)
     verdict = check(X, Y, random_state=0).verdict("hermite-tensor")
     assert verdict.applies == "no" and any("4096" in r for r in verdict.reasons)
+
+
+def test_t2_never_settles_a_width_below_what_the_outputs_show():
+    # one unit with bias 3 is nearly linear: Cov(y) sees it, T_2 hardly does; the T_2 rank (1) must not
+    # replace Cov(y)'s range (2 or more) as a sure width
+    from nnrecover.assumptions import estimate_width
+
+    gen = np.random.default_rng(1)
+    W = gen.standard_normal((2, 8))
+    W /= np.linalg.norm(W, axis=1, keepdims=True)
+    net = nr.TwoLayerNetwork(W, [0.0, 3.0], gen.standard_normal((3, 2)), np.zeros(3))
+    X = gen.standard_normal((20_000, 8))
+    Y = net.predict(X) + 0.1 * gen.standard_normal((20_000, 3))
+    width = estimate_width(X, Y, max_rows=20_000, random_state=0)
+    assert not (width["sure"] and width["estimate"] < 2)
+
+
+def test_the_hermite_verdict_counts_the_rows_the_data_hold_not_the_rows_read():
+    net = nr.random_network(6, 2, rng=0)
+    X, Y = nr.sample(net, nr.distributions.StandardGaussian(6), 50_000, rng=1)
+    verdict = check(X, Y, max_rows=3000, random_state=0).verdict("hermite-tensor")
+    assert not any("4096" in r for r in verdict.reasons)

@@ -621,7 +621,7 @@ def test_options_the_data_format_would_ignore_are_refused(capsys, simulated):
     np.save(simulated / "y.npy", Y)
     assert_user_error(capsys, ["fit", str(simulated / "x.npy"), "--targets", str(simulated / "y.npy"),
                                "--target-column", "0", "--learner", "gradient-descent", "-k", "2",
-                               "--out", str(simulated / "m.json")], "target_columns select columns")
+                               "--out", str(simulated / "m.json")], "select columns of a .csv/.parquet targets file")
     # ... while a .csv targets file has columns to choose from
     pd = pytest.importorskip("pandas")
     pd.DataFrame({"y0": Y[:, 0], "y1": Y[:, 1]} if Y.ndim == 2 else {"y0": Y, "y1": -Y}).to_csv(

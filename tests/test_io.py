@@ -393,3 +393,24 @@ def test_a_csv_of_whole_numbers_whose_first_row_is_0_to_m_keeps_that_row(tmp_pat
     X, Y = io.load_samples(tmp_path / "ints.csv")
     np.testing.assert_array_equal(X[:, 0], [0, 1, 2, 3])
     np.testing.assert_array_equal(Y, [1, 2, 3, 4])
+
+
+def test_whole_number_floats_under_pandas_default_header_read_as_data(tmp_path):
+    # floats that happen to be whole (counts stored as float) are written "1.0": pandas parses a float
+    # column, so the row 0, 1, 2 above them is its header
+    a = np.array([[1.0, 2.0, 0.0], [3.0, 4.0, 1.0], [5.0, 6.0, 0.0], [7.0, 8.0, 1.0]])
+    pd.DataFrame(a).to_csv(tmp_path / "f.csv", index=False)
+    X, Y = io.load_samples(tmp_path / "f.csv")
+    np.testing.assert_array_equal(np.column_stack([X, Y]), a)
+
+
+def test_a_targets_npz_with_one_array_is_read_by_default_name_only(tmp_path):
+    X = np.random.default_rng(0).standard_normal((10, 3))
+    np.save(tmp_path / "x.npy", X)
+    np.savez(tmp_path / "t.npz", labels=X[:, 0])
+    _, Y = io.load_samples(tmp_path / "x.npy", targets=tmp_path / "t.npz")      # the only array stands in for "Y"
+    np.testing.assert_array_equal(Y, X[:, 0])
+    with pytest.raises(InputError, match="no array 'wrong'"):
+        io.load_samples(tmp_path / "x.npy", targets=tmp_path / "t.npz", y_key="wrong")
+    with pytest.raises(InputError, match="whole targets array"):
+        io.load_samples(tmp_path / "x.npy", targets=tmp_path / "t.npz", target_columns=[0])

@@ -81,7 +81,8 @@ class CheckReport:
     symmetric : bool
     heavy_tailed : bool
     width : dict
-        ``estimate`` (int or None), ``range`` (low, high), ``sure`` (bool), ``method`` and the spectrum.
+        ``estimate`` (int or None), ``range`` (low, high; high None: no upper bound from the data), ``sure``
+        (bool), ``method`` and the spectrum.
     label_noise : dict
         ``std`` (an estimate or an upper bound) and ``kind`` (``"estimate"``, ``"upper bound"`` or ``None``).
     evidence : dict
@@ -153,7 +154,8 @@ class CheckReport:
 
 # ------------------------------------------------------------------------------------------ measurements
 def _read(X, Y, max_rows: int):
-    """The first rows of the data (arrays or any data source of ``as_data_source``), as float64 arrays."""
+    """The first rows of the data (arrays or any data source of ``as_data_source``), as float64 arrays, and
+    the number of rows the data hold (``None`` when not known: a stream read only in part)."""
     from .data import as_data_source
 
     if Y is not None:
@@ -175,6 +177,7 @@ def _read(X, Y, max_rows: int):
             break
     Xa = np.concatenate(xs)[:rows]
     Ya = np.concatenate(ys)[:rows]
+    available = source.info.n_samples if source.info.n_samples is not None else (got if got < rows else None)
     if not (np.isfinite(Xa).all() and np.isfinite(Ya).all()):
         raise InputError("X and Y must be finite (NaN or inf found); remove or impute those rows first.")
     from .learners.base import MAGNITUDE_RANGE
@@ -188,7 +191,7 @@ def _read(X, Y, max_rows: int):
             raise InputError(f"the largest |{name}| entry is {m:.3g}, outside the range [2^-64, 2^64] in which "
                              f"the checks' moments stay finite and nonzero in float64; rescale {name} (e.g. divide "
                              "by its standard deviation).")
-    return Xa, Ya
+    return Xa, Ya, available
 
 
 #: rows needed for a tail-index estimate (the top 1% must hold at least 50 points)
@@ -365,8 +368,10 @@ def _width_and_noise(X: np.ndarray, Y: np.ndarray, gaussian: bool, standard: boo
         # and a sure T_2 rank below d settles an unsure Cov(y) one (p - 1 with label noise)
         t2_sure = rk["low"] == rk["high"] and rk["low"] < Z.shape[1]
         if width["estimate"] is None or rk["low"] < Z.shape[1] or rk["low"] > width["estimate"]:
+            # (never below the Cov(y) rule's own lower bound: a nearly linear unit shows in Cov(y), hardly
+            # in T_2)
             if width["estimate"] is None or width["estimate"] >= p or rk["low"] > width["estimate"] or (
-                    t2_sure and not width["sure"]):
+                    t2_sure and not width["sure"] and rk["low"] >= width["range"][0]):
                 width = {"estimate": rk["low"], "range": (rk["low"], rk["high"]),
                          "sure": rk["low"] == rk["high"] and rk["low"] < Z.shape[1],
                          "method": "rank of the Hermite matrices T_2 (Gaussian inputs)",
@@ -437,9 +442,10 @@ def _verdicts(report: CheckReport) -> list[Verdict]:
             verdict = combine(a, b)
             from .learners.awasthi2021.coefficients import SPLIT_BLOCK
 
-            if report.n_samples <= SPLIT_BLOCK:
+            available = report.evidence.get("rows_available")
+            if available is not None and available <= SPLIT_BLOCK:
                 reasons.append(f"needs more than {SPLIT_BLOCK} samples (the split halves of Algorithm 4's "
-                               f"thresholds), got {report.n_samples}")
+                               f"thresholds), got {available}")
                 verdict = "no"
             cmd = f"nnrecover fit DATA --learner {rec.name}{k_arg}"
         elif rec.name in ("exact-relu", "bakshi2019-noisy"):
@@ -516,7 +522,7 @@ def estimate_width(X, Y=None, *, max_rows: int = MAX_ROWS, random_state=None) ->
 
     check_positive_int(max_rows, "max_rows")
     rng = check_random_state(random_state)
-    Xa, Ya = _read(X, Y, int(max_rows))
+    Xa, Ya, _ = _read(X, Y, int(max_rows))
     if Xa.shape[0] < 50:
         raise InputError(f"estimating the width needs at least 50 rows, got {Xa.shape[0]}.")
     normal, standard, _ = _law(_measure(Xa, Ya, rng), Xa.shape[1])
@@ -559,7 +565,7 @@ def check(X, Y=None, *, max_rows: int = MAX_ROWS, random_state=None) -> CheckRep
 
     check_positive_int(max_rows, "max_rows")
     rng = check_random_state(random_state)
-    Xa, Ya = _read(X, Y, int(max_rows))
+    Xa, Ya, available = _read(X, Y, int(max_rows))
     n, d = Xa.shape
     if n < 50:
         raise InputError(f"check needs at least 50 rows to measure anything, got {n}.")
@@ -567,6 +573,7 @@ def check(X, Y=None, *, max_rows: int = MAX_ROWS, random_state=None) -> CheckRep
         raise InputError("every row of X is the same (each input column is constant): there is nothing to "
                          "learn from; check that the right columns were read.")
     ev = _measure(Xa, Ya, rng)
+    ev["rows_available"] = available
     normal, standard, heavy = _law(ev, d)
     law = ("standard Gaussian" if normal and standard else "Gaussian, not standard" if normal else "not Gaussian")
     symmetric = ev["symmetry_p"] >= ALPHA

@@ -458,10 +458,13 @@ def _load_data(args):
     if columns and args.targets is None and npz:
         raise InputError("--target-column selects columns of .npy/.csv/.parquet files; a .npz file names its "
                          "target array: use --y-key (and --x-key).")
-    if (args.x_key is not None and not npz) or (args.y_key is not None and not (npz or targets_npz)):
-        flag = "--x-key" if args.x_key is not None and not npz else "--y-key"
-        raise InputError(f"{flag} names an array of a .npz file; {Path(args.data).name} is not one (use "
-                         "--target-column for .npy/.csv/.parquet files).")
+    if args.x_key is not None and not npz:
+        raise InputError(f"--x-key names an array of a .npz file; {Path(args.data).name} is not one.")
+    # --y-key names the targets array of the file that holds the targets: --targets if given, else DATA
+    y_file = args.targets if args.targets is not None else args.data
+    if args.y_key is not None and not (targets_npz if args.targets is not None else npz):
+        raise InputError(f"--y-key names an array of a .npz file; the targets come from {Path(y_file).name}, "
+                         "which is not one (use --target-column for .npy/.csv/.parquet files).")
     return load_samples(args.data, targets=args.targets, target_columns=columns or None,
                         x_key=args.x_key or "X", y_key=args.y_key or "Y")
 

@@ -12,8 +12,8 @@ Formats (chosen by the file suffix):
 ``.csv``      a table read with pandas; with a header row, targets are the columns named by
               ``target_columns``, else the column ``y``, else ``y0, y1, ...``, else the last column. A
               file without a header (every field of the first row is a number) is read header-less;
-              its columns are then addressed by position. A first row ``0, 1, ..., m - 1`` above rows that
-              are not all whole numbers is pandas' default header (``DataFrame(array).to_csv()``), and a
+              its columns are then addressed by position. A first row ``0, 1, ..., m - 1`` above a column
+              of floats is pandas' default header (``DataFrame(array).to_csv()``), and a
               first column ``Unnamed: 0`` holding ``0, 1, ..., n - 1`` is the row index pandas writes
               without ``index=False``: neither is data.
 ``.parquet``  as ``.csv`` (needs ``pyarrow``: ``pip install 'nnrecover[parquet]'``).
@@ -547,10 +547,10 @@ def _read_table(path: Path, suffix: str):
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise InputError(f"{path.name} is not a readable CSV file: {str(exc).strip()}") from None
     names = [str(c) for c in df.columns]
-    if names == [str(i) for i in range(len(names))] and _has_fraction(df):
-        # pandas' default column names 0, 1, ..., d - 1 (DataFrame(array).to_csv()) above rows of real
-        # numbers: a header, not a row of data (read as data, it shifted every target by a row and the fit
-        # was off); above integer rows the first row may be data, and is kept as such
+    if names == [str(i) for i in range(len(names))] and _has_float_column(df):
+        # pandas' default column names 0, 1, ..., d - 1 (DataFrame(array).to_csv()) above rows written as
+        # floats ("1.0" too): a header, not a row of data (read as data, it shifted every target by a row
+        # and the fit was off); above integer rows the first row may be data, and is kept as such
         df.columns = list(range(len(names)))
     elif all(_is_number(c) for c in df.columns):  # first row is data: no header
         df = pd.read_csv(path, header=None)
@@ -563,11 +563,10 @@ def _read_table(path: Path, suffix: str):
     return df
 
 
-def _has_fraction(df) -> bool:
-    """Whether some numeric entry of the table is not a whole number."""
-    values = df.select_dtypes("number").to_numpy(dtype=np.float64, na_value=np.nan)
-    finite = values[np.isfinite(values)]
-    return bool(finite.size and np.any(finite != np.round(finite)))
+def _has_float_column(df) -> bool:
+    """Whether pandas parsed some column of the table as floats (its values written with a point or an
+    exponent), which a row of column numbers above it cannot be part of."""
+    return any(np.issubdtype(dtype, np.floating) for dtype in df.dtypes if isinstance(dtype, np.dtype))
 
 
 def _is_number(text: Any) -> bool:
@@ -663,13 +662,15 @@ def _npz_array(data, key: str, source: str) -> np.ndarray:
 def _read_targets(path: Path, target_columns, y_key: str, mmap: bool) -> np.ndarray:
     suffix = _suffix(path, "targets")
     if target_columns is not None and suffix in (".npy", ".npz"):
-        raise InputError(f"target_columns select columns of a .csv/.parquet targets file; {path.name} is a whole "
-                         "targets array: drop target_columns, or pass the columns wanted in a file of their own.")
+        raise InputError(f"target_columns (--target-column) select columns of a .csv/.parquet targets file; "
+                         f"{path.name} is a whole targets array: drop them, or pass the columns wanted in a file of "
+                         "their own.")
     if suffix == ".npy":
         return _load_npy(path, mmap)
     if suffix == ".npz":
         with _open_npz(path) as data:
-            key = y_key if y_key in data.files else (data.files[0] if len(data.files) == 1 else None)
+            # the only array of the file stands in for the default name, never for one the caller chose
+            key = y_key if y_key in data.files else (data.files[0] if len(data.files) == 1 and y_key == "Y" else None)
             if key is None:
                 raise InputError(f"{path.name} has no array {y_key!r} (it holds {', '.join(data.files)}).")
             return _npz_array(data, key, path.name)
@@ -696,9 +697,12 @@ def load_samples(path: "str | os.PathLike[str]", *, targets: "str | os.PathLike[
         of this file (default: all of them).
     target_columns : str, int or sequence, optional
         Which columns are targets: names or positions for ``.csv``/``.parquet``, positions for
-        ``.npy`` (negative positions count from the end; default: last column). Ignored for ``.npz``.
+        ``.npy`` (negative positions count from the end; default: last column). Ignored for ``.npz``
+        data; with a ``targets`` file, columns of a ``.csv``/``.parquet`` one (refused for a ``.npy``/``.npz``
+        one, a whole targets array).
     x_key, y_key : str
-        Array names in an ``.npz`` file.
+        Array names in an ``.npz`` file. A ``.npz`` targets file with a single array is read whatever its
+        name when ``y_key`` is the default ``"Y"``.
     mmap : bool, default True
         Open ``.npy`` files memory-mapped (read-only): the returned arrays are views on the file and
         memory use stays bounded by the chunk a consumer reads.

@@ -153,7 +153,7 @@ def extract_moments(oracle: QueryOracle, d: int, rng: np.random.Generator, *, n_
                            "tolerance": 1e-6, "passed": bool(rel <= 1e-6)}
     if not diag["certificate"]["passed"]:
         warnings.warn(f"extraction certificate failed: relative error {rel:.3g} on {n_certify} fresh queries exceeds "
-                      "the tolerance 1e-06 of the moments route; more samples (max_queries), or "
+                      "the tolerance 1e-06 of the moments route; more samples (n_samples, max_queries), or "
                       "method='critical-points' (see diagnostics['certificate']).", CertificateWarning, stacklevel=3)
     diag.update(complete=True, n_hidden=int(net.n_hidden), seconds=time.perf_counter() - t0)
     return net, diag

@@ -104,7 +104,7 @@ def choose_width(learner, source, *, max_rows: int | None = None) -> tuple[int, 
     """
     from ..assumptions import MAX_ROWS, _read, estimate_width
 
-    X, Y = _read(source, None, int(max_rows or MAX_ROWS))
+    X, Y, _ = _read(source, None, int(max_rows or MAX_ROWS))
     width = estimate_width(X, Y, random_state=0)
     d = X.shape[1]
     evidence: dict[str, Any] = {"rule": "Cov(y) rank above its noise floor, else T_2 rank above 2 tau (nnrecover.learners._width)",
@@ -158,8 +158,9 @@ def choose_width(learner, source, *, max_rows: int | None = None) -> tuple[int, 
     evidence["sure"] = bool(width["sure"] and not notes)
     evidence["notes"] = notes
     if not evidence["sure"]:
-        why = "; ".join(notes) if notes else (f"the spectrum leaves the width between {width['range'][0]} and "
-                                              f"{width['range'][1]}")
+        lo, hi = width["range"]
+        why = "; ".join(notes) if notes else (f"the spectrum leaves the width between {lo} and {hi}" if hi is not None
+                                              else f"the spectrum says at least {lo} units")
         warnings.warn(f"{type(learner).__name__}(n_hidden='auto') chose {k} units but is unsure: {why}. "
                       "See diagnostics_['width']; pass n_hidden explicitly if you know the width.",
                       AssumptionWarning, stacklevel=4)

@@ -379,7 +379,8 @@ class HermiteTensorLearner(BaseLearner):
         if source.n_outputs not in (None, 1):
             raise InputError(f"HermiteTensorLearner learns one output (Awasthi et al. 2021); Y has "
                              f"{source.n_outputs} columns: fit one learner per column (Y[:, j]; at the command "
-                             "line --target-column=j for .npy/.csv/.parquet files, --y-key for .npz).")
+                             "line, save that column as its own --targets file: choosing it with --target-column "
+                             "would make the other target columns inputs).")
         m = int(self.n_hidden)
         source, d = _peek_source(source, self.order)
         order = _check_order(self.order, m, d)

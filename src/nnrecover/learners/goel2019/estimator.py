@@ -51,6 +51,8 @@ from .step1 import STEP1_METHODS, Step1Result, extra_directions, split_half_angl
 __all__ = ["HighThresholdLearner", "lemma_diagnostics", "step2_defaults", "STEP2_HOLDOUT", "STEP2_GATHER_BYTES",
            "ES_PROGRESS_RATE"]
 
+#: a first chunk shorter than this is not checked against N(0, I) (a mean and covariance need rows)
+INPUT_CHECK_MIN_ROWS = 20
 #: fraction of Step 2's rows held out of its search, on which a refined unit must beat its start
 STEP2_HOLDOUT = 0.2
 #: the largest normalised progress rate of a (1+1) evolution strategy on the sphere model as the dimension
@@ -336,10 +338,15 @@ class HighThresholdLearner(BaseLearner):
         same amount on both split halves, so the certificate ``unit_angles`` cannot see it (measured:
         uniform, Rademacher and Laplace inputs, 5 units in 10 inputs at t = 2, 3e5 rows: every unit
         0.5-1.2 rad off, split halves 0.02-0.08 rad)."""
+        n0 = X0.shape[0]
+        if n0 < INPUT_CHECK_MIN_ROWS:
+            diagnostics["input_check"] = {"plausible": None, "rows": n0,
+                                          "message": f"not checked: the first chunk has {n0} row(s), fewer than "
+                                                     f"{INPUT_CHECK_MIN_ROWS}"}
+            return
         stat = CovarianceStatistic()
         stat.update(X0)
         dev = input_deviation_from_standard(stat)
-        n0 = X0.shape[0]
         m2 = np.einsum("ij,ij->j", X0, X0) / n0
         X2 = X0 * X0
         m4 = np.einsum("ij,ij->j", X2, X2) / n0
