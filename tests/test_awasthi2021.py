@@ -549,6 +549,34 @@ def test_hermite_polish_repairs_signs_and_scalars():
     assert start == pytest.approx(report["sign_invariant_fit"]["loss_start"], rel=1e-12)
 
 
+def test_hermite_polish_keeps_the_fixsigns_signs_through_the_sign_invariant_fit(monkeypatch):
+    # orders >= 2 cannot tell (u, b) from (-u, -b): the sign-invariant fit may end on either. Without the
+    # exhaustive sign search (more than 14 units), the fit of all orders must start from FIXSIGNS's signs:
+    # from a flipped unit it started at loss 0.57 instead of 0.004 and stopped in a local minimum (d = 200,
+    # k = 20). Here the sign-invariant fit is made to return one unit flipped, an equally good answer.
+    from nnrecover.learners.awasthi2021 import polish
+
+    truth = _teacher(7, 4, 31, bias_range=(-1.2, 1.2))
+    coeffs = atv.hermite_coefficients(truth, 1, 4)
+    rec = atv.algorithm1(coeffs, 1, 4, rng=0)
+    assert rec.signs_fixed
+    fit = polish._least_squares_fit
+
+    def flip_one(coeffs, a, b, U, orders, linear, max_nfev):
+        a1, b1, U1, v, c, info = fit(coeffs, a, b, U, orders, linear, max_nfev)
+        if orders[0] == 2:
+            b1, U1 = b1.copy(), U1.copy()
+            b1[1], U1[1] = -b1[1], -U1[1]
+        return a1, b1, U1, v, c, info
+
+    monkeypatch.setattr(polish, "_least_squares_fit", flip_one)
+    monkeypatch.setattr(polish, "_best_signs", lambda coeffs, cur: (cur, {}))
+    polished, report = atv.hermite_loss_polish(coeffs, rec, 1, 4)
+    assert report["sign_invariant_fit"]["units_flipped_back"] == 1
+    assert report["full_fit"]["loss_start"] < 1e-20
+    assert parameter_error(polished.network(), truth)["max_unit_error"] < 1e-9
+
+
 def test_complete_units_finds_the_missing_direction():
     # refine=True with undetected units: forced-rank decompositions propose the missing direction; on
     # exact coefficients it is the dropped unit itself (up to sign, to round-off)
