@@ -55,6 +55,8 @@ MAX_ELEMENTS = 20_000_000
 TAIL_INDEX_MIN = 4.5
 #: significance level of the Gaussianity and symmetry tests
 ALPHA = 1e-3
+#: a column whose variance is at most this times the largest column variance is reported as constant
+CONSTANT_VARIANCE = 1e-12
 
 
 @dataclass
@@ -126,6 +128,8 @@ class CheckReport:
                   f"tails           tail index (Hill, top 1%) min {ev['tail_index_min']:.2f} "
                   f"({'heavy: fourth moments may not exist' if self.heavy_tailed else 'light'}; "
                   f"threshold {TAIL_INDEX_MIN})"),
+                 "constant inputs " + (f"{_constant_text(ev)} (zero variance, columns counted from 0): not "
+                                       "Gaussian; not symmetric unless 0" if ev.get("constant_columns") else "none"),
                  f"symmetry        {'symmetric' if self.symmetric else 'not symmetric'}: x vs -x test p-value "
                  f"{ev['symmetry_p']:.2g}" + ("" if not self.heavy_tailed else " (unreliable with heavy tails)"),
                  "width           " + (f"k = {w['estimate']}" if w["estimate"] is not None else "not estimated")
@@ -143,11 +147,13 @@ class CheckReport:
         lines.append("")
         lines.append("recommended: " + (self.recommended if self.recommended else
                                         "no provable learner applies; see the reasons above. "
-                                        "GradientDescentLearner fits any data without a guarantee."))
+                                        "gradient-descent (nnrecover fit DATA --learner gradient-descent -k K) "
+                                        "fits any data without a guarantee."))
         if not self.recommended:
-            lines.append("what would be needed: inputs x ~ N(0, I) (Awasthi et al., Bakshi et al.) or a "
-                         "symmetric input law with at least k outputs (Ge et al.), with finite fourth "
-                         "moments; if you can query the model at inputs of your choice, "
+            lines.append("what would be needed: inputs x ~ N(0, I) with no constant column, and one output "
+                         "(Awasthi et al.) or at least as many outputs as hidden units (Bakshi et al.); or a "
+                         "symmetric input law with at least as many outputs as hidden units (Ge et al.); finite "
+                         "fourth moments; if you can query the model at inputs of your choice, "
                          "query it at Gaussian inputs (nnrecover extract).")
         return "\n".join(lines)
 
@@ -270,6 +276,7 @@ def streamed_t2_rank(source, *, groups: int = 10, max_bytes: int = 1 << 29) -> d
 def _measure(X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> dict:
     from scipy import stats
 
+    from .learners.ge2019.conditions import second_moment_refusal, symmetry_refusal
     from .learners.ge2019.moments import symmetry_test
     from .moments.statistics import Covariance, input_deviation_from_standard
 
@@ -283,6 +290,12 @@ def _measure(X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> dict:
                                                    yy=None, n=n, ddof=1))
     ev.update(max_abs_mean=dev.mean, mean_tolerance=dev.mean_tolerance,
               cov_deviation=dev.covariance, cov_tolerance=dev.covariance_tolerance)
+    # zero-variance (constant) columns, at the whitening's numerical-rank threshold below: each is a
+    # direction the covariance lacks, so no Gaussian law N(mu, Sigma) with Sigma of full rank fits them
+    var = np.diag(cov)
+    const = np.flatnonzero(var <= CONSTANT_VARIANCE * max(float(var.max()), 1e-300))
+    ev["constant_columns"] = [int(j) for j in const]
+    ev["constant_values"] = [float(mean[j]) for j in const]
     # whiten (on the numerical range of the covariance)
     vals, vecs = np.linalg.eigh(cov)
     keep = vals > 1e-12 * max(vals.max(), 1e-300)
@@ -308,6 +321,10 @@ def _measure(X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> dict:
     sym = symmetry_test(X)
     ev["symmetry_p"] = float(sym.p_value)
     ev["symmetry_statistic"] = float(sym.statistic)
+    # Ge et al.'s learner refuses with these two tests (its own functions); the check's symmetry level ALPHA
+    # is stricter than the learner's default, so it says no wherever the learner would refuse
+    ev["symmetry_refusal"] = symmetry_refusal(sym, ALPHA)
+    ev["second_moment_refusal"] = second_moment_refusal(X.T @ X / n)
     ev["y_std"] = float(np.sqrt(np.mean(Y.var(axis=0))))
     return ev
 
@@ -393,28 +410,64 @@ def _width_and_noise(X: np.ndarray, Y: np.ndarray, gaussian: bool, standard: boo
 
 
 # ------------------------------------------------------------------------------------------ verdicts
-def _verdicts(report: CheckReport) -> list[Verdict]:
-    from .learners import available
+def _constant_text(ev: dict) -> str:
+    return ", ".join(f"x_{j} = {v:.4g}" for j, v in zip(ev.get("constant_columns", []), ev.get("constant_values", [])))
 
+
+def _verdicts(report: CheckReport) -> list[Verdict]:
+    """One verdict per registered learner. A learner's refusals are decided by the function its own fit
+    calls (``width_refusal`` of Bakshi et al. and of Ge et al., Goel-Panigrahy's ``data_refusal``, Awasthi et
+    al.'s ``order_limit``, Ge et al.'s symmetry and second-moment tests), so a verdict is never "yes" on
+    data the learner then refuses."""
+    from .learners import available
+    from .learners.awasthi2021.coefficients import SPLIT_BLOCK
+    from .learners.awasthi2021.estimator import order_limit
+    from .learners.bakshi2019._common import width_refusal as bakshi_width
+    from .learners.ge2019.conditions import width_refusal as ge_width
+    from .learners.goel2019.estimator import data_refusal as goel_refusal
+
+    ev = report.evidence
     d, p = report.n_inputs, report.n_outputs
-    k = report.width["estimate"]
+    w = report.width
+    k = w["estimate"]
+    low, high = (w.get("range") or (k, k)) if k is not None else (None, None)
     gauss_std = report.input_law == "standard Gaussian"
     gauss = report.input_law != "not Gaussian"
     tails = report.heavy_tailed
+    constant = _constant_text(ev)
     k_arg = f" -k {k}" if k is not None else " -k K"
     out = []
 
-    def width_le_d(reasons: list) -> str:
+    def width_check(refusal, reasons: list) -> str:
+        """'no' when the learner refuses every width the data allow (its own message), 'unsure' when it
+        refuses some of them or the width is unsure, 'yes' when it accepts the (sure) width."""
         if k is None:
-            reasons.append("width not estimated: needs k <= d")
+            why = refusal(1)  # refused whatever the width (e.g. for its number of outputs)
+            if why:
+                reasons.append(why.rstrip("."))
+                return "no"
+            reasons.append("width not estimated: pass -k K")
             return "unsure"
-        if k >= d:
-            reasons.append(f"width estimate {k} >= d = {d}: order-1 methods need k < d")
+        why = refusal(low)
+        if why:
+            reasons.append(why.rstrip("."))
             return "no"
-        reasons.append(f"k = {k} <= d = {d}" + ("" if report.width["sure"] else " (width unsure)"))
-        return "yes" if report.width["sure"] else "unsure"
+        if high is None:
+            if refusal(10 ** 9):
+                reasons.append(f"at least {low} hidden units, no upper bound from the data: the learner refuses "
+                               "too many units for these inputs and outputs")
+                return "unsure"
+        elif refusal(high):
+            reasons.append(f"{low} to {high} hidden units; with {high}: {refusal(high).rstrip('.')}")
+            return "unsure"
+        reasons.append(f"{k} hidden units" + ("" if w["sure"] else " (width unsure)") + " accepted")
+        return "yes" if w["sure"] else "unsure"
 
     def law(reasons: list) -> str:
+        """The Gaussian input law of Awasthi et al., Bakshi et al. and Goel-Panigrahy."""
+        if constant:
+            reasons.append(f"constant input(s) {constant} (zero variance): the inputs are not N(0, I)")
+            return "no"
         if tails:
             reasons.append("heavy tails: fourth moments may not exist")
             return "no"
@@ -430,68 +483,82 @@ def _verdicts(report: CheckReport) -> list[Verdict]:
     def combine(*parts: str) -> str:
         return "no" if "no" in parts else ("unsure" if "unsure" in parts else "yes")
 
+    def hermite_width(kk: int) -> str | None:
+        order = 1 if kk <= d else 2
+        limit = order_limit(d, order)
+        if kk <= limit:
+            return None
+        return (f"hermite-tensor takes at most {order_limit(d, 2)} hidden units with {d} inputs (order 2: "
+                f"0.9 d(d+1)/2, Theorem 3.2); got {kk}")
+
     for rec in available(learners_only=True):
         reasons: list[str] = []
+        cmd = f"nnrecover fit DATA --learner {rec.name}{k_arg}"
         if rec.name == "hermite-tensor":
-            a = law(reasons)
-            if p > 1:
-                reasons.append("scalar output: fits output 1 only (one fit per output)")
-            b = width_le_d(reasons) if k is None or k < d else "unsure"
+            parts = [law(reasons)]
+            if constant:
+                reasons.append("a constant input only shifts the hidden biases, which this learner fits: drop "
+                               "the constant column(s) and check again")
+            if p != 1:
+                reasons.append(f"learns one output (Awasthi et al.), the data have {p}: fit one output at a time "
+                               "(save that column as its own --targets file)")
+                parts.append("no")
+            parts.append(width_check(hermite_width, reasons))
             if k is not None and k >= d:
-                reasons.append("k >= d needs order l = 2 (Kronecker squares independent, k <= d^2/2)")
-            verdict = combine(a, b)
-            from .learners.awasthi2021.coefficients import SPLIT_BLOCK
-
-            available = report.evidence.get("rows_available")
-            if available is not None and available <= SPLIT_BLOCK:
+                reasons.append(f"with {d} or more hidden units (k >= d) the data cannot tell the width: pass -k "
+                               "yourself (order 2)")
+                parts.append("unsure")
+            rows = ev.get("rows_available")
+            if rows is not None and rows <= SPLIT_BLOCK:
                 reasons.append(f"needs more than {SPLIT_BLOCK} samples (the split halves of Algorithm 4's "
-                               f"thresholds), got {available}")
-                verdict = "no"
-            cmd = f"nnrecover fit DATA --learner {rec.name}{k_arg}"
+                               f"thresholds), got {rows}")
+                parts.append("no")
+            verdict = combine(*parts)
         elif rec.name in ("exact-relu", "bakshi2019-noisy"):
             a = law(reasons)
-            b = width_le_d(reasons)
-            reasons.append("no hidden biases (Bakshi et al.'s model); refine=True fits biases afterwards")
-            if rec.name == "exact-relu" and report.label_noise["kind"] == "estimate" and \
-                    report.label_noise["std"] > 1e-6 * report.evidence["y_std"]:
-                reasons.append(f"label noise std {report.label_noise['std']:.2g}: the exact algorithm needs "
-                               "noiseless labels, use bakshi2019-noisy")
+            b = width_check(lambda kk: bakshi_width(kk, d, p), reasons)
+            reasons.append("no hidden biases in Bakshi et al.'s model; refine=True fits biases afterwards")
+            noise = report.label_noise
+            if rec.name == "exact-relu" and noise["kind"] == "estimate" and noise["std"] > 1e-6 * ev["y_std"]:
+                reasons.append(f"label noise std {noise['std']:.2g}: the exact algorithm needs noiseless labels, "
+                               "use bakshi2019-noisy")
                 b = combine(b, "no")
-            elif rec.name == "exact-relu" and report.label_noise["kind"] == "upper bound" and \
-                    report.label_noise["std"] > 1e-6 * report.evidence["y_std"]:
-                reasons.append(f"label noise std at most {report.label_noise['std']:.2g} (an upper bound: the "
-                               "data cannot tell noise from signal here): the exact algorithm needs noiseless "
-                               "labels; its certificate says whether they were, else use bakshi2019-noisy")
+            elif rec.name == "exact-relu" and noise["kind"] == "upper bound" and noise["std"] > 1e-6 * ev["y_std"]:
+                reasons.append(f"label noise std at most {noise['std']:.2g} (an upper bound: the data cannot tell "
+                               "noise from signal here): the exact algorithm needs noiseless labels; its "
+                               "certificate says whether they were, else use bakshi2019-noisy")
                 b = combine(b, "unsure")
             verdict = combine(a, b)
-            cmd = f"nnrecover fit DATA --learner {rec.name}{k_arg}"
         elif rec.name == "pure-neuron":
             parts = []
             if tails:
                 reasons.append("heavy tails: the detector uses fourth moments")
                 parts.append("no")
-            elif report.symmetric:
-                reasons.append("inputs symmetric (x and -x equal in law)")
-                parts.append("yes")
+            elif ev.get("symmetry_refusal"):
+                reasons.append(ev["symmetry_refusal"].rstrip("."))
+                parts.append("no")
             else:
-                reasons.append("inputs not symmetric (Ge et al. Section 2.1)")
+                reasons.append("inputs symmetric (x and -x equal in law)")
+            if ev.get("second_moment_refusal"):
+                reasons.append(ev["second_moment_refusal"].rstrip("."))
                 parts.append("no")
-            parts.append(width_le_d(reasons))
-            if k is not None and p < k:
-                reasons.append(f"p = {p} outputs < k = {k}: needs at least k outputs")
-                parts.append("no")
-            reasons.append("no hidden biases")
+            parts.append(width_check(lambda kk: ge_width(kk, d, p), reasons))
+            reasons.append("no hidden biases in Ge et al.'s model")
             verdict = combine(*parts)
-            cmd = f"nnrecover fit DATA --learner {rec.name}{k_arg}"
+        elif rec.name == "goel2019":
+            a = law(reasons)
+            b = width_check(lambda kk: goel_refusal(kk, d, p), reasons)
+            reasons.append("the threshold t of the units must be known (--option threshold=T) and high enough "
+                           "(Assumption 3); the data cannot tell it")
+            verdict = combine(a, b, "unsure")
+            cmd = f"nnrecover fit DATA --learner {rec.name}{k_arg} --option threshold=T"
         elif rec.paper == "baseline":
             reasons.append("any data; no guarantee (random starts + local optimisation)")
             verdict = "yes"
-            cmd = f"nnrecover fit DATA --learner {rec.name}{k_arg}"
         else:
             reasons.append(f"{rec.algorithm}: assumptions {', '.join(rec.assumptions) or '(none listed)'} "
                            "cannot all be judged from (X, Y); read them before fitting")
-            a = law([])
-            verdict = "no" if a == "no" else "unsure"
+            verdict = "no" if law([]) == "no" else "unsure"
             cmd = None
         out.append(Verdict(rec.name, rec.paper, verdict, reasons, cmd))
     return out

@@ -33,9 +33,39 @@ from ...network import TwoLayerNetwork
 
 __all__ = ["ExactResult", "check_rectified", "check_samples", "row_space_basis", "solve_output_weights",
            "relative_residual", "fit_unit", "unit_consistency", "check_hidden_estimate", "check_tol", "check_flag",
-           "EPS"]
+           "EPS", "width_refusal"]
 
 EPS = float(np.finfo(np.float64).eps)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def width_refusal(n_hidden: int, n_inputs: int, n_outputs: int, what: str = "Bakshi et al.'s learners") -> str | None:
+    """Why ``what`` refuses ``n_hidden`` units on data with ``n_inputs`` inputs and ``n_outputs`` outputs, in the
+    user's terms, or None when the width is acceptable.
+
+    The exact and noisy algorithms (Theorems 7 and 10; Algorithm 3, Theorem 4) need the output weights
+    ``U*`` (outputs x units) and the hidden weights ``V*`` (units x inputs) of rank ``k``: at least as many
+    outputs and at least as many inputs as hidden units, ``k <= min(m, d)``. With one output that leaves
+    ``k = 1``. The learners (``exact-relu``, ``bakshi2019-noisy``) and :func:`nnrecover.check` both decide
+    with this function.
+    """
+    k, d, m = int(n_hidden), int(n_inputs), int(n_outputs)
+    if k <= min(d, m):
+        return None
+    need = []
+    if m < k:
+        need.append("at least as many outputs as hidden units")
+    if d < k:
+        need.append("at least as many inputs as hidden units")
+    # learners that accept these data (names `nnrecover fit --learner` takes)
+    hermite = ("hermite-tensor (Gaussian inputs, one output at a time, hidden biases allowed" +
+               (", order 2 for more units than inputs)" if d < k else ")"))
+    return (f"{what} need {' and '.join(need)} (k <= min(m, d): U* and V* of rank k, Theorems 7 and 10); got "
+            f"{_plural(k, 'hidden unit')}, {_plural(m, 'output')} and {_plural(d, 'input')}. Fit {hermite} or "
+            "gradient-descent (no guarantee) instead.")
 
 
 @dataclass

@@ -12,7 +12,7 @@ import numpy as np
 from ..._validation import Interval, Options
 from ...errors import InputError
 from ...network import TwoLayerNetwork
-from ._common import ExactResult
+from ._common import ExactResult, width_refusal
 from .arbitrary_noise import algorithm8, gaussian_sketch, grid_candidates, pv_halfspace
 from .certificate import (MEANING, certificate_rows, held_assumption_warnings,
                                      unit_error_bound)
@@ -67,11 +67,9 @@ def _applies(network: TwoLayerNetwork, distribution: Any, *, noiseless: bool) ->
         return False, (f"activation {act.spec!r} is not rectified (Bakshi et al. need f = 0 on t <= 0 and an "
                        "injective φ > 0 on t > 0: relu, relu_power(p), exp_minus_one)")
     k, d, m = network.n_hidden, network.n_inputs, network.n_outputs
-    if k > d:
-        return False, f"n_hidden = {k} > n_inputs = {d} (V* must have rank k <= d)"
-    if m < k:
-        return False, (f"n_outputs = {m} < n_hidden = {k} (U* must have rank k <= m; for m < k the function "
-                       "algorithm7 (Section 6) applies)")
+    why = width_refusal(k, d, m)
+    if why:
+        return False, why
     if np.linalg.matrix_rank(network.hidden_weights) < k:
         return False, "the hidden weights V* are rank deficient (rank V* = k is required)"
     if np.linalg.matrix_rank(network.output_weights) < k:

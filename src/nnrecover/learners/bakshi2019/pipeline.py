@@ -27,7 +27,7 @@ from ...errors import AssumptionError, InputError
 from ...moments.base import accumulate
 from ...data import as_data_source
 from ...moments.statistics import SecondMoment
-from ._common import ExactResult, check_rectified, check_tol
+from ._common import ExactResult, check_rectified, check_tol, width_refusal
 from .exact import algorithm5, certify_or_raise, refine_from_unmixing
 from .tensor_step import _Tail, _tail, approximate_hidden_weights
 
@@ -88,9 +88,9 @@ def _prepare(X, Y, n_hidden, activation, n_refine, what):
     if d is None or m is None:
         Xp, Yp = source.peek()
         d, m = Xp.shape[1], Yp.shape[1]
-    if k > min(d, m):
-        raise AssumptionError(f"{what} needs U* (m x k) and V* (k x d) of rank k, so k <= min(m, d); got k={k}, "
-                              f"m={m}, d={d}. For m < k use algorithm7 (FPT, Section 6).")
+    why = width_refusal(k, d, m, what=what[0].upper() + what[1:])
+    if why:
+        raise AssumptionError(why)
     n_ref = default_n_refine(info.n_samples, d, k) if n_refine is None else check_positive_int(n_refine, "n_refine")
     return source, k, act, d, m, n_ref
 
@@ -232,8 +232,9 @@ def ica_unmixing(X: Any, Y: Any = None, n_hidden: int | None = None, *, sketch: 
         max_samples = check_positive_int(max_samples, "max_samples")
     m = source.info.n_outputs if source.info.n_outputs is not None else source.peek()[1].shape[1]
     if k > m:
-        raise AssumptionError(f"Algorithm 3 sketches the outputs to k dimensions and needs U* (m x k) of rank k, so "
-                              f"k <= m; got k={k}, m={m}. For m < k use algorithm7 (FPT, Section 6).")
+        raise AssumptionError(f"Algorithm 3 sketches the outputs to k dimensions and needs at least as many outputs "
+                              f"as hidden units (U* of rank k, k <= m); got {k} hidden units and {m} output(s). With "
+                              "Gaussian inputs fit hermite-tensor (one output at a time), or gradient-descent.")
     if fun == "skew":
         fun = _skew_contrast
     tail = _Tail(source, skip, None, chunk_size)

@@ -31,7 +31,7 @@ import scipy.linalg
 
 from ..._validation import as_2d_float, check_positive_int
 from ...errors import AssumptionError, ConvergenceError, InputError
-from ._common import ExactResult, check_flag, check_samples, check_tol, relative_residual
+from ._common import ExactResult, check_flag, check_samples, check_tol, relative_residual, width_refusal
 from .pipeline import gaussian_pipeline
 
 __all__ = ["principal_component_pursuit", "polish_low_rank", "incoherence", "sparse_noise_pipeline"]
@@ -220,9 +220,9 @@ def sparse_noise_pipeline(X: Any, Y: Any, n_hidden: int, *, lam: float | None = 
     t0 = time.perf_counter()
     X, Y = check_samples(X, Y)
     k = check_positive_int(n_hidden, "n_hidden")
-    if k > min(Y.shape[1], X.shape[1]):
-        raise AssumptionError(f"Corollary 8 needs U* (m x k) and V* (k x d) of rank k, so k <= min(m, d); got "
-                              f"k={k}, m={Y.shape[1]}, d={X.shape[1]}.")
+    why = width_refusal(k, X.shape[1], Y.shape[1], what="Corollary 8 (sparse noise)")
+    if why:
+        raise AssumptionError(why)
     check_flag(polish, "polish")
     allowed = _pipeline_options()
     unknown = sorted(set(options) - allowed)

@@ -302,22 +302,16 @@ def _projected_part(part: PartMoments, Q: np.ndarray) -> PartMoments:
 
 
 def _check_assumptions(mom: PureNeuronMoments, k: int, *, check_symmetry: bool, symmetry_alpha: float) -> None:
-    d, l = mom.n_inputs, mom.n_outputs
-    if k > d:
-        raise AssumptionError(f"n_hidden = {k} > n_inputs = {d}: Ge et al. 2019 need k <= d (Theorems 4-7); "
-                              "use fewer hidden units or another learner.")
-    if l < k:
-        raise AssumptionError(f"the output dimension {l} is smaller than n_hidden = {k}: Ge et al. 2019 need "
-                              "at least k outputs (Section 2.1, Appendix A.3); use another learner.")
+    from .conditions import symmetry_refusal, width_refusal
+
+    why = width_refusal(k, mom.n_inputs, mom.n_outputs)
+    if why:
+        raise AssumptionError(why)
     for part in mom.parts:
         check_second_moment(part.second)
-    if check_symmetry and mom.symmetry is not None and mom.symmetry.p_value < symmetry_alpha:
-        s = mom.symmetry
-        raise AssumptionError(
-            f"the input distribution does not look symmetric (x and -x equal in law), the assumption of Ge "
-            f"et al. 2019: the odd moments E[x], E[x**3] are non-zero (Hotelling statistic = "
-            f"{s.statistic:.4g} on {s.df} degrees of freedom, p-value {s.p_value:.3g} < {symmetry_alpha:g}). "
-            "Symmetrise the data (add -x with its label) or pass check_symmetry=False.")
+    why = symmetry_refusal(mom.symmetry, symmetry_alpha) if check_symmetry else None
+    if why:
+        raise AssumptionError(why)
 
 
 # ============================================================================================ pipeline
@@ -466,12 +460,11 @@ def _run(X, Y, n_hidden, *, noise_correction, split, decomposition, rng, check_s
     k = check_positive_int(n_hidden, "n_hidden")
     source, l = _source(X, Y)
     d = source.n_inputs
-    if d is not None and k > d:
-        raise AssumptionError(f"n_hidden = {k} > n_inputs = {d}: Ge et al. 2019 need k <= d (Theorems 4-7); "
-                              "use fewer hidden units or another learner.")
-    if l < k:
-        raise AssumptionError(f"the output dimension {l} is smaller than n_hidden = {k}: Ge et al. 2019 need "
-                              "at least k outputs (Section 2.1, Appendix A.3); use another learner.")
+    from .conditions import width_refusal
+
+    why = width_refusal(k, d, l)
+    if why:
+        raise AssumptionError(why)
     if require_square and l != k:
         raise AssumptionError(f"this algorithm needs exactly n_hidden = {k} outputs, got {l}; "
                               "use algorithm4 for more outputs.")

@@ -275,10 +275,11 @@ class PureNeuronLearner(BaseLearner):
         """Whether the learner's assumptions hold for a teacher and an input law: ``(bool, reason)``."""
         if not distribution.is_symmetric:
             return False, "the input distribution is not symmetric (Ge et al. 2019 assume x ~ -x)"
-        if network.n_hidden > network.n_inputs:
-            return False, "n_hidden > n_inputs (Ge et al. 2019 need k <= d)"
-        if network.n_outputs < network.n_hidden:
-            return False, "fewer outputs than hidden units (Ge et al. 2019 need l >= k)"
+        from .conditions import width_refusal
+
+        why = width_refusal(network.n_hidden, network.n_inputs, network.n_outputs)
+        if why:
+            return False, why
         if network.activation.name != "relu":
             return False, f"activation {network.activation.name!r} (Ge et al. 2019 learn ReLU networks)"
         return True, "symmetric input, k <= d, l >= k, ReLU"

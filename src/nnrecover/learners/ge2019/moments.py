@@ -108,6 +108,26 @@ class SymmetryTest:
     p_value: float
     n: int
     gram_rows: int | None = None
+    #: input columns whose odd feature (``x_j`` or ``x_j**3``) is constant and non-zero: ``x_j`` and ``-x_j``
+    #: then differ in law for certain (statistic inf, p-value 0), whatever the sample size
+    constant_inputs: tuple = ()
+
+
+#: a feature whose mean is this many standard deviations from 0 or more is constant up to round-off (the
+#: variance of a constant column, computed from sums, is ``c**2`` times a few ulps, not 0)
+CONSTANT_FEATURE_RATIO = 1e6
+
+
+def _constant_odd_features(gbar: np.ndarray, scale: np.ndarray, n: int, gram_rows=None) -> SymmetryTest | None:
+    """The test's answer when some odd feature is constant and non-zero (a constant input column, e.g.
+    ``x_3 = 1``): the Hotelling statistic drops zero-variance features, which would hide exactly this
+    asymmetry (Ge et al.'s Section 2.1 assumes ``x`` and ``-x`` equal in law)."""
+    fixed = (gbar != 0) & (scale * CONSTANT_FEATURE_RATIO <= np.abs(gbar))
+    if not fixed.any():
+        return None
+    d = gbar.size // 2
+    cols = tuple(sorted({int(j) % d for j in np.flatnonzero(fixed)}))
+    return SymmetryTest(float("inf"), int(fixed.sum()), 0.0, n, gram_rows, cols)
 
 
 @dataclass
@@ -645,6 +665,9 @@ def _symmetry_from_sums(n: int, sg: np.ndarray, sgg: np.ndarray) -> SymmetryTest
     gbar = sg / n
     cov = sgg / n - np.outer(gbar, gbar)
     scale = np.sqrt(np.clip(np.diag(cov), 0, None))
+    constant = _constant_odd_features(gbar, scale, n)
+    if constant is not None:
+        return constant
     ok = scale > 1e-300
     if not ok.any():
         return SymmetryTest(0.0, 0, 1.0, n)
@@ -667,6 +690,9 @@ def _symmetry_from_strided_sums(acc: dict) -> SymmetryTest:
     gbar = np.concatenate([acc["s1"], acc["s3"]]) / n
     var = np.concatenate([acc["s2"], acc["s6"]]) / n - gbar ** 2
     scale = np.sqrt(np.clip(var, 0, None))
+    constant = _constant_odd_features(gbar, scale, n, m)
+    if constant is not None:
+        return constant
     ok = scale > 1e-300
     if not ok.any():
         return SymmetryTest(0.0, 0, 1.0, n, m)

@@ -48,11 +48,27 @@ from .model import ACTIVATIONS, HighThresholdNetwork, tail_bound, threshold_acti
 from .statistics import ActiveRows, PopulationMoments, SampleMoments
 from .step1 import STEP1_METHODS, Step1Result, extra_directions, split_half_angles, step1
 
-__all__ = ["HighThresholdLearner", "lemma_diagnostics", "step2_defaults", "STEP2_HOLDOUT", "STEP2_GATHER_BYTES",
+__all__ = ["HighThresholdLearner", "data_refusal", "lemma_diagnostics", "step2_defaults", "STEP2_HOLDOUT", "STEP2_GATHER_BYTES",
            "ES_PROGRESS_RATE"]
 
 #: a first chunk shorter than this is not checked against N(0, I) (a mean and covariance need rows)
 INPUT_CHECK_MIN_ROWS = 20
+
+
+def data_refusal(n_hidden: int | None, n_inputs: int | None, n_outputs: int | None) -> str | None:
+    """Why :class:`HighThresholdLearner` refuses data of this shape, in the user's terms, or None.
+
+    Goel-Panigrahy's model ``f(x) = P(u_t(W* x))`` has one output and at most as many (unit-norm) hidden
+    units as inputs (Section 1; Step 1 reads them off a d x d matrix, Claim 1). The learner and
+    :func:`nnrecover.check` both decide with this function.
+    """
+    if n_outputs is not None and n_outputs != 1:
+        return (f"HighThresholdLearner learns one output (Goel-Panigrahy's model f(x) = P(u_t(W x)), Section 1); "
+                f"the data have {n_outputs} outputs: fit one output at a time.")
+    if n_hidden is not None and n_inputs is not None and int(n_hidden) > int(n_inputs):
+        return (f"HighThresholdLearner needs at most as many hidden units as inputs (k <= d, Claim 1); got "
+                f"{n_hidden} hidden units and {n_inputs} inputs.")
+    return None
 #: fraction of Step 2's rows held out of its search, on which a refined unit must beat its start
 STEP2_HOLDOUT = 0.2
 #: the largest normalised progress rate of a (1+1) evolution strategy on the sphere model as the dimension
@@ -272,11 +288,13 @@ class HighThresholdLearner(BaseLearner):
 
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
         t_start = time.perf_counter()
-        if source.info.n_outputs not in (None, 1):
-            raise InputError(f"HighThresholdLearner learns a scalar output; Y has {source.info.n_outputs} columns.")
+        why = data_refusal(None, None, source.info.n_outputs)
+        if why:
+            raise InputError(why)
         X0, Y0 = source.peek()
-        if Y0.ndim == 2 and Y0.shape[1] != 1:
-            raise InputError(f"HighThresholdLearner learns a scalar output; Y has {Y0.shape[1]} columns.")
+        why = data_refusal(None, None, Y0.shape[1] if Y0.ndim == 2 else 1)
+        if why:
+            raise InputError(why)
         c0 = float(np.median(Y0[:, 0])) if self.baseline is None else float(self.baseline)
         self._check_gaussian(X0, diagnostics)
         del X0, Y0                                       # a chunk of memory the rest of the fit does not need
@@ -284,8 +302,9 @@ class HighThresholdLearner(BaseLearner):
         stat = accumulate(ActiveRows(c0, keep_all=keep_all, max_rows=self.max_rows), source)
         Xa, ya, n_total, c0 = stat.finalize()
         d = int(self.n_hidden)
-        if Xa.shape[1] < d:
-            raise InputError(f"n_hidden ({d}) exceeds the input dimension ({Xa.shape[1]}).")
+        why = data_refusal(d, Xa.shape[1], 1)
+        if why:
+            raise InputError(why)
         frac = Xa.shape[0] / n_total
         diagnostics.update(n_samples=n_total, n_active=int(Xa.shape[0]), active_fraction=frac, baseline=c0)
         if not keep_all and frac > 0.5:
