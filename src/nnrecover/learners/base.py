@@ -49,7 +49,7 @@ from ..data import known_finite
 from .._validation import Interval, Options, as_2d_float, check_random_state, validate_params
 from ..errors import CertificateWarning, ConvergenceError, InputError, NotFittedError
 from ..network import TwoLayerNetwork
-from ._width import choose_width, is_auto
+from ._width import choose_width, is_auto, search_width
 
 __all__ = ["BaseLearner", "REFINE_OPTIONS"]
 
@@ -77,6 +77,10 @@ class BaseLearner(RegressorMixin, BaseEstimator):
     """
 
     _supports_population = False
+    #: whether the certificates of ``diagnostics_["certificates"]`` fail when a unit is missing, so that
+    #: ``n_hidden="auto"`` may fit every width of an unsure range and keep the first that passes
+    #: (:func:`nnrecover.learners._width.search_width`)
+    _width_by_certificates = False
 
     # ------------------------------------------------------------------ hooks for subclasses
     #: Hyper-parameter name -> list of accepted alternatives (see :func:`nnrecover._validation.validate_params`).
@@ -157,7 +161,11 @@ class BaseLearner(RegressorMixin, BaseEstimator):
                 k, diagnostics["width"] = choose_width(self, source)
                 runner = self._with_width(k)
             with finite:
-                network = runner._fit(source, rng, diagnostics)
+                if auto and "candidates" in diagnostics["width"]:
+                    # the spectrum left a range of widths: the learner's certificates pick one (search_width)
+                    runner, network, diagnostics, k = search_width(self, source, diagnostics["width"])
+                else:
+                    network = runner._fit(source, rng, diagnostics)
             if auto:  # attributes the algorithm set on the copy (e.g. provable_network_)
                 for name, value in vars(runner).items():
                     if name.endswith("_") and not name.startswith("_"):

@@ -321,6 +321,9 @@ class HermiteTensorLearner(BaseLearner):
     """
 
     _supports_population = True
+    # hermite_fit and residual_fit fail when a unit whose Hermite coefficients stand above the noise is
+    # missing, and unit_count when more units than asked are needed: n_hidden="auto" lets them pick the width
+    _width_by_certificates = True
 
     def __init__(self, n_hidden: int, *, order: "int | str" = "auto", refine: bool = True,
                  refine_options: dict | None = None, thresholds: Any = "adaptive", snr_threshold: float = 1.5,
