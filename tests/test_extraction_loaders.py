@@ -90,11 +90,12 @@ def test_skops_classifier_logits(tmp_path):
     model = load_model(tmp_path / "iris.skops")
     assert model.n_inputs == 4
     res = extract(model, 4, rng=0)
-    # centred log-probabilities = logits minus their mean: a 3-output ReLU network of the same 5 units
-    assert res.network_.n_outputs == 3 and res.network_.n_hidden == 5
+    # log-ratios to the first class = logit differences: a 2-output ReLU network of the same 5 units
+    assert res.network_.n_outputs == 2 and res.network_.n_hidden == 5
     Z = np.random.default_rng(1).standard_normal((2000, 4))
     assert _rel(model, res.predict, Z) < 1e-9
-    assert np.array_equal(np.argmax(res.predict(X), axis=1), clf.predict(X))
+    ratios = np.column_stack([np.zeros(len(X)), res.predict(X)])
+    assert np.array_equal(clf.classes_[np.argmax(ratios, axis=1)], clf.predict(X))
 
 
 def test_skops_refuses_other_estimators(tmp_path):

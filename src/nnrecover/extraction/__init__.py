@@ -11,8 +11,18 @@
   followed by its refinement (:mod:`nnrecover.extraction.moments`).
 
 Every query goes through one counter (:class:`~nnrecover.extraction.queries.QueryOracle`);
-``max_queries`` is a hard budget and running out raises :class:`~nnrecover.errors.QueryBudgetError`
-whose ``partial`` attribute holds what was recovered so far.
+``max_queries`` is a hard budget (by default :func:`default_budget`, far above what a one-hidden-layer
+network needs, so that a search that does not converge stops) and running out raises
+:class:`~nnrecover.errors.QueryBudgetError` whose ``partial`` attribute holds what was recovered so far.
+
+What real models give: units that are never active on the searched region (sklearn's "dead" units)
+and units whose output weight is exactly zero leave no critical point; they do not change the
+function and are reported, not recovered (``diagnostics_["unidentifiable"]``). Inputs that no unit
+uses (a zero or 1e-30 column of ``W``, e.g. a constant pixel under an L2 penalty) are recovered as
+zero columns. A model that declares ``max_output`` (the loaders' classifiers: the logits their
+probabilities determine are exact only while the probabilities do not saturate) is queried on a
+region where its outputs stay below it (``input_scale`` chosen, or checked when given; the search
+lines are cut where the outputs leave the range).
 """
 
 from __future__ import annotations
@@ -29,9 +39,24 @@ from .. import errors
 from ..errors import InputError, QueryBudgetError
 from .queries import QueryOracle
 
-__all__ = ["extract", "ExtractionResult", "QueryBudgetError"]
+__all__ = ["extract", "ExtractionResult", "QueryBudgetError", "default_budget"]
 
 _METHODS = ("auto", "critical-points", "moments")
+
+#: halvings of input_scale tried when the model's outputs exceed its max_output on the region
+_MAX_HALVINGS = 40
+
+
+def default_budget(n_inputs: int) -> int:
+    """Queries allowed by ``max_queries="auto"``: ``max(2**24, 2**14 d)``.
+
+    Extraction of a one-hidden-layer network costs about ``10-40 d k`` queries (d = 100, k = 200:
+    0.32 million from a float64 box, 6.8 million from a float32 one; 784-128-1: 1.7 million), so
+    the default stops only a search that does not converge, such as a box whose outputs are much
+    noisier on the long search lines than at the query scale (16.8 million queries take about two
+    minutes of a fast box).
+    """
+    return max(2 ** 24, 2 ** 14 * int(n_inputs))
 
 
 class ExtractionResult:
@@ -69,12 +94,14 @@ class ExtractionResult:
                 f"complete={self.diagnostics_.get('complete')})")
 
 
-def _check_budget(max_queries: Any) -> int | None:
+def _check_budget(max_queries: Any, d: int) -> int | None:
     if max_queries is None:
         return None
+    if isinstance(max_queries, str) and max_queries == "auto":
+        return default_budget(d)
     if isinstance(max_queries, (bool, np.bool_)) or not isinstance(max_queries, numbers.Integral) \
             or int(max_queries) < 1:
-        raise InputError(f"max_queries must be None or a positive int, got {max_queries!r}.")
+        raise InputError(f"max_queries must be 'auto', None (no budget) or a positive int, got {max_queries!r}.")
     return int(max_queries)
 
 
@@ -88,9 +115,50 @@ def _check_positive(value: Any, name: str) -> float:
     return out
 
 
+def _model_max_output(model: Any) -> float | None:
+    limit = getattr(model, "max_output", None)
+    if limit is None:
+        return None
+    return _check_positive(limit, "the model's max_output attribute")
+
+
+def _choose_scale(oracle: QueryOracle, d: int, gen: np.random.Generator, scale: float,
+                  limit: float, explicit: bool, n_probe: int = 256) -> tuple[float, dict]:
+    """Largest ``scale / 2^j`` whose Gaussian query points keep the model's outputs within ``limit``.
+
+    The Gaussian points are where lines start, the output layer is fitted and the certificate is
+    taken; the search lines reach further and are cut where the outputs leave the range
+    (:func:`~nnrecover.extraction.critical_points.search_line`). With an ``explicit`` scale whose
+    points leave the range, the error names the scale that keeps it.
+    """
+    info: dict[str, Any] = {"max_output": limit, "requested_input_scale": scale, "probe_queries": 0}
+    s = scale
+    for halvings in range(_MAX_HALVINGS + 1):
+        Y = oracle(s * gen.standard_normal((n_probe, d)), allow_nonfinite=True)
+        info["probe_queries"] += Y.shape[0]
+        top = float(np.max(np.abs(Y))) if np.all(np.isfinite(Y)) else math.inf
+        if halvings == 0:
+            info["max_output_at_requested_scale"] = top
+        if top <= limit:
+            break
+        s /= 2
+    else:
+        raise InputError(f"the model's outputs exceed its max_output={limit:g} even at input_scale={s * 2:.3g} "
+                         f"({_MAX_HALVINGS} halvings of {scale:g}); it saturates everywhere near the origin.")
+    info["input_scale"] = s
+    info["max_output_on_region"] = top
+    if explicit and s != scale:
+        raise InputError(
+            f"at input_scale={scale:g} the model's outputs reach {info['max_output_at_requested_scale']:.3g} on "
+            f"Gaussian query points, beyond {limit:g}, where they are no longer exact (a classifier's "
+            f"probabilities saturate); use input_scale={s:.3g} (--input-scale {s:.3g}), or leave it unset to "
+            "have it chosen.")
+    return s, info
+
+
 def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int | str" = "auto",
-            method: str = "auto", max_queries: int | None = None, rng: Any = None,
-            input_scale: float = 1.0, radius: float | None = None, n_certify: int = 2000,
+            method: str = "auto", max_queries: "int | str | None" = "auto", rng: Any = None,
+            input_scale: float | None = None, radius: float | None = None, n_certify: int = 2000,
             patience: int | None = None, sign_time_limit: float = 120.0, n_samples: int | None = None,
             progress: bool = False,
             log: Callable[[str], None] | None = None) -> ExtractionResult:
@@ -111,13 +179,20 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
         fewer found after the search is reported (``CertificateWarning``) as unidentifiable units.
     method : {"auto", "critical-points", "moments"}
         ``"auto"`` is ``"critical-points"``.
-    max_queries : int, optional
+    max_queries : int, "auto" or None, default "auto"
         Hard budget on the rows sent to ``model``. A batch that would exceed it is not sent;
         :class:`~nnrecover.errors.QueryBudgetError` is raised with the partial result attached.
+        ``"auto"``: :func:`default_budget` (``max(2**24, 2**14 d)``, far above what a one-hidden-layer
+        network needs; it stops a search that does not converge). ``None``: no budget.
     rng : None, int or numpy.random.Generator
         All query points are drawn from it; same seed and deterministic model, same result.
-    input_scale : float, default 1.0
+    input_scale : float, optional
         Standard deviation of the Gaussian query points (the region of interest); lines start there.
+        Default 1.0; for a model with a ``max_output`` attribute (the loaders' classifiers, whose
+        logits are exact only while their probabilities do not saturate) the largest ``2^-j`` whose
+        Gaussian points keep the outputs within it (``diagnostics_["query_region"]``); the search lines
+        are cut where the outputs leave it. A scale given for such a model whose points leave that
+        range raises an ``InputError`` naming the scale to use.
     radius : float, optional
         Half-length of the searched lines (default ``4 sqrt(d) input_scale``; every third line is four
         times longer, to find rarely active units whose hyperplane is far from the origin).
@@ -161,8 +236,11 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
         k = None
     else:
         k = check_positive_int(n_hidden, "n_hidden")
-    budget = _check_budget(max_queries)
-    scale = _check_positive(input_scale, "input_scale")
+    budget = _check_budget(max_queries, d)
+    auto_budget = isinstance(max_queries, str)
+    explicit_scale = input_scale is not None
+    scale = _check_positive(1.0 if input_scale is None else input_scale, "input_scale")
+    limit = _model_max_output(model)
     rad = None if radius is None else _check_positive(radius, "radius")
     n_cert = check_positive_int(n_certify, "n_certify", minimum=10)
     pat = None if patience is None else check_positive_int(patience, "patience")
@@ -176,13 +254,16 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
     oracle = QueryOracle(model, d, budget, progress=None if bar is None else bar.update)
     method = "critical-points" if method == "auto" else method
     t0 = time.perf_counter()
+    region = None
     try:
+        if limit is not None:
+            scale, region = _choose_scale(oracle, d, gen, scale, limit, explicit_scale)
         if method == "critical-points":
             from .critical_points import CriticalPointExtractor
 
             runner = CriticalPointExtractor(oracle, d, gen, n_hidden=k, input_scale=scale, radius=rad,
                                             patience=pat, n_certify=n_cert, milp_time_limit=sign_limit,
-                                            log=log)
+                                            max_output=limit, log=log)
             try:
                 net, diag = runner.run()
             except QueryBudgetError as exc:
@@ -195,7 +276,7 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
                                         "output weights are the slope changes at the critical points)")
                 exc.partial = ExtractionResult(runner.partial_network(), diag, oracle.n_queries)
                 exc.args = (f"{exc.args[0]} Recovered so far: {diag['n_hidden']} hidden unit(s), stage "
-                            f"'{runner.stage}'.",)
+                            f"'{runner.stage}'.{_budget_hint(auto_budget, d)}",)
                 raise
         else:
             from .moments import extract_moments
@@ -208,7 +289,7 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
                         "model_calls": oracle.n_calls, "seconds": time.perf_counter() - t0, "n_hidden": 0}
                 exc.partial = ExtractionResult(None, diag, oracle.n_queries)
                 exc.args = (f"{exc.args[0]} Recovered so far: nothing (the moment route needs all its "
-                            "samples).",)
+                            f"samples).{_budget_hint(auto_budget, d)}",)
                 raise
     finally:
         if bar is not None:
@@ -217,4 +298,22 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
     diag["model_calls"] = oracle.n_calls
     diag["seconds"] = time.perf_counter() - t0
     diag["max_queries"] = budget
+    declared = getattr(model, "n_hidden", None)
+    if isinstance(declared, numbers.Integral) and not isinstance(declared, bool):
+        # a loaded file declares its width: the units the queries cannot see are counted, not guessed
+        diag["declared_n_hidden"] = int(declared)
+        if int(declared) > diag.get("n_hidden", 0) and "unidentifiable_units" not in diag:
+            diag["unidentifiable_units"] = int(declared) - int(diag["n_hidden"])
+    if region is not None:
+        diag["query_region"] = region
     return ExtractionResult(net, diag, oracle.n_queries)
+
+
+def _budget_hint(auto_budget: bool, d: int) -> str:
+    if not auto_budget:
+        return ""
+    return (f" This was the default budget (max_queries='auto' = {default_budget(d):,} for d = {d}), far above "
+            "what a one-hidden-layer ReLU network of this size needs: the search is not converging. Usual "
+            "causes: outputs much noisier on the long search lines than at the query scale (e.g. saturating "
+            "probabilities: lower input_scale), or a model that is not piecewise linear. Give max_queries "
+            "(--max-queries) a larger number, or None for no budget, to search on.")

@@ -7,7 +7,10 @@ network (``--out``, ``.json`` or ``.npz``) and its diagnostics (``--diagnostics`
 ``<out>.diagnostics.json``) together: both files or neither (:func:`nnrecover.io.atomic_outputs`), and
 never over the model file. When the budget runs out the diagnostics of the partial result are written
 beside them as ``<diagnostics stem>.partial.json`` (the files of an earlier complete run are left as they
-were) and the error (one line) says what was recovered.
+were) and the error (one line) says what was recovered. A result whose certificate failed never
+replaces the requested files: it is written beside them as ``<out stem>.failed<suffix>`` and
+``<diagnostics stem>.failed.json`` (the command says so and exits 1), so that a good ``net.json``
+survives a failed rerun.
 """
 
 from __future__ import annotations
@@ -35,6 +38,16 @@ def _positive_int(value: str) -> int:
     return n
 
 
+def _budget(value: str) -> "int | str | None":
+    if value in ("auto", "none"):
+        return None if value == "none" else value
+    try:
+        return _positive_int(value)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"--max-queries must be a positive int, 'auto' or 'none', got {value!r}") \
+            from exc
+
+
 def _hidden(value: str) -> "int | str":
     if value == "auto":
         return value
@@ -55,10 +68,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--inputs", type=_positive_int, default=None,
                    help="number of inputs d (default: read from the model file when it records it)")
     p.add_argument("--hidden", type=_hidden, default="auto", help="number of hidden units, or 'auto' (default)")
-    p.add_argument("--method", choices=("auto", "critical-points", "moments"), default="auto")
-    p.add_argument("--max-queries", type=_positive_int, default=None, help="hard budget on the rows queried")
-    p.add_argument("--input-scale", type=float, default=1.0,
-                   help="standard deviation of the Gaussian query points (the region of interest)")
+    p.add_argument("--method", choices=("auto", "critical-points", "moments"), default="auto",
+                   help="critical-points (chosen queries, exact to the model's round-off; what 'auto', the "
+                        "default, runs) or moments (Gaussian queries only, to a moment learner's precision)")
+    p.add_argument("--max-queries", type=_budget, default="auto",
+                   help="hard budget on the rows queried: a number, 'auto' (default: max(2^24, 2^14 d), far above "
+                        "what a one-hidden-layer network needs; it stops a search that does not converge) or "
+                        "'none'")
+    p.add_argument("--input-scale", type=float, default=None,
+                   help="standard deviation of the Gaussian query points (the region of interest; default 1, or "
+                        "for a classifier the largest 2^-j at which its probabilities do not saturate)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the query points (default 0)")
     p.add_argument("--out", required=True, help="output network file (.json or .npz)")
     p.add_argument("--diagnostics", default=None, help="diagnostics JSON (default: <out>.diagnostics.json)")
@@ -103,11 +122,15 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--out must name a .json or .npz file, got {args.out!r}.")
     diag_path = Path(args.diagnostics) if args.diagnostics else out.with_name(out.name + ".diagnostics.json")
     partial_path = diag_path.with_name(diag_path.stem + ".partial.json")
+    failed_out = out.with_name(out.stem + ".failed" + out.suffix)
+    failed_diag = diag_path.with_name(diag_path.stem + ".failed.json")
     from ..io import check_distinct, check_writable
 
     model_file = args.model if Path(args.model).exists() else None  # else module:function
     check_distinct({"MODEL": model_file}, {"--out": out, "--diagnostics": diag_path,
-                                           "the partial diagnostics (<diagnostics stem>.partial.json)": partial_path})
+                                           "the partial diagnostics (<diagnostics stem>.partial.json)": partial_path,
+                                           "the failed result (<out stem>.failed<suffix>)": failed_out,
+                                           "its diagnostics (<diagnostics stem>.failed.json)": failed_diag})
     for path, flag in ((out, "--out"), (diag_path, "--diagnostics")):
         check_writable(path, flag)
     model = load_model(args.model)
@@ -131,16 +154,30 @@ def run(args: argparse.Namespace) -> int:
     diag = {"model": args.model, "model_kind": model.kind, **res.diagnostics_}
     from ..io import atomic_outputs
 
-    with atomic_outputs([out, diag_path]) as (net_tmp, diag_tmp):
+    cert = res.diagnostics_["certificate"]
+    net_path, diag_out = (out, diag_path) if cert["passed"] else (failed_out, failed_diag)
+    with atomic_outputs([net_path, diag_out]) as (net_tmp, diag_tmp):
         res.network_.save(net_tmp)
         diag_tmp.write_text(json.dumps(_jsonable(diag), indent=1), encoding="utf-8")
-    cert = res.diagnostics_["certificate"]
     print(f"extracted {res.network_.n_hidden} hidden units from {model.kind} ({d} inputs, "
           f"{res.network_.n_outputs} output(s))")
+    region = res.diagnostics_.get("query_region")
+    if region is not None and region["input_scale"] != region["requested_input_scale"]:
+        print(f"input scale: {region['input_scale']:.3g} (outputs within {region['max_output']:g}, where the "
+              "model's probabilities do not saturate)")
+    lost = res.diagnostics_.get("unidentifiable_units")
+    if lost and res.diagnostics_.get("declared_n_hidden") is not None:
+        print(f"the model file declares {res.diagnostics_['declared_n_hidden']} hidden units: {lost} left no "
+              "critical point on the queried region (never active there, or zero output weight) and do not "
+              "change the function there; see 'unidentifiable' in the diagnostics")
     print(f"queries used: {res.n_queries_}")
     print(f"time: {res.diagnostics_['seconds']:.2f} s")
     print(f"certified on {cert['queries']} fresh queries: max error {cert['max_abs_error']:.3g}, relative "
           f"error {cert['relative_error']:.3g} ({'passed' if cert['passed'] else 'FAILED'})")
-    print(f"wrote {out} and {diag_path}")
+    if cert["passed"]:
+        print(f"wrote {out} and {diag_path}")
+    else:
+        kept = f"{out} was left as it was" if out.exists() else f"{out} was not written"
+        print(f"certificate FAILED: wrote the result to {failed_out} and {failed_diag}; {kept}")
     sys.stdout.flush()
     return 0 if cert["passed"] else 1

@@ -106,7 +106,7 @@ def _covered(a: np.ndarray, b: np.ndarray, mids: np.ndarray) -> np.ndarray:
 
 def search_line(oracle: QueryOracle, x0: np.ndarray, v: np.ndarray, lo: float, hi: float,
                 noise: NoiseModel, *, n_grid: int = 65, min_width: float | None = None,
-                max_rounds: int = 200) -> LineKinks:
+                max_rounds: int = 200, max_output: float | None = None) -> LineKinks:
     """Every kink of ``s -> f(x0 + s v)`` on ``[lo, hi]`` (Carlini et al. 2020, Section 4.2).
 
     A grid of ``n_grid`` points is queried; an interval is *linear* when it belongs to a collinear
@@ -115,6 +115,11 @@ def search_line(oracle: QueryOracle, x0: np.ndarray, v: np.ndarray, lo: float, h
     ``f(s*)`` queried; if it lies on both lines the kink is ``s*`` (two or more kinks would put the
     middle piece off that intersection, a measure-zero coincidence otherwise). Any other unresolved
     interval is split at ``s*`` or its midpoint. All new points of a round go to the model in one call.
+
+    With ``max_output`` (a box exact only while its outputs stay within it, such as a classifier's
+    logits) the line is cut to the run of grid points around ``s = 0`` whose outputs stay within it,
+    and searched on a new grid there: beyond, the box's round-off grows faster than the noise model
+    allows and every interval would look like a kink.
 
     Returns
     -------
@@ -126,7 +131,27 @@ def search_line(oracle: QueryOracle, x0: np.ndarray, v: np.ndarray, lo: float, h
         min_width = 1e-11 * (hi - lo)
     start = oracle.n_queries
     S = np.linspace(lo, hi, n_grid)
-    F = _query(oracle, x0 + S[:, None] * v)
+    if max_output is None:
+        F = _query(oracle, x0 + S[:, None] * v)
+    else:
+        F = oracle(x0 + S[:, None] * v, allow_nonfinite=True)
+        good = np.all(np.abs(F) <= max_output, axis=1)      # False for NaN and inf
+        if not good.all():
+            i0 = int(np.argmin(np.abs(S)))
+            if not good[i0]:
+                p = F.shape[1]
+                return LineKinks(x0, v, np.empty(0), np.empty((0, p)), np.empty((0, p)), np.empty(0),
+                                 np.empty(0), 0, oracle.n_queries - start)
+            bad = np.flatnonzero(~good)
+            left, right = bad[bad < i0], bad[bad > i0]
+            lo = S[left[-1] + 1] if left.size else lo
+            hi = S[right[0] - 1] if right.size else hi
+            if not hi > lo:
+                p = F.shape[1]
+                return LineKinks(x0, v, np.empty(0), np.empty((0, p)), np.empty((0, p)), np.empty(0),
+                                 np.empty(0), 0, oracle.n_queries - start)
+            S = np.linspace(lo, hi, n_grid)
+            F = _query(oracle, x0 + S[:, None] * v)
     kink = np.zeros(S.size, bool)
     lin_a = np.empty(0)
     lin_b = np.empty(0)
@@ -580,6 +605,21 @@ def fit_output_layer(oracle: QueryOracle, W: np.ndarray, b: np.ndarray, rng: np.
     return alpha, U, c, resid
 
 
+def _equation_scale(M: np.ndarray, rhs: np.ndarray, p: int) -> np.ndarray:
+    """Size against which the residual of each orientation equation is measured.
+
+    Equation ``(i, l)`` (output ``i``, input ``l``) reads ``U[i, l]``, fitted from output ``i`` on
+    isotropic queries, so its absolute error is about the same for every input ``l``: the round-off of
+    output ``i``'s largest coefficients, not of this equation's own. Measured against its own
+    coefficients, an equation of an input that no unit uses (a zero column of ``W``, or 1e-30 as an L2
+    penalty leaves it) compares round-off with round-off and fails for every ``t``; the scale is
+    therefore the largest coefficient sum among the equations of the same output.
+    """
+    own = np.abs(M).sum(axis=1) + np.abs(rhs)
+    per_output = own.reshape(p, -1).max(axis=1, keepdims=True)
+    return np.broadcast_to(per_output, (p, own.size // p)).ravel() + 1e-300
+
+
 def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: float,
                   precision: float | None = None, time_limit: float = 120.0,
                   max_solves: int = 8) -> tuple[np.ndarray | None, dict]:
@@ -587,8 +627,8 @@ def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: f
 
     Solves ``U = -sum_j t_j alpha_j w_j^T`` (``p d`` equations) for ``t`` in ``{0, 1}^k``. When the
     ``k`` columns are linearly independent the least-squares solution is rounded (and must be within
-    0.25 of 0/1); otherwise the 0/1 problem with equations met to ``rel_tol`` (relative to each
-    equation's coefficient scale) is solved by lattice reduction (:mod:`._lattice`, low-density
+    0.25 of 0/1); otherwise the 0/1 problem with equations met to ``rel_tol`` (relative to the
+    coefficient scale of the equation's output, :func:`_equation_scale`) is solved by lattice reduction (:mod:`._lattice`, low-density
     subset sum) and by HiGHS (``scipy.optimize.milp``; a solution whose residual exceeds ``rel_tol``
     is excluded by a no-good cut and the problem solved again, at most ``max_solves`` times), the
     lattice first when ``k > 2 p d``, all within ``time_limit`` seconds.
@@ -612,7 +652,7 @@ def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: f
     with blas_threads(1):
         sv = np.linalg.svd(M, compute_uv=False)
     full_rank = M.shape[0] >= k and sv[-1] > 1e-8 * sv[0]
-    scale = np.abs(M).sum(axis=1) + np.abs(rhs) + 1e-300
+    scale = _equation_scale(M, rhs, alpha.shape[1])
     if full_rank:
         t_real, *_ = np.linalg.lstsq(M, rhs, rcond=None)
         t = np.rint(t_real).astype(int)
@@ -722,7 +762,8 @@ class CriticalPointExtractor:
     def __init__(self, oracle: QueryOracle, n_inputs: int, rng: np.random.Generator, *,
                  n_hidden: int | None, input_scale: float = 1.0, radius: float | None = None,
                  patience: int | None = None, max_lines: int = 200, n_certify: int = 2000,
-                 milp_time_limit: float = 120.0, log: Callable[[str], None] | None = None):
+                 milp_time_limit: float = 120.0, max_output: float | None = None,
+                 log: Callable[[str], None] | None = None):
         self.oracle = oracle
         self.d = int(n_inputs)
         self.rng = rng
@@ -733,6 +774,7 @@ class CriticalPointExtractor:
         self.max_lines = int(max_lines)
         self.n_certify = int(n_certify)
         self.milp_time_limit = float(milp_time_limit)
+        self.max_output = max_output
         self.log = log or (lambda msg: None)
         self.noise: NoiseModel | None = None
         self.units: _Units | None = None
@@ -783,7 +825,7 @@ class CriticalPointExtractor:
         v /= np.linalg.norm(v)
         n_known = 0 if self.units is None else self.units.W.shape[0]
         n_grid = max(65, 4 * n_known + 1)
-        lk = search_line(self.oracle, x0, v, -R, R, self.noise, n_grid=n_grid)
+        lk = search_line(self.oracle, x0, v, -R, R, self.noise, n_grid=n_grid, max_output=self.max_output)
         m = lk.s.size
         matched = np.zeros(m, bool)
         if n_known and m:
@@ -974,11 +1016,21 @@ class CriticalPointExtractor:
         t, sign_info = resolve_signs(W, alpha.T, U, rel_tol=rel_tol, precision=100 * self.noise.rel,
                                      time_limit=self.milp_time_limit)
         linear_units = 0
+        stopped_at_width = self.n_hidden is not None and k >= self.n_hidden
         if t is None:
-            warnings.warn("the orientation of the hidden units could not be resolved (no 0/1 solution of "
-                          "the linear-part equations was found in time); the linear part is represented by "
-                          "extra unit pairs relu(e.x) - relu(-e.x), flagged in diagnostics['linear_units'].",
-                          CertificateWarning, stacklevel=3)
+            if stopped_at_width:
+                why = (f"with the {k} units of n_hidden={self.n_hidden} the linear part is not a sum of flipped "
+                       "units: the model most likely has more hidden units than n_hidden (give a larger "
+                       "n_hidden or 'auto')")
+            elif sign_info.get("method") == "least squares":
+                why = (f"the least-squares solution is not 0/1 (relative residual "
+                       f"{sign_info.get('max_relative_residual', float('nan')):.3g}): the model's linear part "
+                       "is not a sum of flipped units (units missed, or not a ReLU network)")
+            else:
+                why = "no 0/1 solution of the linear-part equations was found in time"
+            warnings.warn(f"the orientation of the hidden units could not be resolved ({why}); the linear part "
+                          "is represented by extra unit pairs relu(e.x) - relu(-e.x), flagged in "
+                          "diagnostics['linear_units'].", CertificateWarning, stacklevel=3)
             Ul, sl, Vl = np.linalg.svd(U, full_matrices=False)
             r = int(np.sum(sl > 1e-12 * max(sl.max(initial=0), 1e-300)))
             W = np.concatenate([W, Vl[:r], -Vl[:r]])
@@ -994,11 +1046,15 @@ class CriticalPointExtractor:
         self.stage = "certificate"
         cert = self.certify(net)
         if not cert["passed"]:
+            if stopped_at_width:
+                cause = (f"the search stopped at the {self.n_hidden} units of n_hidden={self.n_hidden}, so the "
+                         "model most likely has more hidden units: give a larger n_hidden (--hidden) or 'auto'")
+            else:
+                cause = ("the model is probably not a one-hidden-layer ReLU network (e.g. leaky-ReLU or another "
+                         "activation), or units were missed")
             warnings.warn(f"extraction certificate failed: relative error {cert['relative_error']:.3g} on "
-                          f"{cert['queries']} fresh queries exceeds the tolerance {cert['tolerance']:.3g}; the "
-                          "model is probably not a one-hidden-layer ReLU network (e.g. leaky-ReLU or another "
-                          "activation), or units were missed (see diagnostics['certificate']).",
-                          CertificateWarning, stacklevel=3)
+                          f"{cert['queries']} fresh queries exceeds the tolerance {cert['tolerance']:.3g}; "
+                          f"{cause} (see diagnostics['certificate']).", CertificateWarning, stacklevel=3)
         seconds = time.perf_counter() - t0
         widths = {"n_hidden": int(net.n_hidden) - linear_units, "method": "distinct hyperplanes",
                   "lines_searched": len(self.lines),

@@ -4,21 +4,33 @@
 for :func:`nnrecover.extraction.extract`:
 
 ``*.skops``
-    A fitted scikit-learn ``MLPRegressor`` or ``MLPClassifier`` saved with ``skops.io.dump`` (skops'
-    secure format: no pickle, only types from scikit-learn, NumPy and SciPy are accepted). A regressor
-    is queried through ``predict``; a classifier through its logits read from ``predict_proba``
-    (binary: ``log p1 - log p0``; multi-class: centred log-probabilities, the logits minus their mean,
-    which is again a ReLU network of the input).
+    A fitted scikit-learn ``MLPRegressor`` or ``MLPClassifier`` with one hidden layer of ReLU units,
+    saved with ``skops.io.dump`` (skops' secure format: no pickle, only types from scikit-learn, NumPy
+    and SciPy are accepted). A regressor is queried through ``predict``; a classifier through the
+    logits its probabilities determine, read from ``predict_proba``: binary (and each label of a
+    multi-label one), the log-odds ``log p1 - log p0``; multi-class, the log-ratios
+    ``log p_i - log p_0`` to the first class (``classes_[0]``), ``C - 1`` outputs. Both are again
+    ReLU networks of the input (output weights ``a_1`` or ``a_i - a_0``). They are exact only while
+    the probabilities do not saturate: ``1 - p`` of a binary classifier keeps the absolute round-off
+    of ``p``, so the log-odds carry an error of about ``1e-16 e^z`` at log-odds ``z``, and a softmax
+    probability underflows near ``e^-700``. The loaded model therefore declares ``max_output`` (4 for
+    log-odds, where that error is 6e-15; 600 for softmax log-ratios), and
+    :func:`~nnrecover.extraction.extract` queries a region that keeps the outputs within it.
 ``*.safetensors``
     A PyTorch ``state_dict`` of ``nn.Sequential(nn.Linear(d, k), nn.ReLU(), nn.Linear(k, p))``
     (keys ``<i>.weight`` / ``<i>.bias``), evaluated with NumPy in the file's dtype (a float32 file is a
     float32 black box).
 ``*.onnx``
     Any ONNX model with one input ``(n, d)`` and one output, run with ``onnxruntime`` on the CPU in the
-    input's declared dtype.
+    input's declared dtype; a model exported with a fixed batch size is queried in batches of that
+    size. A graph with more than two weight matrices (``MatMul``/``Gemm`` on a stored weight) is
+    refused before any query.
 ``module:function``
     Any importable Python callable (``module`` may be a dotted name; attributes may be nested, e.g.
     ``pkg.mod:obj.predict``).
+
+A file of a network with more than one hidden layer, or of another hidden activation than ReLU, is
+refused when it is read (before any query), with its layers named.
 
 The optional dependencies are the ``extract`` extra: ``pip install nnrecover[extract]``.
 """
@@ -42,11 +54,24 @@ __all__ = ["load_model", "LoadedModel"]
 _SKOPS_ALLOWED = ("sklearn.", "numpy.", "scipy.", "builtins.")
 
 
-class LoadedModel:
-    """A loaded black box: ``model(X)`` evaluates it; ``n_inputs`` is ``d`` when the file says so."""
+#: largest |log-odds| at which a binary classifier's logit is still exact to ~6e-15 (1e-16 e^4)
+_LOGODDS_MAX = 4.0
+#: largest |log-ratio| of softmax probabilities kept away from underflow (e^-708)
+_SOFTMAX_MAX = 600.0
 
-    def __init__(self, func: Callable[[np.ndarray], np.ndarray], n_inputs: int | None, kind: str, source: str):
+
+class LoadedModel:
+    """A loaded black box: ``model(X)`` evaluates it; ``n_inputs`` is ``d`` when the file says so.
+
+    ``max_output`` (or None): the largest absolute output at which the box is still exact (see the
+    module docstring); ``n_hidden``: the width the file declares (None when it does not), so that
+    units the queries cannot see (never active, zero output weight) can be counted.
+    """
+
+    def __init__(self, func: Callable[[np.ndarray], np.ndarray], n_inputs: int | None, kind: str, source: str,
+                 *, max_output: float | None = None, n_hidden: int | None = None):
         self.func, self.n_inputs, self.kind, self.source = func, n_inputs, kind, source
+        self.max_output, self.n_hidden = max_output, n_hidden
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
         return self.func(X)
@@ -86,20 +111,42 @@ def _load_skops(path: Path) -> LoadedModel:
                          "MLPRegressor or MLPClassifier.")
     if not hasattr(model, "coefs_"):
         raise InputError(f"the {type(model).__name__} in {path.name} is not fitted.")
-    d = int(model.n_features_in_)
+    name = type(model).__name__
+    sizes = [int(model.coefs_[0].shape[0])] + [int(c.shape[1]) for c in model.coefs_]
+    out_act = getattr(model, "out_activation_", "identity")
+    layers = ", ".join(f"{sizes[i]}->{sizes[i + 1]} {model.activation if i < len(sizes) - 2 else out_act}"
+                       for i in range(len(sizes) - 1))
+    if len(model.coefs_) != 2:
+        raise InputError(f"{path.name} holds an {name} with {len(model.coefs_) - 1} hidden layers (layers: {layers}); "
+                         "extraction recovers one hidden layer, f(x) = A relu(W x + b) + c. Refused before "
+                         "any query.")
+    if model.activation != "relu":
+        raise InputError(f"{path.name} holds an {name} with activation={model.activation!r} (layers: {layers}); "
+                         "extraction recovers ReLU networks only.")
+    d, k = sizes[0], sizes[1]
     if isinstance(model, MLPRegressor):
         def func(X):
             return model.predict(X)
-        kind = "sklearn MLPRegressor (skops)"
+        return LoadedModel(func, d, "sklearn MLPRegressor (skops)", str(path), n_hidden=k)
+    if out_act == "logistic":
+        binary = int(model.n_outputs_) == 1
+
+        def func(X):
+            P = model.predict_proba(X)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                if binary:
+                    return np.log(P[:, 1]) - np.log(P[:, 0])
+                return np.log(P) - np.log1p(-P)
+        kind = "sklearn MLPClassifier log-odds (skops)"
+        limit = _LOGODDS_MAX
     else:
         def func(X):
-            with np.errstate(divide="ignore"):
+            with np.errstate(divide="ignore", invalid="ignore"):
                 logp = np.log(model.predict_proba(X))
-            if logp.shape[1] == 2:
-                return logp[:, 1] - logp[:, 0]
-            return logp - logp.mean(axis=1, keepdims=True)
-        kind = "sklearn MLPClassifier logits (skops)"
-    return LoadedModel(func, d, kind, str(path))
+            return logp[:, 1:] - logp[:, :1]
+        kind = f"sklearn MLPClassifier log-ratios to class {model.classes_[0]!r} (skops)"
+        limit = _SOFTMAX_MAX
+    return LoadedModel(func, d, kind, str(path), max_output=limit, n_hidden=k)
 
 
 def _linear_layers(tensors: dict) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -128,8 +175,9 @@ def _load_safetensors(path: Path) -> LoadedModel:
         raise InputError(f"{path.name} is not a readable safetensors file: {exc}") from exc
     layers = _linear_layers(tensors)
     if len(layers) != 2:
-        raise InputError(f"{path.name} has {len(layers)} linear layers; one hidden layer "
-                         "(Linear, ReLU, Linear) is supported.")
+        shapes = ", ".join(f"{W.shape[1] if W.ndim == 2 else '?'}->{W.shape[0]}" for W, _ in layers)
+        raise InputError(f"{path.name} has {len(layers)} linear layers ({shapes}); extraction recovers one hidden "
+                         "layer (Linear, ReLU, Linear). Refused before any query.")
     (W1, b1), (W2, b2) = layers
     if W1.ndim != 2 or W2.ndim != 2 or W2.shape[1] != W1.shape[0] or b1.shape != (W1.shape[0],) \
             or b2.shape != (W2.shape[0],):
@@ -141,7 +189,8 @@ def _load_safetensors(path: Path) -> LoadedModel:
         X = np.asarray(X, dtype)
         Y = np.maximum(X @ W1.T + b1, 0) @ W2.T + b2
         return Y[:, 0] if Y.shape[1] == 1 else Y
-    return LoadedModel(func, int(W1.shape[1]), f"PyTorch state_dict (safetensors, {dtype})", str(path))
+    return LoadedModel(func, int(W1.shape[1]), f"PyTorch state_dict (safetensors, {dtype})", str(path),
+                       n_hidden=int(W1.shape[0]))
 
 
 _ONNX_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16}
@@ -162,13 +211,53 @@ def _load_onnx(path: Path) -> LoadedModel:
         raise InputError(f"{path.name}: input type {spec.type} is not a float tensor.")
     shape = spec.shape
     d = shape[-1] if len(shape) == 2 and isinstance(shape[-1], int) else None
+    _check_onnx_layers(path)
     name = spec.name
+    # an export with a fixed batch size (torch.onnx.export of a (1, d) example without dynamic_axes)
+    # accepts exactly that many rows: the queries are sent in such batches, the last one padded
+    batch = shape[0] if len(shape) == 2 and isinstance(shape[0], int) and shape[0] > 0 else None
+
+    def run(X):
+        Y = np.asarray(sess.run(None, {name: np.ascontiguousarray(X, dtype)})[0])
+        return Y.reshape(X.shape[0], -1)
 
     def func(X):
-        Y = np.asarray(sess.run(None, {name: np.ascontiguousarray(X, dtype)})[0])
-        return Y.reshape(Y.shape[0], -1)[:, 0] if Y.ndim == 1 or Y.reshape(Y.shape[0], -1).shape[1] == 1 \
-            else Y.reshape(Y.shape[0], -1)
-    return LoadedModel(func, d, f"ONNX ({spec.type})", str(path))
+        n = X.shape[0]
+        if batch is None:
+            Y = run(X)
+        else:
+            pad = -n % batch
+            Xp = np.concatenate([X, np.repeat(X[-1:], pad, axis=0)]) if pad else X
+            Y = np.concatenate([run(Xp[i:i + batch]) for i in range(0, Xp.shape[0], batch)])[:n]
+        return Y[:, 0] if Y.shape[1] == 1 else Y
+    kind = f"ONNX ({spec.type}{f', batch size {batch}' if batch else ''})"
+    return LoadedModel(func, d, kind, str(path))
+
+
+def _check_onnx_layers(path: Path) -> None:
+    """Refuse a graph with more than two stored weight matrices (``MatMul``/``Gemm``), naming them.
+
+    Needs the ``onnx`` package to read the graph; without it the model is run as a black box and a
+    deeper network shows up in its certificate instead.
+    """
+    try:
+        import onnx
+    except ImportError:
+        return
+    try:
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception:  # onnxruntime read it; a graph onnx cannot parse is left to the black-box route
+        return
+    weights = {t.name: tuple(t.dims) for t in graph.initializer}
+    layers = []
+    for node in graph.node:
+        if node.op_type in ("MatMul", "Gemm"):
+            dims = [weights[i] for i in node.input[:2] if i in weights and len(weights[i]) == 2]
+            if dims:
+                layers.append(f"{node.name or node.op_type} {'x'.join(map(str, dims[0]))}")
+    if len(layers) > 2:
+        raise InputError(f"{path.name} has {len(layers)} weight layers ({', '.join(layers)}); extraction recovers "
+                         "one hidden layer (two weight matrices). Refused before any query.")
 
 
 def _load_callable(spec: str) -> LoadedModel:

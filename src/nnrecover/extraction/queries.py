@@ -91,8 +91,10 @@ class QueryOracle:
         """Rows still allowed (``inf`` without a budget)."""
         return np.inf if self.max_queries is None else self.max_queries - self.n_queries
 
-    def __call__(self, X: np.ndarray) -> np.ndarray:
+    def __call__(self, X: np.ndarray, *, allow_nonfinite: bool = False) -> np.ndarray:
         """Evaluate the model on the rows of ``X``; returns float64 ``(n, p)``.
+
+        ``allow_nonfinite`` lets NaN and inf through (a probe of where the model saturates).
 
         Raises
         ------
@@ -138,8 +140,13 @@ class QueryOracle:
             self.n_outputs, self.scalar_output = Y.shape[1], scalar
         elif Y.shape[1] != self.n_outputs:
             raise InputError(f"model returned {Y.shape[1]} outputs, earlier calls returned {self.n_outputs}.")
-        if not np.all(np.isfinite(Y)):
-            raise InputError("model returned NaN or infinite outputs; extraction needs a finite function.")
+        if not allow_nonfinite and not np.all(np.isfinite(Y)):
+            bad = ~np.all(np.isfinite(Y), axis=1)
+            far = float(np.max(np.linalg.norm(X[bad], axis=1)))
+            raise InputError(f"model returned NaN or infinite outputs on {int(bad.sum())} of {n} rows (inputs of "
+                             f"norm up to {far:.3g}); extraction needs a finite function. A model that saturates "
+                             "away from the origin (e.g. log-probabilities of a classifier) needs a smaller "
+                             "input_scale (--input-scale), or a max_output attribute so that the scale is chosen.")
         return Y
 
     def calibrate(self, rng: np.random.Generator, scale: float, n_points: int = 64,
