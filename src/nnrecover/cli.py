@@ -692,8 +692,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("methods", help="list the implemented algorithms (paper, algorithm, assumptions)",
-                       description="List every registered algorithm: its name (for 'fit --learner'), paper, "
-                       "the paper's algorithm label, the implementing class or function, and its assumptions.")
+                       description="List every registered algorithm: its name, paper, the paper's algorithm "
+                       "label, the implementing class or function, whether 'fit --learner NAME' runs it (fit = "
+                       "yes: the learners; the others are Python functions), and its assumptions.")
     p.add_argument("--paper", help="only this paper (awasthi2021, ge2019, bakshi2019, goel2019, baseline)")
     p.add_argument("--learners-only", action="store_true", help="only estimators usable by 'nnrecover fit'")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -60,4 +60,14 @@ def get_learner(name: str) -> type:
         if rec.name == name or getattr(rec.target, "__name__", None) == name:
             return rec.target
     names = ", ".join(r.name for r in available(learners_only=True))
+    other = next((r for r in available() if name in (r.name, getattr(r.target, "__name__", None))), None)
+    if other is not None:
+        # a registered algorithm that is a step or a function, not an estimator: say where it lives
+        target = getattr(other.target, "__name__", repr(other.target))
+        home = f"{__name__}.{other.paper}"
+        if getattr(import_module(home), target, None) is not other.target:
+            home = other.target.__module__
+        raise InputError(f"{name!r} is {other.paper}'s {other.algorithm}, the Python function {home}.{target}, "
+                         "not a learner that fit can run (nnrecover methods marks those fit = yes); "
+                         f"learners: {names}.")
     raise InputError(f"unknown learner {name!r}; available learners: {names}.")

@@ -42,7 +42,7 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def width_refusal(n_hidden: int, n_inputs: int, n_outputs: int, what: str = "Bakshi et al.'s learners") -> str | None:
+def width_refusal(n_hidden: int, n_inputs: int, n_outputs: int, what: str | None = None) -> str | None:
     """Why ``what`` refuses ``n_hidden`` units on data with ``n_inputs`` inputs and ``n_outputs`` outputs, in the
     user's terms, or None when the width is acceptable.
 
@@ -63,7 +63,8 @@ def width_refusal(n_hidden: int, n_inputs: int, n_outputs: int, what: str = "Bak
     # learners that accept these data (names `nnrecover fit --learner` takes)
     hermite = ("hermite-tensor (Gaussian inputs, one output at a time, hidden biases allowed" +
                (", order 2 for more units than inputs)" if d < k else ")"))
-    return (f"{what} need {' and '.join(need)} (k <= min(m, d): U* and V* of rank k, Theorems 7 and 10); got "
+    subject = "Bakshi et al.'s learners need" if what is None else f"{what} needs"
+    return (f"{subject} {' and '.join(need)} (k <= min(m, d): U* and V* of rank k, Theorems 7 and 10); got "
             f"{_plural(k, 'hidden unit')}, {_plural(m, 'output')} and {_plural(d, 'input')}. Fit {hermite} or "
             "gradient-descent (no guarantee) instead.")
 

@@ -88,7 +88,11 @@ def _prepare(X, Y, n_hidden, activation, n_refine, what):
     if d is None or m is None:
         Xp, Yp = source.peek()
         d, m = Xp.shape[1], Yp.shape[1]
-    why = width_refusal(k, d, m, what=what[0].upper() + what[1:])
+    # the learner a command-line user ran, named beside the pipeline
+    label = {"the Gaussian pipeline": "Bakshi et al.'s Gaussian pipeline (exact-relu)",
+             "the noisy pipeline": "Bakshi et al.'s noisy pipeline (bakshi2019-noisy)",
+             "Algorithm 3": "Bakshi et al.'s Algorithm 3 (exact-relu with approximate='ica')"}.get(what, what)
+    why = width_refusal(k, d, m, what=label)
     if why:
         raise AssumptionError(why)
     n_ref = default_n_refine(info.n_samples, d, k) if n_refine is None else check_positive_int(n_refine, "n_refine")
@@ -186,7 +190,8 @@ def algorithm4(X: Any, Y: Any = None, n_hidden: int | None = None, **options) ->
     ``relu_power(2)`` or ``exp_minus_one``.
     """
     if "order" in options:
-        raise InputError("algorithm4 fixes order=3; use gaussian_pipeline to choose the order.")
+        raise InputError("algorithm4 fixes order=3; use nnrecover.learners.bakshi2019.gaussian_pipeline (or the "
+                         "exact-relu learner) to choose the order.")
     return gaussian_pipeline(X, Y, n_hidden, order=3, **options)
 
 

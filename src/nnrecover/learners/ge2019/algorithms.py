@@ -467,7 +467,7 @@ def _run(X, Y, n_hidden, *, noise_correction, split, decomposition, rng, check_s
         raise AssumptionError(why)
     if require_square and l != k:
         raise AssumptionError(f"this algorithm needs exactly n_hidden = {k} outputs, got {l}; "
-                              "use algorithm4 for more outputs.")
+                              "use nnrecover.learners.ge2019.algorithm4 (or the pure-neuron learner) for more outputs.")
     layout = _layout(split, l, k)
     roles = _ROLES[layout]
     use_span, reason = _use_span(span, k, d, source.info.reiterable)

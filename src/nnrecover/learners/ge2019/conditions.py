@@ -21,7 +21,7 @@ def width_refusal(n_hidden: int, n_inputs: int | None, n_outputs: int) -> str | 
     ``A`` (outputs x units) of full rank ``k``: at most as many units as inputs, at least as many outputs."""
     k, d, m = int(n_hidden), n_inputs, int(n_outputs)
     if d is not None and k > d:
-        return (f"Ge et al. 2019 need at most as many hidden units as inputs (k <= d, Theorems 4-7); got "
+        return (f"Ge et al. 2019 need at least as many inputs as hidden units (k <= d, Theorems 4-7); got "
                 f"{_plural(k, 'hidden unit')} and {_plural(d, 'input')}: ask for fewer units, or fit "
                 "gradient-descent (any width) or, with Gaussian inputs, hermite-tensor.")
     if m < k:

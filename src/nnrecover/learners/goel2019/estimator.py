@@ -48,8 +48,8 @@ from .model import ACTIVATIONS, HighThresholdNetwork, tail_bound, threshold_acti
 from .statistics import ActiveRows, PopulationMoments, SampleMoments
 from .step1 import STEP1_METHODS, Step1Result, extra_directions, split_half_angles, step1
 
-__all__ = ["HighThresholdLearner", "data_refusal", "lemma_diagnostics", "step2_defaults", "STEP2_HOLDOUT", "STEP2_GATHER_BYTES",
-           "ES_PROGRESS_RATE"]
+__all__ = ["HighThresholdLearner", "data_refusal", "lemma_diagnostics", "step2_defaults", "STEP2_HOLDOUT",
+           "STEP2_GATHER_BYTES", "ES_PROGRESS_RATE"]
 
 #: a first chunk shorter than this is not checked against N(0, I) (a mean and covariance need rows)
 INPUT_CHECK_MIN_ROWS = 20
@@ -66,7 +66,7 @@ def data_refusal(n_hidden: int | None, n_inputs: int | None, n_outputs: int | No
         return (f"HighThresholdLearner learns one output (Goel-Panigrahy's model f(x) = P(u_t(W x)), Section 1); "
                 f"the data have {n_outputs} outputs: fit one output at a time.")
     if n_hidden is not None and n_inputs is not None and int(n_hidden) > int(n_inputs):
-        return (f"HighThresholdLearner needs at most as many hidden units as inputs (k <= d, Claim 1); got "
+        return (f"HighThresholdLearner needs at least as many inputs as hidden units (k <= d, Claim 1); got "
                 f"{n_hidden} hidden units and {n_inputs} inputs.")
     return None
 #: fraction of Step 2's rows held out of its search, on which a refined unit must beat its start
