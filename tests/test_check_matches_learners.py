@@ -249,3 +249,11 @@ def test_fit_refuses_a_registered_function_by_saying_where_it_lives(tmp_path, ca
                  "--out", str(tmp_path / "m.json")]) != 0
     err = capsys.readouterr().err
     assert "nnrecover.learners.bakshi2019.algorithm7" in err and "not a learner that fit can run" in err
+
+
+def test_auto_width_names_the_constant_column_it_cannot_read_the_width_through():
+    t = nr.random_network(10, 4, 1, rng=0)
+    X, _ = nr.sample(t, G(10), 20_000, rng=1)
+    X[:, 3] = 1.0
+    with pytest.raises(InputError, match=r"constant input column\(s\) x_3"):
+        nr.learners.HermiteTensorLearner("auto").fit(X, t.predict(X))

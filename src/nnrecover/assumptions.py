@@ -582,8 +582,8 @@ def estimate_width(X, Y=None, *, max_rows: int = MAX_ROWS, random_state=None) ->
     -------
     dict
         ``estimate`` (int, or None when no rule applies: one output and non-Gaussian inputs),
-        ``range`` ``(low, high)``, ``sure`` (bool), ``method``, ``spectrum`` and ``noise_level``, and
-        ``input_law`` (the law the rule assumed).
+        ``range`` ``(low, high)``, ``sure`` (bool), ``method``, ``spectrum`` and ``noise_level``,
+        ``input_law`` (the law the rule assumed) and ``constant_columns`` (zero-variance inputs, from 0).
     """
     from ._validation import check_positive_int
 
@@ -592,10 +592,12 @@ def estimate_width(X, Y=None, *, max_rows: int = MAX_ROWS, random_state=None) ->
     Xa, Ya, _ = _read(X, Y, int(max_rows))
     if Xa.shape[0] < 50:
         raise InputError(f"estimating the width needs at least 50 rows, got {Xa.shape[0]}.")
-    normal, standard, _ = _law(_measure(Xa, Ya, rng), Xa.shape[1])
+    ev = _measure(Xa, Ya, rng)
+    normal, standard, _ = _law(ev, Xa.shape[1])
     width, _ = _width_and_noise(Xa, Ya, normal, standard)
     width["input_law"] = "standard Gaussian" if normal and standard else (
         "Gaussian, not standard" if normal else "not Gaussian")
+    width["constant_columns"] = ev["constant_columns"]
     return width
 
 

@@ -149,7 +149,10 @@ def choose_width(learner, source, *, max_rows: int | None = None) -> tuple[int, 
     if k is None:
         raise InputError("n_hidden='auto' found no rule for these data: with one output the width is read "
                          "from the Hermite matrices T_2, which needs Gaussian inputs, and the inputs are "
-                         f"{width['input_law']}; pass n_hidden explicitly.")
+                         f"{width['input_law']}"
+                         + (f" (constant input column(s) {', '.join(f'x_{j}' for j in width['constant_columns'])}, "
+                            "counted from 0: drop them)" if width.get("constant_columns") else "")
+                         + "; pass n_hidden explicitly.")
     if k == 0:
         raise AssumptionError("n_hidden='auto': no singular value of the width statistic is above twice its "
                               "noise level, so the data show no hidden unit (a constant or noise-only target); "
