@@ -288,7 +288,10 @@ def _demo_verdicts(teacher, dist, n: int, args) -> None:
     rows = min(n, 20_000)
     X, Y = sample(teacher, dist, rows, noise=args.noise, rng=np.random.default_rng([args.seed, 1]))
     report = check(X, Y)
-    _say(f"which learners apply (nnrecover check on {rows} rows of the same teacher):")
+    # the verdicts are about fitting every output; the comparison fits the one-output learners on output 1
+    _say(f"which learners apply (nnrecover check on {rows} rows of the same teacher"
+         + ("; the comparison fits the one-output learners on output 1 alone" if report.n_outputs > 1 else "")
+         + "):")
     width = max(len(v.learner) for v in report.verdicts)
     for v in report.verdicts:
         _say(f"  {v.learner:<{width}}  {v.applies:<6}  {'; '.join(v.reasons)}")
