@@ -582,6 +582,25 @@ def test_cp_als_validation_and_reproducibility():
     assert r1.diagnostics["seeds"] == r2.diagnostics["seeds"]
 
 
+def test_cp_als_from_given_factors():
+    """A start near the solution is polished to round-off in one deterministic run; bad starts refused."""
+    rng = np.random.default_rng(52)
+    F = [rng.standard_normal((s, 3)) for s in (5, 6, 7)]
+    T = cp_reconstruct(F)
+    start = [f + 1e-3 * rng.standard_normal(f.shape) for f in F]
+    res = cp_als(T, 3, init=start)
+    assert res.relative_error < EXACT
+    assert len(res.diagnostics["restart_errors"]) == 1 and res.diagnostics["init"] == "given factors"
+    for est, ref in zip(res.factors, F):
+        assert _max_err(est, ref) < 1e-9
+    with pytest.raises(InputError, match="shapes"):
+        cp_als(T, 3, init=start[:2])
+    with pytest.raises(InputError, match="shapes"):
+        cp_als(T, 2, init=start)
+    with pytest.raises(InputError, match="finite"):
+        cp_als(T, 3, init=[start[0] * np.nan, start[1], start[2]])
+
+
 def test_cp_als_skips_diverged_restarts(monkeypatch):
     # a restart whose factors are not finite must never be chosen (np.argmin would pick a NaN error);
     # when every restart diverges the call raises instead of returning NaN factors

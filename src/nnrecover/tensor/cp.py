@@ -69,6 +69,22 @@ def _normalise(factors: list[np.ndarray], weights: np.ndarray) -> tuple[list[np.
     return [F[:, order] for F in out], w[order]
 
 
+def _start_factors(init: Any, shape: tuple[int, ...], rank: int):
+    """One factor matrix per mode, checked against the tensor's shape, as a TensorLy start with unit weights."""
+    from tensorly.cp_tensor import CPTensor
+
+    try:
+        factors = [np.array(F, dtype=np.float64) for F in init]
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"init must be 'random', 'svd' or a list of factor matrices: {exc}") from None
+    if len(factors) != len(shape) or any(F.shape != (n, rank) for F, n in zip(factors, shape)):
+        raise InputError(f"init factors must have shapes {[(n, rank) for n in shape]}, got "
+                         f"{[F.shape for F in factors]}.")
+    if not all(np.all(np.isfinite(F)) for F in factors):
+        raise InputError("init factors must be finite.")
+    return CPTensor((np.ones(rank), factors))
+
+
 def cp_als(
     tensor: Any,
     rank: int,
@@ -77,7 +93,7 @@ def cp_als(
     rng: Any = None,
     n_iter_max: int = 1000,
     tol: float = 1e-10,
-    init: str = "random",
+    init: Any = "random",
 ) -> CPResult:
     """Rank-``rank`` CP decomposition by ALS (TensorLy), best of ``n_restarts`` runs.
 
@@ -95,8 +111,10 @@ def cp_als(
         Maximum ALS sweeps per run.
     tol : float, default 1e-10
         A run stops when its relative error decreases by less than ``tol`` times its value in a sweep.
-    init : {"random", "svd"}, default "random"
-        TensorLy initialisation (``"svd"`` is deterministic, so only one run is made).
+    init : {"random", "svd"} or sequence of ndarray, default "random"
+        TensorLy initialisation, or one factor matrix per mode ``(n_j, rank)`` to start from (e.g. an
+        algebraic solution that ALS then polishes). ``"svd"`` and given factors are deterministic, so
+        only one run is made.
 
     Returns
     -------
@@ -124,13 +142,17 @@ def cp_als(
     n_iter_max = check_positive_int(n_iter_max, "n_iter_max")
     if not (np.isfinite(tol) and tol >= 0):
         raise InputError(f"tol must be a finite number >= 0, got {tol!r}.")
-    if init not in ("random", "svd"):
-        raise InputError(f"init must be 'random' or 'svd', got {init!r}.")
+    if isinstance(init, str):
+        if init not in ("random", "svd"):
+            raise InputError(f"init must be 'random', 'svd' or a list of factor matrices, got {init!r}.")
+        start = init
+    else:
+        start = _start_factors(init, T.shape, rank)
     tnorm = float(np.linalg.norm(T))
     if tnorm == 0:
         raise InputError("tensor is zero; its CP decomposition is empty.")
     rng = check_random_state(rng)
-    if init == "svd":
+    if not (isinstance(init, str) and init == "random"):
         n_restarts = 1
 
     import tensorly as tl
@@ -157,7 +179,7 @@ def cp_als(
                     return True
                 return False
 
-            cp = parafac(T, rank, n_iter_max=n_iter_max, init=init, random_state=seed, tol=0.0,
+            cp = parafac(T, rank, n_iter_max=n_iter_max, init=start, random_state=seed, tol=0.0,
                          return_errors=True, callback=callback, normalize_factors=False)[0]
             weights, factors = cp
             factors = [np.asarray(F, dtype=np.float64) for F in factors]
@@ -192,7 +214,7 @@ def cp_als(
         "condition": [float(np.linalg.cond(F)) for F in factors],
         "max_congruence": max_cong,
         "seeds": seeds,
-        "init": init,
+        "init": init if isinstance(init, str) else "given factors",
     }
     ok = bool(runs[best][4])
     return CPResult(factors=factors, weights=weights, converged=ok, n_iter=int(runs[best][3]),

@@ -359,16 +359,20 @@ def _pipeline(mom: PureNeuronMoments, k: int, *, noise_correction: bool, decompo
     elif decomposition == "cp-als":
         cp = cp_slices(ns.basis, rng=gen, n_slices=n_slices, n_restarts=n_restarts, n_iter_max=cp_iter_max)
         Z = cp.Z
-        diag.update(cp_fit_error=cp.fit_error, cp_restarts=cp.n_restarts, cp_slices=cp.n_slices)
+        diag.update(cp_fit_error=cp.fit_error, cp_restarts=cp.n_restarts, cp_slices=cp.n_slices,
+                    cp_kept=cp.cp_diagnostics.get("kept"),
+                    cp_candidate_errors=cp.cp_diagnostics.get("candidate_errors"))
     else:
         raise InputError(f"decomposition must be 'simdiag' or 'cp-als', got {decomposition!r}.")
     timings["decomposition"] = time.perf_counter() - t0
     cond_Z = float(np.linalg.cond(Z))
     diag["Z_condition"] = cond_Z
     if not np.isfinite(cond_Z) or cond_Z > 1e12:
+        other = ("or use the Section 4 variant (method='practical'; Ge et al. 2019, Section 4), whose CP-ALS "
+                 "is less sensitive to noise than SimDiag" if decomposition == "simdiag" else
+                 "or use Algorithm 3 (method='provable'), whose SimDiag is exact when the moments are")
         raise AssumptionError(f"the recovered pure-neuron directions are (nearly) linearly dependent "
-                              f"(cond(Z) = {cond_Z:.3g}); Z^{{-1}} does not exist. Pass more samples or use "
-                              "the Section 4 variant (method='practical'; Ge et al. 2019, Section 4).")
+                              f"(cond(Z) = {cond_Z:.3g}); Z^{{-1}} does not exist. Pass more samples {other}.")
     mean_y = read_part.mean_y if projection is None else projection.T @ read_part.mean_y
     Z, margins = sign_fix(Z, mean_y)
     diag["sign_margins"] = margins.tolist()

@@ -294,8 +294,11 @@ def diagonalization_residual(Z: np.ndarray, S: np.ndarray) -> float:
         return float("inf")
     D = np.einsum("ji,tjk,kl->til", Zi, mat_star(S.T), Zi)
     total = float(np.sum(D * D))
-    diag = float(np.sum(np.diagonal(D, axis1=1, axis2=2) ** 2))
-    return (total - diag) / total if total > 0 and np.isfinite(total) else float("inf")
+    # the off-diagonal energy summed on its own: ``total - diagonal`` would cancel to ~1e-16 of ``total``
+    # whatever Z is, and its last bits would depend on the BLAS kernel's summation order
+    off = D.copy()
+    off[:, np.arange(off.shape[1]), np.arange(off.shape[2])] = 0.0
+    return float(np.sum(off * off)) / total if total > 0 and np.isfinite(total) else float("inf")
 
 
 def _real_eigenbasis(mu: np.ndarray, vecs: np.ndarray) -> np.ndarray:
@@ -438,12 +441,22 @@ def cp_slices(S: np.ndarray, *, rng=None, n_slices: int | None = None, n_restart
     so the first two factors are the ``z_i``. ``z_i`` is the unit-normalised average of the first two
     factor columns (after sign alignment); "best" is the lowest relative reconstruction error.
 
+    Besides the paper's ``n_restarts`` random starts, one ALS run starts from the algebraic solution
+    (:func:`sim_diag` on the same null space, its third factor by least squares). ALS from random starts
+    alone can stop in a swamp (relative error 1e-3 after ``n_iter_max`` sweeps when two ``z_i`` are
+    close, ``cond(Z) ~ 25``) or at degenerate, nearly equal components, whichever BLAS kernel rounds
+    the last bits; from the algebraic start it is exact to round-off on exact moments, and on noisy
+    moments it is one more candidate that the lowest error decides (the random starts are skipped when it
+    fits to round-off: the decomposition is then unique). A run whose ``z_i`` are not ``k`` distinct
+    directions (``cond(Z) > 1e12``, or a component of weight ``< 1e-8`` times the largest one) is never
+    kept while another one is, and raises when no run has them.
+
     Parameters
     ----------
     S : (k(k+1)/2, k) null-space basis
     rng : int, Generator or None
     n_slices : int, default ``10 k`` (the paper)
-    n_restarts : int, default 10 (the paper)
+    n_restarts : int, default 10 (the paper's random restarts; the algebraic start comes on top)
     n_iter_max, tol : ALS iterations and stopping tolerance (not given in the paper)
     """
     S = np.asarray(S, dtype=np.float64)
@@ -455,13 +468,65 @@ def cp_slices(S: np.ndarray, *, rng=None, n_slices: int | None = None, n_restart
         return CPSlicesResult(np.ones((1, 1)), 0.0, 0, n_slices, {})
     G = gen.standard_normal((n_slices, k))
     tensor = np.ascontiguousarray(mat_star(G @ S.T).transpose(1, 2, 0))  # (k, k, n_slices)
-    cp = cp_als(tensor, k, n_restarts=n_restarts, rng=gen, n_iter_max=n_iter_max, tol=tol)
-    f1, f2 = cp.factors[0], cp.factors[1]  # unit columns
+    scored = []
+
+    def score(cp, kind):
+        Z = _directions(cp.factors[0], cp.factors[1])
+        cond = float(np.linalg.cond(Z))
+        w = np.abs(cp.weights)
+        distinct = np.isfinite(cond) and cond <= _DISTINCT_COND and w.min() > _NULL_WEIGHT * w.max()
+        scored.append((not distinct, cp.relative_error, Z, cp, cond, kind))
+
+    start = _algebraic_start(S, tensor, gen)
+    if start is not None:
+        score(cp_als(tensor, k, init=start, n_iter_max=n_iter_max, tol=tol), "algebraic start")
+    # a fit at round-off with k distinct directions is the decomposition (it is unique: Kruskal's
+    # condition holds for k independent z_i and n_slices >= k generic slices); no random start can beat it
+    if not (scored and not scored[0][0] and scored[0][1] <= _EXACT_FIT):
+        score(cp_als(tensor, k, n_restarts=n_restarts, rng=gen, n_iter_max=n_iter_max, tol=tol), "random starts")
+    degenerate, err, Z, cp, cond, kind = min(scored, key=lambda t: (t[0], t[1]))
+    diagnostics = dict(cp.diagnostics, algebraic_start=start is not None, kept=kind,
+                       candidate_errors={t[5]: t[1] for t in scored}, Z_condition=cond)
+    if degenerate:
+        raise AssumptionError(
+            f"CP-ALS found no {k} distinct pure-neuron directions (cond(Z) = {cond:.3g}, smallest component "
+            f"weight {np.abs(cp.weights).min() / np.abs(cp.weights).max():.3g} of the largest, for the best of "
+            f"{n_restarts} random starts and the algebraic start): the null space of the detector matrix is "
+            "not spanned by k rank-one matrices. Pass more samples, or check that the hidden weights have "
+            "full rank (Ge et al. 2019, Theorems 4-5).")
+    return CPSlicesResult(Z, cp.relative_error, n_restarts, n_slices, diagnostics)
+
+
+_DISTINCT_COND = 1e12  # the same threshold as Algorithm 2's Z^{-1}: beyond it the directions are not k
+# a component that carries no part of the tensor is no direction: the span holds fewer than k rank-one
+# matrices (the real components' weights are ~ sqrt(n_slices) |<z_i-coefficient, g>|, far above this)
+_NULL_WEIGHT = 1e-8
+_EXACT_FIT = 1e-12  # relative CP error of exact moments: round-off of the k x k x 10k slice tensor
+
+
+def _directions(f1: np.ndarray, f2: np.ndarray) -> np.ndarray:
+    """The ``z_i``: unit-normalised averages of the first two (sign-aligned) factor columns."""
     align = np.sign(np.sum(f1 * f2, axis=0))
     align[align == 0] = 1.0
     Z = (f1 + align[None, :] * f2).T
-    Z /= np.linalg.norm(Z, axis=1, keepdims=True)
-    return CPSlicesResult(Z, cp.relative_error, n_restarts, n_slices, cp.diagnostics)
+    norms = np.linalg.norm(Z, axis=1, keepdims=True)
+    return Z / np.where(norms > 0, norms, 1.0)
+
+
+def _algebraic_start(S: np.ndarray, tensor: np.ndarray, gen) -> list[np.ndarray] | None:
+    """Start factors ``[Z^T, Z^T, C]`` from SimDiag's ``Z`` and the least-squares third factor, or None
+    when SimDiag finds no invertible ``Z`` (ALS then runs from its random starts alone)."""
+    k = S.shape[1]
+    try:
+        Z = sim_diag(S, rng=gen).Z
+    except AssumptionError:
+        return None
+    # tensor[:, :, t] = Z^T diag(C[t]) Z: C[t, i] = (Z^{-T} T_t Z^{-1})_{ii}
+    Zinv = np.linalg.pinv(Z)
+    C = np.einsum("ai,abt,bi->ti", Zinv, tensor, Zinv)
+    if not np.all(np.isfinite(C)):
+        return None
+    return [Z.T.copy(), Z.T.copy(), C]
 
 
 def fit_hidden_given_output(X, Y, output_weights, V0, *, max_iter: int = 500, tol: float = 1e-12):
