@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: demo test test-fast bench bench-moments install install-test clean experiments docs docs-figures
+.PHONY: demo test test-fast test-kernels bench bench-moments install install-test clean experiments docs docs-figures
 
 # Exit status 0 iff nnrecover (this checkout, editable) and the requirements of pyproject.toml
 # (plus the optional groups given as arguments) are importable/installed. Versions are not compared.
@@ -45,13 +45,29 @@ install-test: $(TSTAMP)
 demo: $(STAMP)
 	$(VENV)/bin/nnrecover demo
 
+SUITE := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --timeout=900 --doctest-modules
+
 test: $(TSTAMP)
 	@$(PY) -c "import importlib.metadata as m, platform; print('versions:', 'python', platform.python_version(), *(f'{n} {m.version(n)}' for n in ('numpy','scipy','scikit-learn','tensorly','dask','distributed','pandas','matplotlib','threadpoolctl','pytest','hypothesis')))"
-	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --timeout=900 --doctest-modules tests src/nnrecover
+	$(SUITE) tests src/nnrecover
+
+# the suite once per OpenBLAS kernel family this CPU executes (results must not depend on a kernel's
+# last bits): Prescott (SSE3), Sandybridge (AVX), Haswell (AVX2) and SkylakeX (AVX-512F), read from
+# /proc/cpuinfo; on a CPU without these flags (not x86) the suite runs once with its own kernels
+test-kernels: $(TSTAMP)
+	@flags=" $$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "; types=""; \
+	for pair in pni:Prescott avx:Sandybridge avx2:Haswell avx512f:SkylakeX; do \
+	  case "$$flags" in *" $${pair%%:*} "*) types="$$types $${pair##*:}";; esac; done; \
+	[ -n "$$types" ] || types="default"; echo "OpenBLAS core types to run:$$types"; \
+	for t in $$types; do \
+	  if [ "$$t" = default ]; then unset OPENBLAS_CORETYPE; else export OPENBLAS_CORETYPE=$$t; fi; \
+	  echo "== OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-<unset>}: OpenBLAS runs $$($(PY) -c "import numpy, threadpoolctl; print(sorted({i.get('architecture') for i in threadpoolctl.threadpool_info() if i['internal_api'] == 'openblas'}))")"; \
+	  $(SUITE) tests src/nnrecover || { echo "FAILED under OPENBLAS_CORETYPE=$$t"; exit 1; }; \
+	done; echo "test-kernels: the suite passed under$$types"
 
 # the suite without the tests marked slow (> 60 s each); make test runs them all
 test-fast: $(TSTAMP)
-	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --timeout=900 --doctest-modules -m "not slow" tests src/nnrecover
+	$(SUITE) -m "not slow" tests src/nnrecover
 
 # the documentation site into docs/_build/html (warnings are errors)
 docs: $(TSTAMP)
