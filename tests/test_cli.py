@@ -768,3 +768,21 @@ def test_a_killed_simulate_leaves_the_previous_file(tmp_path, signal_name, suffi
         assert proc.returncode == 143 and err.decode().strip().splitlines() == [
             "nnrecover: error: terminated; output files were left as they were"]
         assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]
+
+
+def test_extract_error_in_a_log_file_is_one_clean_line(tmp_path):
+    """stderr redirected to a file (a log, CI): no progress-bar frames, so the error line stands alone."""
+    (tmp_path / "box_for_log.py").write_text(
+        "import nnrecover as nr\nnet = nr.random_network(6, 4, rng=0, bias_range=(-1, 1))\n"
+        "def f(X):\n    return net.predict(X)\n")
+    log = tmp_path / "stderr.log"
+    with open(log, "w") as err:
+        res = subprocess.run([sys.executable, "-m", "nnrecover", "extract", "box_for_log:f", "--inputs", "6",
+                              "--max-queries", "300", "--out", str(tmp_path / "net.json")],
+                             stdout=subprocess.PIPE, stderr=err, text=True, timeout=300, cwd=tmp_path,
+                             env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
+    assert res.returncode == 2
+    text = log.read_text()
+    assert "\r" not in text
+    lines = text.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nnrecover: error:"), text

@@ -209,6 +209,12 @@ def test_compare_learners_reports_exact_errors(oracles):
     assert np.isnan(skipped["max_unit_error"])
     fig = comparison_figure(df, title="t")
     assert isinstance(fig, Figure)
+    # the not-applicable learner is the last row and has no bar: its slot, label and note stay inside
+    # the axes (they fell under the x tick labels)
+    ax = fig.axes[0]
+    lo, hi = ax.get_ylim()
+    assert lo < -0.4 and hi > len(df) - 0.6
+    assert [t.get_text() for t in ax.get_yticklabels()][-1] == "test-not-for-me"
 
 
 def test_single_output_learner_gets_the_first_output(oracles, monkeypatch):

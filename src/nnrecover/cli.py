@@ -672,7 +672,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="fit every applicable learner on a built-in teacher and compare them",
                        description="Build a random ReLU teacher, stream samples from it, fit every registered "
                        "learner that applies, print a comparison table (errors, fit time, samples) and "
-                       "save demo.png, results.csv, teacher.json and metadata.json into --out.")
+                       "save demo.png (errors and times), recovery.png (recovered against true weights, one "
+                       "panel per fit), results.csv, teacher.json and metadata.json into --out.")
     p.add_argument("--n-samples", type=_pos_int, default=None, metavar="N",
                    help="samples to draw (default 100000; 20000 with --quick)")
     p.add_argument("--seed", type=_nonneg_int, default=0, help="random seed (default 0)")

@@ -399,10 +399,14 @@ def comparison_figure(df: pandas.DataFrame, *, title: str = "") -> matplotlib.fi
     ax_time.barh(y, np.asarray(df["fit_time_s"], dtype=float), color="tab:gray")
     ax_time.set_xlabel("fit time [s]")
     ax_time.grid(axis="x", alpha=0.3)
+    # rows without bars (not applicable, failed) would fall outside the autoscaled limits, their label
+    # and note under the x tick labels: every row gets its slot
+    ax_err.set_ylim(-0.5 - height, len(labels) - 0.5 + height)
     for j, status in zip(y, df["status"]):
         if status != "ok":
             ax_err.annotate("not applicable" if status.startswith("not applicable") else "failed",
-                            (0.02, j), xycoords=("axes fraction", "data"), va="center", fontsize=8)
+                            (0.02, j), xycoords=("axes fraction", "data"), va="center", fontsize=8,
+                            bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.8))
     if title:
         fig.suptitle(title, fontsize=10)
     return fig

@@ -81,7 +81,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="random seed of the query points (default 0)")
     p.add_argument("--out", required=True, help="output network file (.json or .npz)")
     p.add_argument("--diagnostics", default=None, help="diagnostics JSON (default: <out>.diagnostics.json)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (there is none anyway when stderr is not a terminal)")
     p.set_defaults(func=run)
     return p
 
@@ -141,7 +142,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--inputs {args.inputs} disagrees with the model, which takes {model.n_inputs} inputs.")
     try:
         res = extract(model, d, n_hidden=args.hidden, method=args.method, max_queries=args.max_queries,
-                      rng=args.seed, input_scale=args.input_scale, progress=not args.no_progress)
+                      rng=args.seed, input_scale=args.input_scale,
+                      # a bar only on a terminal: in a file its carriage-return frames stay as text,
+                      # and an error message would share their line
+                      progress=not args.no_progress and _is_terminal(sys.stderr))
     except QueryBudgetError as exc:
         if exc.partial is not None:
             _write_json(partial_path, {"model": args.model, **exc.partial.diagnostics_})
@@ -181,3 +185,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"certificate FAILED: wrote the result to {failed_out} and {failed_diag}; {kept}")
     sys.stdout.flush()
     return 0 if cert["passed"] else 1
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # closed or replaced stream
+        return False
