@@ -417,12 +417,13 @@ def _constant_text(ev: dict) -> str:
 def _verdicts(report: CheckReport) -> list[Verdict]:
     """One verdict per registered learner. A learner's refusals are decided by the function its own fit
     calls (``width_refusal`` of Bakshi et al. and of Ge et al., Goel-Panigrahy's ``data_refusal``, Awasthi et
-    al.'s ``order_limit``, Ge et al.'s symmetry and second-moment tests), so a verdict is never "yes" on
-    data the learner then refuses."""
+    al.'s ``order_limit``, Ge et al.'s symmetry and second-moment tests, Bakshi et al.'s row counts), so a
+    verdict is never "yes" on data the learner then refuses."""
     from .learners import available
     from .learners.awasthi2021.coefficients import SPLIT_BLOCK
     from .learners.awasthi2021.estimator import order_limit
     from .learners.bakshi2019._common import width_refusal as bakshi_width
+    from .learners.bakshi2019.pipeline import rows_refusal as bakshi_rows
     from .learners.ge2019.conditions import width_refusal as ge_width
     from .learners.goel2019.estimator import data_refusal as goel_refusal
 
@@ -516,7 +517,9 @@ def _verdicts(report: CheckReport) -> list[Verdict]:
             verdict = combine(*parts)
         elif rec.name in ("exact-relu", "bakshi2019-noisy"):
             a = law(reasons)
-            b = width_check(lambda kk: bakshi_width(kk, d, p), reasons)
+            noisy = rec.name == "bakshi2019-noisy"
+            rows = ev.get("rows_available")
+            b = width_check(lambda kk: bakshi_width(kk, d, p) or bakshi_rows(rows, d, kk, noisy=noisy), reasons)
             reasons.append("no hidden biases in Bakshi et al.'s model; refine=True fits biases afterwards")
             noise = report.label_noise
             if rec.name == "exact-relu" and noise["kind"] == "estimate" and noise["std"] > 1e-6 * ev["y_std"]:

@@ -87,6 +87,16 @@ def _applies(network: TwoLayerNetwork, distribution: Any, *, noiseless: bool) ->
     if np.any(network.hidden_bias != 0) or np.any(network.output_bias != 0):
         notes.append("biases are outside the model" + (": the exact certificates will fail" if noiseless else ""))
     return True, "; ".join(notes)
+def _refuse_rows(source, k: int, *, noisy: bool) -> None:
+    """The row-count refusal of :func:`.pipeline.rows_refusal`, before any pass over the data."""
+    from .pipeline import rows_refusal
+
+    d = source.info.n_inputs
+    why = rows_refusal(source.info.n_samples, d, k, noisy=noisy) if d is not None else None
+    if why:
+        raise InputError(why)
+
+
 _GAUSS = "x ~ N(0, I) (N(0, Σ) with whiten=True)"
 _RANKS = "U* (m x k) and V* (k x d) of rank k"
 _RECT = "rectified activation f = φ > 0 on t > 0 (relu, relu_power, exp_minus_one)"
@@ -209,6 +219,8 @@ class ExactReLULearner(BaseLearner):
 
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
         k = self.n_hidden
+        if self.n_refine is None:
+            _refuse_rows(source, k, noisy=False)
         out: list = []
         rows = partial(certificate_rows, source, rng, self.certificate_rows)
         with held_assumption_warnings(self, lambda: out[0], rows, diagnostics, tol=float(self.certificate_tol)):
@@ -331,6 +343,8 @@ class NoisyReLULearner(BaseLearner):
     }
 
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
+        if self.n_sign is None:
+            _refuse_rows(source, self.n_hidden, noisy=True)
         out: list = []
         rows = partial(certificate_rows, source, rng, self.certificate_rows)
         regression = self.regression

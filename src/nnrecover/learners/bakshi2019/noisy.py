@@ -32,7 +32,7 @@ from ..._validation import check_positive_int, check_random_state
 from ...errors import InputError
 from ...moments.base import Statistic, accumulate
 from ._common import ExactResult, check_hidden_estimate, check_rectified, check_samples
-from .pipeline import _prepare, split_refinement
+from .pipeline import _prepare, default_n_sign, split_refinement
 from .tensor_step import _tail, approximate_hidden_weights
 
 __all__ = ["algorithm6", "regression_output_weights", "noisy_pipeline", "OutputRegressionStatistic"]
@@ -225,8 +225,7 @@ def noisy_pipeline(X: Any, Y: Any = None, n_hidden: int | None = None, *, activa
         raise InputError(f"regression must be 'all' or 'sign', got {regression!r}.")
     source, k, act, d, m, _ = _prepare(X, Y, n_hidden, activation, 1, "the noisy pipeline")
     n = source.info.n_samples
-    ell = (min(n // 4, 100_000) if n is not None else 100_000) if n_sign is None else \
-        check_positive_int(n_sign, "n_sign")
+    ell = default_n_sign(n) if n_sign is None else check_positive_int(n_sign, "n_sign")
     if ell < 1:
         raise InputError(f"the noisy pipeline needs rows for Algorithm 6's sign step and for the tensor step; "
                          f"got n_samples = {n} (at least max(4 d, 100) + 1 are needed); pass more samples.")

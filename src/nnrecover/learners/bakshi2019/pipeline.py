@@ -41,6 +41,47 @@ def default_n_refine(n: int | None, d: int, k: int) -> int:
     return want if n is None else max(min(want, n // 4), 1)
 
 
+def default_n_sign(n: int | None) -> int:
+    """Rows reserved for Algorithm 6's sign step of the noisy pipeline: ``min(n // 4, 100000)``."""
+    return min(n // 4, 100_000) if n is not None else 100_000
+
+
+#: fewest rows the tensor step estimates its moments from (Theorem 5's sample bound, floored)
+def min_moment_rows(d: int) -> int:
+    return max(4 * d, 100)
+
+
+def rows_refusal(n_rows: int | None, n_inputs: int, n_hidden: int, *, noisy: bool) -> str | None:
+    """Why ``exact-relu`` (``noisy=False``) or ``bakshi2019-noisy`` (``noisy=True``) with their default row
+    reservations refuses ``n_rows`` rows of data with ``n_inputs`` inputs and ``n_hidden`` units, or None.
+    ``None`` rows (a stream of unknown length) is never refused here.
+
+    The rows are split between the tensor step's moments (at least ``max(4 d, 100)``) and the rows the
+    exact step (Algorithm 5: at least ``2 (d + 2k)`` on its first rung) or the sign step (Algorithm 6)
+    holds out. The learners and :func:`nnrecover.check` both decide with this function."""
+    if n_rows is None:
+        return None
+    n, d, k = int(n_rows), int(n_inputs), int(n_hidden)
+    need_held = 1 if noisy else 2 * (d + 2 * k)
+
+    def enough(rows: int) -> bool:
+        held = default_n_sign(rows) if noisy else default_n_refine(rows, d, k)
+        first = held if noisy else refinement_ladder(held, d, k)[0]
+        return rows - held >= min_moment_rows(d) and first >= need_held
+
+    if enough(n):
+        return None
+    # the smallest number of rows both parts accept (the reservations grow with the rows: a short scan)
+    least = min_moment_rows(d) + need_held
+    while not enough(least):
+        least += 1
+    held = ("a quarter held out for Algorithm 6's sign step" if noisy else
+            f"a quarter held out for Algorithm 5, which needs at least 2 (d + 2k) = {need_held} of them")
+    return (f"{'bakshi2019-noisy' if noisy else 'exact-relu'} needs at least {least} rows with {d} inputs and "
+            f"{k} hidden units (at least max(4 d, 100) = {min_moment_rows(d)} rows for the moments of the tensor "
+            f"step, and {held}); the data have {n}. Pass more samples.")
+
+
 def refinement_ladder(n_refine: int, d: int, k: int) -> list[int]:
     """ℓ values tried by the exact step: doubling from ``max(1000, 20 (d + k))`` up to ``n_refine``."""
     ell = min(max(1000, 20 * (d + k)), n_refine)

@@ -43,10 +43,10 @@ def symmetry_refusal(test, alpha: float) -> str | None:
                 "Ge et al. 2019 assume a symmetric input law (Section 2.1). A constant input acts as a hidden bias, "
                 "which their model does not have: drop the column(s) and fit without them, or fit gradient-descent "
                 "(or hermite-tensor on Gaussian inputs, which learns hidden biases).")
-    return (f"the inputs do not look symmetric (x and -x equal in law), the assumption of Ge et al. 2019 "
-            f"(Section 2.1): the odd moments E[x], E[x**3] are non-zero (Hotelling statistic = {test.statistic:.4g} "
-            f"on {test.df} degrees of freedom, p-value {test.p_value:.3g} < {alpha:g}). Symmetrise the data (add -x "
-            "with its label) or pass check_symmetry=False.")
+    return (f"the distribution of the inputs does not look symmetric (x and -x equal in law), the assumption of "
+            f"Ge et al. 2019 (Section 2.1): the odd moments E[x], E[x**3] are non-zero (Hotelling statistic = "
+            f"{test.statistic:.4g} on {test.df} degrees of freedom, p-value {test.p_value:.3g} < {alpha:g}). Symmetrise "
+            "the data (add -x with its label) or pass check_symmetry=False.")
 
 
 def second_moment_refusal(second_moment: np.ndarray) -> str | None:
