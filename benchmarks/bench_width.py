@@ -3,7 +3,7 @@
 Scalar outputs use ``HermiteTensorLearner`` (the rank of the Hermite matrix T_2); k + 5 outputs use
 ``ExactReLULearner`` (the rank of Cov(y)). Biases uniform in [-1, 1], x ~ N(0, I), label noise 0 and
 0.1, ``--n`` samples (default 2e5). Prints one line per case: the chosen width, whether the rule was
-sure, the spectrum's range and the method. The table is in README.md ("Which learner for my data").
+sure, the spectrum's range and the method, and the widths fitted when the certificates judged them. The table is in README.md ("Which learner for my data").
 
 Usage: ``.venv/bin/python benchmarks/bench_width.py [--n 200000] [--kinds scalar,vector]``
 """
@@ -33,8 +33,13 @@ def main() -> None:
                     warnings.simplefilter("ignore")
                     est = Learner("auto", random_state=0).fit(X, Y)
                 w = est.diagnostics_["width"]
-                print(f"{kind} noise {noise} k {k} -> {est.n_hidden_} sure={w['sure']} range={w['range']} "
-                      f"[{w['method']}] {time.time() - t0:.1f} s", flush=True)
+                # learners whose certificates judge the width list the widths they fitted (nnrecover.learners._width)
+                tried = " ".join(f"{c['n_hidden']}:{'pass' if c['passed'] else 'fail'}({c['time']:.0f} s)"
+                                 for c in w.get("candidates", []))
+                print(f"{kind} noise {noise} k {k} -> {est.n_hidden_} ({est.network_.n_hidden} units) "
+                      f"sure={w['sure']} rule_sure={w.get('rule_sure', w['sure'])} range={w['range']} "
+                      f"[{w['method']}] {time.time() - t0:.1f} s" + (f" candidates {tried}" if tried else ""),
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -44,30 +44,52 @@ def test_unsure_range_is_settled_by_the_certificates():
 
 
 def test_no_candidate_passes_warns_and_returns_the_rules_estimate(monkeypatch):
-    # the same 6-unit data with the rule's range forced to 3..4, below the teacher's width: no candidate can
-    # pass, so the fit with the rule's estimate (3) is returned with its failed certificates and a warning
-    import nnrecover.assumptions as assumptions
-
-    real = assumptions.estimate_width
-
-    def narrow(*args, **kwargs):
-        out = real(*args, **kwargs)
-        out.update(estimate=3, range=(3, 4), sure=False)
-        return out
-
-    monkeypatch.setattr(assumptions, "estimate_width", narrow)
+    # the same 6-unit data with the rule's range forced to 3..4, two below the teacher's width: no candidate
+    # (3, 4, 5) can pass, so the fit with the rule's estimate (3) is returned with its failed certificates
+    _force_range(monkeypatch, (3, 4), sure=False)
     t, X, y = _teacher(15, 6, 50_000, seed=3)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         est = nr.learners.HermiteTensorLearner("auto", random_state=0).fit(X, y)
     width_warnings = [str(m.message) for m in caught if issubclass(m.category, AssumptionWarning)
-                      and "no width of that range passed" in str(m.message)]
+                      and "no width of 3..5 passed" in str(m.message)]
     assert len(width_warnings) == 1 and "between 3 and 4" in width_warnings[0]
     assert any(issubclass(m.category, CertificateWarning) for m in caught)  # the returned fit's own failures
     w = est.diagnostics_["width"]
-    assert [c["n_hidden"] for c in w["candidates"]] == [3, 4] and not any(c["passed"] for c in w["candidates"])
+    # the range and one width above it (a unit below the spectrum's noise level is invisible to it)
+    assert [c["n_hidden"] for c in w["candidates"]] == [3, 4, 5] and not any(c["passed"] for c in w["candidates"])
     assert w["sure"] is False and w["settled_by"] is None and est.n_hidden_ == 3
     assert not all(v["passed"] for v in est.diagnostics_["certificates"].values())
+
+
+def _force_range(monkeypatch, width_range, *, sure):
+    """The rule's answer replaced by ``width_range`` (its spectrum kept)."""
+    import nnrecover.assumptions as assumptions
+
+    real = assumptions.estimate_width
+
+    def forced(*args, **kwargs):
+        out = real(*args, **kwargs)
+        out.update(estimate=width_range[0], range=width_range, sure=sure)
+        return out
+
+    monkeypatch.setattr(assumptions, "estimate_width", forced)
+
+
+def test_a_sure_width_one_short_is_completed_by_the_width_above(monkeypatch):
+    # a unit whose T_2 singular value is below the noise level is invisible to the spectrum, which can then
+    # be sure of one unit too few (measured: d = 30, k = 11, seed 25 of the issue's family, a sure 10);
+    # forced here on the 6-unit data: the fit with 5 fails its certificates, the one with 6 passes
+    _force_range(monkeypatch, (5, 5), sure=True)
+    t, X, y = _teacher(15, 6, 50_000, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AssumptionWarning)
+        warnings.simplefilter("error", CertificateWarning)
+        est = nr.learners.HermiteTensorLearner("auto", random_state=0).fit(X, y)
+    w = est.diagnostics_["width"]
+    assert [(c["n_hidden"], c["passed"]) for c in w["candidates"]] == [(5, False), (6, True)]
+    assert w["rule_sure"] and w["sure"] and est.n_hidden_ == 6
+    assert nr.metrics.parameter_error(est.network_, t)["max_unit_error"] < 1e-9
 
 
 @pytest.mark.parametrize("width,passes", [(3, False), (4, False), (5, False), (6, True), (7, True)])

@@ -1,4 +1,5 @@
-"""``n_hidden="auto"``: the width read from the data, then checked on held-out rows.
+"""``n_hidden="auto"``: the width read from the data, then checked on held-out rows or by the learner's
+certificates.
 
 The rule (the same as :func:`nnrecover.check`, which reports it with its evidence):
 
@@ -26,24 +27,29 @@ The rule (the same as :func:`nnrecover.check`, which reports it with its evidenc
 3. The learner is then fitted on all the data with ``k`` units; ``diagnostics_["width"]`` holds the
    spectrum, the noise level, the rule's range and the held-out scores, and ``n_hidden_`` the width.
 
-**Width by certificates.** When the spectrum leaves the width unsure (a range ``lo .. hi``) and the
-learner's certificates can tell a missing unit (class attribute ``_width_by_certificates = True``:
-:class:`~nnrecover.learners.HermiteTensorLearner`, whose ``hermite_fit`` and ``residual_fit`` compare
-the fitted network with the data's Hermite moments and fail when a unit whose coefficients stand above
-the noise is missing), step 2 is replaced by a search (:func:`search_width`): the learner is fitted on
-all the data with ``lo``, ``lo + 1``, ... units (up to ``hi``; ``lo + 2`` when the range is open above)
-and the first width whose every certificate passes is returned, without a warning. The held-out
-comparison of step 2 cannot decide there: a fit with too few units does not return that many units
-(the learner keeps more when fewer fit worse), so it is no evidence about a network of that width. Only
-when no candidate passes is an :class:`~nnrecover.errors.AssumptionWarning` raised, and the fit with
-the rule's estimate ``lo`` is returned with its own warnings (``strict=True``: a
+**Width by certificates.** A learner whose certificates fail when a unit is missing (class attribute
+``_width_by_certificates = True``: :class:`~nnrecover.learners.HermiteTensorLearner`, whose
+``hermite_fit`` compares the fitted network's exact Hermite coefficients, Lemma 3.5 of Awasthi et al.,
+with the data's ``T_1, T_3, T_4`` and whose ``residual_fit`` tests the residual's Hermite orders 0-2)
+replaces steps 2 and 3 by a search (:func:`search_width`): it is fitted on all the data with ``lo``,
+``lo + 1``, ... units and the first width whose every certificate passes is returned, without a
+warning. The candidates run from the rule's lower bound ``lo`` (singular values above ``2 tau``, which
+no missing unit produces) to one above its upper bound ``hi`` (a unit whose singular value is below
+``tau`` is invisible to the spectrum, so even a sure range can be one short), or to ``lo + 2`` when the
+range is open above; a sure ``k`` whose fit passes costs one fit. The held-out comparison of step 2
+cannot decide these cases: a fit asked for too few units returns more (the learner keeps the units the
+data need), so it is no evidence about a network of that width. Only when no candidate passes is an
+:class:`~nnrecover.errors.AssumptionWarning` raised, and the fit with the rule's estimate ``lo`` is
+returned with its own warnings (a learner with ``strict=True`` raises
 :class:`~nnrecover.errors.ConvergenceError`). ``diagnostics_["width"]["candidates"]`` lists every width
-tried with its certificate outcomes, its number of units and its time. Each candidate is a complete fit
-(moments, decomposition, refinement, certificates): the moment passes the candidates could share are
-a small part of a candidate's time (measured at d = 30, k = 11, 4e5 rows: 0.1-0.2 s of the 0.4-16 s
-per candidate; the refinement of a too narrow fit takes the rest), so each candidate computes its own,
-and the fit returned is bit-identical to a fit with its width given explicitly (an integer
-``random_state``). A search of more than half a second shows a progress bar on a terminal's stderr.
+tried with ``units`` (the units its fit returned), ``certificates`` (name -> passed), ``passed`` and
+``time``; ``rule_sure`` is the spectrum's verdict and ``sure`` whether a width passed. Each candidate is
+a complete fit (moments, decomposition, refinement, certificates), so the fit returned is
+bit-identical to a fit with its width given explicitly (an integer ``random_state``). The candidates do
+not share their moment passes, which are a small part of a candidate's time (measured at d = 30,
+k = 11, 4e5 rows: 0.1-0.2 s; a too narrow candidate spends 6 s in its refinement and 15 s in the refit
+to the width asked that decides its ``unit_count``). A search of more than half a second shows a
+progress bar on a terminal's stderr.
 
 The random choices of the rule use fixed seeds and the candidate fits their own ``random_state``, so
 the final fit is bit-identical to a fit with ``n_hidden = k`` given explicitly.
@@ -160,8 +166,9 @@ def choose_width(learner, source, *, max_rows: int | None = None) -> tuple[int, 
     if "T_2" in width["method"] and k >= d:
         raise InputError(f"n_hidden='auto': the Hermite matrices T_2 have full rank {d}, so k >= d = {d} and "
                          "their rank cannot tell k; pass n_hidden explicitly.")
-    if not width["sure"] and getattr(learner, "_width_by_certificates", False):
-        # the learner's certificates decide between the widths of the range (search_width), fitted on all rows
+    if getattr(learner, "_width_by_certificates", False):
+        # the learner's certificates decide between the widths from the range's lower bound up (search_width),
+        # fitted on all rows: the held-out comparison below cannot judge a width whose fit returns more units
         evidence["candidates"] = width_candidates(width["range"])
         evidence["n_hidden"] = int(k)
         return int(k), evidence
@@ -197,11 +204,15 @@ def choose_width(learner, source, *, max_rows: int | None = None) -> tuple[int, 
 
 
 def width_candidates(width_range) -> list[int]:
-    """The widths :func:`search_width` tries for the rule's range ``(lo, hi)``: ``lo .. hi``, or ``lo ..
-    lo + OPEN_RANGE_EXTRA`` when the range is open above (``hi`` None)."""
+    """The widths :func:`search_width` tries for the rule's range ``(lo, hi)``: ``lo .. hi + 1``, or ``lo ..
+    lo + OPEN_RANGE_EXTRA`` when the range is open above (``hi`` None).
+
+    The lower bound counts singular values above twice the noise level, which a missing unit cannot
+    produce; the upper bound counts those above the noise level, and a unit whose singular value is below
+    it is invisible to the spectrum (a sure range can be one short), hence the one width above it."""
     lo, hi = width_range
     lo = max(int(lo), 1)
-    hi = lo + OPEN_RANGE_EXTRA if hi is None else max(int(hi), lo)
+    hi = lo + OPEN_RANGE_EXTRA if hi is None else max(int(hi), lo) + 1
     return list(range(lo, hi + 1))
 
 
@@ -283,13 +294,17 @@ def search_width(learner, source, evidence: dict, *, stacklevel: int = 4):
     summary = ", ".join(f"{e['n_hidden']}: " + ("passed" if e["passed"] else e.get("error") or "failed "
                                                 + "/".join(n for n, ok in e["certificates"].items() if not ok))
                         for e in tried)
+    lo, hi = evidence["range"]
+    said = (f"says {lo} units" if evidence["sure"] else f"leaves the width between {lo} and {hi}" if hi is not None
+            else f"says at least {lo} units")
+    evidence["rule_sure"] = bool(evidence["sure"])
     if chosen is not None:
-        evidence.update(n_hidden=int(chosen[4]), sure=True, rule_sure=False, settled_by="certificates")
+        evidence.update(n_hidden=int(chosen[4]), sure=True, settled_by="certificates")
     else:
-        evidence.update(sure=False, rule_sure=False, settled_by=None,
+        evidence.update(sure=False, settled_by=None,
                         notes=[f"no width of {widths[0]}..{widths[-1]} passed its certificates ({summary})"])
-        msg = (f"{type(learner).__name__}(n_hidden='auto'): the spectrum leaves the width between {widths[0]} and "
-               f"{widths[-1]}, and no width of that range passed the learner's certificates ({summary})")
+        msg = (f"{type(learner).__name__}(n_hidden='auto'): the spectrum {said}, and no width of {widths[0]}.."
+               f"{widths[-1]} passed the learner's certificates ({summary})")
         if getattr(learner, "strict", False) or first is None:
             raise ConvergenceError(msg + "; pass n_hidden explicitly.")
         chosen = first
