@@ -299,7 +299,9 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
     diag["seconds"] = time.perf_counter() - t0
     diag["max_queries"] = budget
     declared = getattr(model, "n_hidden", None)
-    if isinstance(declared, numbers.Integral) and not isinstance(declared, bool):
+    passed = diag.get("certificate", {}).get("passed", False)
+    if isinstance(declared, numbers.Integral) and not isinstance(declared, bool) and passed \
+            and (k is None or diag.get("n_hidden", 0) < k):
         # a loaded file declares its width: the units the queries cannot see are counted, not guessed
         diag["declared_n_hidden"] = int(declared)
         if int(declared) > diag.get("n_hidden", 0) and "unidentifiable_units" not in diag:

@@ -1019,9 +1019,9 @@ class CriticalPointExtractor:
         stopped_at_width = self.n_hidden is not None and k >= self.n_hidden
         if t is None:
             if stopped_at_width:
-                why = (f"with the {k} units of n_hidden={self.n_hidden} the linear part is not a sum of flipped "
-                       "units: the model most likely has more hidden units than n_hidden (give a larger "
-                       "n_hidden or 'auto')")
+                why = (f"n_hidden={self.n_hidden} stopped the search at {k} units, and the linear part is not a "
+                       "sum of flipped units among them: the model most likely has more hidden units (give a "
+                       "larger n_hidden or 'auto')")
             elif sign_info.get("method") == "least squares":
                 why = (f"the least-squares solution is not 0/1 (relative residual "
                        f"{sign_info.get('max_relative_residual', float('nan')):.3g}): the model's linear part "
@@ -1047,8 +1047,8 @@ class CriticalPointExtractor:
         cert = self.certify(net)
         if not cert["passed"]:
             if stopped_at_width:
-                cause = (f"the search stopped at the {self.n_hidden} units of n_hidden={self.n_hidden}, so the "
-                         "model most likely has more hidden units: give a larger n_hidden (--hidden) or 'auto'")
+                cause = (f"n_hidden={self.n_hidden} stopped the search at {k} units, so the model most likely "
+                         "has more hidden units: give a larger n_hidden (--hidden) or 'auto'")
             else:
                 cause = ("the model is probably not a one-hidden-layer ReLU network (e.g. leaky-ReLU or another "
                          "activation), or units were missed")
