@@ -279,3 +279,14 @@ def test_auto_width_names_the_constant_column_it_cannot_read_the_width_through()
     X[:, 3] = 1.0
     with pytest.raises(InputError, match=r"constant input column\(s\) x_3"):
         nr.learners.HermiteTensorLearner("auto").fit(X, t.predict(X))
+
+
+def test_a_target_without_hidden_units_gets_no_yes_and_no_width_zero_command():
+    # labels independent of the inputs: no singular value of T_2 stands out, the width estimate is 0
+    gen = np.random.default_rng(0)
+    X = gen.standard_normal((20_000, 6))
+    report = nr.check(X, gen.standard_normal(20_000), random_state=0)
+    assert report.width["estimate"] == 0
+    for v in report.verdicts:
+        assert v.applies != "yes" or v.paper == "baseline", (v.learner, v.reasons)
+        assert v.command is None or "-k 0" not in v.command

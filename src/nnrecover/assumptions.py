@@ -431,7 +431,13 @@ def _verdicts(report: CheckReport) -> list[Verdict]:
     d, p = report.n_inputs, report.n_outputs
     w = report.width
     k = w["estimate"]
+    if k == 0:
+        # no singular value above the noise: the data show no hidden unit, so no width to judge by (and
+        # "-k 0" is no command); n_hidden="auto" refuses these data for the same reason
+        k = None
     low, high = (w.get("range") or (k, k)) if k is not None else (None, None)
+    if k is not None and "k >= d" in w.get("method", ""):
+        high = None  # a full-rank T_2 bounds the width from below only
     gauss_std = report.input_law == "standard Gaussian"
     gauss = report.input_law != "not Gaussian"
     tails = report.heavy_tailed
@@ -447,7 +453,9 @@ def _verdicts(report: CheckReport) -> list[Verdict]:
             if why:
                 reasons.append(why.rstrip("."))
                 return "no"
-            reasons.append("width not estimated: pass -k K")
+            reasons.append("width not estimated: pass -k K" if w["estimate"] is None else
+                           "no hidden unit stands out of the noise in the width statistic: pass -k K if you "
+                           "know the width")
             return "unsure"
         why = refusal(low)
         if why:
