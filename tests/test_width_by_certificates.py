@@ -111,15 +111,17 @@ def test_certificates_tell_the_width_on_exact_moments(width, passes):
 
 
 @pytest.mark.slow
-def test_issue_teacher_d30_k11():
-    """The scalar teacher of issue 31 item 6: d = 30, k = 11, biases in [-1.5, 1.5], 4e5 rows. The T_2
-    rule over all rows says 8 to 11 units; the search returns 11, the teacher to round-off, no warning."""
-    t, X, y = _teacher(30, 11, 400_000, seed=12)
+def test_issue_family_d30_k11():
+    """The scalar teachers of issue 31 item 6: d = 30, k = 11, biases in [-1.5, 1.5], 4e5 rows. Seed 4: the
+    T_2 rule over all rows says 9 to 11 units; the search returns 11, the teacher to round-off, no warning
+    (seed 12, the issue's range 8 to 11, the same in 50 s: docs/design.md, "Width by certificates")."""
+    t, X, y = _teacher(30, 11, 400_000, seed=4)
     with warnings.catch_warnings():
         warnings.simplefilter("error", AssumptionWarning)
         warnings.simplefilter("error", CertificateWarning)
         est = nr.learners.HermiteTensorLearner("auto", random_state=0).fit(X, y)
     w = est.diagnostics_["width"]
-    assert w["range"] == (8, 11) and [c["n_hidden"] for c in w["candidates"]] == [8, 9, 10, 11]
+    assert w["range"] == (9, 11) and [(c["n_hidden"], c["passed"]) for c in w["candidates"]] == [
+        (9, False), (10, False), (11, True)]
     assert est.n_hidden_ == 11 and est.network_.n_hidden == 11
     assert nr.metrics.parameter_error(est.network_, t)["max_unit_error"] < 1e-9
