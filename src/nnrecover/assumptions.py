@@ -4,8 +4,8 @@
 same name would replace the package attribute once imported.)
 
 Every provable learner rests on an assumption about the input law (Gaussian, or symmetric), on the
-width (``k <= d`` for the order-1 algorithms, ``k`` outputs or more for Ge et al.) and on moments
-that exist. :func:`check` measures each of these on the data and gives a verdict per learner with the
+width (at least as many inputs as hidden units for the order-1 algorithms, and at least as many
+outputs for Bakshi et al. and Ge et al.: ``k <= min(m, d)``) and on moments that exist. :func:`check` measures each of these on the data and gives a verdict per learner with the
 evidence, so that a user knows before fitting which algorithm's guarantee applies.
 
 What is measured (on at most ``max_rows`` rows, the first ones of the data):
@@ -19,6 +19,9 @@ What is measured (on at most ``max_rows`` rows, the first ones of the data):
 * **heavy tails**: Hill's estimate of the tail index of ``|x_j|`` over the top 1% of each whitened
   coordinate; an index below 4.5 means fourth moments may not exist, and every moment method here uses
   fourth moments (Ge et al.'s detector, the Hermite tensors of order 4, Bakshi et al.'s tensor step).
+* **constant inputs**: columns whose variance is at most ``1e-12`` of the largest (the whitening's rank
+  threshold), by index and value. No Gaussian law with a full-rank covariance has them, and a constant
+  non-zero column makes ``x`` and ``-x`` differ in law (the symmetry test then gives p-value 0).
 * **symmetry** (Ge et al., Section 2.1): the test of :func:`nnrecover.learners.ge2019.symmetry_test`.
 * **width**: (a) with ``p`` outputs, the rank of ``Cov(y)``, which is ``min(p, k)`` for a generic
   network whatever the input law. Sampling moves ``Cov(y)`` only inside the span of the units'
@@ -31,6 +34,9 @@ What is measured (on at most ``max_rows`` rows, the first ones of the data):
   ``k`` when ``k <= d``): singular values count above twice the noise level ``tau``, the spread of 10
   row-group estimates (by Weyl's inequality a zero singular value of the exact matrix shows as at most
   ``||error||_2 ~ tau``); values between ``tau`` and ``2 tau`` make the estimate "unsure".
+* **the learners' own refusals**: each verdict is "no" where the learner's fit would refuse the data,
+  decided by the functions the fit itself calls (numbers of inputs, outputs, hidden units and rows; Ge et
+  al.'s symmetry and second-moment tests), so "yes" is never followed by a refusal.
 * **label noise**: with ``p`` larger than the rank of ``Cov(y)``, the mean of its trailing
   eigenvalues (isotropic noise); with Gaussian inputs, an upper bound from Parseval's identity:
   ``Var(y) - ||T_1||^2 - ||T_2||_F^2 / 2`` (the energy of ``f`` above order 2 is counted as noise).
