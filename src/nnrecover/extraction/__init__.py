@@ -250,7 +250,8 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=budget, unit="query", desc="extract", leave=False)
+        # the default budget is a runaway stop, not an estimate of the queries needed
+        bar = tqdm(total=None if auto_budget else budget, unit="query", desc="extract", leave=False)
     oracle = QueryOracle(model, d, budget, progress=None if bar is None else bar.update)
     method = "critical-points" if method == "auto" else method
     t0 = time.perf_counter()

@@ -609,15 +609,15 @@ def _equation_scale(M: np.ndarray, rhs: np.ndarray, p: int) -> np.ndarray:
     """Size against which the residual of each orientation equation is measured.
 
     Equation ``(i, l)`` (output ``i``, input ``l``) reads ``U[i, l]``, fitted from output ``i`` on
-    isotropic queries, so its absolute error is about the same for every input ``l``: the round-off of
-    output ``i``'s largest coefficients, not of this equation's own. Measured against its own
-    coefficients, an equation of an input that no unit uses (a zero column of ``W``, or 1e-30 as an L2
-    penalty leaves it) compares round-off with round-off and fails for every ``t``; the scale is
-    therefore the largest coefficient sum among the equations of the same output.
+    isotropic queries, so its absolute error has a part that is the same for every input ``l``: the
+    round-off of output ``i``'s coefficients, not of this equation's own. Measured against its own
+    coefficients alone, an equation of an input that no unit uses (a zero column of ``W``, or 1e-30 as
+    an L2 penalty leaves it) compares round-off with round-off and fails for every ``t``; the scale is
+    therefore the larger of its own coefficient sum and the mean one among the equations of the same
+    output (equations at or above the mean keep their own, as the lattice weights them by it).
     """
-    own = np.abs(M).sum(axis=1) + np.abs(rhs)
-    per_output = own.reshape(p, -1).max(axis=1, keepdims=True)
-    return np.broadcast_to(per_output, (p, own.size // p)).ravel() + 1e-300
+    own = (np.abs(M).sum(axis=1) + np.abs(rhs)).reshape(p, -1)
+    return (np.maximum(own, own.mean(axis=1, keepdims=True)) + 1e-300).ravel()
 
 
 def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: float,
