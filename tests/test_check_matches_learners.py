@@ -160,7 +160,7 @@ def test_a_constant_non_zero_column_is_reported_and_rules_out_the_symmetric_and_
         assert report.verdict(name).applies == "no", name
     assert any("x_3" in r and "constant" in r for r in report.verdict("pure-neuron").reasons)
     assert any("drop the constant" in r for r in report.verdict("hermite-tensor").reasons)
-    # the learner refuses too (it used to fit such data with relative error 0.94): x and -x differ in law
+    # the learner refuses too, by its own symmetry test: x and -x differ in law (a fit would be far off)
     with pytest.raises(AssumptionError, match="x_3 .* constant and non-zero"):
         nr.learners.PureNeuronLearner(4, random_state=0).fit(X, Y)
 
