@@ -19,9 +19,9 @@ What real models give: units that are never active on the searched region (sklea
 and units whose output weight is exactly zero leave no critical point; they do not change the
 function and are reported, not recovered (``diagnostics_["unidentifiable"]``). Inputs that no unit
 uses (a zero or 1e-30 column of ``W``, e.g. a constant pixel under an L2 penalty) are recovered as
-zero columns. A model that declares ``max_output`` (the loaders' classifiers: the logits their
+zero columns. A model that declares ``output_range`` (the loaders' classifiers: the logits their
 probabilities determine are exact only while the probabilities do not saturate) is queried on a
-region where its outputs stay below it (``input_scale`` chosen, or checked when given; the search
+region where its outputs stay within it (``input_scale`` chosen, or checked when given; the search
 lines are cut where the outputs leave the range).
 """
 
@@ -43,7 +43,7 @@ __all__ = ["extract", "ExtractionResult", "QueryBudgetError", "default_budget"]
 
 _METHODS = ("auto", "critical-points", "moments")
 
-#: halvings of input_scale tried when the model's outputs exceed its max_output on the region
+#: halvings of input_scale tried when the model's outputs leave its output_range on the region
 _MAX_HALVINGS = 40
 
 
@@ -115,44 +115,56 @@ def _check_positive(value: Any, name: str) -> float:
     return out
 
 
-def _model_max_output(model: Any) -> float | None:
-    limit = getattr(model, "max_output", None)
-    if limit is None:
+def _model_output_range(model: Any) -> tuple[float, float] | None:
+    """The ``output_range`` a model declares: ``(lo, hi)`` within which its outputs are exact."""
+    rng_ = getattr(model, "output_range", None)
+    if rng_ is None:
         return None
-    return _check_positive(limit, "the model's max_output attribute")
+    try:
+        lo, hi = (float(v) for v in rng_)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"the model's output_range must be a pair (lo, hi), got {rng_!r}.") from exc
+    if not lo < hi:
+        raise InputError(f"the model's output_range must have lo < hi, got {rng_!r}.")
+    return lo, hi
 
 
 def _choose_scale(oracle: QueryOracle, d: int, gen: np.random.Generator, scale: float,
-                  limit: float, explicit: bool, n_probe: int = 256) -> tuple[float, dict]:
-    """Largest ``scale / 2^j`` whose Gaussian query points keep the model's outputs within ``limit``.
+                  out_range: tuple[float, float], explicit: bool, n_probe: int = 256) -> tuple[float, dict]:
+    """Largest ``scale / 2^j`` whose Gaussian query points keep the model's outputs in ``out_range``.
 
     The Gaussian points are where lines start, the output layer is fitted and the certificate is
     taken; the search lines reach further and are cut where the outputs leave the range
     (:func:`~nnrecover.extraction.critical_points.search_line`). With an ``explicit`` scale whose
     points leave the range, the error names the scale that keeps it.
     """
-    info: dict[str, Any] = {"max_output": limit, "requested_input_scale": scale, "probe_queries": 0}
+    lo, hi = out_range
+    info: dict[str, Any] = {"output_range": [lo, hi], "requested_input_scale": scale, "probe_queries": 0}
     s = scale
+    span = [math.nan, math.nan]
     for halvings in range(_MAX_HALVINGS + 1):
         Y = oracle(s * gen.standard_normal((n_probe, d)), allow_nonfinite=True)
         info["probe_queries"] += Y.shape[0]
-        top = float(np.max(np.abs(Y))) if np.all(np.isfinite(Y)) else math.inf
+        finite = bool(np.all(np.isfinite(Y)))
+        span = [float(Y.min()), float(Y.max())] if finite else [-math.inf, math.inf]
         if halvings == 0:
-            info["max_output_at_requested_scale"] = top
-        if top <= limit:
+            info["outputs_at_requested_scale"] = span
+        if finite and lo <= span[0] and span[1] <= hi:
             break
         s /= 2
     else:
-        raise InputError(f"the model's outputs exceed its max_output={limit:g} even at input_scale={s * 2:.3g} "
-                         f"({_MAX_HALVINGS} halvings of {scale:g}); it saturates everywhere near the origin.")
+        raise InputError(f"the model's outputs leave its exact range [{lo:g}, {hi:g}] even at input_scale={s * 2:.3g} "
+                         f"({_MAX_HALVINGS} halvings of {scale:g}; outputs {span[0]:.3g} to {span[1]:.3g}): it "
+                         "saturates at the origin itself (e.g. a classifier sure of one class there), so no "
+                         "Gaussian region around the origin gives exact logits.")
     info["input_scale"] = s
-    info["max_output_on_region"] = top
+    info["outputs_on_region"] = span
     if explicit and s != scale:
+        a, b = info["outputs_at_requested_scale"]
         raise InputError(
-            f"at input_scale={scale:g} the model's outputs reach {info['max_output_at_requested_scale']:.3g} on "
-            f"Gaussian query points, beyond {limit:g}, where they are no longer exact (a classifier's "
-            f"probabilities saturate); use input_scale={s:.3g} (--input-scale {s:.3g}), or leave it unset to "
-            "have it chosen.")
+            f"at input_scale={scale:g} the model's outputs span {a:.3g} to {b:.3g} on Gaussian query points, "
+            f"beyond [{lo:g}, {hi:g}], where they are no longer exact (a classifier's probabilities "
+            f"saturate); use input_scale={s:.3g} (--input-scale {s:.3g}), or leave it unset to have it chosen.")
     return s, info
 
 
@@ -188,7 +200,7 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
         All query points are drawn from it; same seed and deterministic model, same result.
     input_scale : float, optional
         Standard deviation of the Gaussian query points (the region of interest); lines start there.
-        Default 1.0; for a model with a ``max_output`` attribute (the loaders' classifiers, whose
+        Default 1.0; for a model with an ``output_range`` attribute (the loaders' classifiers, whose
         logits are exact only while their probabilities do not saturate) the largest ``2^-j`` whose
         Gaussian points keep the outputs within it (``diagnostics_["query_region"]``); the search lines
         are cut where the outputs leave it. A scale given for such a model whose points leave that
@@ -240,7 +252,7 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
     auto_budget = isinstance(max_queries, str)
     explicit_scale = input_scale is not None
     scale = _check_positive(1.0 if input_scale is None else input_scale, "input_scale")
-    limit = _model_max_output(model)
+    out_range = _model_output_range(model)
     rad = None if radius is None else _check_positive(radius, "radius")
     n_cert = check_positive_int(n_certify, "n_certify", minimum=10)
     pat = None if patience is None else check_positive_int(patience, "patience")
@@ -257,14 +269,19 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
     t0 = time.perf_counter()
     region = None
     try:
-        if limit is not None:
-            scale, region = _choose_scale(oracle, d, gen, scale, limit, explicit_scale)
+        if out_range is not None:
+            scale, region = _choose_scale(oracle, d, gen, scale, out_range, explicit_scale)
+            if rad is None:
+                # the lines keep the length of the requested scale: they are cut where the outputs
+                # leave the range, and units whose hyperplanes lie beyond the smaller Gaussian region
+                # are still crossed
+                rad = 4.0 * math.sqrt(d) * region["requested_input_scale"]
         if method == "critical-points":
             from .critical_points import CriticalPointExtractor
 
             runner = CriticalPointExtractor(oracle, d, gen, n_hidden=k, input_scale=scale, radius=rad,
                                             patience=pat, n_certify=n_cert, milp_time_limit=sign_limit,
-                                            max_output=limit, log=log)
+                                            output_range=out_range, log=log)
             try:
                 net, diag = runner.run()
             except QueryBudgetError as exc:

@@ -167,8 +167,9 @@ def run(args: argparse.Namespace) -> int:
           f"{res.network_.n_outputs} output(s))")
     region = res.diagnostics_.get("query_region")
     if region is not None and region["input_scale"] != region["requested_input_scale"]:
-        print(f"input scale: {region['input_scale']:.3g} (outputs within {region['max_output']:g}, where the "
-              "model's probabilities do not saturate)")
+        lo, hi = region["output_range"]
+        print(f"input scale: {region['input_scale']:.3g} (outputs within [{lo:g}, {hi:g}], where the model's "
+              "probabilities do not saturate)")
     lost = res.diagnostics_.get("unidentifiable_units")
     if lost and res.diagnostics_.get("declared_n_hidden") is not None:
         print(f"the model file declares {res.diagnostics_['declared_n_hidden']} hidden units: {lost} left no "

@@ -106,7 +106,7 @@ def _covered(a: np.ndarray, b: np.ndarray, mids: np.ndarray) -> np.ndarray:
 
 def search_line(oracle: QueryOracle, x0: np.ndarray, v: np.ndarray, lo: float, hi: float,
                 noise: NoiseModel, *, n_grid: int = 65, min_width: float | None = None,
-                max_rounds: int = 200, max_output: float | None = None) -> LineKinks:
+                max_rounds: int = 200, output_range: tuple[float, float] | None = None) -> LineKinks:
     """Every kink of ``s -> f(x0 + s v)`` on ``[lo, hi]`` (Carlini et al. 2020, Section 4.2).
 
     A grid of ``n_grid`` points is queried; an interval is *linear* when it belongs to a collinear
@@ -116,7 +116,7 @@ def search_line(oracle: QueryOracle, x0: np.ndarray, v: np.ndarray, lo: float, h
     middle piece off that intersection, a measure-zero coincidence otherwise). Any other unresolved
     interval is split at ``s*`` or its midpoint. All new points of a round go to the model in one call.
 
-    With ``max_output`` (a box exact only while its outputs stay within it, such as a classifier's
+    With ``output_range`` (a box exact only while its outputs stay within it, such as a classifier's
     logits) the line is cut to the run of grid points around ``s = 0`` whose outputs stay within it,
     and searched on a new grid there: beyond, the box's round-off grows faster than the noise model
     allows and every interval would look like a kink.
@@ -131,11 +131,11 @@ def search_line(oracle: QueryOracle, x0: np.ndarray, v: np.ndarray, lo: float, h
         min_width = 1e-11 * (hi - lo)
     start = oracle.n_queries
     S = np.linspace(lo, hi, n_grid)
-    if max_output is None:
+    if output_range is None:
         F = _query(oracle, x0 + S[:, None] * v)
     else:
         F = oracle(x0 + S[:, None] * v, allow_nonfinite=True)
-        good = np.all(np.abs(F) <= max_output, axis=1)      # False for NaN and inf
+        good = np.all((F >= output_range[0]) & (F <= output_range[1]), axis=1)   # False for NaN and inf
         if not good.all():
             i0 = int(np.argmin(np.abs(S)))
             if not good[i0]:
@@ -762,7 +762,7 @@ class CriticalPointExtractor:
     def __init__(self, oracle: QueryOracle, n_inputs: int, rng: np.random.Generator, *,
                  n_hidden: int | None, input_scale: float = 1.0, radius: float | None = None,
                  patience: int | None = None, max_lines: int = 200, n_certify: int = 2000,
-                 milp_time_limit: float = 120.0, max_output: float | None = None,
+                 milp_time_limit: float = 120.0, output_range: tuple[float, float] | None = None,
                  log: Callable[[str], None] | None = None):
         self.oracle = oracle
         self.d = int(n_inputs)
@@ -774,7 +774,7 @@ class CriticalPointExtractor:
         self.max_lines = int(max_lines)
         self.n_certify = int(n_certify)
         self.milp_time_limit = float(milp_time_limit)
-        self.max_output = max_output
+        self.output_range = output_range
         self.log = log or (lambda msg: None)
         self.noise: NoiseModel | None = None
         self.units: _Units | None = None
@@ -825,7 +825,8 @@ class CriticalPointExtractor:
         v /= np.linalg.norm(v)
         n_known = 0 if self.units is None else self.units.W.shape[0]
         n_grid = max(65, 4 * n_known + 1)
-        lk = search_line(self.oracle, x0, v, -R, R, self.noise, n_grid=n_grid, max_output=self.max_output)
+        lk = search_line(self.oracle, x0, v, -R, R, self.noise, n_grid=n_grid,
+                         output_range=self.output_range)
         m = lk.s.size
         matched = np.zeros(m, bool)
         if n_known and m:

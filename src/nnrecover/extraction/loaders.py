@@ -12,9 +12,10 @@ for :func:`nnrecover.extraction.extract`:
     ``log p_i - log p_0`` to the first class (``classes_[0]``), ``C - 1`` outputs. Both are again
     ReLU networks of the input (output weights ``a_1`` or ``a_i - a_0``). They are exact only while
     the probabilities do not saturate: ``1 - p`` of a binary classifier keeps the absolute round-off
-    of ``p``, so the log-odds carry an error of about ``1e-16 e^z`` at log-odds ``z``, and a softmax
-    probability underflows near ``e^-700``. The loaded model therefore declares ``max_output`` (4 for
-    log-odds, where that error is 6e-15; 600 for softmax log-ratios), and
+    of ``p``, so the log-odds carry an error of about ``1e-16 e^z`` at log-odds ``z > 0`` (``p`` itself
+    is exact to its last bits down to ``e^-700``), and a softmax probability underflows near
+    ``e^-700``. The loaded model therefore declares ``output_range`` (``[-700, 4]`` for log-odds, where
+    the error stays below 6e-15; ``[-600, 600]`` for softmax log-ratios), and
     :func:`~nnrecover.extraction.extract` queries a region that keeps the outputs within it.
 ``*.safetensors``
     A PyTorch ``state_dict`` of ``nn.Sequential(nn.Linear(d, k), nn.ReLU(), nn.Linear(k, p))``
@@ -54,24 +55,25 @@ __all__ = ["load_model", "LoadedModel"]
 _SKOPS_ALLOWED = ("sklearn.", "numpy.", "scipy.", "builtins.")
 
 
-#: largest |log-odds| at which a binary classifier's logit is still exact to ~6e-15 (1e-16 e^4)
-_LOGODDS_MAX = 4.0
-#: largest |log-ratio| of softmax probabilities kept away from underflow (e^-708)
-_SOFTMAX_MAX = 600.0
+#: log-odds at which a binary classifier's logit is still exact: above, 1 - p loses bits (1e-16 e^z is
+#: 6e-15 at 4); below, p = expit(z) is exact until it underflows near e^-745
+_LOGODDS_RANGE = (-700.0, 4.0)
+#: log-ratios of softmax probabilities kept away from underflow (e^-708)
+_SOFTMAX_RANGE = (-600.0, 600.0)
 
 
 class LoadedModel:
     """A loaded black box: ``model(X)`` evaluates it; ``n_inputs`` is ``d`` when the file says so.
 
-    ``max_output`` (or None): the largest absolute output at which the box is still exact (see the
+    ``output_range`` (or None): ``(lo, hi)``, the outputs at which the box is still exact (see the
     module docstring); ``n_hidden``: the width the file declares (None when it does not), so that
     units the queries cannot see (never active, zero output weight) can be counted.
     """
 
     def __init__(self, func: Callable[[np.ndarray], np.ndarray], n_inputs: int | None, kind: str, source: str,
-                 *, max_output: float | None = None, n_hidden: int | None = None):
+                 *, output_range: tuple[float, float] | None = None, n_hidden: int | None = None):
         self.func, self.n_inputs, self.kind, self.source = func, n_inputs, kind, source
-        self.max_output, self.n_hidden = max_output, n_hidden
+        self.output_range, self.n_hidden = output_range, n_hidden
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
         return self.func(X)
@@ -138,15 +140,15 @@ def _load_skops(path: Path) -> LoadedModel:
                     return np.log(P[:, 1]) - np.log(P[:, 0])
                 return np.log(P) - np.log1p(-P)
         kind = "sklearn MLPClassifier log-odds (skops)"
-        limit = _LOGODDS_MAX
+        limit = _LOGODDS_RANGE
     else:
         def func(X):
             with np.errstate(divide="ignore", invalid="ignore"):
                 logp = np.log(model.predict_proba(X))
             return logp[:, 1:] - logp[:, :1]
         kind = f"sklearn MLPClassifier log-ratios to class {model.classes_[0]!r} (skops)"
-        limit = _SOFTMAX_MAX
-    return LoadedModel(func, d, kind, str(path), max_output=limit, n_hidden=k)
+        limit = _SOFTMAX_RANGE
+    return LoadedModel(func, d, kind, str(path), output_range=limit, n_hidden=k)
 
 
 def _linear_layers(tensors: dict) -> list[tuple[np.ndarray, np.ndarray]]:
