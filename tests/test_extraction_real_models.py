@@ -198,6 +198,32 @@ def test_binary_classifier_scale_given_that_saturates_names_the_scale(cancer_cla
     assert res.diagnostics_["query_region"]["input_scale"] == 0.05 and res.network_.n_hidden == 12
 
 
+def test_classifier_sure_at_the_origin_is_refused_with_the_reason(cancer_classifier, tmp_path):
+    import copy
+
+    clf, _, _ = cancer_classifier
+    sure = copy.deepcopy(clf)
+    sure.intercepts_[1] = sure.intercepts_[1] + 60.0      # p1 rounds to 1 near the origin
+    model = load_model(_dump(sure, tmp_path / "sure.skops"))
+    with pytest.raises(InputError, match="saturates at the origin itself"):
+        extract(model, 30, rng=0)
+
+
+def test_multi_label_classifier_through_log_odds(tmp_path):
+    from sklearn.datasets import load_linnerud
+    from sklearn.neural_network import MLPClassifier
+
+    X, Y = load_linnerud(return_X_y=True)
+    X = _standardise(X)
+    labels = (Y > np.median(Y, axis=0)).astype(int)
+    clf = _fit(MLPClassifier(hidden_layer_sizes=(6,), max_iter=500, random_state=0), X, labels)
+    model = load_model(_dump(clf, tmp_path / "labels.skops"))
+    res = _no_warnings(extract, model, 3, rng=0)
+    assert res.network_.n_outputs == 3
+    truth = _logit_network(clf)
+    _check_exact(res.network_, truth, _live(truth, 4 * np.random.default_rng(0).standard_normal((20000, 3))))
+
+
 @pytest.mark.parametrize("dataset, width", [("iris", 5), ("wine", 8)])
 def test_softmax_classifiers_through_log_ratios(dataset, width, tmp_path):
     from sklearn import datasets

@@ -72,7 +72,11 @@ class ExtractionResult:
         ``"n_hidden"`` and the width evidence (``"width"``), the measured noise level of the black box
         (``"noise"``), the certificate on fresh queries (``"certificate"``: relative error, max absolute
         error, tolerance, passed; the chosen-query route passes within ``10 sqrt(P)`` times the measured
-        relative noise, ``P`` the parameters, at most 1000 times) and method-specific evidence.
+        relative noise, ``P`` the parameters, at most 1000 times) and method-specific evidence;
+        ``"query_region"`` (the scale chosen for a model with an ``output_range``), and for a model
+        that declares its width (``n_hidden`` attribute, the loaders) ``"declared_n_hidden"`` and,
+        after a passed certificate, ``"unidentifiable_units"`` (declared units that left no critical
+        point: never active on the searched region, or a zero output weight).
     n_queries_ : int
         Rows sent to the model.
     """
