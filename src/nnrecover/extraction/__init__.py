@@ -340,4 +340,4 @@ def _budget_hint(auto_budget: bool, d: int) -> str:
             "what a one-hidden-layer ReLU network of this size needs: the search is not converging. Usual "
             "causes: outputs much noisier on the long search lines than at the query scale (e.g. saturating "
             "probabilities: lower input_scale), or a model that is not piecewise linear. Give max_queries "
-            "(--max-queries) a larger number, or None for no budget, to search on.")
+            "(--max-queries) a larger number, or None ('none') for no budget, to search on.")

@@ -628,8 +628,8 @@ def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: f
     Solves ``U = -sum_j t_j alpha_j w_j^T`` (``p d`` equations) for ``t`` in ``{0, 1}^k``. When the
     ``k`` columns are linearly independent the least-squares solution is rounded (and must be within
     0.25 of 0/1); otherwise the 0/1 problem with equations met to ``rel_tol`` (relative to the
-    coefficient scale of the equation's output, :func:`_equation_scale`) is solved by lattice reduction (:mod:`._lattice`, low-density
-    subset sum) and by HiGHS (``scipy.optimize.milp``; a solution whose residual exceeds ``rel_tol``
+    equation's scale, :func:`_equation_scale`) is solved by lattice reduction (:mod:`._lattice`,
+    low-density subset sum) and by HiGHS (``scipy.optimize.milp``; a solution whose residual exceeds ``rel_tol``
     is excluded by a no-good cut and the problem solved again, at most ``max_solves`` times), the
     lattice first when ``k > 2 p d``, all within ``time_limit`` seconds.
 

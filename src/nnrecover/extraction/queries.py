@@ -146,7 +146,8 @@ class QueryOracle:
             raise InputError(f"model returned NaN or infinite outputs on {int(bad.sum())} of {n} rows (inputs of "
                              f"norm up to {far:.3g}); extraction needs a finite function. A model that saturates "
                              "away from the origin (e.g. log-probabilities of a classifier) needs a smaller "
-                             "input_scale (--input-scale), or an output_range attribute (lo, hi) so that the scale is chosen.")
+                             "input_scale (--input-scale), or an output_range attribute (lo, hi) so that the "
+                             "scale is chosen.")
         return Y
 
     def calibrate(self, rng: np.random.Generator, scale: float, n_points: int = 64,
