@@ -33,7 +33,7 @@ def main() -> None:
                     warnings.simplefilter("ignore")
                     est = Learner("auto", random_state=0).fit(X, Y)
                 w = est.diagnostics_["width"]
-                # learners whose certificates judge the width list the widths they fitted (nnrecover.learners._width)
+                # learners whose certificates judge the width list the widths they fitted (nnrecover.learners.width)
                 tried = " ".join(f"{c['n_hidden']}:{'pass' if c['passed'] else 'fail'}({c['time']:.0f} s)"
                                  for c in w.get("candidates", []))
                 print(f"{kind} noise {noise} k {k} -> {est.n_hidden_} ({est.network_.n_hidden} units) "

@@ -43,8 +43,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from nnrecover.moments.base import accumulate  # noqa: E402
-from nnrecover.moments.engine import default_chunk_rows  # noqa: E402
+from nnrecover.data import accumulate  # noqa: E402
+from nnrecover.data import default_chunk_rows  # noqa: E402
 from nnrecover.moments.statistics import MeanStatistic, SecondMoment  # noqa: E402
 from _timing import best_of as _best  # noqa: E402  (benchmarks/ is on sys.path)
 

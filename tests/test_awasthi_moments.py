@@ -124,7 +124,7 @@ def test_full_range_statistic_equals_dense_weighted_gram(sign, chunk):
     y = {"mixed": y, "positive": np.abs(y), "negative": -np.abs(y)}[sign]
     assert chunk > 2 * co.SIGNED_GRAM_BLOCK or chunk < co.SIGNED_GRAM_BLOCK
     stat = co.RangeStatistic(7, method="full", omega=None, omega_cov=rng.standard_normal((7, 4)))
-    nr.moments.accumulate(stat, (X, y[:, None]), chunk_size=chunk)
+    nr.data.accumulate(stat, (X, y[:, None]), chunk_size=chunk)
     fin = stat.finalize()
     ref = (X.T * y) @ X / n - y.mean() * np.eye(7)
     _close(fin["t2"], ref)
@@ -143,7 +143,7 @@ def test_sketch_range_statistic_equals_dense_sketch():
     X, y = rng.standard_normal((3000, 12)), rng.standard_normal(3000)
     om, oc = rng.standard_normal((12, 5)), rng.standard_normal((12, 4))
     stat = co.RangeStatistic(12, method="sketch", omega=om, omega_cov=oc)
-    nr.moments.accumulate(stat, (X, y[:, None]), chunk_size=1234)
+    nr.data.accumulate(stat, (X, y[:, None]), chunk_size=1234)
     fin = stat.finalize()
     _close(fin["t2_omega"], X.T @ (y[:, None] * (X @ om)) / 3000 - y.mean() * om)
     _close(stat.sprobe, X.T @ (X @ oc))
@@ -166,7 +166,7 @@ def test_projected_moments_equal_dense_control_variate_estimate():
     P = c.basis
     stat1 = co.RangeStatistic(8, method="full", omega=None, omega_cov=np.zeros((8, 1)),
                               center=float(np.asarray(Y).reshape(-1)[:co.SPLIT_BLOCK].mean()))
-    nr.moments.accumulate(stat1, (X, Y))
+    nr.data.accumulate(stat1, (X, Y))
     fin = stat1.finalize()
     B = P.T @ fin["t2"] @ P
     Z = X @ P
@@ -213,7 +213,7 @@ def test_split_halves_follow_row_blocks_for_any_chunking():
     half = (np.arange(N) // co.SPLIT_BLOCK) % 2
     for chunk in (500, co.SPLIT_BLOCK, 5000, N):
         stat = co.ProjectedMomentStatistic(d, P, 4, np.zeros((d, 1)), check_inputs=False)
-        nr.moments.accumulate(stat, (X, y[:, None]), chunk_size=chunk)
+        nr.data.accumulate(stat, (X, y[:, None]), chunk_size=chunk)
         assert stat.counts == [int((half == 0).sum()), int((half == 1).sum())]
         for h in (0, 1):
             sel = half == h
@@ -315,7 +315,7 @@ def test_centered_t2_is_the_same_estimate_up_to_a_mean_zero_term_and_less_noisy(
     stats = {}
     for center in (0.0, c):
         st = co.RangeStatistic(10, method="full", omega=None, omega_cov=np.zeros((10, 1)), center=center)
-        nr.moments.accumulate(st, (X, Y))
+        nr.data.accumulate(st, (X, Y))
         stats[center] = st.finalize()["t2"]
     _close(stats[c], stats[0.0] - c * (X.T @ X / X.shape[0] - np.eye(10)), rtol=1e-11)
     exact = co.exact_coefficients(truth, 1, basis="identity").tensor(2)
@@ -331,12 +331,12 @@ def test_rayleigh_ritz_basis_projects_the_sample_t2_exactly():
     X, Y = _teacher_data(d=9, m=3, N=20_000)
     c = float(np.asarray(Y).reshape(-1)[:co.SPLIT_BLOCK].mean())
     full = co.RangeStatistic(9, method="full", omega=None, omega_cov=np.zeros((9, 1)), center=c)
-    nr.moments.accumulate(full, (X, Y))
+    nr.data.accumulate(full, (X, Y))
     T2 = full.finalize()["t2"]
     Omega = np.linalg.qr(np.random.default_rng(1).standard_normal((9, 6)))[0]
     rr = co.RangeStatistic(9, method="sketch", omega=Omega, omega_cov=np.zeros((9, 1)), rayleigh_ritz=True,
                            center=c)
-    nr.moments.accumulate(rr, (X, Y))
+    nr.data.accumulate(rr, (X, Y))
     P, info = rr.basis(3)
     _close(P.T @ P, np.eye(3), rtol=1e-13)
     _close(info["t2_projected"], P.T @ T2 @ P, rtol=1e-11)

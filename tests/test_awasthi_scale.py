@@ -13,7 +13,7 @@ import nnrecover as nr
 from nnrecover.errors import InputError
 from nnrecover.learners.awasthi2021.coefficients import RangeStatistic
 from nnrecover.learners.awasthi2021.scale import matrix_free_polish
-from nnrecover.moments.base import accumulate
+from nnrecover.data import accumulate
 
 
 def _teacher(d, k, n, seed=0):
@@ -108,12 +108,12 @@ def test_label_noise_falls_back_to_the_shared_refinement(monkeypatch, budget):
     # start as without the matrix-free step; when it could only run L-BFGS (its normal matrix exceeds its
     # budget, lowered here so that not even the matrix-free solver's span block fits), the better of start
     # and polish on held-out rows is kept and the reason recorded
-    import nnrecover.refine as refine
+    import nnrecover.refine.staged as staged
 
     # "matrix-free": J^T J (8 P^2 = 35912 bytes) exceeds the budget but the matrix-free solver's span block
     # (8 * 16^2 bytes) fits, so the shared refinement still runs Gauss-Newton and is handed the fit
     if budget != "default":
-        monkeypatch.setattr(refine, "_JACOBIAN_MEMORY", 1000 if budget == "tiny" else 10_000)
+        monkeypatch.setattr(staged, "_JACOBIAN_MEMORY", 1000 if budget == "tiny" else 10_000)
     net = nr.random_network(20, 3, rng=0)
     X, Y = nr.sample(net, nr.distributions.StandardGaussian(20), 40_000, noise=0.05, rng=1)
     with warnings.catch_warnings():

@@ -11,7 +11,7 @@ import pytest
 import nnrecover as nr
 from nnrecover.errors import AssumptionWarning, CertificateWarning, InputError
 from nnrecover.learners import ExactReLULearner, NoisyReLULearner, PureNeuronLearner
-from nnrecover.learners.bakshi2019.certificate import _lack_of_fit, unit_error_bound
+from nnrecover.refine.certificate import _lack_of_fit, unit_error_bound
 from nnrecover.distributions import StandardGaussian
 from nnrecover.metrics import parameter_error
 from nnrecover.refine import refine_network
@@ -225,8 +225,7 @@ def test_too_large_certificate_is_not_evaluated_and_claims_nothing(case):
     passed=None, the learner is not asked to certify (no warning, no error) and rows given as a callable
     are not read."""
     import nnrecover as nr
-    from nnrecover.learners.bakshi2019.certificate import (MAX_CERTIFICATE_FLOPS, MAX_MATRIX_FREE_FLOPS,
-                                                           certify_max_unit_error)
+    from nnrecover.refine.certificate import MAX_CERTIFICATE_FLOPS, MAX_MATRIX_FREE_FLOPS, certify_max_unit_error
 
     if case.startswith("leaky"):
         net = nr.random_network(200, 30, n_outputs=30, activation="leaky_relu(0.1)", rng=0)
@@ -263,7 +262,7 @@ def test_matrix_free_bound_has_the_dense_step_and_a_larger_noise_term(n):
     dense one and theta_max / lambda times it, so the noise term is at most sqrt(theta_max / lambda) times
     the dense one (about 1.4 at n = 1500, 1.1 at n = 8000: 32 and 170 residuals per parameter). Label
     noise 0.1; the bound holds."""
-    from nnrecover.learners.bakshi2019.certificate import STEP_RTOL
+    from nnrecover.refine.certificate import STEP_RTOL
 
     truth = nr.random_network(30, 4, 3, rng=0)
     est, X, Y, (dense, free) = _dense_and_matrix_free(truth, n, 0.1, seed=1)
@@ -314,9 +313,8 @@ def test_lanczos_smallest_ritz_value_is_the_smallest_generalized_eigenvalue(d, k
     per parameter after 25)."""
     from scipy import linalg
 
-    from nnrecover import _matrix_free
-    from nnrecover.learners.bakshi2019.certificate import (LANCZOS_PLATEAU, LANCZOS_SAFETY, LANCZOS_STEPS,
-                                                           _preconditioned_lanczos)
+    from nnrecover.refine import matrix_free
+    from nnrecover.refine.certificate import LANCZOS_PLATEAU, LANCZOS_SAFETY, LANCZOS_STEPS, _preconditioned_lanczos
 
     net = nr.random_network(d, k, p, rng=5).canonical()
     P = k * d + k + p * k + p
@@ -334,7 +332,7 @@ def test_lanczos_smallest_ritz_value_is_the_smallest_generalized_eigenvalue(d, k
     V = linalg.null_space(gauge.T)
     for rows in (4, 20):
         X = np.random.default_rng(rows).standard_normal((rows * P // p, d))
-        op = _matrix_free._Operator(W, b, A, X, X @ W.T + b, X.astype(np.float32), chunk_rows=4096)
+        op = matrix_free.Operator(W, b, A, X, X @ W.T + b, X.astype(np.float32), chunk_rows=4096)
         op.factor(0.0)
         ritz = _preconditioned_lanczos(op, LANCZOS_STEPS, np.random.default_rng(0), LANCZOS_PLATEAU)
         JtJ = np.column_stack([flat(op.jtj(*unflat(e))) for e in np.eye(P)])
@@ -346,7 +344,7 @@ def test_lanczos_smallest_ritz_value_is_the_smallest_generalized_eigenvalue(d, k
 
 
 def test_largest_eigenvalue_matches_eigvalsh():
-    from nnrecover.learners.bakshi2019.certificate import _largest_eigenvalue
+    from nnrecover.refine.certificate import _largest_eigenvalue
 
     rng = np.random.default_rng(3)
     for n in (5, 300):
@@ -369,7 +367,7 @@ def test_certificate_decides_on_a_fifth_of_the_rows_only_a_residual_at_round_off
     settles a pass when the residual is at round-off; with label noise (where the lack-of-fit test needs
     power) and on a failing first look, every row the dense form affords (CHEAP_CERTIFICATE_FLOPS) decides."""
     import nnrecover as nr
-    from nnrecover.learners.bakshi2019.certificate import CHEAP_CERTIFICATE_FLOPS, certify_max_unit_error
+    from nnrecover.refine.certificate import CHEAP_CERTIFICATE_FLOPS, certify_max_unit_error
 
     net = nr.random_network(8, 3, n_outputs=2, rng=0)
     P = 3 * 8 + 3 * 2 + 2
@@ -393,8 +391,7 @@ def test_relu_first_look_matrix_free_above_the_dense_first_look_budget():
     network's first look takes the matrix-free form; it settles a residual at round-off, and otherwise the
     second look is dense (the tighter noise term), on the rows that CHEAP_CERTIFICATE_FLOPS affords. A
     leaky-ReLU network keeps the dense form for both."""
-    from nnrecover.learners.bakshi2019.certificate import (CHEAP_CERTIFICATE_FLOPS, DENSE_FIRST_LOOK_FLOPS,
-                                                           certify_max_unit_error)
+    from nnrecover.refine.certificate import CHEAP_CERTIFICATE_FLOPS, DENSE_FIRST_LOOK_FLOPS, certify_max_unit_error
 
     net = nr.random_network(40, 6, n_outputs=6, rng=0)
     P = 6 * 40 + 6 * 6 + 6
@@ -420,10 +417,10 @@ def test_relu_first_look_matrix_free_above_the_dense_first_look_budget():
 
 @pytest.mark.parametrize("activation", ["relu", "leaky_relu"])
 def test_bound_by_unit_pairs_equals_the_one_product_form(monkeypatch, activation):
-    # from _UNIT_PAIR_MIN_INPUTS inputs the hidden block of J^T J is summed unit pair by unit pair over
+    # from UNIT_PAIR_MIN_INPUTS inputs the hidden block of J^T J is summed unit pair by unit pair over
     # the rows where both derivatives are nonzero; it is the same sum as the product of the rows
     # z_n = f'(W x_n + b) (x) (x_n, 1), reordered, so every output agrees to round-off
-    from nnrecover.learners.bakshi2019 import certificate
+    from nnrecover.refine import certificate
 
     gen = np.random.default_rng(4)
     net = nr.random_network(30, 4, 3, activation=activation, rng=5, bias_range=(-0.3, 0.3))
@@ -431,7 +428,7 @@ def test_bound_by_unit_pairs_equals_the_one_product_form(monkeypatch, activation
     est = nr.TwoLayerNetwork(net.hidden_weights + 1e-3 * gen.standard_normal(net.hidden_weights.shape),
                              net.hidden_bias, net.output_weights, net.output_bias, activation=activation)
     pairs = unit_error_bound(est, X, Y)
-    monkeypatch.setattr(certificate, "_UNIT_PAIR_MIN_INPUTS", 10**9)
+    monkeypatch.setattr(certificate, "UNIT_PAIR_MIN_INPUTS", 10**9)
     dense = unit_error_bound(est, X, Y)
     assert np.isfinite(pairs["bound"])
     np.testing.assert_allclose(pairs["per_unit"], dense["per_unit"], rtol=1e-10)

@@ -125,7 +125,7 @@ def test_nr_check_is_the_function_even_after_the_module_is_imported():
     import nnrecover
 
     importlib.import_module("nnrecover.assumptions")
-    importlib.import_module("nnrecover.learners._width")
+    importlib.import_module("nnrecover.learners.width")
     assert callable(nnrecover.check) and nnrecover.check.__name__ == "check"
     assert callable(nnrecover.extract) and nnrecover.extract.__name__ == "extract"
 
@@ -195,7 +195,7 @@ def test_hermite_tensor_is_not_recommended_on_4096_rows_or_fewer():
 def test_t2_never_settles_a_width_below_what_the_outputs_show():
     # one unit with bias 3 is nearly linear: Cov(y) sees it, T_2 hardly does; the T_2 rank (1) must not
     # replace Cov(y)'s range (2 or more) as a sure width
-    from nnrecover.assumptions import estimate_width
+    from nnrecover.evidence import estimate_width
 
     gen = np.random.default_rng(1)
     W = gen.standard_normal((2, 8))

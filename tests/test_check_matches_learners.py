@@ -22,7 +22,7 @@ import pytest
 
 import nnrecover as nr
 from nnrecover.errors import AssumptionError, InputError, NNRecoverError
-from nnrecover.experiments.runner import make_learner
+from nnrecover.learners import make_learner
 
 G = nr.distributions.StandardGaussian
 N = 40_000
@@ -223,10 +223,9 @@ def _message_strings(tree):
 
 def _suggested_names():
     from nnrecover.learners import available
-    from nnrecover.learners._registry import _ALIASES
 
     records = available()
-    names = {r.name for r in records} | set(_ALIASES)
+    names = {r.name for r in records}
     targets = {getattr(r.target, "__name__", None) for r in records} - {None}
     root = pathlib.Path(nr.__file__).parent
     found = []

@@ -17,7 +17,7 @@ from nnrecover._validation import check_random_state
 from nnrecover.cli import main, parse_option
 from nnrecover.errors import AssumptionError, AssumptionWarning, InputError
 from nnrecover.experiments.runner import to_jsonable
-from nnrecover.learners import _registry
+from nnrecover.learners import registry
 
 SUBCOMMANDS = ("demo", "methods", "simulate", "fit", "evaluate", "experiment")
 FAKE = "test-random-features"
@@ -69,9 +69,9 @@ class RandomFeaturesLearner:
 
 @pytest.fixture
 def fake(monkeypatch):
-    rec = _registry.AlgorithmRecord(FAKE, "baseline", "test double", ("none",), RandomFeaturesLearner,
+    rec = registry.AlgorithmRecord(FAKE, "baseline", "test double", ("none",), RandomFeaturesLearner,
                                     "random features + least squares (tests only)", True)
-    monkeypatch.setitem(_registry._RECORDS, FAKE, rec)
+    monkeypatch.setitem(registry._RECORDS, FAKE, rec)
     return rec
 
 
@@ -318,8 +318,8 @@ class HiddenOnlyLearner:
 
 def test_hidden_weights_only_model(capsys, monkeypatch, simulated):
     HiddenOnlyLearner.rows = nr.TwoLayerNetwork.load(simulated / "t.json").hidden_weights[::-1]
-    monkeypatch.setitem(_registry._RECORDS, "test-hidden-only",
-                        _registry.AlgorithmRecord("test-hidden-only", "baseline", "t", (), HiddenOnlyLearner, "", True))
+    monkeypatch.setitem(registry._RECORDS, "test-hidden-only",
+                        registry.AlgorithmRecord("test-hidden-only", "baseline", "t", (), HiddenOnlyLearner, "", True))
     model = simulated / "h.json"
     rc, out, err = run(capsys, "fit", str(simulated / "s.npz"), "--learner", "test-hidden-only", "-k", "2",
                        "--out", str(model))

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from nnrecover.errors import InputError
-from nnrecover import data as engine
-from nnrecover.moments.base import accumulate
+from nnrecover.data import dask as data_dask, progress, sources
+from nnrecover.data import accumulate
 from nnrecover.data import as_data_source, build_dask_reduction
 from nnrecover.moments.statistics import (CovarianceStatistic, MeanStatistic, SecondMoment,
                                           ThirdMomentContraction, WeightedSecondMoment)
@@ -114,7 +114,7 @@ def test_unknown_chunk_sizes(data):
 def _record_bars(monkeypatch):
     """Keep every progress bar the engine creates, to read its final count."""
     made = []
-    original = engine._progress_bar
+    original = progress.progress_bar
 
     def recording(*args, **kwargs):
         bar = original(*args, **kwargs)
@@ -122,13 +122,14 @@ def _record_bars(monkeypatch):
             made.append(bar)
         return bar
 
-    monkeypatch.setattr(engine, "_progress_bar", recording)
+    for module in (sources, data_dask):  # the modules that open bars
+        monkeypatch.setattr(module, "progress_bar", recording)
     return made
 
 
 def test_threaded_progress_bar_counts_rows(data, monkeypatch):
     X, Y = data
-    monkeypatch.setattr(engine, "PROGRESS_DELAY", 0.0)
+    monkeypatch.setattr(progress, "PROGRESS_DELAY", 0.0)
 
     class TTY(io.StringIO):
         def isatty(self):
@@ -199,7 +200,7 @@ def test_local_cluster_progress_and_errors(client, monkeypatch):
     X = gen.standard_normal((20_000, 3))
     Y = X[:, :1] ** 2
     Xd, Yd = da.from_array(X, chunks=(2_500, 3)), da.from_array(Y, chunks=(2_500, 1))
-    monkeypatch.setattr(engine, "PROGRESS_DELAY", 0.0)
+    monkeypatch.setattr(progress, "PROGRESS_DELAY", 0.0)
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
     bars = _record_bars(monkeypatch)
@@ -279,7 +280,7 @@ def test_high_threshold_step2_reads_a_bounded_sample_on_the_cluster(client, monk
     client never iterates over the blocks (only the chosen rows are gathered), and it is the same
     subsample, hence the same fit to round-off, as in process."""
     import nnrecover as nr
-    from nnrecover.data import _DaskSource
+    from nnrecover.data import DaskSource
     from nnrecover.learners.goel2019 import HighThresholdNetwork, UpperPolynomial, random_unit_weights
 
     g = HighThresholdNetwork(random_unit_weights(3, 8, rng=0), 2.0, "step",
@@ -292,7 +293,7 @@ def test_high_threshold_step2_reads_a_bounded_sample_on_the_cluster(client, monk
     def client_side_iteration(self, chunk_size):
         raise AssertionError("the blocks were iterated on the client")
 
-    monkeypatch.setattr(_DaskSource, "_raw_chunks", client_side_iteration)
+    monkeypatch.setattr(DaskSource, "_raw_chunks", client_side_iteration)
     got = nr.learners.HighThresholdLearner(3, threshold=2.0, max_rows=30_000, random_state=0).fit(Xd, Yd)
     assert got.diagnostics_["refinement"]["ran"] is not False
     assert nr.metrics.parameter_error(got.network_, ref.network_)["max_unit_error"] < 1e-12

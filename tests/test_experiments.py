@@ -17,9 +17,9 @@ from nnrecover.errors import AssumptionError, CertificateWarning, ConvergenceErr
 from nnrecover.experiments import registry
 from nnrecover.experiments.baseline import (_learner_seed, compare_learners, comparison_figure,
                                             demo_teacher)
-from nnrecover.experiments.runner import (RESULT_FILES, learner_parameters, make_learner, resolve_seed,
-                                          run_experiment)
-from nnrecover.learners import _registry
+from nnrecover.experiments.runner import RESULT_FILES, resolve_seed, run_experiment
+from nnrecover.learners import learner_parameters, make_learner
+from nnrecover.learners import registry as learner_registry
 
 # ------------------------------------------------------------------------------------------ runner
 TOY = "test-toy-experiment"
@@ -184,8 +184,8 @@ class _NotForMe(_Oracle):
 def oracles(monkeypatch):
     _Oracle.seen = []
     for name, cls in (("test-oracle", _Oracle), ("test-oracle-2", _Oracle), ("test-not-for-me", _NotForMe)):
-        monkeypatch.setitem(_registry._RECORDS, name,
-                            _registry.AlgorithmRecord(name, "baseline", "oracle", (), cls, "", True))
+        monkeypatch.setitem(learner_registry._RECORDS, name,
+                            learner_registry.AlgorithmRecord(name, "baseline", "oracle", (), cls, "", True))
 
 
 def test_compare_learners_reports_exact_errors(oracles):
@@ -235,8 +235,8 @@ def test_single_output_learner_gets_the_first_output(oracles, monkeypatch):
             return self
 
     Single.teacher = _Oracle.teacher = teacher
-    monkeypatch.setitem(_registry._RECORDS, "test-single",
-                        _registry.AlgorithmRecord("test-single", "baseline", "oracle", (), Single, "", True))
+    monkeypatch.setitem(learner_registry._RECORDS, "test-single",
+                        learner_registry.AlgorithmRecord("test-single", "baseline", "oracle", (), Single, "", True))
     df = compare_learners(teacher, dist, 300, rng=0, learners=["test-single", "test-oracle"])
     assert list(df["outputs"]) == [1, 3] and list(df["status"]) == ["ok", "ok"]
     assert df["max_unit_error"][0] == 0.0 and df["function_error"][0] == 0.0
@@ -258,8 +258,8 @@ class _Refining(_Oracle):
 def test_with_unrefined_adds_a_refine_false_row(oracles, monkeypatch):
     teacher, dist = demo_teacher(1, n_inputs=5, n_hidden=2, n_outputs=1)
     _Oracle.teacher = teacher
-    monkeypatch.setitem(_registry._RECORDS, "test-refining",
-                        _registry.AlgorithmRecord("test-refining", "baseline", "oracle", (), _Refining, "", True))
+    monkeypatch.setitem(learner_registry._RECORDS, "test-refining",
+                        learner_registry.AlgorithmRecord("test-refining", "baseline", "oracle", (), _Refining, "", True))
     df = compare_learners(teacher, dist, 200, rng=0, learners=["test-refining", "test-oracle"], with_unrefined=True)
     assert list(zip(df["learner"], df["refine"])) == [("test-refining", "no"), ("test-refining", "yes"),
                                                      ("test-oracle", "-")]
@@ -312,8 +312,8 @@ class _Certifying(_Oracle):
 def test_certificate_outcomes_are_reported(oracles, monkeypatch):
     teacher, dist = demo_teacher(0, n_inputs=4, n_hidden=2, n_outputs=1)
     _Oracle.teacher = teacher
-    monkeypatch.setitem(_registry._RECORDS, "test-certifying",
-                        _registry.AlgorithmRecord("test-certifying", "baseline", "oracle", (), _Certifying, "", True))
+    monkeypatch.setitem(learner_registry._RECORDS, "test-certifying",
+                        learner_registry.AlgorithmRecord("test-certifying", "baseline", "oracle", (), _Certifying, "", True))
 
     def outcome(mode):
         return compare_learners(teacher, dist, 100, rng=0, learners=["test-certifying"],

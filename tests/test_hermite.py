@@ -23,7 +23,7 @@ import nnrecover as nr
 from nnrecover import hermite as h
 from nnrecover.activations import get_activation
 from nnrecover.errors import AssumptionError, InputError
-from nnrecover.moments import accumulate
+from nnrecover.data import accumulate
 from nnrecover.moments.hermite import (HermiteContractionStatistic, HermiteMatrixSliceStatistic,
                                        HermiteMoments, HermitePartialContractionStatistic,
                                        HermiteRankOneStatistic, HermiteTensorStatistic,

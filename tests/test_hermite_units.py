@@ -265,7 +265,7 @@ def test_residual_moment_statistic_equals_its_dense_sums():
     X = rng.standard_normal((3 * SIGNED_GRAM_BLOCK + 7, 6))
     clean = teacher.predict(X).reshape(-1)
     Y = (clean + 0.3 * rng.standard_normal(X.shape[0]))[:, None]
-    stat = nr.moments.accumulate(ResidualMomentStatistic(teacher), (X, Y), chunk_size=2 * SIGNED_GRAM_BLOCK + 5)
+    stat = nr.data.accumulate(ResidualMomentStatistic(teacher), (X, Y), chunk_size=2 * SIGNED_GRAM_BLOCK + 5)
     r = Y[:, 0] - clean
     np.testing.assert_allclose(stat.S2, (X.T * r) @ X, rtol=0, atol=1e-12 * np.abs(r).sum())
     np.testing.assert_array_equal(stat.S2, stat.S2.T)

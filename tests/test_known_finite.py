@@ -9,7 +9,8 @@ import pytest
 import nnrecover as nr
 from nnrecover.data import as_data_source, known_finite
 from nnrecover.distributions import StandardGaussian
-from nnrecover.moments import MeanStatistic, accumulate
+from nnrecover.moments import MeanStatistic
+from nnrecover.data import accumulate
 
 
 def test_chunks_of_known_finite_arrays_skip_the_check_and_others_do_not():
@@ -89,14 +90,14 @@ class _Chunks:
 
 
 def test_sources_that_checked_their_chunks_are_not_read_again_and_others_are():
-    from nnrecover.data import _finite_chunks
+    from nnrecover.data import finite_chunks
 
     X = np.random.default_rng(1).standard_normal((300, 4))
     bad = X.copy()
     bad[7, 2] = np.nan
     stream = nr.sample_stream(nr.random_network(4, 2, 1, rng=0), StandardGaussian(4), 1000, rng=1)
-    assert _finite_chunks(as_data_source(stream))
-    assert not _finite_chunks(as_data_source([(X, X[:, 0])]))
+    assert finite_chunks(as_data_source(stream))
+    assert not finite_chunks(as_data_source([(X, X[:, 0])]))
     # undeclared: every value is checked and NaN named
     with pytest.raises(nr.errors.InputError, match="NaN"):
         accumulate(MeanStatistic(), _Chunks([(X, X[:, 0]), (bad, bad[:, 0])], finite=False))

@@ -15,8 +15,8 @@ import nnrecover as nr
 from nnrecover.distributions import StandardGaussian
 from nnrecover.errors import InputError
 from nnrecover.metrics import parameter_error, relu_l2_distance
-from nnrecover.refine import (BLOCKS, RefineResult, _Model, _normal_equations, fit_least_squares,
-                              gather_samples, mean_squared_loss, refine_network)
+from nnrecover.refine import BLOCKS, RefineResult, Model, fit_least_squares, gather_samples, mean_squared_loss, refine_network
+from nnrecover.refine.model import _normal_equations
 
 
 def _traced_peak(call):
@@ -78,7 +78,7 @@ def test_analytic_jacobian_and_gradient_match_finite_differences():
     g = np.random.default_rng(6)
     X, Y = g.standard_normal((7, 4)), g.standard_normal((7, 2))
     for train in (BLOCKS, ("hidden_weights", "output_bias"), ("hidden_bias",)):
-        model = _Model(net, train)
+        model = Model(net, train)
         theta = model.pack(net)
         J = model.jacobian(theta, X, Y)
         # central differences of a smooth function: error O(h^2) ~ 1e-10 at h = 1e-5
@@ -254,12 +254,12 @@ def test_a_source_that_gives_fewer_rows_than_it_announces_is_refused():
 
 
 def test_refine_network_bounds_the_rows_it_copies_from_a_stream(monkeypatch):
-    import nnrecover.refine as refine
+    import nnrecover.refine.rows as rows
 
     truth = nr.random_network(20, 2, rng=54)
     stream = nr.sample_stream(truth, StandardGaussian(20), 50_000, rng=55)
     start = _perturbed(truth, 0.05, seed=56)
-    monkeypatch.setattr(refine, "GATHER_MEMORY", 8 * 21 * 10_000)  # 10000 rows of 20 inputs and 1 output
+    monkeypatch.setattr(rows, "GATHER_MEMORY", 8 * 21 * 10_000)  # 10000 rows of 20 inputs and 1 output
     res = refine_network(start, stream, rng=3)
     assert res.n_samples_used + res.n_holdout == 10_000
     # arrays are read by index, not copied whole: the default rows there, and an explicit max_samples always
@@ -349,7 +349,7 @@ def smooth_noisy():
 
 
 def _theta(net):
-    return _Model(net, BLOCKS).pack(net)
+    return Model(net, BLOCKS).pack(net)
 
 
 def _ftol_distance(net, X, Y, tol=1e-15):
@@ -359,7 +359,7 @@ def _ftol_distance(net, X, Y, tol=1e-15):
     ||h|| <= sqrt(2 tol F / mu) (mu = smallest eigenvalue of J^T J; tanh has no flat directions); the step
     contracts the error by the Gauss-Newton rate (< 1/2 here: measured ~0.05), so the error left is < ||h||.
     "lm" (MINPACK) stops on xtol/ftol with the same tol, a far smaller distance (its error ~1e-11)."""
-    model = _Model(net, BLOCKS)
+    model = Model(net, BLOCKS)
     th = model.pack(net)
     J = model.jacobian(th, X, Y)
     F = 0.5 * mean_squared_loss(net, X, Y)
@@ -464,7 +464,7 @@ def test_lm_then_gn_when_rows_exceed_the_jacobian_budget(smooth_noisy):
 
 def test_gn_chunking_changes_the_answer_only_by_round_off(teacher, smooth_noisy):
     truth, X, Y = teacher
-    model = _Model(truth, BLOCKS)
+    model = Model(truth, BLOCKS)
     theta = model.pack(_perturbed(truth, 0.05, seed=90))
     Xs, Ys = X[:700], Y[:700, None]
     J, r = model.jacobian(theta, Xs, Ys), model.residuals(theta, Xs, Ys)
@@ -539,7 +539,7 @@ def _normal_equations_against_dense(net, train, n_rows: int, seed: int, rtol: fl
     products of the dense Jacobian, relative to their largest entries; returns J^T J."""
     gen = np.random.default_rng(seed)
     X, Y = gen.standard_normal((n_rows, net.n_inputs)), gen.standard_normal((n_rows, net.n_outputs))
-    model = _Model(net, train)
+    model = Model(net, train)
     theta = model.pack(net)
     J, r = model.jacobian(theta, X, Y), model.residuals(theta, X, Y)
     JtJ, g = _normal_equations(model, theta, X, Y, model.forward(theta, X, Y)[-1], 77)
@@ -567,7 +567,7 @@ def test_normal_equations_by_unit_pairs_equal_dense_jacobian_products(activation
     # most 700 products of size <= max|x|^2 ~ 20, so both forms agree to ~700 eps 20 relative to the largest
     from nnrecover import refine as refine_module
 
-    assert refine_module._UNIT_PAIR_MIN_INPUTS <= 30
+    assert refine_module.model.UNIT_PAIR_MIN_INPUTS <= 30
     net = nr.random_network(30, 4, 3, rng=92, bias_range=(-0.5, 0.5), output_bias_range=(-0.3, 0.3),
                             activation=activation)
     JtJ = _normal_equations_against_dense(net, train, 700, 93, 1e-12)
@@ -628,12 +628,12 @@ def test_span_first_subsample_holds_five_residuals_per_parameter_whatever_full_s
 def test_default_gauss_newton_fits_predicts_the_full_space_method_of_the_defaults():
     # P = 67, one output: refine_network trains on 4/5 of the rows, and "auto" runs Gauss-Newton from 4 P = 268
     # residuals: 335 rows give 268 training rows, 330 give 264 (L-BFGS)
-    from nnrecover.refine import _default_gauss_newton_fits
+    from nnrecover.refine import default_gauss_newton_fits
     from nnrecover.data import as_data_source
 
     truth, X, Y, start = _span_teacher(335)
     for n, gn in ((335, True), (330, False)):
-        assert _default_gauss_newton_fits(start, as_data_source((X[:n], Y[:n]))) is gn
+        assert default_gauss_newton_fits(start, as_data_source((X[:n], Y[:n]))) is gn
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             res = refine_network(start, (X[:n], Y[:n]), rng=0)
@@ -646,11 +646,11 @@ def test_default_gauss_newton_fits_predicts_the_full_space_method_of_the_default
         net = nr.random_network(d, 20, rng=0, activation=activation)
         return net, as_data_source(nr.sample_stream(net, StandardGaussian(d), 1_000_000, rng=1))
 
-    assert not _default_gauss_newton_fits(*stream(1000))
-    assert _default_gauss_newton_fits(*stream(300))
-    assert not _default_gauss_newton_fits(*stream(300, "tanh"))
+    assert not default_gauss_newton_fits(*stream(1000))
+    assert default_gauss_newton_fits(*stream(300))
+    assert not default_gauss_newton_fits(*stream(300, "tanh"))
     # a one-pass iterator of unknown length: no count to rely on
-    assert not _default_gauss_newton_fits(start, as_data_source(iter([(X, Y)])))
+    assert not default_gauss_newton_fits(start, as_data_source(iter([(X, Y)])))
 
 
 def test_span_first_leaves_an_exact_start_alone_and_never_allocates_a_normal_matrix_beyond_the_budget():
@@ -772,11 +772,12 @@ def test_gn_chord_steps_use_the_exact_gradient_and_end_at_round_off(teacher):
     # the chord steps' gradient pass (J^T r from the model's structure, in row chunks) equals J^T r of the
     # dense Jacobian to round-off; a noiseless fit whose last steps may be chord steps still ends at the
     # truth to round-off on every row (a chord step is taken at round-off while it divides the loss)
-    from nnrecover.refine import _Model, _gradient_pass
+    from nnrecover.refine import Model
+    from nnrecover.refine.model import _gradient_pass
 
     truth, X, Y = teacher
     start = _perturbed(truth, 0.05, seed=81)
-    model = _Model(start, BLOCKS)
+    model = Model(start, BLOCKS)
     theta = model.pack(start)
     X3, Y3 = X[:3000], Y[:3000].reshape(3000, -1)
     J, r = model.jacobian(theta, X3, Y3), model.residuals(theta, X3, Y3)

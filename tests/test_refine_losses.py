@@ -8,7 +8,7 @@ import pytest
 
 import nnrecover as nr
 from nnrecover.data import as_data_source
-from nnrecover.refine import _TrainingRows
+from nnrecover.refine.rows import _TrainingRows
 
 
 def test_chunked_losses_over_source_rows_equal_those_of_the_rows_in_memory(rng):

@@ -1,4 +1,4 @@
-"""The matrix-free Gauss-Newton of the shared refinement (nnrecover._matrix_free and its use by
+"""The matrix-free Gauss-Newton of the shared refinement (nnrecover.refine.matrix_free and its use by
 nnrecover.refine): its operator and preconditioner, round-off on noiseless data where the dense normal
 matrix does not fit the memory budget, label noise, and inputs that are not Gaussian."""
 
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import nnrecover as nr
-from nnrecover import _matrix_free
+from nnrecover.refine import matrix_free
 from nnrecover._threads import blas_threads
 from nnrecover.distributions import StandardGaussian
 from nnrecover.metrics import parameter_error
-from nnrecover.refine import BLOCKS, _Model, fit_least_squares, refine_network
+from nnrecover.refine import BLOCKS, Model, fit_least_squares, refine_network
 
 
 def _perturbed(net, scale, seed):
@@ -27,7 +27,7 @@ def _perturbed(net, scale, seed):
 
 def _operator(net, X):
     W, b, A = net.hidden_weights, net.hidden_bias, net.output_weights
-    return _matrix_free._Operator(W, b, A, X, X @ W.T + b, X, chunk_rows=4096)
+    return matrix_free.Operator(W, b, A, X, X @ W.T + b, X, chunk_rows=4096)
 
 
 def _direction(net, seed):
@@ -41,12 +41,12 @@ def _flat(v):
 
 
 def test_operator_products_are_the_normal_matrix_and_the_gradient():
-    # the float64 operator is J^T J / m and J^T R / m of the dense Jacobian (refine._Model.jacobian, whose
+    # the float64 operator is J^T J / m and J^T R / m of the dense Jacobian (refine.Model.jacobian, whose
     # rows carry 1 / sqrt(m)), to round-off: the same sums in another order
     net = nr.random_network(7, 3, 2, rng=0)
     X = np.random.default_rng(1).standard_normal((400, 7))
     Y = np.random.default_rng(2).standard_normal((400, 2))
-    model = _Model(net, BLOCKS)
+    model = Model(net, BLOCKS)
     theta = model.pack(net)
     J = model.jacobian(theta, X, Y)
     op = _operator(net, X)
@@ -95,17 +95,17 @@ def test_span_block_solve_by_its_schur_complement_is_the_dense_solve(p):
     S = _operator(net, X).S
     k = 3
     assert S.shape == (k * k + k + p * (k + 1),) * 2
-    groups = _matrix_free._output_groups(S.shape[0], k)
+    groups = matrix_free._output_groups(S.shape[0], k)
     for o in range(p):  # the output block is block diagonal, all blocks equal
         for q in range(p):
             block = S[np.ix_(groups[o], groups[q])]
             assert np.array_equal(block, S[np.ix_(groups[0], groups[0])]) if o == q else not block.any()
     S = S + np.diag(1e-2 * np.diag(S))
-    factors = _matrix_free._span_block_factors(S, k)
+    factors = matrix_free._span_block_factors(S, k)
     vecs = np.random.default_rng(6).standard_normal((S.shape[0], 3))
     dense = linalg.cho_solve(linalg.cho_factor(S), vecs)
     for vec, ref in ((vecs[:, 0], dense[:, 0]), (vecs, dense)):  # one vector, and columns
-        schur = _matrix_free._span_block_solve(factors, vec)
+        schur = matrix_free._span_block_solve(factors, vec)
         assert schur.shape == ref.shape and np.abs(schur - ref).max() < 1e-12 * np.abs(ref).max()
 
 
@@ -116,21 +116,21 @@ def test_operator_keeps_the_span_block_in_parts_that_are_the_normal_matrix(d, k,
     # product and its structured Schur-complement factors agree with the general ones (k = 26: the hidden
     # block by unit pairs)
     from nnrecover.network import TwoLayerNetwork
-    from nnrecover.refine import _normal_equations
+    from nnrecover.refine.model import _normal_equations
 
     net = nr.random_network(d, k, p, rng=4)
     X = np.random.default_rng(5).standard_normal((3000, d))
     op = _operator(net, X)
     W, b, A = net.hidden_weights, net.hidden_bias, net.output_weights
-    small = _Model(TwoLayerNetwork(W @ op.Q, b, A, np.zeros(p), "relu"), BLOCKS)
-    n_s = min(3000, 20 * _matrix_free.span_block_size(k, p))
+    small = Model(TwoLayerNetwork(W @ op.Q, b, A, np.zeros(p), "relu"), BLOCKS)
+    n_s = min(3000, 20 * matrix_free.span_block_size(k, p))
     dense = _normal_equations(small, small.pack(small.net), X[:n_s] @ op.Q, None, np.zeros((n_s, p)), 4096)[0]
     assert np.abs(op.S - dense).max() < 1e-13 * np.abs(dense).max()
     vec = np.random.default_rng(6).standard_normal(dense.shape[0])
     assert np.abs(op._span_apply(vec) - dense @ vec).max() < 1e-12 * np.abs(dense @ vec).max()
     ridged = dense + np.diag(1e-8 * np.diag(dense) + 1e-300)
-    general = _matrix_free._span_block_solve(_matrix_free._span_block_factors(ridged, k), vec)
-    structured = _matrix_free._span_block_solve(op._span_factors(), vec)
+    general = matrix_free._span_block_solve(matrix_free._span_block_factors(ridged, k), vec)
+    structured = matrix_free._span_block_solve(op._span_factors(), vec)
     # the ridge leaves the k rescaling directions with a condition number near 1e8: compare off them
     assert np.abs(ridged @ structured - vec).max() < 1e-6 * np.abs(vec).max()
     assert np.abs(ridged @ (structured - general)).max() < 1e-6 * np.abs(vec).max()
@@ -147,7 +147,7 @@ def test_span_block_unit_inverses_are_the_diagonal_blocks_of_the_inverse(p):
     S = _operator(net, np.random.default_rng(5).standard_normal((500, 9))).S
     S = S + np.diag(1e-2 * np.diag(S))
     inverse = linalg.inv(S)
-    blocks = _matrix_free._span_block_unit_inverses(_matrix_free._span_block_factors(S, k), k)
+    blocks = matrix_free.span_block_unit_inverses(matrix_free._span_block_factors(S, k), k)
     kb = k * k + k
     for i in range(k):
         idx = np.r_[i * k:(i + 1) * k, k * k + i, kb + np.arange(p) * k + i]
@@ -166,7 +166,7 @@ def test_preconditioner_is_close_to_the_normal_matrix_for_gaussian_rows():
     op = _operator(net, X)
     op.factor(0.0)
     P = k * d + k + p * k + p
-    J = _Model(net, BLOCKS).jacobian(_Model(net, BLOCKS).pack(net), X, np.zeros((X.shape[0], p)))
+    J = Model(net, BLOCKS).jacobian(Model(net, BLOCKS).pack(net), X, np.zeros((X.shape[0], p)))
     JtJ = J.T @ J
 
     def unflat(x):
@@ -226,7 +226,7 @@ def test_large_networks_are_refined_matrix_free_by_default_without_a_normal_matr
     # one P x P matrix, which a normal matrix would exceed by itself
     import tracemalloc
 
-    from nnrecover.refine import _MATRIX_FREE_MIN_PARAMS
+    from nnrecover.refine.least_squares import _MATRIX_FREE_MIN_PARAMS
 
     d, k = 200, 20
     P = k * d + k + k + 1
@@ -253,15 +253,15 @@ def test_label_noise_stops_within_the_statistical_error_of_the_dense_path(monkey
     # measured 3.6e-3 apart against 1.9e-2 statistical error): the two results must be closer to each other
     # than half the dense result's distance to the teacher, and both stages on the whole subsample must stop
     # by their own tests, not by the step budget
-    import nnrecover.refine as refine
+    import nnrecover.refine.least_squares as least_squares
 
     d, k, p = 30, 4, 3
     truth = nr.random_network(d, k, p, rng=0)
     X, Y = nr.sample(truth, StandardGaussian(d), 20_000, noise=0.05, rng=1)
     start = _perturbed(truth, 0.05, seed=2)
-    monkeypatch.setattr(refine, "_MATRIX_FREE_MIN_PARAMS", 1)
+    monkeypatch.setattr(least_squares, "_MATRIX_FREE_MIN_PARAMS", 1)
     free = refine_network(start, (X, Y), full_samples=5000, rng=0)
-    monkeypatch.setattr(refine, "_MATRIX_FREE_MIN_PARAMS", 10 ** 9)
+    monkeypatch.setattr(least_squares, "_MATRIX_FREE_MIN_PARAMS", 10 ** 9)
     with blas_threads(1):  # the dense path's small products, as inside a learner's fit
         dense = refine_network(start, (X, Y), full_samples=5000, rng=0)
     assert free.method == "gn-matrix-free" and dense.method == "gn"
@@ -290,8 +290,8 @@ def test_non_gaussian_rows_only_accept_loss_lowering_steps(law):
          else g.standard_t(3, (n, d)) / np.sqrt(3))
     Y = truth.predict(X)
     start = _perturbed(truth, 0.05, seed=12)
-    model = _Model(start, BLOCKS)
-    out = _matrix_free.gauss_newton(model.pack(start), X, Y, (k, d, p), max_iter=100, tol=1e-15, ftol=1e-15,
+    model = Model(start, BLOCKS)
+    out = matrix_free.gauss_newton(model.pack(start), X, Y, (k, d, p), max_iter=100, tol=1e-15, ftol=1e-15,
                                     roundoff=(64 * np.finfo(float).eps) ** 2 * float(np.mean(Y * Y)),
                                     chunk_rows=4096, operator_bytes=1 << 28, max_cg=4)
     losses = np.array(out["losses"])

@@ -262,7 +262,7 @@ def test_gradient_descent_rescaling_is_exactly_undone():
 
 def test_moment_learners_refuse_magnitudes_that_overflow_their_moments():
     from nnrecover.learners import PureNeuronLearner
-    from nnrecover.learners.base import MAGNITUDE_RANGE
+    from nnrecover.data.checks import MAGNITUDE_RANGE
 
     _, X, Y = _teacher_data()
     lo, hi = MAGNITUDE_RANGE

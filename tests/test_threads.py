@@ -28,7 +28,8 @@ import nnrecover as nr
 from nnrecover._threads import blas_threads, caller_blas_threads, effective_n_jobs
 from nnrecover.errors import InputError
 from nnrecover.learners.base import BaseLearner
-from nnrecover.moments import Statistic, accumulate
+from nnrecover.moments import Statistic
+from nnrecover.data import accumulate
 from nnrecover.data import as_data_source, feed_statistics
 from nnrecover.moments.hermite import HermiteTensorStatistic
 from nnrecover.moments.statistics import (CovarianceStatistic, MeanStatistic, SecondMoment,

@@ -1,4 +1,4 @@
-"""n_hidden="auto": the width from the spectrum, checked on held-out rows (nnrecover.learners._width)."""
+"""n_hidden="auto": the width from the spectrum, checked on held-out rows (nnrecover.learners.width)."""
 
 from __future__ import annotations
 
@@ -95,15 +95,16 @@ def test_auto_width_high_threshold_learner():
 def test_unsure_spectrum_is_read_again_from_every_row(monkeypatch):
     """When the first rows leave the T_2 rule unsure, T_2 and its noise level are accumulated over the
     whole (streamed) data: tau falls like 1/sqrt(rows), so the width becomes certain."""
-    import nnrecover.assumptions as assumptions
-    from nnrecover.moments.engine import as_data_source
+    import nnrecover.evidence as evidence
+    import nnrecover.learners.width as width
+    from nnrecover.data import as_data_source
 
     t = nr.random_network(10, 4, rng=2, bias_range=(-1, 1))
     stream = nr.sample_stream(t, nr.distributions.StandardGaussian(10), 200_000, rng=5)
-    full = assumptions.streamed_t2_rank(as_data_source(stream))
+    full = evidence.streamed_t2_rank(as_data_source(stream))
     assert full["rows"] == 200_000 and full["low"] == full["high"] == 4
-    monkeypatch.setattr(assumptions, "MAX_ROWS", 20_000)  # the first-rows spectrum sees 20,000 rows only
-    first = assumptions.estimate_width(*nr.sample(t, nr.distributions.StandardGaussian(10), 20_000, rng=5))
+    monkeypatch.setattr(width, "MAX_ROWS", 20_000)  # the first-rows spectrum sees 20,000 rows only
+    first = evidence.estimate_width(*nr.sample(t, nr.distributions.StandardGaussian(10), 20_000, rng=5))
     assert not first["sure"]
     with warnings.catch_warnings():
         warnings.simplefilter("error", AssumptionWarning)  # sure after the full pass: no warning

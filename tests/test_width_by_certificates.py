@@ -1,5 +1,5 @@
 """n_hidden="auto" when the spectrum leaves a range of widths: the learner's certificates pick the width
-(nnrecover.learners._width.search_width)."""
+(nnrecover.learners.width.search_width)."""
 
 from __future__ import annotations
 
@@ -64,16 +64,16 @@ def test_no_candidate_passes_warns_and_returns_the_rules_estimate(monkeypatch):
 
 def _force_range(monkeypatch, width_range, *, sure):
     """The rule's answer replaced by ``width_range`` (its spectrum kept)."""
-    import nnrecover.assumptions as assumptions
+    import nnrecover.learners.width as width
 
-    real = assumptions.estimate_width
+    real = width.estimate_width
 
     def forced(*args, **kwargs):
         out = real(*args, **kwargs)
         out.update(estimate=width_range[0], range=width_range, sure=sure)
         return out
 
-    monkeypatch.setattr(assumptions, "estimate_width", forced)
+    monkeypatch.setattr(width, "estimate_width", forced)
 
 
 def test_a_sure_width_one_short_is_completed_by_the_width_above(monkeypatch):

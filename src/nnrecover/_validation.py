@@ -73,7 +73,7 @@ def check_finite(a: np.ndarray, name: str) -> None:
         raise InputError(f"{name} contains {bad} NaN or infinite value(s); remove or impute them first.")
 
 
-def _numeric_array(value: Any, name: str, *, what: str = "numeric") -> np.ndarray:
+def numeric_array(value: Any, name: str, *, what: str = "numeric") -> np.ndarray:
     """``np.asarray(value)`` after checking that it is a real numeric (or bool) array.
 
     Raises :class:`InputError` naming ``name`` for ragged input, non-numeric dtypes (the message says
@@ -92,7 +92,7 @@ def _numeric_array(value: Any, name: str, *, what: str = "numeric") -> np.ndarra
 
 def as_real_array(value: Any, name: str) -> np.ndarray:
     """Validate a real, finite, numeric array of any shape; returns it as float64 (no copy if possible)."""
-    arr = np.asarray(_numeric_array(value, name), dtype=np.float64)
+    arr = np.asarray(numeric_array(value, name), dtype=np.float64)
     check_finite(arr, name)
     return arr
 
@@ -131,7 +131,7 @@ def as_2d_float(X: Any, name: str = "X", *, n_features: int | None = None, min_r
     allow_1d_as_column : bool, default False
         Treat a 1-D array as one column.
     """
-    arr = _numeric_array(X, name)
+    arr = numeric_array(X, name)
     if arr.ndim == 1 and allow_1d_as_column:
         arr = arr[:, None]
     if arr.ndim != 2:
@@ -150,7 +150,7 @@ def as_targets(Y: Any, name: str = "Y", *, n_rows: int | None = None) -> np.ndar
 
     ``n_rows``, when given, is the number of input rows the targets must match.
     """
-    arr = _numeric_array(Y, name)
+    arr = numeric_array(Y, name)
     if arr.ndim not in (1, 2):
         raise InputError(f"{name} must have shape (n,) or (n, p), got shape {arr.shape}.")
     arr = np.asarray(arr, dtype=np.float64)

@@ -367,7 +367,7 @@ def _cmd_demo(args) -> int:
 
 def _cmd_methods(args) -> int:
     from .learners import available
-    from .learners._registry import PAPERS
+    from .learners.registry import PAPERS
 
     records = available(args.paper, learners_only=args.learners_only)  # an unknown paper is an InputError
     rows = [{"name": r.name, "paper": r.paper, "algorithm": r.algorithm,
@@ -473,7 +473,7 @@ def _load_data(args):
 
 
 def _cmd_fit(args) -> int:
-    from .experiments.runner import make_learner
+    from .learners import make_learner
     from .network import TwoLayerNetwork
 
     options = _options(args.option)

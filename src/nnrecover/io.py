@@ -48,6 +48,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from ._memory import format_bytes, free_memory
 from ._validation import as_2d_float, as_targets, check_positive_int
 from .errors import InputError
 
@@ -291,22 +292,6 @@ def sample_file_bytes(n_samples: int, n_columns: int, suffix: str) -> int:
     return int(n_samples) * int(n_columns) * per_value + 4096
 
 
-def _free_memory() -> int | None:
-    """Available physical memory in bytes (None where the platform does not say)."""
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def _bytes(n: float) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024 or unit == "PiB":
-            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} PiB"  # pragma: no cover
-
-
 def check_free_space(path: "str | os.PathLike[str]", n_bytes: int, what: str, *, in_memory: bool = False,
                      fix: str = "write fewer rows or choose another folder") -> None:
     """Refuse to start writing ``n_bytes`` to ``path`` when its folder (or memory) cannot hold them.
@@ -336,12 +321,12 @@ def check_free_space(path: "str | os.PathLike[str]", n_bytes: int, what: str, *,
     except OSError:
         free = None
     if free is not None and n_bytes > free:
-        raise InputError(f"{what} need about {_bytes(n_bytes)} in {str(path)!r} but its folder has "
-                         f"{_bytes(free)} free; {fix}.")
-    mem = _free_memory() if in_memory else None
+        raise InputError(f"{what} need about {format_bytes(n_bytes)} in {str(path)!r} but its folder has "
+                         f"{format_bytes(free)} free; {fix}.")
+    mem = free_memory() if in_memory else None
     if mem is not None and 2 * n_bytes > mem:
-        raise InputError(f"{what} need about {_bytes(2 * n_bytes)} of memory to write {Path(path).name!r} "
-                         f"(.npz is assembled in memory) but {_bytes(mem)} is available; {fix}, or write "
+        raise InputError(f"{what} need about {format_bytes(2 * n_bytes)} of memory to write {Path(path).name!r} "
+                         f"(.npz is assembled in memory) but {format_bytes(mem)} is available; {fix}, or write "
                          ".npy/.csv/.parquet, which are streamed to disk.")
 
 
@@ -374,7 +359,7 @@ def _npy_header(fh, available: int, source: str) -> tuple[tuple[int, ...], np.dt
     have = available - header_length
     if have < need:
         raise InputError(f"{source} is truncated or corrupt: its header promises shape {tuple(shape)} "
-                         f"({_bytes(need)}) but only {_bytes(max(have, 0))} follow; re-create the file.")
+                         f"({format_bytes(need)}) but only {format_bytes(max(have, 0))} follow; re-create the file.")
     return tuple(int(s) for s in shape), dtype, header_length
 
 

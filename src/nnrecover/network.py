@@ -24,9 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from ._memory import free_memory
 from ._validation import as_2d_float, as_float_array, check_finite, check_positive_int, check_random_state, check_real
 from .activations import Activation, get_activation
 from .errors import InputError
+from .io import atomic_output
 
 __all__ = ["TwoLayerNetwork", "random_network"]
 
@@ -162,6 +164,20 @@ class TwoLayerNetwork:
         return TwoLayerNetwork(self.hidden_weights.copy(), self.hidden_bias.copy(),
                                self.output_weights.copy(), self.output_bias.copy(), self.activation)
 
+    def first_outputs(self, m: int) -> "TwoLayerNetwork":
+        """The network computing only the first ``m`` outputs (the same hidden layer).
+
+        Parameters
+        ----------
+        m : int
+            Outputs to keep, ``1 <= m <= n_outputs``.
+        """
+        m = check_positive_int(m, "m")
+        if m > self.n_outputs:
+            raise InputError(f"m must be at most n_outputs = {self.n_outputs}; got {m}.")
+        return TwoLayerNetwork(self.hidden_weights, self.hidden_bias, self.output_weights[:m],
+                               self.output_bias[:m], self.activation)
+
     def canonical(self) -> "TwoLayerNetwork":
         """Canonical form: rows of ``W`` scaled to unit norm, the scale moved into ``b`` and ``A``.
 
@@ -248,7 +264,6 @@ class TwoLayerNetwork:
         The file is written to a temporary name in the same folder and renamed into place when
         complete (:func:`nnrecover.io.atomic_output`): an interrupted save leaves the old file.
         """
-        from .io import atomic_output
 
         path = Path(path)
         suffix = path.suffix.lower()
@@ -394,10 +409,9 @@ def _as_range(value, name):
 
 def _check_network_memory(d: int, k: int, p: int) -> None:
     """Refuse, before drawing it, a network whose parameters (and one temporary copy) exceed the memory."""
-    from .io import _free_memory
 
     need = 16 * (k * d + k + p * k + p)
-    avail = _free_memory()
+    avail = free_memory()
     if avail is not None and need > avail:
         raise InputError(f"a network with n_inputs={d}, n_hidden={k}, n_outputs={p} needs {need / 2**30:.3g} GiB "
                          f"(its {k} x {d} hidden weights and a temporary copy) but {avail / 2**30:.3g} GiB of memory "

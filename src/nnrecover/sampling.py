@@ -21,6 +21,7 @@ from typing import Iterator
 import numpy as np
 
 from ._threads import effective_n_jobs
+from ._memory import free_memory
 from ._validation import all_finite, check_positive_int, check_random_state, check_real
 from .distributions import Distribution
 from .errors import InputError
@@ -204,11 +205,10 @@ class SampleStream:
         Raises :class:`InputError` before allocating when the arrays exceed the available physical
         memory (stream them with :func:`sample_stream` instead).
         """
-        from .io import _free_memory
 
         n = self.n_samples
         need = 8 * n * (self.n_inputs + self.n_outputs)
-        avail = _free_memory()
+        avail = free_memory()
         if avail is not None and need > avail:
             raise InputError(f"sample(n={n}) needs {need / 2**30:.3g} GiB for X ({n} x {self.n_inputs}) and Y "
                              f"({n} x {self.n_outputs}) but {avail / 2**30:.3g} GiB of memory is available; lower n "

@@ -1,22 +1,31 @@
 """Named experiments (each returns a pandas DataFrame and a matplotlib figure) and their runner.
 
-Each paper's experiments live in their own module, listed in ``_MODULES``; a module that does not
-exist yet is simply not loaded.
+One module per paper (``awasthi2021``, ``ge2019``, ``bakshi2019``, ``goel2019``), the learner
+comparisons (``baseline``, ``compare``), the extraction study (``extract``) and the certificate
+calibration (``certificates``); each registers its experiments with :func:`experiment`.
 """
 
 from __future__ import annotations
 
-import importlib.util
-from importlib import import_module
-
-from .registry import ExperimentRecord, available_experiments, experiment, get_experiment
-
-_MODULES = ("baseline", "compare", "awasthi2021", "ge2019", "bakshi2019", "goel2019", "goel2019_rest", "extract", "certificates")
+from ..errors import InputError
+from . import awasthi2021, bakshi2019, baseline, certificates, compare, extract, ge2019, goel2019, goel2019_rest
+from .registry import ExperimentRecord, experiment, registered_experiments
 
 __all__ = ["ExperimentRecord", "available_experiments", "experiment", "get_experiment"]
 
+# the experiment modules, imported for their registrations
+_MODULES = (awasthi2021, bakshi2019, baseline, certificates, compare, extract, ge2019, goel2019, goel2019_rest)
 
-def _load_all() -> None:
-    for mod in _MODULES:
-        if importlib.util.find_spec(f"{__name__}.{mod}") is not None:
-            import_module(f".{mod}", __name__)
+
+def available_experiments() -> list[ExperimentRecord]:
+    """Every registered experiment, by name."""
+    return registered_experiments()
+
+
+def get_experiment(name: str) -> ExperimentRecord:
+    """The experiment registered under ``name``; :class:`~nnrecover.errors.InputError` lists the names otherwise."""
+    for rec in available_experiments():
+        if rec.name == name:
+            return rec
+    raise InputError(f"unknown experiment {name!r}; available: "
+                     f"{', '.join(r.name for r in available_experiments()) or '(none)'}.")

@@ -52,9 +52,10 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .._validation import check_positive_int, check_random_state
+from ..data.views import FirstOutputs
 from ..errors import AssumptionError, CertificateWarning, InputError, NNRecoverError
 from .registry import experiment
-from .runner import learner_parameters, make_learner
+from ..learners import learner_parameters, make_learner
 
 if TYPE_CHECKING:
     import matplotlib.figure
@@ -125,27 +126,6 @@ def _applies(record, network, distribution) -> tuple[bool, str]:
                 return bool(result[0]), str(result[1]) if len(result) > 1 else ""
             return bool(result), ""
     return True, ""
-
-
-class _FirstOutputs:
-    """Re-iterable view of a stream of ``(X, Y)`` chunks keeping the first ``m`` target columns."""
-
-    def __init__(self, stream, m: int):
-        self.stream, self.m = stream, m
-        self.n_samples = getattr(stream, "n_samples", None)
-
-    def __iter__(self):
-        for X, Y in self.stream:
-            Y2 = np.asarray(Y).reshape(len(Y), -1)[:, : self.m]
-            yield X, (Y2[:, 0] if self.m == 1 else Y2)
-
-
-def _restrict_outputs(network, m: int):
-    """The network computing only the first ``m`` outputs (same hidden layer)."""
-    from ..network import TwoLayerNetwork
-
-    return TwoLayerNetwork(network.hidden_weights, network.hidden_bias, network.output_weights[:m],
-                           network.output_bias[:m], network.activation)
 
 
 def _max_outputs(target) -> int | None:
@@ -252,8 +232,8 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
         if m is None and rec.name in (max_outputs or {}):
             m = check_positive_int(max_outputs[rec.name], f"max_outputs[{rec.name!r}]")
         m = teacher.n_outputs if m is None else min(m, teacher.n_outputs)
-        truth = teacher if m == teacher.n_outputs else _restrict_outputs(teacher, m)
-        data = stream if m == teacher.n_outputs else _FirstOutputs(stream, m)
+        truth = teacher if m == teacher.n_outputs else teacher.first_outputs(m)
+        data = stream if m == teacher.n_outputs else FirstOutputs(stream, m)
         base_row = {"learner": rec.name, "paper": rec.paper, "algorithm": rec.algorithm, "refine": "-",
                     "status": "ok", "max_unit_error": np.nan, "max_angle": np.nan, "function_error": np.nan,
                     "fit_time_s": np.nan, "n_samples": n_samples, "outputs": m, "certificates": "-"}

@@ -34,11 +34,13 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from ..errors import InputError
+from ..io import atomic_outputs, prepare_output_dir
+from . import get_experiment
 
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["run_experiment", "environment_info", "learner_parameters", "make_learner", "resolve_seed",
+__all__ = ["run_experiment", "environment_info", "resolve_seed",
            "RESULT_FILES", "to_jsonable"]
 
 #: names of the files :func:`run_experiment` writes
@@ -156,12 +158,8 @@ def run_experiment(name: str, out_dir: "str | os.PathLike[str]", *, quick: bool 
     """
     import pandas as pd
 
-    from .registry import get_experiment
-
     record = get_experiment(name)
     _check_options(record.func, options, name)
-    from ..io import atomic_outputs, prepare_output_dir
-
     out = prepare_output_dir(out_dir, RESULT_FILES)  # before the run, not after it
     seed = resolve_seed(rng)
     started = _utc_now()
@@ -219,60 +217,3 @@ def _close(fig) -> None:
         import matplotlib.pyplot as plt
 
         plt.close(fig)
-
-
-# ------------------------------------------------------------------------------------------ learners
-def learner_parameters(cls) -> set[str]:
-    """Names of the options a learner class takes besides ``n_hidden``.
-
-    Uses scikit-learn's ``_get_param_names`` when the class derives from ``BaseEstimator``, else the
-    signature of ``__init__``.
-    """
-    getter = getattr(cls, "_get_param_names", None)
-    if callable(getter):
-        try:
-            names = set(getter())
-        except RuntimeError:  # sklearn refuses *args in __init__; fall back to the signature
-            names = None
-        if names is not None:
-            return names - {"n_hidden"}
-    sig = inspect.signature(cls.__init__)
-    return {n for n, p in sig.parameters.items()
-            if n not in ("self", "n_hidden")
-            and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)}
-
-
-def make_learner(learner: Any, n_hidden: int, options: Mapping[str, Any] | None = None, *,
-                 random_state: Any = None, defaults: Mapping[str, Any] | None = None) -> Any:
-    """Build a learner by registry name (or class) with validated options.
-
-    Parameters
-    ----------
-    learner : str or class
-        A name from ``nnrecover methods`` (e.g. ``"gradient-descent"``) or a learner class.
-    n_hidden : int
-    options : mapping, optional
-        Constructor options; a name the class does not take raises :class:`InputError` listing the
-        ones it does (never silently ignored).
-    random_state : optional
-        Passed as ``random_state`` when the class takes it and ``options`` does not set it.
-    defaults : mapping, optional
-        Options applied only when the class takes them and ``options`` does not set them (used by the
-        demo to pass e.g. the teacher's activation); unknown names here are skipped, not errors.
-    """
-    from ..learners import get_learner
-
-    cls = get_learner(learner) if isinstance(learner, str) else learner
-    options = dict(options or {})
-    params = learner_parameters(cls)
-    unknown = sorted(set(options) - params)
-    if unknown:
-        label = learner if isinstance(learner, str) else getattr(cls, "__name__", repr(cls))
-        raise InputError(f"unknown option(s) {', '.join(unknown)} for learner {label!r}; "
-                         f"its options are: {', '.join(sorted(params)) or '(none)'}.")
-    for key, value in (defaults or {}).items():
-        if key in params and key not in options:
-            options[key] = value
-    if random_state is not None and "random_state" in params and "random_state" not in options:
-        options["random_state"] = random_state
-    return cls(n_hidden, **options)

@@ -45,11 +45,12 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from .._threads import blas_threads
-from ..data import known_finite
+from ..data import as_data_source, known_finite
+from ..data.checks import check_magnitude, coerce_array, is_single_array
 from .._validation import Interval, Options, as_2d_float, check_random_state, validate_params
 from ..errors import CertificateWarning, ConvergenceError, InputError, NotFittedError
 from ..network import TwoLayerNetwork
-from ._width import choose_width, is_auto, search_width
+from .width import choose_width, is_auto, search_width
 
 __all__ = ["BaseLearner", "REFINE_OPTIONS"]
 
@@ -79,7 +80,7 @@ class BaseLearner(RegressorMixin, BaseEstimator):
     _supports_population = False
     #: whether the certificates of ``diagnostics_["certificates"]`` fail when a unit is missing, so that
     #: ``n_hidden="auto"`` may fit every width of an unsure range and keep the first that passes
-    #: (:func:`nnrecover.learners._width.search_width`)
+    #: (:func:`nnrecover.learners.width.search_width`)
     _width_by_certificates = False
 
     # ------------------------------------------------------------------ hooks for subclasses
@@ -206,7 +207,7 @@ class BaseLearner(RegressorMixin, BaseEstimator):
     def predict(self, X) -> np.ndarray:
         """Outputs of the learned network: shape (n,) for one output, else (n, p)."""
         self._check_fitted()
-        X = as_2d_float(_coerce_array(X, "X", is_X=True), "X")
+        X = as_2d_float(coerce_array(X, "X", is_X=True), "X")
         if X.shape[1] != self.n_features_in_:
             raise InputError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
                              f"{self.n_features_in_} features as input.")
@@ -220,23 +221,21 @@ class BaseLearner(RegressorMixin, BaseEstimator):
         zero features or samples); memory maps and dask arrays are checked by metadata only and their
         values chunk by chunk while they are read (:mod:`nnrecover.data`). Numpy arrays and
         memory maps are also checked for a magnitude the algorithms can compute with
-        (:func:`_check_magnitude`), unless the learner sets ``_rescales_data = True`` (it rescales the
+        (:func:`check_magnitude`), unless the learner sets ``_rescales_data = True`` (it rescales the
         data exactly itself, as :class:`~nnrecover.learners.GradientDescentLearner` does).
         """
-        from ..data import as_data_source
-
         name = type(self).__name__
         if Y is None and isinstance(X, tuple) and len(X) == 2 and all(isinstance(a, np.ndarray) for a in X):
             X, Y = X  # a tuple of two arrays is fit(X, Y): the same checks, and the passes skip re-checking
-        if Y is not None or _is_single_array(X):
-            X = _coerce_array(X, "X", is_X=True)
+        if Y is not None or is_single_array(X):
+            X = coerce_array(X, "X", is_X=True)
             if Y is None:
                 raise InputError(f"{name} requires y to be passed, but the target y is None; call fit(X, Y), "
                                  "or fit(data) with an iterable of (X, Y) chunks.")
-            Y = _coerce_array(Y, "Y", is_X=False)
+            Y = coerce_array(Y, "Y", is_X=False)
             checked = ()
             if not getattr(self, "_rescales_data", False):
-                if _check_magnitude(X, "X", name) and _check_magnitude(Y, "Y", name):
+                if check_magnitude(X, "X", name) and check_magnitude(Y, "Y", name):
                     checked = (X, Y)
         source = as_data_source(X, Y)
         if Y is not None and checked:
@@ -326,135 +325,3 @@ class BaseLearner(RegressorMixin, BaseEstimator):
                 raise ConvergenceError(msg + " Set strict=False to get the estimate anyway.")
             warnings.warn(msg + " The estimate may be wrong.", CertificateWarning, stacklevel=3)
         return bool(passed)
-
-
-# ---------------------------------------------------------------------- array checks (sklearn messages)
-
-def _is_dask(A: Any) -> bool:
-    return type(A).__module__.split(".")[0] == "dask"
-
-
-def _is_single_array(X: Any) -> bool:
-    """True for one array argument (as opposed to a tuple/iterable of chunks, a path, a DataSource)."""
-    from scipy import sparse
-
-    if isinstance(X, (np.ndarray, list)) and not (isinstance(X, list) and X and isinstance(X[0], tuple)):
-        return True
-    return sparse.issparse(X) or _is_dask(X) or type(X).__module__.split(".")[0] == "pandas" or (
-        hasattr(X, "__array__") and not hasattr(X, "__iter__"))
-
-
-#: Range of max |entry| of X and Y that every learner computes with. Inside [2^-64, 2^64] a product of
-#: up to 8 input entries and one target (the highest-order moment any learner forms, e.g. E[y He_k(w^T x)])
-#: stays a normal float64 (|t| <= 2^576 < 2^1024, |t| >= 2^-576 > 2^-1022), summed over up to 2^40 rows:
-#: no overflow to inf and no underflow to zero, which would turn into NaN moments or singular matrices.
-MAGNITUDE_RANGE = (2.0 ** -64, 2.0 ** 64)
-
-
-def _max_abs(A: np.ndarray, rows: int | None = None) -> float:
-    """max |A| read ``rows`` rows at a time (a memory map is never loaded whole); NaN if A has NaN.
-
-    The default block is about 1 MiB, so that its second reduction reads it from the cache. Large
-    arrays are split between the fit's worker threads (:func:`nnrecover._threads.effective_n_jobs`;
-    numpy releases the GIL in reductions); a maximum is the same for any split.
-    """
-    from .._threads import effective_n_jobs
-
-    if rows is None:
-        rows = max(1, (1 << 20) // (8 * max(1, int(np.prod(A.shape[1:], dtype=np.int64)))))
-
-    def span(first: int, last: int) -> float:
-        out = 0.0
-        for start in range(first, last, rows):
-            block = np.asarray(A[start:min(start + rows, last)], dtype=np.float64)
-            if block.size:
-                # max and -min: two reductions that read the block, where abs would also write a copy
-                hi, lo = float(np.max(block)), float(np.min(block))
-                if not (hi <= np.inf and lo >= -np.inf):  # NaN: the finiteness check names it, later
-                    return float("nan")
-                out = max(out, hi, -lo)
-        return out
-
-    n = A.shape[0]
-    workers = min(effective_n_jobs(None), max(1, A.size // _PARALLEL_MAX_ABS_MIN))
-    if workers <= 1:
-        return span(0, n)
-    from concurrent.futures import ThreadPoolExecutor
-
-    bounds = np.linspace(0, n, workers + 1).astype(int)
-    with ThreadPoolExecutor(workers) as pool:
-        parts = list(pool.map(span, bounds[:-1], bounds[1:]))
-    return float("nan") if any(np.isnan(parts)) else max(parts)
-
-
-#: entries per worker below which the magnitude check runs in the calling thread (thread start-up costs
-#: more than it saves on a smaller array)
-_PARALLEL_MAX_ABS_MIN = 1 << 22
-
-
-def _check_magnitude(A: Any, name: str, learner: str) -> bool:
-    """InputError when the entries of the numpy array ``A`` lie outside :data:`MAGNITUDE_RANGE`.
-
-    An all-zero target is left to the learner; an all-zero X carries no information and is refused.
-    Other array types (dask, lazily read array-likes) are not read here. Returns whether every entry
-    of ``A`` was read and found finite.
-    """
-    if not isinstance(A, np.ndarray) or A.size == 0 or A.dtype == object or A.ndim == 0:
-        return False
-    m = _max_abs(A)
-    lo, hi = MAGNITUDE_RANGE
-    if not np.isfinite(m):
-        return False
-    if m == 0 and name == "Y":
-        return True
-    if m == 0:
-        raise InputError(f"X is all zeros; {learner} cannot learn anything from it.")
-    if m > hi or m < lo:
-        raise InputError(
-            f"the largest |{name}| entry is {m:.3g}, outside the range [2^-64, 2^64] = [{lo:.3g}, {hi:.3g}] in which "
-            f"{learner}'s moments and products stay finite and nonzero in float64; rescale {name} (e.g. "
-            f"divide by its standard deviation; the learners built on Gaussian moments assume x ~ N(0, I)), "
-            "or use gradient-descent, which rescales exactly by itself.")
-    return True
-
-
-def _coerce_array(A: Any, name: str, *, is_X: bool) -> Any:
-    """Cheap checks of one array argument with scikit-learn's wording; never reads a memmap/dask array."""
-    from scipy import sparse
-
-    if sparse.issparse(A):
-        raise InputError(f"Sparse data was passed for {name}, but dense data is required; nnrecover learners "
-                         f"do not support sparse input: use {name}.toarray().")
-    if _is_dask(A):
-        return A
-    if not isinstance(A, np.ndarray) or A.dtype == object:
-        if isinstance(A, (str, bytes)) or (hasattr(A, "shape") and not isinstance(A, np.ndarray)
-                                           and type(A).__module__.split(".")[0] != "pandas"):
-            return A  # paths and lazily read array-likes (h5py, zarr): checked while reading
-        try:
-            arr = np.asarray(A)
-            if arr.dtype == object:
-                arr = arr.astype(np.float64)
-        except TypeError as exc:
-            if "NAType" in str(exc):  # a pandas nullable column with missing values: a data problem
-                raise InputError(f"{name} contains missing values (pandas NA); remove or impute those rows "
-                                 "first.") from None
-            raise TypeError(f"{name} could not be converted to float64: {exc}") from exc
-        except ValueError as exc:
-            raise InputError(f"{name} could not be converted to a numeric array: {exc}") from exc
-        A = arr
-    if np.iscomplexobj(A):
-        raise InputError(f"Complex data not supported: {name} must be real, got dtype {A.dtype}.")
-    if A.ndim <= 1 and A.size == 0:  # fit([]): no samples, whatever the intended shape
-        raise InputError(f"{name} is empty (shape {A.shape}); fit needs at least one sample, as an array of shape "
-                         "(n_samples, n_features).")
-    if is_X:
-        if A.ndim == 1:
-            raise InputError(f"Expected 2D array, got 1D array instead: {name} must have shape (n_samples, "
-                             "n_features). Reshape your data either using X.reshape(-1, 1) if your data has a "
-                             "single feature or X.reshape(1, -1) if it contains a single sample.")
-        if A.ndim == 2 and A.shape[1] == 0:
-            raise InputError(f"Found array with 0 feature(s) (shape={A.shape}) while a minimum of 1 is required.")
-    if A.ndim >= 1 and A.shape[0] == 0:
-        raise InputError(f"Found array with 0 sample(s) (shape={A.shape}) while a minimum of 1 is required.")
-    return A

@@ -43,7 +43,7 @@ from ..activations import Activation, get_activation
 from ..errors import ConvergenceError, InputError, TimeBudgetWarning
 from ..network import TwoLayerNetwork
 from ..refine import METHODS, fit_least_squares, gather_samples
-from ._registry import register
+from .registry import register
 from .base import BaseLearner
 
 __all__ = ["GradientDescentLearner", "fit_random_restarts", "random_start"]

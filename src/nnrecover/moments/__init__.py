@@ -5,7 +5,6 @@ See :mod:`nnrecover.moments.base` for the monoid design, :mod:`nnrecover.data` f
 :mod:`nnrecover.moments.hermite` for the Hermite-coefficient statistics of Awasthi et al.
 """
 
-from ..data import DataInfo, DataSource, accumulate, as_data_source, default_chunk_rows, describe_data, iterate_chunks
 from .base import Statistic
 from .statistics import (
     Covariance,
@@ -20,6 +19,7 @@ from .statistics import (
     excess_kurtosis_deviation,
     input_deviation_from_standard,
 )
+from .symmetry import SymmetryStatistic, SymmetryTest, symmetry_test
 from .hermite import (
     HermiteContractionStatistic,
     HermiteMatrixSliceStatistic,
@@ -33,8 +33,7 @@ from .hermite import (
 )
 
 __all__ = [
-    "Statistic", "accumulate",
-    "DataInfo", "DataSource", "as_data_source", "describe_data", "iterate_chunks", "default_chunk_rows",
+    "Statistic", "SymmetryTest", "SymmetryStatistic", "symmetry_test",
     "MeanStatistic", "SecondMoment", "CovarianceStatistic", "WeightedSecondMoment", "ThirdMomentContraction",
     "Means", "SecondMoments", "Covariance", "InputDeviation", "input_deviation_from_standard",
     "excess_kurtosis_deviation",

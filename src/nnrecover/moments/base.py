@@ -54,11 +54,9 @@ from typing import Any
 import numpy as np
 
 from .._validation import as_2d_float, as_targets
-from ..data import DEFAULT_CHUNK_ROWS, accumulate  # noqa: F401  (the pass driver lives in nnrecover.data)
 from ..errors import InputError
 
-__all__ = ["Statistic", "accumulate", "DEFAULT_CHUNK_ROWS"]
-"""Upper bound on the rows of one chunk read from an array source (see ``engine.default_chunk_rows``)."""
+__all__ = ["Statistic", "row_blocks", "ROW_BLOCK_VALUES", "MIN_BLOCK_ROWS"]
 
 
 class Statistic(abc.ABC):
@@ -186,3 +184,23 @@ class Statistic(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n={self.n}, n_inputs={self.n_inputs}, n_outputs={self.n_outputs})"
+
+
+#: float64 values per temporary row block (8 MiB): the chunks of a stream can be much larger (65536 rows
+#: of d = 1000 are 0.5 GB), and per-row features are often wider than x
+ROW_BLOCK_VALUES = 1 << 20
+
+
+#: BLAS products keep their speed down to about this many rows
+MIN_BLOCK_ROWS = 1024
+
+
+def row_blocks(n: int, width: int, values: int = ROW_BLOCK_VALUES) -> list[slice]:
+    """Row slices of a chunk such that a temporary of ``width`` values per row stays near ``values``
+    (8 MiB by default).
+
+    The slices have an even number of rows (the last one aside), so that the ``+-x`` pairs of an antithetic
+    sample are never split between two blocks and their odd sums cancel exactly inside each block."""
+    step = max(MIN_BLOCK_ROWS, values // max(int(width), 1))
+    step += step % 2
+    return [slice(s, min(n, s + step)) for s in range(0, n, step)]

@@ -42,7 +42,8 @@ import numpy as np
 from .._validation import as_real_array
 from .. import hermite as _h
 from ..errors import AssumptionError, InputError
-from .base import Statistic, accumulate
+from .base import Statistic
+from ..data import accumulate
 
 __all__ = [
     "HermiteTensorStatistic",

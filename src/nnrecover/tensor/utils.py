@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from .._validation import _numeric_array, check_finite
+from .._validation import numeric_array, check_finite
 from ..errors import InputError
 
 __all__ = ["khatri_rao", "flatten", "match_columns", "normalize_columns", "cp_reconstruct"]
@@ -32,7 +32,7 @@ __all__ = ["khatri_rao", "flatten", "match_columns", "normalize_columns", "cp_re
 
 def _as_real_array(a: Any, name: str, *, ndim: int | tuple[int, ...] | None = None) -> np.ndarray:
     """Validate a real, finite, numeric array and return it as float64."""
-    arr = _numeric_array(a, name, what="a numeric array")
+    arr = numeric_array(a, name, what="a numeric array")
     if ndim is not None:
         allowed = (ndim,) if isinstance(ndim, int) else ndim
         if arr.ndim not in allowed:

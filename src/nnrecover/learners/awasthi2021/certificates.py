@@ -17,7 +17,8 @@ import numpy as np
 from ...errors import InputError
 from ...moments.base import Statistic
 from ...network import TwoLayerNetwork
-from .coefficients import HermiteCoefficients, _Prefix, _add_signed_gram
+from ...data.views import Head
+from .coefficients import HermiteCoefficients, _add_signed_gram
 
 __all__ = ["hermite_fit", "residual_lack_of_fit", "first_look_rows", "ResidualMomentStatistic",
            "ResidualEnergyStatistic", "HERMITE_FIT_MEANING", "RESIDUAL_FIT_MEANING"]
@@ -218,7 +219,7 @@ def _accumulate_head(stat: Statistic, source, n_rows: int, chunk_size: int | Non
     from ..._threads import blas_threads
 
     with blas_threads(1):
-        for X, Y in _Prefix(source, n_rows, chunk_size):
+        for X, Y in Head(source, n_rows, chunk_size):
             stat.update(X, Y)
     return stat
 

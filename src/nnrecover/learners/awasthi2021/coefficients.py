@@ -37,7 +37,9 @@ from ..._validation import check_random_state
 from ...hermite import network_hermite_expansion
 from ...metrics import relu_second_moment
 from ...errors import AssumptionError, AssumptionWarning, InputError
-from ...moments.base import Statistic, accumulate
+from ...moments.base import Statistic
+from ...data import accumulate
+from ...data.views import Head
 from ...tensor import flatten
 from .symtensor import Monomials, contract_rank_one, hermite_from_raw
 
@@ -879,7 +881,7 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
         if method == "sketch" and q and data.n_samples is not None:
             # the sketch only seeds the iterations (their last pass, on all rows, sets the statistical
             # error), so it reads the first half of the rows (exchangeable i.i.d. rows, eq. (6))
-            first = _Prefix(data, max(int(data.n_samples) // 2, min(int(data.n_samples), SPLIT_BLOCK)),
+            first = Head(data, max(int(data.n_samples) // 2, min(int(data.n_samples), SPLIT_BLOCK)),
                             _chunk_rows(chunk_size, d))
         stat1 = accumulate(RangeStatistic(d, method=method, omega=omega, omega_cov=omega_cov, center=center), first,
                            chunk_size=_chunk_rows(chunk_size, d))
@@ -943,37 +945,6 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
                                n_samples=int(n), y_second_moment=float(y2), residual_second_moment=float(r2),
                                noise=noise, halves=halves, groups=groups,
                                info=info)
-
-
-class _Prefix:
-    """The first ``n`` rows of a data source, as a re-iterable of ``(X, Y)`` chunks (a stream is generated
-    only as far as they go); ``chunk_rows=None``: the source's own chunks."""
-
-    #: its chunks are slices of the source's validated chunks (:func:`nnrecover.data._finite_chunks`)
-    finite_chunks = True
-
-    def __init__(self, source, n: int, chunk_rows: int | None):
-        from ...data import _fresh_chunks
-
-        self.source, self.n = source, int(n)
-        self.chunk_rows = None if chunk_rows is None else int(chunk_rows)
-        # slices of fresh chunks are fresh (a pass reading ahead need not copy them)
-        self.fresh_chunks = _fresh_chunks(source)
-
-    def __iter__(self):
-        have = 0
-        it = iter(self.source.chunks(self.chunk_rows))
-        try:
-            for X, Y in it:
-                take = min(self.n - have, X.shape[0])
-                yield X[:take], Y[:take]
-                have += take
-                if have >= self.n:
-                    break
-        finally:
-            close = getattr(it, "close", None)
-            if close is not None:
-                close()
 
 
 def _subspace_iterations(stat1: RangeStatistic, data, m: int, keep: int, max_iter: int, center: float,

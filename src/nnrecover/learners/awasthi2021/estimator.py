@@ -15,7 +15,8 @@ import numpy as np
 from ..._validation import Interval, Options, check_random_state
 from ...errors import AssumptionError, AssumptionWarning, InputError
 from ...network import TwoLayerNetwork
-from .coefficients import HermiteCoefficients, _Prefix, estimate_coefficients, exact_coefficients, min_samples
+from ...data.views import EveryOtherRow, Head
+from .coefficients import HermiteCoefficients, estimate_coefficients, exact_coefficients, min_samples
 from .decompose import (HermiteRecovery, Thresholds, adaptive_thresholds, algorithm1, algorithm4,
                                  algorithm6, paper_thresholds)
 from .identifiability import (adversarial_weights, claim48_instance, flip_units, hermite_separation,
@@ -27,7 +28,7 @@ from .output import output_network, polish_units, reduce_to_width
 from .polish import hermite_loss_polish
 from .reduce import UnitReduction, nonlinear_part, reduce_network
 from .scalars import RecoveredScalars, SignFix, fix_signs, gram_lstsq, recover_scalars
-from .._registry import register
+from ..registry import register
 from ..base import BaseLearner
 
 __all__ = ["HermiteTensorLearner", "hermite_coefficients", "HermiteCoefficients", "algorithm1", "algorithm4",
@@ -104,7 +105,7 @@ def algorithm5(data: Any, n_hidden: int, *, order: int | str = "auto", threshold
     if d is None:
         raise InputError("Algorithm 5 needs a source with a known number of inputs (arrays or a SampleStream).")
     order = _check_order(order, int(n_hidden), int(d))
-    first_half = _RowsSource(source, 0)
+    first_half = EveryOtherRow(source, 0)
     coeffs = estimate_coefficients(first_half, order, n_hidden, rng=gen, control_variate=control_variate)
     th = _make_thresholds(thresholds, coeffs, order, n_hidden, epsilon, options.pop("bound", None))
     rec = algorithm4(coeffs, order, n_hidden, thresholds=th, rng=gen, **options)
@@ -113,23 +114,6 @@ def algorithm5(data: Any, n_hidden: int, *, order: int | str = "auto", threshold
     reg = algorithm5_regression(source, (rec.a, rec.b, rec.W), feature_map=feature_map, rows="second_half",
                                 epsilon=epsilon, n_hidden=n_hidden, solver=solver)
     return reg, rec
-
-
-class _RowsSource:
-    """The even (``parity = 0``) or odd rows of every chunk of a source (re-iterable)."""
-
-    #: its chunks are slices of the source's validated chunks (:func:`nnrecover.data._finite_chunks`)
-    finite_chunks = True
-
-    def __init__(self, source, parity: int):
-        from ...data import _fresh_chunks
-
-        self.source, self.parity = source, parity
-        self.fresh_chunks = _fresh_chunks(source)
-
-    def __iter__(self):
-        for X, Y in self.source.chunks():
-            yield X[self.parity::2], Y[self.parity::2]
 
 
 def _make_thresholds(spec: Any, coeffs: HermiteCoefficients, order: int, m: int, epsilon: float | None,
@@ -464,13 +448,13 @@ class HermiteTensorLearner(BaseLearner):
     @staticmethod
     def _shared_refinement_fits(start: TwoLayerNetwork, source) -> bool:
         """Whether the shared refinement fits ``source`` by Gauss-Newton on at least ``4 P`` residuals with its
-        defaults (:func:`nnrecover.refine._default_gauss_newton_fits`), more rows than this learner's own
+        defaults (:func:`nnrecover.refine.default_gauss_newton_fits`), more rows than this learner's own
         polish of ``3 P``. Otherwise it has no more rows than that polish, or would run L-BFGS: at d = 1000,
         k = 20 (P = 20041) from a stream its 512 MiB hold 53633 training rows, and before the matrix-free
         solver ran from 2 P residuals they took 5000 L-BFGS iterations in 755 s, for no gain."""
-        from ...refine import _default_gauss_newton_fits
+        from ...refine import default_gauss_newton_fits
 
-        return _default_gauss_newton_fits(start, source)
+        return default_gauss_newton_fits(start, source)
 
     def _refine_matrix_free(self, start: TwoLayerNetwork, source, diagnostics: dict) -> TwoLayerNetwork | None:
         """Matrix-free refinement: :func:`~.scale.matrix_free_polish` on the first ``3 P`` rows (three
@@ -595,7 +579,7 @@ def _first_rows(source, n: int) -> tuple[np.ndarray, np.ndarray]:
         n = min(n, int(source.n_samples))
     Xo = yo = None
     have = 0
-    for X, Y in _Prefix(source, n, None):
+    for X, Y in Head(source, n, None):
         if Xo is None:
             Xo, yo = np.empty((n, X.shape[1])), np.empty(n)
         take = X.shape[0]

@@ -34,7 +34,8 @@ from scipy import linalg
 from ...activations import norm_cdf, norm_pdf
 from ...errors import InputError
 from ...metrics import relu_kernel
-from ...moments.base import Statistic, accumulate
+from ...moments.base import Statistic
+from ...data import accumulate
 
 __all__ = ["relu_features", "consolidate", "algorithm5_regression",
            "population_regression", "linear_correction", "RegressionResult", "truncation_radius",

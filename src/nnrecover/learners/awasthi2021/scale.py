@@ -21,7 +21,7 @@ Levenberg-Marquardt damping uses the preconditioner itself as the scaling matrix
 The loss is piecewise smooth (ReLU kinks), and on noiseless data the residual vanishes at the teacher,
 where Gauss-Newton converges to round-off, with order 3/2 rather than 2 (the kinks move; measured
 ``log e_{j+1} / log e_j`` = 1.47-1.53 at d = 500, k = 20). The conjugate-gradient tolerance follows
-an inexact-Newton forcing term that keeps that order (``_forcing``), and the products with ``J^T J`` run in
+an inexact-Newton forcing term that keeps that order (``forcing``), and the products with ``J^T J`` run in
 float32, half the cost of the O(n d k) products that dominate a step, while the residual and the
 gradient, which fix the solution, stay float64 (``matrix_free_polish``'s Notes).
 """
@@ -33,7 +33,7 @@ import time
 import numpy as np
 from scipy import linalg
 
-from ..._matrix_free import _forcing, _pcg, _SpanPreconditioner
+from ...refine.matrix_free import forcing, pcg, SpanPreconditioner
 from ..._validation import check_positive_int
 from ...errors import InputError
 from ...network import TwoLayerNetwork
@@ -63,7 +63,7 @@ def _forward(W, b, a, c, X, y):
     return mask, H, r
 
 
-class _NormalSystem(_SpanPreconditioner):
+class _NormalSystem(SpanPreconditioner):
     """``J^T J`` products and the block preconditioner at one iterate (see the module docstring)."""
 
     _complement_ridge = False
@@ -223,8 +223,8 @@ def matrix_free_polish(network: TwoLayerNetwork, X: np.ndarray, y: np.ndarray, *
         gain = 0.0
         while True:
             try:
-                eta = _forcing(loss, y_mean_square, floor, float(cg_rtol), min_rtol)
-                (dW, db, da, dc), its = _pcg(system, g, mu, eta, max_cg)
+                eta = forcing(loss, y_mean_square, floor, float(cg_rtol), min_rtol)
+                (dW, db, da, dc), its = pcg(system, g, mu, eta, max_cg)
             except linalg.LinAlgError:  # a unit that is never active: its blocks are singular
                 mu, nu = mu * nu, 2 * nu
                 rejected += 1

@@ -56,7 +56,7 @@ from .estimator import *  # noqa: F401,F403  (the public API of the paper)
 from .estimator import __all__  # noqa: F401
 from .estimator import ExactReLULearner, NoisyReLULearner
 # stage helpers the estimator module has always exposed by name
-from .certificate import MEANING, certificate_rows, check_certificate_params, held_assumption_warnings  # noqa: F401
+from ...refine.certificate import MEANING, certificate_rows, check_certificate_params, held_assumption_warnings  # noqa: F401
 
 # the estimator is documented and reported under the package, the name users import it by
 ExactReLULearner.__module__ = __name__

@@ -14,8 +14,7 @@ from ...errors import InputError
 from ...network import TwoLayerNetwork
 from ._common import ExactResult, width_refusal
 from .arbitrary_noise import algorithm8, gaussian_sketch, grid_candidates, pv_halfspace
-from .certificate import (MEANING, certificate_rows, held_assumption_warnings,
-                                     unit_error_bound)
+from ...refine.certificate import MEANING, certificate_rows, held_assumption_warnings, unit_error_bound
 from .diagnostics import sign_pattern_statistics
 from .exact import (MARGIN_QUANTILES, algorithm5, refine_from_output_weights, refine_from_unmixing,
                                 row_from_zero_set)
@@ -32,7 +31,7 @@ from .sparse import incoherence, polish_low_rank, principal_component_pursuit, s
 from .tensor_step import (ApproximateResult, approximate_hidden_weights,
                                       approximate_hidden_weights_population, choose_order)
 from .worst_case import algorithm2, enumerate_sign_patterns, iterative_lp, numerical_rank
-from .._registry import register
+from ..registry import register
 from ..base import BaseLearner
 
 __all__ = [

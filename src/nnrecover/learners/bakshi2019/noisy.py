@@ -30,10 +30,12 @@ import scipy.linalg
 
 from ..._validation import check_positive_int, check_random_state
 from ...errors import InputError
-from ...moments.base import Statistic, accumulate
+from ...moments.base import Statistic
+from ...data import accumulate
 from ._common import ExactResult, check_hidden_estimate, check_rectified, check_samples
 from .pipeline import _prepare, default_n_sign, split_refinement
-from .tensor_step import _tail, approximate_hidden_weights
+from ...data.views import tail
+from .tensor_step import approximate_hidden_weights
 
 __all__ = ["algorithm6", "regression_output_weights", "noisy_pipeline", "OutputRegressionStatistic"]
 
@@ -248,7 +250,7 @@ def noisy_pipeline(X: Any, Y: Any = None, n_hidden: int | None = None, *, activa
     scale = 1.0 / scale if scale > 0 else 1.0
     V, sdiag = _algorithm6_projected(V0, T, Yb * scale, act)
     if regression == "all":
-        stat = accumulate(OutputRegressionStatistic(V, act), _tail(source, 0, None, chunk_size),
+        stat = accumulate(OutputRegressionStatistic(V, act), tail(source, 0, None, chunk_size),
                           chunk_size=chunk_size)
     else:
         # f(V X̄) with V = diag(signs) V0 is f(T diag(signs))

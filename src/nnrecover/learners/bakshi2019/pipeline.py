@@ -24,12 +24,13 @@ import scipy.stats
 
 from ..._validation import check_positive_int, check_random_state
 from ...errors import AssumptionError, InputError
-from ...moments.base import accumulate
+from ...data import accumulate
 from ...data import as_data_source
 from ...moments.statistics import SecondMoment
 from ._common import ExactResult, check_rectified, check_tol, width_refusal
 from .exact import algorithm5, certify_or_raise, refine_from_unmixing
-from .tensor_step import _Tail, _tail, approximate_hidden_weights
+from ...data.views import Tail, tail
+from .tensor_step import approximate_hidden_weights
 
 __all__ = ["gaussian_pipeline", "algorithm4", "algorithm3", "ica_unmixing", "split_refinement",
            "default_n_refine", "refinement_ladder"]
@@ -283,15 +284,15 @@ def ica_unmixing(X: Any, Y: Any = None, n_hidden: int | None = None, *, sketch: 
                               "Gaussian inputs fit hermite-tensor (one output at a time), or gradient-descent.")
     if fun == "skew":
         fun = _skew_contrast
-    tail = _Tail(source, skip, None, chunk_size)
+    rest = Tail(source, skip, None, chunk_size)
     if sketch == "svd":
-        sec = accumulate(SecondMoment(), _tail(source, skip, None, chunk_size), chunk_size=chunk_size).finalize()
+        sec = accumulate(SecondMoment(), tail(source, skip, None, chunk_size), chunk_size=chunk_size).finalize()
         lam, vec = np.linalg.eigh(0.5 * (sec.yy + sec.yy.T))
         T = vec[:, np.argsort(-lam)[:k]].T
     else:
         T = gen.standard_normal((k, m))
     parts, have = [], 0
-    for Xc, Yc in tail:
+    for Xc, Yc in rest:
         take = Yc if max_samples is None else Yc[: max_samples - have]
         parts.append(take @ T.T)
         have += take.shape[0]

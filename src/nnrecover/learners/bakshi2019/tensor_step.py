@@ -50,7 +50,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 import scipy.linalg
@@ -58,8 +58,10 @@ import scipy.linalg
 from ..._validation import check_positive_int, check_random_state
 from ...activations import get_activation
 from ...errors import AssumptionError, AssumptionWarning, CertificateWarning, InputError
-from ...moments.base import Statistic, accumulate
-from ...data import _fresh_chunks, as_data_source
+from ...moments.base import Statistic
+from ...data import accumulate
+from ...data import as_data_source
+from ...data.views import tail
 from ...moments.hermite import HermiteTensorStatistic
 from ...moments.statistics import (Covariance, InputDeviation, SecondMoment, excess_kurtosis_deviation,
                                    input_deviation_from_standard)
@@ -134,76 +136,6 @@ def choose_order(activation: Any, n_outputs: int, order: "int | str" = "auto") -
 
 # --------------------------------------------------------------------------------------- data plumbing
 
-class _Tail:
-    """Re-iterable view of a data source without its first ``skip`` rows, with a chunk transform."""
-
-    def __init__(self, source, skip: int, transform: Callable | None = None, chunk_size: int | None = None):
-        self.source, self.skip, self.transform, self.chunk_size = source, skip, transform, chunk_size
-        # the shapes, when the source knows its own: otherwise a pass would generate a chunk to learn them
-        info = source.info
-        self.n_samples = None if info.n_samples is None else max(info.n_samples - skip, 0)
-        self.n_inputs, self.n_outputs = info.n_inputs, info.n_outputs
-        # rows of a source whose chunks are never rewritten stay so here: a pass need not copy them
-        self.fresh_chunks = _fresh_chunks(source)
-        # rows of a validated pass, not read again for finiteness (a transform's output is checked)
-        self.finite_chunks = transform is None
-        if transform is not None and info.n_inputs is not None and info.n_outputs is not None:
-            Xo, Yo = transform(np.zeros((1, info.n_inputs)), np.zeros((1, info.n_outputs)))
-            self.n_inputs, self.n_outputs = Xo.shape[1], Yo.shape[1]
-
-    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        from ...sampling import SampleStream
-
-        source, skip = self.source, self.skip
-        if isinstance(getattr(source, "obj", None), SampleStream) and skip:
-            # a stream's tail is generated from the block that holds row `skip` on
-            stream = source.obj
-            first = min(skip, stream.n_samples)
-            first -= first % 2 if stream.antithetic else 0      # an antithetic tail starts on a pair
-            source, skip = as_data_source(stream.rows_from(first)), skip - first
-        seen = 0
-        for X, Y in source.chunks(self.chunk_size, progress=False):
-            n = X.shape[0]
-            start = min(max(skip - seen, 0), n)
-            seen += n
-            if start >= n:
-                continue
-            X, Y = X[start:], Y[start:]
-            yield (X, Y) if self.transform is None else self.transform(X, Y)
-
-
-def _tail(source, skip: int, transform: Callable | None = None, chunk_size: int | None = None):
-    """The rows after the first ``skip`` of ``source``, transformed chunk by chunk, as data for ``accumulate``.
-
-    For dask arrays the rows stay on the workers (sliced dask arrays, the transform applied per block), so
-    the statistics pass runs on the cluster; numpy arrays and memory maps without a transform are sliced
-    (views: each chunk is validated once and never copied by the pass); other sources are read through
-    :class:`_Tail`. Pass ``chunk_size`` to ``accumulate`` too (it reads sliced arrays).
-    """
-    if (transform is None and source.kind in ("arrays", "memmap") and isinstance(source.X, np.ndarray)
-            and isinstance(source.Y, np.ndarray)):
-        from ...data import _ArraySource
-
-        return _ArraySource(source.X[skip:], source.Y[skip:], row_offset=skip + getattr(source, "row_offset", 0))
-    if not getattr(source, "is_dask", False):
-        return _Tail(source, skip, transform, chunk_size)
-    import dask
-    import dask.array as da
-
-    X, Y = source.X[skip:], source.Y[skip:]
-    if Y.ndim == 1:
-        Y = Y[:, None]
-    if transform is None:
-        return X, Y
-    px, py = transform(np.zeros((1, X.shape[1])), np.zeros((1, Y.shape[1])))  # output widths
-    xs, ys = [], []
-    for xb, yb, rows in zip(X.to_delayed().ravel(), Y.to_delayed().ravel(), X.chunks[0]):
-        pair = dask.delayed(transform, nout=2, pure=True)(xb, yb)
-        xs.append(da.from_delayed(pair[0], (rows, px.shape[1]), dtype=np.float64))
-        ys.append(da.from_delayed(pair[1], (rows, py.shape[1]), dtype=np.float64))
-    return da.concatenate(xs), da.concatenate(ys)
-
-
 class _Transformed(Statistic):
     """``inner`` fed with ``transform(X, Y)`` of every chunk, the transform computed where the chunk is
     added: in a pass's worker threads, so that the projection of a chunk overlaps with the reading (or
@@ -231,11 +163,11 @@ class _Transformed(Statistic):
 
 def _transformed_pass(stat: Statistic, source, skip: int, transform: Callable, chunk_size: int | None):
     """``(statistic, data)`` for ``accumulate``: the rows after ``skip`` through ``transform`` into ``stat``.
-    Dask sources transform their blocks on the cluster (:func:`_tail`); the others in the pass's workers
+    Dask sources transform their blocks on the cluster (:func:`nnrecover.data.views.tail`); the others in the pass's workers
     (:class:`_Transformed`)."""
     if getattr(source, "is_dask", False):
-        return stat, _tail(source, skip, transform, chunk_size)
-    return _Transformed(stat, transform), _tail(source, skip, None, chunk_size)
+        return stat, tail(source, skip, transform, chunk_size)
+    return _Transformed(stat, transform), tail(source, skip, None, chunk_size)
 
 
 def _top_right(B: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -434,7 +366,7 @@ def approximate_hidden_weights(X: Any, Y: Any = None, n_hidden: int | None = Non
     # whitens (_InputMoments)
     d_hint = info.n_inputs if info.n_inputs is not None else source.peek()[0].shape[1]
     stride = 1 if whiten else gram_stride(d_hint, k, m_hint)
-    base = _tail(source, skip, _noise_fn(noise_seed), chunk_size)
+    base = tail(source, skip, _noise_fn(noise_seed), chunk_size)
     second = accumulate(_InputMoments(stride), base, chunk_size=chunk_size)
     n_mom = int(second.n or 0)
     if n_mom == 0:

@@ -99,7 +99,7 @@ from .estimator import *  # noqa: F401,F403  (the public API of the paper)
 from .estimator import __all__  # noqa: F401
 from .estimator import PureNeuronLearner
 # stage helpers the package has always exposed by name
-from ..bakshi2019.certificate import certificate_rows, certify_max_unit_error, check_certificate_params  # noqa: F401
+from ...refine.certificate import certificate_rows, certify_max_unit_error, check_certificate_params  # noqa: F401
 from .algorithms import GAP_WARNING  # noqa: F401
 from .core import check_second_moment, output_projection, readout  # noqa: F401
 from .moments import PureNeuronMoments, PureNeuronStatistic  # noqa: F401

@@ -248,7 +248,7 @@ def pure_neuron_moments(X, Y=None, *, split: str = "none", symmetry: bool = True
         every ``s``-th row (:func:`.moments.symmetry_stride`; ``O(n d)`` instead of ``O(n (2 d)^2)``, the
         power and p-value of :class:`.moments.SymmetryStatistic`). ``None``: the Gram of every row.
     """
-    from ...moments import accumulate
+    from ...data import accumulate
 
     detector_part = _ROLES[split][1] if split in _ROLES else 0
     # the symmetry test's sums as a statistic of their own, so a pass with two workers computes them beside
@@ -284,7 +284,7 @@ def _detector_pass(source, layout: str, chunk_size: int | None, B: np.ndarray, P
     The parts' low-order moments are those of the first pass (the same rows in the same parts), so this
     pass does not sum them again: with ``Q`` (the span route) they are the first pass's projected by
     :func:`_projected_part`; without, the first pass's themselves."""
-    from ...moments import accumulate
+    from ...data import accumulate
 
     stat = PureNeuronStatistic(split=layout, detector_part=_ROLES[layout][1], symmetry=False, B=B, projection=P,
                                input_projection=Q)

@@ -13,8 +13,8 @@ from ...distributions import Distribution, PerturbedSymmetric, StandardGaussian
 from ...errors import AssumptionError
 from ...network import TwoLayerNetwork
 from ...sampling import sample
-from .._registry import register
-from ..bakshi2019.certificate import certificate_rows, certify_max_unit_error, held_assumption_warnings
+from ..registry import register
+from ...refine.certificate import certificate_rows, certify_max_unit_error, held_assumption_warnings
 from ..base import BaseLearner
 from .algorithms import (GAP_WARNING, SPAN_GAP_MIN, SYMMETRY_ALPHA, PureNeuronResult, SpanBasis, _population_cov,
                          _population_pipeline, _run, algorithm2, algorithm3, algorithm4, paper_error,

@@ -43,7 +43,7 @@ paper                        here
 from importlib import import_module
 from pkgutil import iter_modules
 
-from .._registry import register
+from ..registry import register
 from .estimator import HighThresholdLearner, lemma_diagnostics
 from .model import (ACTIVATIONS, CallableUpper, HighThresholdNetwork, UpperPolynomial, population_hermite_moment,
                     random_unit_weights, random_upper_polynomial, tail_bound, threshold_activation,

@@ -63,7 +63,7 @@ from scipy.cluster.hierarchy import fcluster, linkage
 
 from ..._validation import as_2d_float, as_targets, check_positive_int, check_random_state
 from ...errors import AssumptionError, InputError
-from .._registry import register
+from ..registry import register
 from .model import HighThresholdNetwork, UpperPolynomial, threshold_activation
 
 __all__ = ["BandStatistic", "band_stencil", "delta_correlation", "delta_prime_correlation",

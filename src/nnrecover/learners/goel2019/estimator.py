@@ -39,10 +39,10 @@ import numpy as np
 from ..._threads import effective_n_jobs
 from ..._validation import Interval, Options, check_random_state
 from ...errors import AssumptionError, AssumptionWarning, InputError
-from ...moments.base import accumulate
+from ...data import accumulate
 from ...moments.statistics import CovarianceStatistic, excess_kurtosis_deviation, input_deviation_from_standard
 from ...network import TwoLayerNetwork
-from .._width import is_auto
+from ..width import is_auto
 from ..base import BaseLearner
 from .model import ACTIVATIONS, HighThresholdNetwork, tail_bound, threshold_activation, threshold_hermite_coefficients
 from .statistics import ActiveRows, PopulationMoments, SampleMoments
@@ -142,7 +142,7 @@ class HighThresholdLearner(BaseLearner):
         ``d``, the number of lowest-layer units. ``"auto"`` reads it from the rank of
         ``M = sum_i c_i u_hat_2 w_i w_i^T`` (the Hermite matrix ``T_2 = E[(y - E y)(x x^T - I)]`` of the
         labels, which Step 1 estimates anyway; its rank is ``d <= n`` under Assumption 1, ``c_i > 0``) with
-        the rule of :mod:`nnrecover.learners._width`, checked on held-out rows; the evidence is in
+        the rule of :mod:`nnrecover.learners.width`, checked on held-out rows; the evidence is in
         ``diagnostics_["width"]``.
     activation : {"step", "relu", "sigmoid"}, default "step"
     threshold : float

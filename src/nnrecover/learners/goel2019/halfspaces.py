@@ -49,7 +49,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 
 from ..._validation import as_2d_float, check_positive_int, check_random_state
 from ...errors import AssumptionError, AssumptionWarning, InputError, NotFittedError
-from .._registry import register
+from ..registry import register
 from .statistics import SampleMoments
 from .step1 import STEP1_METHODS, step1
 from .step2 import RefineResult, SampleSlabs, refine_estimate

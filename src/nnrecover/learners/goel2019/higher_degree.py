@@ -26,7 +26,7 @@ import numpy as np
 
 from ..._validation import check_positive_int
 from ...errors import AssumptionError, InputError
-from .._registry import register
+from ..registry import register
 from .model import HighThresholdNetwork, UpperPolynomial, threshold_hermite_coefficients
 from .step1 import Step1Result, step1
 

@@ -56,7 +56,7 @@ from scipy import integrate, linalg
 
 from ..._validation import as_2d_float, as_targets, check_positive_int, check_random_state
 from ...errors import AssumptionError, ConvergenceError, InputError
-from .._registry import register
+from ..registry import register
 from .model import HighThresholdNetwork, UpperPolynomial, threshold_hermite_coefficients
 
 __all__ = ["SampleHermiteCorrelation", "PowerSumForm", "QuarticForm", "SphereResult", "sphere_maximization",

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..._validation import as_2d_float, check_positive_int, check_random_state
 from ...errors import AssumptionError, InputError
-from .._registry import register
+from ..registry import register
 from .model import HighThresholdNetwork, UpperPolynomial, population_hermite_moment
 from .statistics import PopulationMoments, SampleMoments
 from .step1 import Step1Result, step1

@@ -129,7 +129,7 @@ def extra_directions(moments, n_hidden: int) -> dict:
     the units (Lemma 2), so its rank is the number of units. From samples an eigenvalue that is zero in
     population shows as at most the error's spectral norm (Weyl), estimated as ``tau``, the median
     spread ``||M_g - M||`` of the :data:`~.statistics.M_GROUPS` row groups' estimates divided by
-    ``sqrt(G - 1)`` (the rule of :mod:`nnrecover.learners._width`); an eigenvalue counts when it exceeds
+    ``sqrt(G - 1)`` (the rule of :mod:`nnrecover.learners.width`); an eigenvalue counts when it exceeds
     ``2 tau`` (room for the error of ``tau`` itself). Exact moments: ``tau = 1e-9 |lambda_1|``.
 
     Returns

@@ -79,7 +79,7 @@ from scipy import special
 
 from ..._validation import as_2d_float, as_real_array, check_positive_int, check_random_state
 from ...errors import AssumptionError, InputError
-from .._registry import register
+from ..registry import register
 
 __all__ = ["SlabSource", "SampleSlabs", "ConditionalSlabSampler", "TanAlphaEstimate", "RefineResult",
            "estimate_tan_alpha", "refine_estimate", "angle_between", "PAPER_LEVELS", "REFINE_MODES"]

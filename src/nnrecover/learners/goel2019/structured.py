@@ -56,7 +56,7 @@ from scipy.sparse.csgraph import connected_components
 
 from ..._validation import as_2d_float, as_targets, check_positive_int, check_random_state
 from ...errors import AssumptionError, ConvergenceError, InputError
-from .._registry import register
+from ..registry import register
 from .model import UpperPolynomial
 
 __all__ = ["ExponentialBinaryNetwork", "correlation_matrix", "correlation_graph", "CorrelationGraphResult",

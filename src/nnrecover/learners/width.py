@@ -57,12 +57,24 @@ the final fit is bit-identical to a fit with ``n_hidden = k`` given explicitly.
 
 from __future__ import annotations
 
+import sys
+import time
 import warnings
 from typing import Any
 
 import numpy as np
+from sklearn.base import clone
 
-from ..errors import AssumptionError, AssumptionWarning, InputError, NNRecoverError
+from .._validation import check_random_state
+from ..data import PROGRESS_DELAY, progress_enabled
+from ..errors import (
+    AssumptionError,
+    AssumptionWarning,
+    ConvergenceError,
+    InputError,
+    NNRecoverError,
+)
+from ..evidence import MAX_ROWS, estimate_width, read_rows, streamed_t2_rank
 
 __all__ = ["AUTO", "is_auto", "choose_width", "search_width", "width_candidates"]
 
@@ -78,8 +90,6 @@ def is_auto(value: Any) -> bool:
 
 
 def _holdout_scores(learner, X: np.ndarray, Y: np.ndarray, candidates: list[int]) -> dict:
-    from sklearn.base import clone
-
     cut = int(round((1 - HOLDOUT_FRACTION) * X.shape[0]))
     Xf, Yf, Xh, Yh = X[:cut], Y[:cut], X[cut:], Y[cut:]
     out: dict[int, Any] = {}
@@ -129,12 +139,10 @@ def choose_width(learner, source, *, max_rows: int | None = None) -> tuple[int, 
         No rule applies (one output and non-Gaussian inputs), or the Hermite matrices have full rank
         (``k >= d``: their rank cannot tell ``k``): pass ``n_hidden`` explicitly.
     """
-    from ..assumptions import MAX_ROWS, _read, estimate_width
-
-    X, Y, _ = _read(source, None, int(max_rows or MAX_ROWS))
+    X, Y, _ = read_rows(source, None, int(max_rows or MAX_ROWS))
     width = estimate_width(X, Y, random_state=0)
     d = X.shape[1]
-    evidence: dict[str, Any] = {"rule": "Cov(y) rank above its noise floor, else T_2 rank above 2 tau (nnrecover.learners._width)",
+    evidence: dict[str, Any] = {"rule": "Cov(y) rank above its noise floor, else T_2 rank above 2 tau (nnrecover.learners.width)",
                                 **{key: width[key] for key in ("method", "range", "sure", "noise_level",
                                                                "input_law") if key in width},
                                 "spectrum": width.get("spectrum")}
@@ -142,8 +150,6 @@ def choose_width(learner, source, *, max_rows: int | None = None) -> tuple[int, 
             and source.info.reiterable and (source.info.n_samples is None or source.info.n_samples > X.shape[0])):
         # the spectrum of the first rows left the width unsure: T_2's noise level falls like
         # 1/sqrt(rows), so read it again from every row of the data (one more pass)
-        from ..assumptions import streamed_t2_rank
-
         full = streamed_t2_rank(source)
         if full is not None:
             sure = full["low"] == full["high"] and full["low"] < d
@@ -218,11 +224,7 @@ def width_candidates(width_range) -> list[int]:
 
 def _progress(total: int):
     """A tqdm bar counting candidate widths on stderr (terminals only, after the data passes' delay), or None."""
-    import sys
-
-    from ..data import PROGRESS_DELAY, _progress_enabled
-
-    if not _progress_enabled(None):
+    if not progress_enabled(None):
         return None
     from tqdm.auto import tqdm
 
@@ -244,11 +246,6 @@ def search_width(learner, source, evidence: dict, *, stacklevel: int = 4):
         :class:`~nnrecover.errors.AssumptionWarning`; a :class:`~nnrecover.errors.ConvergenceError`
         when the learner is ``strict``.
     """
-    import time
-
-    from .._validation import check_random_state
-    from ..errors import ConvergenceError
-
     widths = list(evidence["candidates"])
     tried: list[dict] = []
     first = chosen = None

@@ -60,10 +60,13 @@ import numpy as np
 import scipy.linalg
 import scipy.linalg.lapack
 
-from ..._threads import blas_threads
-from ...errors import InputError
-from ...network import TwoLayerNetwork
-from ...refine import _UNIT_PAIR_MIN_INPUTS, _unit_pair_sums
+from .._threads import blas_threads
+from .._validation import check_positive_int
+from ..errors import AssumptionWarning, InputError
+from ..network import TwoLayerNetwork
+from .matrix_free import Operator, axpy, dot, pcg, span_block_unit_inverses
+from .model import UNIT_PAIR_MIN_INPUTS, unit_pair_sums
+from .rows import gather_samples
 
 __all__ = ["unit_error_bound", "certify_max_unit_error", "certificate_rows", "check_certificate_params", "MEANING",
            "SECOND_ORDER_FACTOR", "LINEAR_REGIME", "held_assumption_warnings"]
@@ -227,9 +230,9 @@ def unit_error_bound(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *,
     if method == "matrix-free":
         return _matrix_free_bound(net, X, R, out, failure_probability, chunk, ydev)
     # the hidden block sum_n z_n z_n^T, z_n = f'(W x_n + b) (x) (x_n, 1): by unit pairs from
-    # _UNIT_PAIR_MIN_INPUTS inputs (block (i, j) over the rows where both derivatives are nonzero, a sixth
+    # UNIT_PAIR_MIN_INPUTS inputs (block (i, j) over the rows where both derivatives are nonzero, a sixth
     # of the flops for ReLU, and z never formed), else as one product of the rows z_n
-    unit_pairs = d >= _UNIT_PAIR_MIN_INPUTS
+    unit_pairs = d >= UNIT_PAIR_MIN_INPUTS
     M = np.zeros((k, k, e, e)) if unit_pairs else None
     Gzz = None if unit_pairs else np.zeros((k * e, k * e))
     XGH = np.zeros((e, k * k))                # sum_n x~_n (g_n (x) h_n)^T: the (hidden, output weight) coupling
@@ -245,7 +248,7 @@ def unit_error_bound(network: TwoLayerNetwork, X: np.ndarray, Y: np.ndarray, *,
         H, D = act(T), act.derivative(T)
         Xe = np.hstack([Xc, np.ones((Xc.shape[0], 1))])
         if unit_pairs:
-            _unit_pair_sums(M, Xe, D)
+            unit_pair_sums(M, Xe, D)
         else:
             Z = (D[:, :, None] * Xe[:, None, :]).reshape(Xc.shape[0], k * e)
             Gzz += Z.T @ Z
@@ -429,13 +432,11 @@ def _bound_method(k: int, d: int, p: int, n: int, activation: str) -> str | None
 
 def _preconditioned_lanczos(op, steps: int, rng: np.random.Generator, plateau: float = 0.0) -> np.ndarray:
     """Ritz values of ``M^{-1} J^T J`` (the pencil of the normal matrix and the preconditioner ``M`` of
-    :mod:`nnrecover._matrix_free`, off the rescaling directions) after at most ``steps`` preconditioned
+    :mod:`nnrecover.refine.matrix_free`, off the rescaling directions) after at most ``steps`` preconditioned
     conjugate-gradient steps from a random right-hand side: the Lanczos matrix from the steps' coefficients
     (``T_jj = 1 / alpha_j + beta_{j-1} / alpha_{j-1}``, ``T_{j,j+1} = sqrt(beta_j) / alpha_j``; Saad,
     *Iterative methods for sparse linear systems*, 2003, Section 6.7.3). With ``plateau > 0`` the steps
     stop once the smallest Ritz value fell by less than that fraction over the last 10 steps."""
-    from ..._matrix_free import _axpy, _dot
-
     k, d, p = op.k, op.X.shape[1], op.p
     start = (rng.standard_normal((k, d)), rng.standard_normal(k), rng.standard_normal((p, k)), rng.standard_normal(p))
     # the preconditioner P M^{-1} P, P the projection off the rescaling directions: M is nearly singular
@@ -445,7 +446,7 @@ def _preconditioned_lanczos(op, steps: int, rng: np.random.Generator, plateau: f
     # basis of the complement of the rescaling directions, the matrix the noise term's bound uses
     r = op.project(*start)
     z = op.project(*op.m_apply(*r, inverse=True))
-    direction, rz = z, _dot(r, z)
+    direction, rz = z, dot(r, z)
     rz0 = rz
     alphas, betas = [], []
     smallest = []
@@ -459,13 +460,13 @@ def _preconditioned_lanczos(op, steps: int, rng: np.random.Generator, plateau: f
 
     for step in range(steps):
         Ap = op.project(*op.jtj(*direction))
-        curvature = _dot(direction, Ap)
+        curvature = dot(direction, Ap)
         if not curvature > 0:
             break
         alpha = rz / curvature
-        r = _axpy(-alpha, Ap, r)
+        r = axpy(-alpha, Ap, r)
         z = op.project(*op.m_apply(*r, inverse=True))
-        rz_new = _dot(r, z)
+        rz_new = dot(r, z)
         alphas.append(alpha)
         betas.append(rz_new / rz)
         if not rz_new > 1e-28 * rz0:  # the Krylov space is exhausted
@@ -474,7 +475,7 @@ def _preconditioned_lanczos(op, steps: int, rng: np.random.Generator, plateau: f
             smallest.append(float(scipy.linalg.eigvalsh_tridiagonal(*ritz(), select="i", select_range=(0, 0))[0]))
             if len(smallest) > 1 and smallest[-2] - smallest[-1] <= plateau * smallest[-1]:
                 break
-        direction = _axpy(rz_new / rz, direction, z)
+        direction = axpy(rz_new / rz, direction, z)
         rz = rz_new
     if not alphas:
         return np.zeros(0)
@@ -488,7 +489,7 @@ def _matrix_free_bound(net: TwoLayerNetwork, X: np.ndarray, R: np.ndarray, out: 
 
     The Gauss-Newton step ``delta^ = (J^T J)^{-1} J^T R`` is solved by conjugate gradients (relative
     tolerance ``STEP_RTOL``) with the operator and the block preconditioner ``M`` of the matrix-free refinement
-    (:mod:`nnrecover._matrix_free`: products with ``J^T J`` cost ``O(n d k)``, ``M`` is the exact normal matrix of
+    (:mod:`nnrecover.refine.matrix_free`: products with ``J^T J`` cost ``O(n d k)``, ``M`` is the exact normal matrix of
     the span coordinates plus ``C (x) (I - Q Q^T)`` on the complement). The noise term needs the diagonal
     blocks of ``(J^T J)^{-1}``; with ``lambda`` the smallest eigenvalue of ``M^{-1} J^T J / n`` off the
     rescaling directions, ``(J^T J / n)^{-1} <= M^{-1} / lambda`` there (and so for every diagonal block,
@@ -502,8 +503,6 @@ def _matrix_free_bound(net: TwoLayerNetwork, X: np.ndarray, R: np.ndarray, out: 
     tolerance; the noise part is an upper bound of the dense one, at most ``sqrt(theta_max / lambda)`` times
     it (``theta_max`` the largest eigenvalue of ``M^{-1} J^T J / n``).
     """
-    from ..._matrix_free import _dot, _Operator, _pcg, _span_block_unit_inverses
-
     W, b, A = net.hidden_weights, net.hidden_bias, net.output_weights
     k, d = W.shape
     p, n = A.shape[0], X.shape[0]
@@ -515,7 +514,7 @@ def _matrix_free_bound(net: TwoLayerNetwork, X: np.ndarray, R: np.ndarray, out: 
     # the products with J^T J in float32 (half the cost; each within ~1e-7 of the float64 one, which bounds
     # the step's accuracy by STEP_RTOL and moves the Ritz values by ~1e-6, far inside LANCZOS_SAFETY); the
     # gradient J^T R, which fixes the step, from the float64 rows
-    op = _Operator(W, b, A, X, Z, X.astype(np.float32), chunk)
+    op = Operator(W, b, A, X, Z, X.astype(np.float32), chunk)
     try:
         op.factor(0.0)
     except np.linalg.LinAlgError:                                  # not positive definite in floating point
@@ -527,13 +526,13 @@ def _matrix_free_bound(net: TwoLayerNetwork, X: np.ndarray, R: np.ndarray, out: 
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nnrecover-lanczos")
     lanczos = pool.submit(_preconditioned_lanczos, op, LANCZOS_STEPS, np.random.default_rng(0), LANCZOS_PLATEAU)
     pool.shutdown(wait=False)
-    delta, cg_steps = _pcg(op, (-gW, -gb, -gA, -gc), 0.0, STEP_RTOL, 240)
+    delta, cg_steps = pcg(op, (-gW, -gb, -gA, -gc), 0.0, STEP_RTOL, 240)
     dW, db, dA = delta[:3]
     dc = np.broadcast_to(np.asarray(delta[3], dtype=np.float64), (p,))
-    explained = max(n * _dot((dW, db, dA, dc), (gW, gb, gA, gc)), 0.0)  # ||J delta^||^2
+    explained = max(n * dot((dW, db, dA, dc), (gW, gb, gA, gc)), 0.0)  # ||J delta^||^2
     # unit i's span coordinates (v_i, b_i, A[:, i]), v_i = row i of dW Q: its block of the span block's inverse
     span_factors, comp_factor = op._factors
-    Sinv_blocks = _span_block_unit_inverses(span_factors, k)       # (k, k + 1 + p, k + 1 + p)
+    Sinv_blocks = span_block_unit_inverses(span_factors, k)       # (k, k + 1 + p, k + 1 + p)
     ritz = lanczos.result()
     out.update(cg_steps=int(cg_steps), lanczos_ritz_range=(float(ritz.min()), float(ritz.max())) if ritz.size
                else (math.nan, math.nan))
@@ -583,9 +582,6 @@ def _matrix_free_bound(net: TwoLayerNetwork, X: np.ndarray, R: np.ndarray, out: 
 
 def check_certificate_params(learner: Any) -> None:
     """A learner's ``certificate_tol`` (a positive number) and ``certificate_rows`` (a positive integer)."""
-    from ..._validation import check_positive_int
-    from ...errors import InputError
-
     tol = learner.certificate_tol
     if isinstance(tol, bool) or not isinstance(tol, (int, float, np.integer, np.floating)) or not (
             np.isfinite(tol) and tol > 0):
@@ -596,8 +592,6 @@ def check_certificate_params(learner: Any) -> None:
 def certificate_rows(source, rng: np.random.Generator, max_rows: int) -> tuple[np.ndarray, np.ndarray] | None:
     """Up to ``max_rows`` labelled rows drawn uniformly from ``source`` (``None``: a consumed one-pass
     iterator, which cannot be read again)."""
-    from ...refine import gather_samples
-
     if source is None or not source.info.reiterable:
         return None
     X, Y, _ = gather_samples(source, max_rows, rng=rng)
@@ -720,8 +714,6 @@ def held_assumption_warnings(learner: Any, network_fn, rows_fn, diagnostics: dic
     (``diagnostics["input_law_notes"]``); otherwise (or if the fit or the certificate raised) they are
     issued, since they explain the failure.
     """
-    from ...errors import AssumptionWarning
-
     held: list = []
     caught: list = []
     passed = None

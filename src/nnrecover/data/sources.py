@@ -1,36 +1,4 @@
-"""Data sources and the pass driver: arrays, memory maps, chunk streams and dask arrays, read once each.
-
-Every learner accepts its samples in one of these forms; :func:`accumulate` (also importable as
-``nnrecover.moments.accumulate``) reads them in one pass and feeds streaming statistics
-(:class:`nnrecover.moments.Statistic`: ``update`` / ``merge`` / ``finalize``). This module knows
-nothing about what a statistic computes, and :mod:`nnrecover.moments` nothing about where rows come
-from, so neither imports the other at import time:
-
-==========================================  ===========  ==========================================
-``fit`` / ``accumulate`` argument            kind         how it is read
-==========================================  ===========  ==========================================
-``X, Y`` numpy arrays (``Y`` may be None)    "arrays"     row slices of ``chunk_size`` rows (views)
-``np.memmap`` / ``np.load(mmap_mode="r")``   "memmap"     row slices: only one chunk is read at a time
-path to a ``.npy`` file (X and/or Y)         "memmap"     opened with ``np.load(mmap_mode="r")``
-iterable of ``(X, Y)`` chunks                "iterable"   chunks as they come; re-iterable
-:class:`nnrecover.SampleStream`              "stream"     chunks as they come; re-iterable
-generator / iterator of ``(X, Y)`` chunks    "iterator"   chunks as they come; ONE pass only
-dask arrays                                  "dask"       one task per block, tree of ``merge``
-==========================================  ===========  ==========================================
-
-Memory of a pass over a non-dask source is ``O(chunk_size * d)`` for the chunk plus the size of
-the statistics, never ``O(n * d)`` (arrays are sliced, streams are consumed chunk by chunk).
-
-Dask arrays are never iterated on the client by :func:`accumulate_dask`: the rows of ``X`` and
-``Y`` are aligned (``Y`` rechunked to ``X``'s row chunks, columns in one chunk), each block pair
-becomes one ``dask.delayed`` task that returns fresh statistics of that block, and the partial
-results are combined by a tree of ``merge`` tasks (fan-in ``split_every``). The graph runs on the
-current scheduler, so with an active ``dask.distributed.Client`` it runs on the cluster and only
-the final statistics travel back to the client.
-
-Every chunk is validated (2-D float64, finite, ``Y`` with as many rows as ``X``, the same number of
-columns in every chunk) before any statistic sees it; errors name the rows or the chunk at fault.
-"""
+"""Data sources: arrays, memory maps, chunk streams and dask arrays behind one interface, read chunk by chunk."""
 
 from __future__ import annotations
 
@@ -39,29 +7,24 @@ import contextvars
 import itertools
 import os
 import sys
-import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import Any, Iterator
 
 import numpy as np
 
-from ._validation import as_2d_float, as_targets, check_positive_int
-from .errors import InputError
-
-if TYPE_CHECKING:
-    from .moments.base import Statistic
+from .._validation import as_2d_float, as_targets, check_positive_int
+from ..errors import InputError
+from ..sampling import SampleStream
+from .progress import progress_bar
 
 #: the largest chunk the engine reads by default (rows)
 DEFAULT_CHUNK_ROWS = 1 << 16
 
-__all__ = ["accumulate", "DEFAULT_CHUNK_ROWS", "DataInfo", "DataSource", "as_data_source", "describe_data", "iterate_chunks",
-           "accumulate_dask", "build_dask_reduction", "default_chunk_rows", "feed_statistics", "PROGRESS_DELAY"]
-
-PROGRESS_DELAY = 0.5
-"""Seconds a pass must run before an automatic (``progress=None``) progress bar appears."""
 
 _TARGET_CHUNK_BYTES = 8 << 20
+
+
 _MIN_CHUNK_ROWS = 1024
 
 
@@ -76,8 +39,6 @@ def default_chunk_rows(n_columns: int) -> int:
     n_columns = max(int(n_columns), 1)
     return int(min(DEFAULT_CHUNK_ROWS, max(_MIN_CHUNK_ROWS, _TARGET_CHUNK_BYTES // (8 * n_columns))))
 
-
-# ==================================================================================== description
 
 @dataclass(frozen=True)
 class DataInfo:
@@ -165,8 +126,8 @@ class DataSource(abc.ABC):
         if progress is not None and not isinstance(progress, (bool, np.bool_)):
             raise InputError(f"progress must be True, False or None, got {progress!r}.")
         expected = self._expected_dims()
-        bar = _progress_bar(self._total_rows(), progress, desc)
-        checked = _finite_chunks(self)
+        bar = progress_bar(self._total_rows(), progress, desc)
+        checked = finite_chunks(self)
         try:
             for Xr, Yr, where in self._raw_chunks(chunk_size):
                 X, Y = _validate_chunk(Xr, Yr, where, checked)
@@ -293,7 +254,7 @@ def _finite_float64(a: Any, ndims: tuple[int, ...], checked: bool = False) -> np
 
 def _validate_chunk(X: Any, Y: Any, where: str, checked: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(X, Y)`` as float64 arrays, ``Y`` 2-D; InputError naming the chunk unless they are finite numbers of
-    the right shapes. ``checked``: the source has already checked the values (:func:`_finite_chunks`), so
+    the right shapes. ``checked``: the source has already checked the values (:func:`finite_chunks`), so
     float64 chunks are not read again."""
     Xv = _finite_float64(X, (2,), checked)
     X = as_2d_float(X, f"X{where}", min_rows=0) if Xv is None else Xv
@@ -336,9 +297,7 @@ def _check_array_meta(A: Any, name: str, ndims: tuple[int, ...]) -> None:
             raise InputError(f"{name} must be real, got complex dtype {dtype}.")
 
 
-# ==================================================================================== array sources
-
-class _ArraySource(DataSource):
+class ArraySource(DataSource):
     def __init__(self, X: Any, Y: Any, *, row_offset: int = 0) -> None:
         #: the row of the caller's data that row 0 of ``X`` is (a source of the rows after ``skip``: the
         #: error messages then name the caller's rows)
@@ -396,8 +355,6 @@ def _open_npy(path: Any, name: str) -> np.ndarray:
         raise InputError(f"cannot memory-map {name} file {path!r}: {exc}") from exc
 
 
-# ==================================================================================== dask sources
-
 def _is_dask_array(A: Any) -> bool:
     if A is None or "dask" not in sys.modules:
         return False
@@ -406,7 +363,7 @@ def _is_dask_array(A: Any) -> bool:
     return isinstance(A, da.Array)
 
 
-class _DaskSource(DataSource):
+class DaskSource(DataSource):
     """Dask arrays with aligned blocks: ``X`` in one column chunk, ``Y`` on ``X``'s row chunks."""
 
     kind = "dask"
@@ -451,12 +408,12 @@ class _DaskSource(DataSource):
     def info(self) -> DataInfo:
         return self._info
 
-    def with_row_chunks(self, chunk_size: int | None) -> "_DaskSource":
+    def with_row_chunks(self, chunk_size: int | None) -> "DaskSource":
         """The same arrays with row chunks of ``chunk_size`` rows (``None``: unchanged)."""
         if chunk_size is None:
             return self
         X = self.X.rechunk({0: chunk_size})
-        return _DaskSource(X, None if self.Y is None else self.Y.rechunk({0: chunk_size}))
+        return DaskSource(X, None if self.Y is None else self.Y.rechunk({0: chunk_size}))
 
     def blocks(self) -> list[tuple[Any, Any, str]]:
         """``(X block, Y block or None, label)`` as delayed objects, one per row block."""
@@ -499,8 +456,6 @@ class _DaskSource(DataSource):
             yield Xc, Yc, f" (dask block {i})"
 
 
-# ==================================================================================== iterable sources
-
 def _item_pair(item: Any, index: int) -> tuple[Any, Any]:
     if not (isinstance(item, (tuple, list)) and len(item) == 2):
         raise InputError(f"item {index} of the data stream is a {type(item).__name__}; a stream must yield "
@@ -525,8 +480,6 @@ class _IterableSource(DataSource):
     """A re-iterable collection or stream of ``(X, Y)`` chunks."""
 
     def __init__(self, obj: Any) -> None:
-        from .sampling import SampleStream
-
         self.obj = obj
         self._info: DataInfo | None = None
         if isinstance(obj, SampleStream):
@@ -613,8 +566,6 @@ class _IteratorSource(DataSource):
         return _validate_chunk(X, Y, " (chunk 0)")
 
 
-# ==================================================================================== constructors
-
 def _is_arraylike(A: Any) -> bool:
     return hasattr(A, "shape") and hasattr(A, "__getitem__")
 
@@ -666,9 +617,9 @@ def as_data_source(X: Any, Y: Any = None) -> DataSource:
             and (X[1] is None or _is_array_or_path(X[1]))):
         return as_data_source(X[0], X[1])
     if _is_dask_array(X) or _is_dask_array(Y):
-        return _DaskSource(X, Y)
+        return DaskSource(X, Y)
     if _is_arraylike(X) or (isinstance(X, list) and not _looks_like_chunk_list(X)):
-        return _ArraySource(X, Y)
+        return ArraySource(X, Y)
     if isinstance(X, (bytes, dict, set)) or not hasattr(X, "__iter__"):
         raise InputError(f"X must be an array, a path to a .npy file, or an iterable of (X, Y) chunks; got "
                          f"{type(X).__name__}.")
@@ -701,100 +652,28 @@ def describe_data(X: Any, Y: Any = None) -> DataInfo:
     return as_data_source(X, Y).info
 
 
-# ==================================================================================== progress bars
-
-def _progress_enabled(progress: bool | None, stream: Any = None) -> bool:
-    if progress is not None:
-        return bool(progress)
-    stream = sys.stderr if stream is None else stream
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # closed or replaced stream
-        return False
-
-
-def _progress_bar(total: int | None, progress: bool | None, desc: str | None):
-    """A tqdm bar counting rows on stderr, or None. ``progress=None``: only on a terminal, after a delay."""
-    if not _progress_enabled(progress):
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, unit="rows", unit_scale=True, desc=desc, file=sys.stderr, leave=False,
-                delay=PROGRESS_DELAY if progress is None else 0.0, dynamic_ncols=True)
-
-
-def _describe_statistics(statistics: Sequence[Statistic] | None) -> str | None:
-    if not statistics:
-        return None
-    return "+".join(type(s).__name__ for s in statistics)
-
-
-def iterate_chunks(data: Any, *, chunk_size: int | None = None, progress: bool | None = None,
-                   statistics: Sequence[Statistic] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Iterate over validated chunks ``(X, Y)`` of any data source.
-
-    Parameters
-    ----------
-    data : data source
-        Anything :func:`as_data_source` accepts as one argument (e.g. ``(X, Y)``, a stream).
-    chunk_size : int, optional
-        Rows per chunk for array sources (default :func:`default_chunk_rows`).
-    progress : bool, optional
-        Progress bar on stderr counting rows; ``None``: only on a terminal, after ``PROGRESS_DELAY`` s.
-    statistics : sequence of Statistic, optional
-        Only used to label the progress bar.
-
-    Yields
-    ------
-    X : ndarray of shape (m, d), float64, finite
-    Y : ndarray of shape (m, p), float64, finite (``p = 0`` when there are no targets)
-
-    Notes
-    -----
-    Dask arrays are iterated block by block on the client here; :func:`nnrecover.moments.accumulate`
-    does not do that (it runs :func:`accumulate_dask`).
-    """
-    source = as_data_source(data)
-    return source.chunks(chunk_size=chunk_size, progress=progress, desc=_describe_statistics(statistics))
-
-
-# ==================================================================================== parallel passes
-
-_IN_FLIGHT_PER_WORKER = 2
-"""Chunks read ahead per worker: bounds the memory of a pass to about ``2 * workers`` chunks."""
-
-
-def _chunk_partial(template: Statistic, X: np.ndarray, Y: np.ndarray) -> Statistic:
-    """Fresh statistic of one chunk (runs in a worker); ``template`` is never modified."""
-    return template.empty_like()._add(X, Y)
-
-
-def _fresh_chunks(source: DataSource) -> bool:
+def fresh_chunks(source: DataSource) -> bool:
     """Whether a chunk stays unchanged while later chunks are read (else a pass reading ahead copies it).
 
     Array slices, list items and nnrecover's own streams are never rewritten; a generic generator may
     hand out one buffer refilled for every chunk. A re-iterable can declare its chunks fresh with an
     attribute ``fresh_chunks = True`` (nnrecover's own views of other sources do).
     """
-    from .sampling import SampleStream
-
-    if isinstance(source, (_ArraySource, _DaskSource)):
+    if isinstance(source, (ArraySource, DaskSource)):
         return True
     obj = getattr(source, "obj", None)
     return isinstance(obj, (list, tuple, SampleStream)) or getattr(obj, "fresh_chunks", False) is True
 
 
-def _iid_stream(source: DataSource) -> bool:
+def iid_stream(source: DataSource) -> bool:
     """Whether the source is one of nnrecover's own streams (:class:`~nnrecover.sampling.SampleStream`),
     whose rows are independent draws from one law by construction: any ``m`` of its rows, the first ones
     included, are a uniform sample of ``m`` rows, and reading the first ones costs ``m / n`` of a pass.
     A generic stream may be ordered (by time, by label), so its rows are chosen at random."""
-    from .sampling import SampleStream
-
     return isinstance(getattr(source, "obj", None), SampleStream)
 
 
-def _finite_chunks(source: DataSource) -> bool:
+def finite_chunks(source: DataSource) -> bool:
     """Whether the source's chunks are float64 values it has itself checked to be finite, so that reading
     them does not check every value again.
 
@@ -802,328 +681,5 @@ def _finite_chunks(source: DataSource) -> bool:
     re-iterable declares it with an attribute ``finite_chunks = True`` (nnrecover's own views of other
     sources do: their chunks come from a validated pass).
     """
-    from .sampling import SampleStream
-
     obj = getattr(source, "obj", None)
     return isinstance(obj, SampleStream) or getattr(obj, "finite_chunks", False) is True
-
-
-def feed_statistics(statistics: Sequence[Statistic], source: DataSource, *, chunk_size: int | None = None,
-                    progress: bool | None = None, n_jobs: int | None = None) -> list[Statistic]:
-    """Add every chunk of a (non-dask) source to ``statistics``, with worker threads; one BLAS thread each.
-
-    The main thread reads and validates the chunks (so one-pass iterators work) and hands them to
-    ``workers = effective_n_jobs(n_jobs)`` worker threads, at most ``2 * workers`` chunks ahead:
-
-    * a statistic with ``parallel_chunks = False`` (the default) is updated by one worker, chunk after
-      chunk in order, exactly as in a sequential pass: the same arithmetic, the same bits. Several
-      statistics of one pass run on different workers, and reading the next chunk (validation, the
-      generation of a stream) overlaps with the updates. A single such statistic over an array
-      source (nothing to overlap: its chunks are views) is updated in the calling thread;
-    * a statistic with ``parallel_chunks = True`` gets one fresh partial statistic per chunk, computed
-      on any worker, and the partials are merged into it in chunk order on the main thread. This
-      happens for every ``n_jobs`` (also 1), so the result does not depend on the number of workers.
-
-    BLAS is limited to one thread during the pass (:func:`nnrecover._threads.blas_threads`): the
-    workers, not BLAS, use the cores, and the caller's BLAS setting is restored afterwards.
-
-    Parameters
-    ----------
-    statistics : sequence of Statistic
-        Updated in place.
-    source : DataSource
-        A non-dask source (dask sources go to :func:`accumulate_dask`).
-    chunk_size : int, optional
-        Rows per chunk of an array source (default :func:`default_chunk_rows`).
-    progress : bool, optional
-        Progress bar (see :func:`nnrecover.moments.accumulate`).
-    n_jobs : int or None
-        Worker threads (:func:`nnrecover._threads.effective_n_jobs`: ``None`` follows the caller's BLAS
-        thread count, every core by default; ``1`` runs the pass in the calling thread).
-
-    Returns
-    -------
-    list of Statistic
-        ``statistics``, updated. After an exception their contents are unspecified.
-    """
-    from ._threads import blas_threads, effective_n_jobs
-
-    stats = list(statistics)
-    workers = effective_n_jobs(n_jobs)
-    chunks = source.chunks(chunk_size=chunk_size, progress=progress, desc=_describe_statistics(stats))
-    with blas_threads(1):
-        templates = {id(s): s.empty_like() for s in stats if s.parallel_chunks}
-        serial = [s for s in stats if not s.parallel_chunks]
-        # workers pay only when there is something to overlap: several statistics, chunk-parallel ones,
-        # or chunks that cost something to produce (a stream's generation, a generator's work); the
-        # chunks of an array source are views, so one statistic over arrays runs in the calling thread
-        overlap = bool(templates) or len(serial) > 1 or not isinstance(source, _ArraySource)
-        if workers == 1 or not overlap:
-            for X, Y in chunks:
-                for s in stats:
-                    if s.parallel_chunks:
-                        s.merge(_chunk_partial(templates[id(s)], X, Y))
-                    else:
-                        s._add(X, Y)
-            return stats
-        try:
-            lanes = workers if templates else min(workers, len(serial))  # serial ones: a lane each at most
-            _feed_in_workers(stats, serial, templates, chunks, lanes, copy=not _fresh_chunks(source))
-        finally:
-            chunks.close()  # closes the progress bar now, also after an error
-    return stats
-
-
-def _feed_in_workers(stats: list[Statistic], serial: list[Statistic], templates: dict, chunks: Iterator,
-                     workers: int, *, copy: bool) -> None:
-    from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
-
-    # one single-thread executor per worker: a FIFO lane, so the updates of a serial statistic (always
-    # on the same lane) run in chunk order
-    lanes = [ThreadPoolExecutor(max_workers=1, thread_name_prefix="nnrecover-chunks") for _ in range(workers)]
-    lane_of = {id(s): lanes[j % workers] for j, s in enumerate(serial)}
-    pending: deque = deque()
-
-    def finish(entry) -> None:
-        updates, partials = entry
-        for fut in updates:
-            fut.result()
-        for s, fut in partials:  # in chunk order: the same merges as a sequential pass of partials
-            s.merge(fut.result())
-
-    try:
-        i = 0
-        while True:
-            try:
-                item = next(chunks, None)
-            except BaseException:
-                while pending:  # an error of an earlier chunk comes first, as in a sequential pass
-                    finish(pending.popleft())
-                raise
-            if item is None:
-                break
-            X, Y = (item[0].copy(), item[1].copy()) if copy else item
-            while len(pending) >= _IN_FLIGHT_PER_WORKER * workers:
-                finish(pending.popleft())
-            updates, partials = [], []
-            for j, s in enumerate(stats):
-                if s.parallel_chunks:
-                    lane = lanes[(i + j) % workers]
-                    partials.append((s, lane.submit(_chunk_partial, templates[id(s)], X, Y)))
-                else:
-                    updates.append(lane_of[id(s)].submit(s._add, X, Y))
-            pending.append((updates, partials))
-            i += 1
-        while pending:
-            finish(pending.popleft())
-    finally:
-        for lane in lanes:
-            lane.shutdown(wait=True, cancel_futures=True)
-
-
-# ==================================================================================== dask
-
-def _block_statistics(templates: list[Statistic], X: Any, Y: Any, where: str) -> list[Statistic]:
-    """One task: fresh statistics of one block pair (runs on a worker)."""
-    Xv, Yv = _validate_chunk(X, Y, where)
-    stats = [t.empty_like() for t in templates]
-    for s in stats:
-        s._add(Xv, Yv)
-    return stats
-
-
-def _empty_statistics(templates: list[Statistic]) -> list[Statistic]:
-    return [t.empty_like() for t in templates]
-
-
-def _merge_partials(*parts: list[Statistic]) -> list[Statistic]:
-    """One task of the reduction tree: merge the partial results of consecutive blocks, in order."""
-    out = [s.empty_like() for s in parts[0]]
-    for part in parts:
-        for acc, s in zip(out, part):
-            acc.merge(s)
-    return out
-
-
-def _active_client(obj: Any) -> Any:
-    """The dask.distributed Client that would run ``obj``, or None for a local scheduler."""
-    if "distributed" not in sys.modules:
-        return None
-    import dask.base
-    from distributed import Client
-
-    scheduler = dask.base.get_scheduler(collections=[obj])
-    client = getattr(scheduler, "__self__", None)
-    return client if isinstance(client, Client) else None
-
-
-def build_dask_reduction(statistics: Sequence[Statistic], source: DataSource, *, split_every: int = 8):
-    """The delayed graph of a dask pass (exposed for inspection and tests).
-
-    Returns
-    -------
-    root : dask.delayed.Delayed
-        Computes to a list of statistics (fresh, one per entry of ``statistics``) of all the data.
-    leaves : list of (Delayed, int or None)
-        The per-block tasks and their numbers of rows (``None`` when unknown).
-    """
-    from dask import delayed
-
-    if not isinstance(source, _DaskSource):
-        raise InputError("build_dask_reduction needs a data source made of dask arrays.")
-    split_every = check_positive_int(split_every, "split_every", minimum=2)
-    templates = [s.empty_like() for s in statistics]
-    token = uuid.uuid4().hex[:12]
-    rows = source.X.chunks[0]
-    leaves = []
-    for i, (xb, yb, where) in enumerate(source.blocks()):
-        leaf = delayed(_block_statistics, pure=False)(templates, xb, yb, where,
-                                                      dask_key_name=f"nnrecover-block-statistics-{token}-{i}")
-        leaves.append((leaf, None if np.isnan(rows[i]) else int(rows[i])))
-    level = [leaf for leaf, _ in leaves]
-    depth = 0
-    while len(level) > 1:
-        level = [delayed(_merge_partials, pure=False)(*level[j:j + split_every],
-                                                      dask_key_name=f"nnrecover-merge-statistics-{token}-{depth}-{j}")
-                 for j in range(0, len(level), split_every)]
-        depth += 1
-    if not level:  # an empty dask array: the statistics of nothing
-        level = [delayed(_empty_statistics, pure=False)(templates,
-                                                        dask_key_name=f"nnrecover-empty-statistics-{token}")]
-    return level[0], leaves
-
-
-def accumulate_dask(statistics: Sequence[Statistic], source: DataSource, *, chunk_size: int | None = None,
-                    progress: bool | None = None, split_every: int = 8) -> list[Statistic]:
-    """Add a dask data source to ``statistics`` without iterating on the client.
-
-    One ``dask.delayed`` task per row block computes fresh statistics of that block (validated on the
-    worker), a tree of ``merge`` tasks with fan-in ``split_every`` combines them in block order, and
-    the graph is computed with the current dask scheduler (threads by default; the cluster of an
-    active ``dask.distributed.Client``). The result is merged into ``statistics`` on the client.
-
-    Parameters
-    ----------
-    statistics : sequence of Statistic
-        Updated in place.
-    source : DataSource
-        A dask source (``as_data_source(X_dask, Y_dask)``).
-    chunk_size : int, optional
-        Rechunk the rows to this many per block (default: keep the arrays' blocks).
-    progress : bool, optional
-        Progress bar counting rows as blocks finish (see :func:`nnrecover.moments.accumulate`).
-    split_every : int, default 8
-        Fan-in of the reduction tree.
-
-    Returns
-    -------
-    list of Statistic
-        ``statistics``, updated.
-    """
-    import dask
-
-    if not isinstance(source, _DaskSource):
-        raise InputError("accumulate_dask needs a data source made of dask arrays.")
-    if chunk_size is not None:
-        source = source.with_row_chunks(check_positive_int(chunk_size, "chunk_size"))
-    stats = list(statistics)
-    root, leaves = build_dask_reduction(stats, source, split_every=split_every)
-    bar = _progress_bar(source.n_samples, progress, _describe_statistics(stats))
-    try:
-        if bar is None:
-            (result,) = dask.compute(root)
-        else:
-            result = _compute_with_progress(root, leaves, bar)
-    finally:
-        if bar is not None:
-            bar.close()
-    for s, r in zip(stats, result):
-        s.merge(r)
-    return stats
-
-
-def _compute_with_progress(root: Any, leaves: list, bar: Any) -> list[Statistic]:
-    import dask
-
-    rows = {leaf.key: (n if n is not None else 0) for leaf, n in leaves}
-    client = _active_client(root)
-    if client is not None:
-        from distributed import as_completed
-
-        futures = client.compute([root] + [leaf for leaf, _ in leaves])
-        root_future = futures[0]
-        for fut in as_completed(futures[1:]):
-            bar.update(rows.get(fut.key, 0))
-        del futures
-        return root_future.result()
-
-    from dask.callbacks import Callback
-
-    class _RowProgress(Callback):
-        def _posttask(self, key, result, dsk, state, worker_id):  # noqa: D401 - dask hook
-            if key in rows:
-                bar.update(rows[key])
-
-    with _RowProgress():
-        (result,) = dask.compute(root)
-    return result
-
-
-def accumulate(statistics: "Statistic | Sequence[Statistic]", data: Any, *, chunk_size: int | None = None,
-               progress: bool | None = None, n_jobs: int | None = None) -> "Statistic | list[Statistic]":
-    """Feed one statistic or a list of statistics with every sample of ``data`` in one pass.
-
-    Parameters
-    ----------
-    statistics : Statistic or sequence of Statistic
-        Updated in place (their previous contents are kept: this adds ``data`` to them).
-    data : data source
-        Anything :func:`nnrecover.data.as_data_source` accepts with a single argument:
-        a tuple ``(X, Y)`` of arrays (numpy, ``np.memmap``, ``np.load(..., mmap_mode="r")``, dask;
-        ``Y`` may be ``None``), a single array ``X`` (no targets), a path to a ``.npy`` file, an
-        iterable of ``(X, Y)`` chunks (e.g. :func:`nnrecover.sample_stream`, a list, a generator),
-        or a :class:`~nnrecover.data.DataSource`.
-    chunk_size : int, optional
-        Rows per chunk when reading arrays (default :func:`~nnrecover.data.default_chunk_rows`).
-        Chunks of an iterable are used as they come. Memory is ``O(chunk_size * d)`` plus the size of
-        the statistics.
-    progress : bool, optional
-        Show a progress bar (tqdm, counting rows) on stderr. ``None`` (default): only when stderr is
-        a terminal and the pass takes more than half a second. ``False``: never.
-    n_jobs : int, optional
-        Worker threads of a non-dask pass (:func:`nnrecover._threads.effective_n_jobs`). ``None``
-        (default): as many as BLAS threads the caller allows, every core unless the caller limited
-        BLAS (``OMP_NUM_THREADS=1``, ``threadpoolctl.threadpool_limits(1)``); ``1``: the calling thread
-        only; ``-1``: every core. The result is bit-identical for every ``n_jobs`` (see "Threads" in
-        this module's docstring). BLAS runs on one thread during the pass; the caller's setting is
-        restored afterwards.
-
-    Returns
-    -------
-    Statistic or list of Statistic
-        The statistic(s) passed in, updated.
-
-    Notes
-    -----
-    When ``X`` is a dask array nothing is iterated on the client: every block pair ``(X_b, Y_b)``
-    becomes one task computing fresh statistics, the partial results are combined by a tree of
-    ``merge`` tasks, and the graph runs on the current dask scheduler (a ``dask.distributed``
-    cluster when a ``Client`` is active). See :func:`nnrecover.data.accumulate_dask`.
-    """
-    from .moments.base import Statistic
-
-    single = isinstance(statistics, Statistic)
-    stats = [statistics] if single else list(statistics)
-    if not stats or not all(isinstance(s, Statistic) for s in stats):
-        raise InputError("statistics must be a Statistic or a non-empty sequence of Statistic objects.")
-    if n_jobs is not None:
-        from ._threads import effective_n_jobs
-
-        effective_n_jobs(n_jobs)  # validated before any data is read (a dask pass ignores it)
-    source = as_data_source(data)
-    if source.is_dask:
-        accumulate_dask(stats, source, chunk_size=chunk_size, progress=progress)
-    else:
-        feed_statistics(stats, source, chunk_size=chunk_size, progress=progress, n_jobs=n_jobs)
-    return stats[0] if single else stats

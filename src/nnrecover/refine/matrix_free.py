@@ -3,7 +3,7 @@
 The shared refinement's full-space stages (:mod:`nnrecover.refine`, method ``"gn"``) form the normal
 matrix ``J^T J`` of all ``P = k d + k + p k + p`` parameters of ``f(x) = A relu(W x + b) + c``: ``8 P^2``
 bytes, ``O(m (k d)^2)`` flops per pass over ``m`` rows and an ``O(P^3)`` Cholesky factorisation. Here the
-normal equations are solved by preconditioned conjugate gradients (:func:`_pcg`); a product with ``J^T J``
+normal equations are solved by preconditioned conjugate gradients (:func:`pcg`); a product with ``J^T J``
 is two ``O(m d k)`` products with the rows, and nothing ``P x P`` is formed.
 
 Notation (the refinement's): ``Z = X W^T + b`` (m x k), ``G = relu'(Z) = 1[Z > 0]``, ``H = relu(Z)``,
@@ -23,7 +23,7 @@ cross block, and its complement block is ``C (x) (I - Q Q^T)`` with
 
     C_il = (A^T A)_il (1/m) sum_n G_ni G_nl                (k x k; for p = 1, a_i a_l times the co-activity).
 
-``M`` = the exact sample normal matrix of the span coordinates (:func:`nnrecover.refine._normal_equations`
+``M`` = the exact sample normal matrix of the span coordinates (:func:`nnrecover.refine.model._normal_equations`
 on the rows projected to ``u``, from at most ``20`` rows per span coordinate) and ``C`` on the complement.
 The sample complement block differs from its expectation by ``O(sqrt(d / m))``, so the number of
 conjugate-gradient steps is set by the ratio of rows to parameters, not by ``d``. For inputs that are not
@@ -32,9 +32,9 @@ standard Gaussian ``M`` is only an approximation of ``J^T J``: the conjugate gra
 
 The rescaling symmetry ``relu(t z) = t relu(z)`` (``t > 0``) makes ``(w_i, b_i, -A[:, i])`` a null direction
 of ``J^T J`` for every unit ``i``; the solver projects these ``k`` directions out of every product
-(``_Operator.project``), and a relative ridge makes ``M`` invertible. Levenberg-Marquardt damps with ``M``
+(``Operator.project``), and a relative ridge makes ``M`` invertible. Levenberg-Marquardt damps with ``M``
 itself as the scaling matrix, ``(J^T J + mu M) h = -g`` (Marquardt's scaling with a block matrix instead
-of a diagonal), the conjugate-gradient tolerance follows an inexact-Newton forcing term (:func:`_forcing`),
+of a diagonal), the conjugate-gradient tolerance follows an inexact-Newton forcing term (:func:`forcing`),
 and the products with ``J^T J`` run in float32 while the residual and the gradient, which fix the
 solution, stay float64 (see :mod:`nnrecover.learners.awasthi2021.scale` for the measurements behind both).
 
@@ -45,8 +45,17 @@ coupling, ``p (k + 1) (k^2 + k)`` (3.9 MB at ``k = p = 20``, 156 MB at ``k = p =
 
 :func:`gauss_newton` is the method ``"gn-matrix-free"`` of :func:`nnrecover.refine.fit_least_squares`,
 :func:`subsample_solver` the solves of its fixed-Hessian steps; the one-output polish of
-:mod:`nnrecover.learners.awasthi2021.scale` shares :func:`_pcg`, :func:`_forcing` and
-:class:`_SpanPreconditioner`.
+:mod:`nnrecover.learners.awasthi2021.scale` shares :func:`pcg`, :func:`forcing` and
+:class:`SpanPreconditioner`.
+
+In the pipeline: Matrix free (:mod:`nnrecover.refine.matrix_free`). The same Levenberg-Marquardt iteration with the normal equations
+solved by preconditioned conjugate gradients: a product with ``J^T J`` is two ``O(m d k)`` products with the
+rows, nothing ``P x P`` is formed, and the preconditioner is the population normal matrix of Gaussian inputs
+(the exact sample normal matrix of the ``k^2 + k + p k + p`` span coordinates ``(dW Q, b, A, c)`` and ``C (x)
+(I - Q Q^T)``, ``C = (A^T A) * (G^T G / m)``, on the complement of the span of the hidden rows), so the
+conjugate gradients need a number of steps set by the ratio of rows to parameters, not by ``d``. It replaces L-BFGS where ``J^T J`` does not fit ``jacobian_memory`` (L-BFGS stops near 1e-8 relative
+error; this reaches round-off on noiseless data), and runs by default from ``_MATRIX_FREE_MIN_PARAMS = 1000``
+parameters, where it is faster than the dense solver (benchmarks/README.md, "Refinement").
 """
 
 from __future__ import annotations
@@ -57,7 +66,9 @@ import numpy as np
 from scipy import linalg
 from scipy.linalg import blas, lapack
 
-from ._threads import blas_threads
+from .._threads import blas_threads
+from ..network import TwoLayerNetwork
+from .model import Model, normal_sums
 
 __all__: list[str] = []
 
@@ -78,16 +89,16 @@ _MAX_REJECTED = 10
 
 # =========================================================================== conjugate gradients
 
-def _dot(u, v) -> float:
+def dot(u, v) -> float:
     """Inner product of two directions given as tuples ``(dW, db, da, dc)`` of arrays or numbers."""
     return float(sum(np.vdot(x, y) for x, y in zip(u[:3], v[:3])) + np.vdot(u[3], v[3]))
 
 
-def _axpy(alpha, x, y):
+def axpy(alpha, x, y):
     return tuple(alpha * xi + yi for xi, yi in zip(x, y))
 
 
-def _pcg(system, g, mu: float, rtol: float, max_cg: int):
+def pcg(system, g, mu: float, rtol: float, max_cg: int):
     """Solve ``(J^T J + mu M) delta = -g`` by preconditioned conjugate gradients; returns ``(delta, its)``.
 
     ``system`` provides ``factor(mu)`` (factorise ``(1 + mu) M``), ``m_apply(*v, inverse)`` (``M v`` or
@@ -100,30 +111,30 @@ def _pcg(system, g, mu: float, rtol: float, max_cg: int):
     def op(v):
         jv = system.jtj(*v)
         if mu:
-            jv = _axpy(mu, system.m_apply(*v, inverse=False), jv)
+            jv = axpy(mu, system.m_apply(*v, inverse=False), jv)
         return system.project(*jv)
 
     x = (np.zeros_like(g[0]), np.zeros_like(g[1]), np.zeros_like(g[2]), 0.0)
     r = system.project(*(tuple(-gi for gi in g[:3]) + (-g[3],)))
     z = system.m_apply(*r, inverse=True)
     p = z
-    rz = _dot(r, z)
+    rz = dot(r, z)
     rz0 = rz
     its = 0
     while its < max_cg and rz > (rtol ** 2) * rz0:
         Ap = op(p)
-        alpha = rz / _dot(p, Ap)
-        x = _axpy(alpha, p, x)
-        r = _axpy(-alpha, Ap, r)
+        alpha = rz / dot(p, Ap)
+        x = axpy(alpha, p, x)
+        r = axpy(-alpha, Ap, r)
         z = system.m_apply(*r, inverse=True)
-        rz_new = _dot(r, z)
-        p = _axpy(rz_new / rz, p, z)
+        rz_new = dot(r, z)
+        p = axpy(rz_new / rz, p, z)
         rz = rz_new
         its += 1
     return x, its
 
 
-def _forcing(loss: float, y_mean_square: float, floor: float, cg_max_rtol: float, cg_min_rtol: float) -> float:
+def forcing(loss: float, y_mean_square: float, floor: float, cg_max_rtol: float, cg_min_rtol: float) -> float:
     """Relative tolerance ``eta`` of one step's conjugate gradients (an inexact-Newton forcing term).
 
     ``eta = min(cg_max_rtol, sqrt(||r|| / ||y||))``, at least ``cg_min_rtol``, and never tighter than what
@@ -148,7 +159,7 @@ def span_block_size(n_hidden: int, n_outputs: int) -> int:
     return n_hidden * n_hidden + n_hidden + n_outputs * n_hidden + n_outputs
 
 
-class _SpanPreconditioner:
+class SpanPreconditioner:
     """The block preconditioner ``M`` (module docstring): ``S`` on the span coordinates ``(dW Q, rest)`` and
     ``C (x) (I - Q Q^T)`` on the complement. A subclass sets ``S``, ``C``, ``Q`` (d x k), ``k`` and
     :meth:`_rest` (the blocks after ``dW``, from the tail of a span vector)."""
@@ -253,7 +264,7 @@ def _span_block_solve(factors: tuple, vec: np.ndarray) -> np.ndarray:
     return out.reshape(vec.shape)
 
 
-def _span_block_unit_inverses(factors: tuple, k: int) -> np.ndarray:
+def span_block_unit_inverses(factors: tuple, k: int) -> np.ndarray:
     """The diagonal blocks of ``S^{-1}`` on each unit's span coordinates ``(v_i, b_i, A[:, i])`` (``k + 1 + p``
     of them; ``v_i`` = row ``i`` of ``dW Q``), from :func:`_span_block_factors`: ``(k, k + 1 + p, k + 1 + p)``.
 
@@ -291,15 +302,12 @@ def _span_block_unit_inverses(factors: tuple, k: int) -> np.ndarray:
     return out
 
 
-class _Operator(_SpanPreconditioner):
+class Operator(SpanPreconditioner):
     """``J^T J / m`` products, ``J^T U / m`` and the block preconditioner ``M`` at one point (module
     docstring). Directions are tuples ``(dW, db, dA, dc)`` of shapes ``(k, d), (k,), (p, k), (p,)``."""
 
     def __init__(self, W: np.ndarray, b: np.ndarray, A: np.ndarray, X: np.ndarray, Z: np.ndarray,
                  X_op: np.ndarray, chunk_rows: int):
-        from .refine import _Model, _normal_sums
-        from .network import TwoLayerNetwork
-
         m, k = Z.shape
         p = A.shape[0]
         self.m, self.k, self.p = m, k, p
@@ -315,13 +323,13 @@ class _Operator(_SpanPreconditioner):
         # span block: the normal matrix of the same network on the projected inputs u = Q^T x
         n_s = min(m, _SPAN_ROWS_PER_COORDINATE * span_block_size(k, p))
         U = X[:n_s] @ self.Q
-        small = _Model(TwoLayerNetwork(W @ self.Q, b, A, np.zeros(p), "relu"),
+        small = Model(TwoLayerNetwork(W @ self.Q, b, A, np.zeros(p), "relu"),
                        ("hidden_weights", "hidden_bias", "output_weights", "output_bias"))
         theta = small.pack(small.net)
         # the span block in its three parts (refine._normal_equations' structure), never as one matrix of
         # (k^2 + k + p (k + 1))^2 entries: the hidden block, the output block I_p (x) K, and the coupling of
         # output o, diag(A[o, u]) F (the hidden coordinate c belongs to unit u(c))
-        sums = _normal_sums(small, theta, U, np.zeros((n_s, p)), chunk_rows)
+        sums = normal_sums(small, theta, U, np.zeros((n_s, p)), chunk_rows)
         self._hidden = sums["hid"] / n_s
         self._coupling = np.column_stack([sums["EH"], sums["Es"]]) / n_s
         self._output = np.block([[sums["HH"], sums["Hs"][:, None]], [sums["Hs"][None, :], np.array([[n_s]])]]) / n_s
@@ -440,11 +448,11 @@ def gauss_newton(theta0: np.ndarray, X: np.ndarray, Y: np.ndarray, shape: tuple[
                  max_cg: int = 100, deadline: float | None = None) -> dict:
     """Matrix-free Levenberg-Marquardt on ``L = (1/m) sum_n ||R_n||^2`` (``"gn"``'s loss, twice its ``F``).
 
-    ``theta0`` stacks ``(W, b, A, c)`` as :class:`nnrecover.refine._Model` does with every block trained;
+    ``theta0`` stacks ``(W, b, A, c)`` as :class:`nnrecover.refine.Model` does with every block trained;
     ``shape = (k, d, p)``. Each trial step solves ``(J^T J + mu M) h = -g`` (module docstring) to the
     forcing term's tolerance with at most ``max_cg`` conjugate-gradient iterations, and is accepted when it
     lowers the loss (gain ratio ``rho`` against the undamped model's decrease ``-g.h/2 + mu h.M h/2`` is
-    positive); ``mu`` then follows Nielsen's rule as in :func:`nnrecover.refine._gauss_newton`, and grows by a
+    positive); ``mu`` then follows Nielsen's rule as in :func:`nnrecover.refine.dense._gauss_newton`, and grows by a
     doubling factor after a rejection. The actual decrease is evaluated from the stored residuals of both
     points (``sum (R - R')(R + R')``), good down to steps far below ``eps L``.
 
@@ -488,13 +496,13 @@ def gauss_newton(theta0: np.ndarray, X: np.ndarray, Y: np.ndarray, shape: tuple[
         if n_iter >= max_iter:
             break
         if system is None:
-            system = _Operator(W, b, A, X, Z, X_op, chunk_rows)
+            system = Operator(W, b, A, X, Z, X_op, chunk_rows)
             g = system.jt(R)
             n_op += 1
         n_iter += 1
-        eta = _forcing(L, y_mean_square, roundoff, _CG_MAX_RTOL, min_rtol)
+        eta = forcing(L, y_mean_square, roundoff, _CG_MAX_RTOL, min_rtol)
         try:
-            h, its = _pcg(system, g, mu, eta, max_cg)
+            h, its = pcg(system, g, mu, eta, max_cg)
         except linalg.LinAlgError:
             h, its = None, 0
         cg_its.append(its)
@@ -513,7 +521,7 @@ def gauss_newton(theta0: np.ndarray, X: np.ndarray, Y: np.ndarray, shape: tuple[
         Wn, bn, An, cn = _unpack(theta_new, k, d, p)
         Z_new, R_new = _forward(Wn, bn, An, cn, X, Y)
         actual = float(np.sum((R - R_new) * (R + R_new))) / m
-        predicted = -_dot(g, h) + mu * _dot(h, system.m_apply(*h, inverse=False))
+        predicted = -dot(g, h) + mu * dot(h, system.m_apply(*h, inverse=False))
         small = abs(actual) <= ftol * L and predicted <= ftol * L
         rho = actual / predicted if predicted > 0 and np.isfinite(actual) else -np.inf
         if rho > 0:
@@ -539,19 +547,19 @@ def subsample_solver(theta: np.ndarray, Xs: np.ndarray, shape: tuple[int, int, i
     """A solver ``g -> h = -(J_m^T J_m / m + damping M)^{-1} g`` with the normal matrix of the rows ``Xs`` at
     ``theta``, by the conjugate gradients of :func:`gauss_newton` to the relative tolerance ``rtol``: the
     matrix-free form of the factorised subsample normal matrix of
-    :func:`nnrecover.refine._fixed_hessian_steps`. ``g`` and ``h`` are flat parameter vectors (``theta``'s
+    :func:`nnrecover.refine.staged._fixed_hessian_steps`. ``g`` and ``h`` are flat parameter vectors (``theta``'s
     layout); the solver's ``g`` is the gradient of ``F = L / 2`` in ``"gn"``'s normalisation, which is
     ``J^T r`` with the same ``1 / m`` scaling as the operator."""
     k, d, p = shape
     W, b, A, c = _unpack(np.asarray(theta, dtype=np.float64), k, d, p)
     with blas_threads(1):
         Z = Xs @ W.T + b
-        system = _Operator(W, b, A, Xs, Z, _operator_rows(Xs, operator_bytes), chunk_rows)
+        system = Operator(W, b, A, Xs, Z, _operator_rows(Xs, operator_bytes), chunk_rows)
 
     def solve(g: np.ndarray) -> np.ndarray:
         gW, gb, gA, gc = _unpack(g, k, d, p)
         with blas_threads(1):
-            h, _ = _pcg(system, (gW, gb, gA, gc), damping, rtol, max_cg)
+            h, _ = pcg(system, (gW, gb, gA, gc), damping, rtol, max_cg)
         return _flat(h, p)
 
     return solve
