@@ -55,7 +55,7 @@ def test_every_registered_algorithm_is_on_its_paper_page(built):
 
 
 def test_every_subcommand_is_on_the_cli_page(built):
-    from nnrecover.cli import build_parser
+    from nnrecover.cli.parser import build_parser
 
     page = (built / "cli.html").read_text(encoding="utf-8")
     import argparse

@@ -119,7 +119,7 @@ class CommandLine(_Generated):
     def lines(self):
         import argparse
 
-        from nnrecover.cli import build_parser
+        from nnrecover.cli.parser import build_parser
 
         parser = build_parser()
         out = ["``nnrecover``", "-" * 17, "", ".. code-block:: text", ""]

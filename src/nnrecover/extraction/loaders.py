@@ -106,6 +106,7 @@ def _load_skops(path: Path) -> LoadedModel:
         raise InputError(f"{path.name} contains types outside scikit-learn/NumPy/SciPy ({', '.join(bad)}); "
                          "refusing to load them.")
     model = sio.load(path, trusted=untrusted)
+    # deferred: scikit-learn is heavy (about 2 s to import) and needed only for a .skops file
     from sklearn.neural_network import MLPClassifier, MLPRegressor
 
     if not isinstance(model, (MLPRegressor, MLPClassifier)):
@@ -243,7 +244,7 @@ def _check_onnx_layers(path: Path) -> None:
     deeper network shows up in its certificate instead.
     """
     try:
-        import onnx
+        import onnx  # deferred: optional (the extract extra), only to inspect an .onnx graph
     except ImportError:
         return
     try:

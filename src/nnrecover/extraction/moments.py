@@ -29,6 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import AssumptionError, CertificateWarning, InputError
+from ..network import TwoLayerNetwork
 from .queries import QueryOracle
 
 __all__ = ["extract_moments", "moment_width"]
@@ -100,8 +101,6 @@ def extract_moments(oracle: QueryOracle, d: int, rng: np.random.Generator, *, n_
                     input_scale: float, n_samples: int | None, n_certify: int,
                     log: Callable[[str], None] | None = None):
     """The ``method="moments"`` route of :func:`nnrecover.extraction.extract`; returns ``(network, diagnostics)``."""
-    from ..network import TwoLayerNetwork
-
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
     budget = oracle.remaining
@@ -128,11 +127,13 @@ def extract_moments(oracle: QueryOracle, d: int, rng: np.random.Generator, *, n_
         k = n_hidden
         diag["width"] = {"n_hidden": k, "method": "given"}
     if Y.shape[1] == 1:
+        # deferred: the learners import scikit-learn (about 2 s), which the critical-point route never needs
         from ..learners import HermiteTensorLearner
 
         learner = HermiteTensorLearner(k, random_state=rng)
         target = Y[:, 0]
     else:
+        # deferred: the learners import scikit-learn (about 2 s), which the critical-point route never needs
         from ..learners import ExactReLULearner
 
         learner = ExactReLULearner(k, random_state=rng)

@@ -20,9 +20,13 @@ import numpy as np
 
 from ..errors import InputError, QueryBudgetError
 
-__all__ = ["QueryOracle", "NoiseModel"]
+__all__ = ["QueryOracle", "NoiseModel", "query_batched", "KAPPA", "MAX_BATCH"]
 
 _EPS = float(np.finfo(np.float64).eps)
+#: multiple of the measured noise below which two values count as equal
+KAPPA = 64.0
+#: rows per model call (bounds the memory of a batch)
+MAX_BATCH = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -188,3 +192,10 @@ class QueryOracle:
                                                                [0.5, 0.75, 0.9]).tolist(),
                     "max_repeat_difference": float(repeat.max()), "queries": 4 * n_points}
         return noise, evidence
+
+
+def query_batched(oracle: QueryOracle, X: np.ndarray) -> np.ndarray:
+    """Query in batches of at most ``MAX_BATCH`` rows (the budget check is per batch)."""
+    if X.shape[0] <= MAX_BATCH:
+        return oracle(X)
+    return np.concatenate([oracle(X[i:i + MAX_BATCH]) for i in range(0, X.shape[0], MAX_BATCH)])

@@ -1,6 +1,6 @@
 """LLL/BKZ lattice reduction and the 0/1 solve of the orientation equations by a short lattice vector.
 
-The orientation problem of :func:`nnrecover.extraction.critical_points.resolve_signs` is ``M t = u``
+The orientation problem of :func:`nnrecover.extraction.signs.resolve_signs` is ``M t = u``
 for ``t`` in ``{0, 1}^k`` with ``M`` real ``(m, k)``, ``k > m``: a multidimensional subset sum. With
 real coefficients known to a relative precision ``eps`` it has density ``k / (m log2(1/eps))`` (``k``
 unknown bits against the bits of the equations); below about 0.94 the solution is, with high
@@ -41,7 +41,7 @@ _BKZ_BLOCKS = (10, 16, 20, 24, 30)
 def have_fpylll() -> bool:
     """True when the ``fpylll`` backend can be imported."""
     try:
-        import fpylll  # noqa: F401
+        import fpylll  # noqa: F401  (optional dependency: the extract extra)
     except ImportError:
         return False
     return True
@@ -126,6 +126,7 @@ def _read_solution(rows, M: np.ndarray, rhs: np.ndarray, accept: np.ndarray) -> 
 
 
 def _solve_fpylll(B: np.ndarray, M, rhs, accept, time_limit: float, info: dict) -> np.ndarray | None:
+    # deferred: fpylll is optional (the extract extra)
     from fpylll import BKZ, LLL, IntegerMatrix
 
     t0 = time.perf_counter()

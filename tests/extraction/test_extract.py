@@ -1,19 +1,16 @@
-"""Tests of black-box extraction by critical points (nnrecover.extraction)."""
+"""Tests of black-box extraction by critical points (nnrecover.extract): end to end, budget, validation,
+and models outside its assumptions (d = 1, leaky-ReLU, smooth or deeper models, models that raise)."""
 
 from __future__ import annotations
 
-import platform
-import sys
 import warnings
 
 import numpy as np
 import pytest
 
 import nnrecover as nr
-from nnrecover.errors import CertificateWarning, InputError, QueryBudgetError
+from nnrecover.errors import AssumptionError, CertificateWarning, InputError, QueryBudgetError
 from nnrecover.extraction import ExtractionResult, extract
-from nnrecover.extraction.critical_points import resolve_signs, search_line
-from nnrecover.extraction.queries import QueryOracle
 
 
 def _angles(est: nr.TwoLayerNetwork, truth: nr.TwoLayerNetwork) -> np.ndarray:
@@ -44,6 +41,12 @@ class CountingModel:
         X = np.asarray(X, self.dtype)
         Y = np.maximum(X @ W.T + b, 0) @ A.T + c
         return Y[:, 0] if Y.shape[1] == 1 else Y
+
+
+def _relu_net(k, d, p=1, seed=0):
+    r = np.random.default_rng(seed)
+    W, b, A, c = r.standard_normal((k, d)), 0.5 * r.standard_normal(k), r.standard_normal((p, k)), r.standard_normal(p)
+    return W, b, A, c
 
 
 # ------------------------------------------------------------------------------------ exactness
@@ -247,142 +250,6 @@ def test_budget_is_honoured_exactly_and_partial_result_is_returned():
     assert dist.min(axis=1).max() < 1e-8
 
 
-# ------------------------------------------------------------------------------------ components
-def test_search_line_finds_every_kink_exactly():
-    d, k = 5, 8
-    net = nr.random_network(d, k, rng=23, bias_range=(-1, 1)).canonical()
-    oracle = QueryOracle(net.predict, d)
-    rng = np.random.default_rng(0)
-    noise, evidence = oracle.calibrate(rng, 1.0)
-    assert evidence["max_repeat_difference"] == 0.0
-    x0, v = rng.standard_normal(d), rng.standard_normal(d)
-    v /= np.linalg.norm(v)
-    lk = search_line(oracle, x0, v, -10.0, 10.0, noise)
-    true_s = -(net.hidden_weights @ x0 + net.hidden_bias) / (net.hidden_weights @ v)
-    true_s = np.sort(true_s[np.abs(true_s) < 10.0])
-    assert lk.s.size == true_s.size
-    # kinks are intersections of exact linear pieces: position error ~ eps |f| / slope change
-    assert np.max(np.abs(np.sort(lk.s) - true_s)) < 1e-11
-    assert lk.queries == oracle.n_queries - evidence["queries"]
-
-
-def test_resolve_signs_recovers_orientations_when_k_exceeds_d():
-    rng = np.random.default_rng(1)
-    d, k = 4, 10
-    W = rng.standard_normal((k, d))
-    W /= np.linalg.norm(W, axis=1, keepdims=True)
-    alpha = rng.uniform(0.5, 1.5, (k, 1)) * rng.choice([-1, 1], (k, 1))
-    t = rng.integers(0, 2, k)
-    U = -(t[:, None] * alpha * W).sum(axis=0)[None, :]
-    found, info = resolve_signs(W, alpha, U, rel_tol=1e-11)
-    assert np.array_equal(found, t) and info["max_relative_residual"] < 1e-11
-    assert info["method"].startswith("0/1")
-    # k <= d: a plain least-squares solve
-    found, info = resolve_signs(W[:3], alpha[:3], -(t[:3, None] * alpha[:3] * W[:3]).sum(0)[None], rel_tol=1e-11)
-    assert np.array_equal(found, t[:3]) and info["method"] == "least squares"
-
-
-def test_lattice_reduction_and_wide_binary_solve():
-    from nnrecover.extraction._lattice import _gram_schmidt, binary_solution, lll_reduce
-
-    rng = np.random.default_rng(3)
-    B = rng.integers(-50, 50, (8, 8)).astype(float)
-    R, finished = lll_reduce(B)
-    assert finished
-    # same lattice: R = U B with U integral and unimodular
-    U = R @ np.linalg.inv(B)
-    assert np.allclose(U, np.rint(U), atol=1e-8) and abs(abs(np.linalg.det(np.rint(U))) - 1) < 1e-8
-    # LLL-reduced (delta = 0.99): size-reduced and the Lovasz condition on consecutive vectors
-    mu, Bn = _gram_schmidt(R)
-    assert np.all(np.abs(np.tril(mu, -1)) <= 0.5 + 1e-9)
-    assert np.all(Bn[1:] >= (0.99 - np.diag(mu, -1) ** 2) * Bn[:-1] * (1 - 1e-9))
-    # k = 40 binary unknowns, m = 5 equations known to 1e-13: a low-density subset sum; the solution
-    # is unique with overwhelming probability (2^40 sums spread over a 5-dimensional box of side ~10
-    # resolved to 1e-11), so the lattice must return exactly t
-    m, k = 5, 40
-    M = rng.standard_normal((m, k))
-    t = rng.integers(0, 2, k)
-    rhs = M @ t + 1e-13 * rng.standard_normal(m)
-    tol = 1e-11 * (np.abs(M).sum(axis=1) + np.abs(rhs))
-    assert np.array_equal(binary_solution(M, rhs, tol), t)
-
-
-def _subset_sum(m, k, noise, seed):
-    """An orientation system ``M t = rhs`` like the extractor's: unit rows times output weights, the
-    right-hand side off by ``noise`` relative to each equation's coefficient scale."""
-    rng = np.random.default_rng(seed)
-    W = rng.standard_normal((k, m))
-    W /= np.linalg.norm(W, axis=1, keepdims=True)
-    alpha = rng.uniform(0.5, 1.5, k) * rng.choice([-1, 1], k)
-    M = -(alpha[:, None] * W).T
-    t = rng.integers(0, 2, k)
-    scale = np.abs(M).sum(axis=1)
-    return M, M @ t + noise * scale * rng.standard_normal(m), t, scale, W, alpha
-
-
-@pytest.mark.parametrize("backend", ["numpy", "auto"])
-def test_lattice_backends_solve_the_same_subset_sum(backend):
-    from nnrecover.extraction._lattice import binary_solution, have_fpylll
-
-    if backend == "auto" and sys.platform == "linux" and platform.machine() == "x86_64":
-        assert have_fpylll(), "fpylll is a dependency of the test extra on Linux x86_64"
-    # m = 6 equations known to 1e-15 weighted at 1e-14, k = 40 unknowns: density 40 / (6 * 46) = 0.14,
-    # far below the 0.94 at which the solution is the lattice's shortest vector; the solution is unique
-    # with overwhelming probability (2^40 sums in a 6-dimensional box resolved to 1e-14), so both
-    # backends must return exactly t
-    M, rhs, t, scale, _, _ = _subset_sum(6, 40, 1e-15, seed=5)
-    info = {}
-    found = binary_solution(M, rhs, 1e-14 * scale, time_limit=60, backend=backend, info=info)
-    assert np.array_equal(found, t)
-    assert info["reduction"].endswith("(fplll)" if backend == "auto" and have_fpylll() else "(numpy)")
-    with pytest.raises(InputError, match="backend"):
-        binary_solution(M, rhs, scale, backend="magic")
-
-
-def test_lattice_falls_back_to_numpy_when_fplll_aborts(monkeypatch):
-    from nnrecover.extraction import _lattice
-
-    def abort(*args, **kwargs):
-        raise RuntimeError("Aborted")     # what cysignals raises for fplll's "infinite loop in babai"
-
-    monkeypatch.setattr(_lattice, "_solve_fpylll", abort)
-    monkeypatch.setattr(_lattice, "have_fpylll", lambda: True)
-    M, rhs, t, scale, _, _ = _subset_sum(6, 40, 1e-15, seed=5)
-    info = {}
-    assert np.array_equal(_lattice.binary_solution(M, rhs, 1e-14 * scale, info=info), t)
-    assert info["fplll_error"] == "Aborted" and info["reduction"] == "LLL (numpy)"
-    with pytest.raises(RuntimeError, match="Aborted"):
-        _lattice.binary_solution(M, rhs, 1e-14 * scale, backend="fpylll")
-
-
-def test_resolve_signs_weights_the_lattice_by_precision():
-    # d = 10 equations, k = 100 units: the extractor's case of a scalar output with k = 10 d. Weighted
-    # by the acceptance tolerance (1e-11) the subset sum has density 100 / (10 * 36) = 0.28, weighted by
-    # the coefficients' precision (1e-14) 0.22: the weight ladder must reach the solution, which meets
-    # the equations to the noise (1e-15) and therefore within rel_tol
-    _, _, t, _, W, alpha = _subset_sum(10, 100, 0.0, seed=7)
-    U = -(t[:, None] * alpha[:, None] * W).sum(axis=0)[None, :]
-    U = U * (1 + 1e-15 * np.random.default_rng(8).standard_normal(U.shape))
-    found, info = resolve_signs(W, alpha[:, None], U, rel_tol=1e-11, precision=1e-14, time_limit=120)
-    assert np.array_equal(found, t)
-    assert info["max_relative_residual"] <= 1e-11
-    assert info["lattice_weights_tried"][0] == 1e-14
-
-
-def test_wide_scalar_box_k_10d_is_oriented():
-    # d = 10, k = 100, scalar output: 10 equations for 100 orientations; solved by the lattice at the
-    # precision of a float64 box (max angle ~1e-14 and function ~1e-14 measured)
-    d, k = 10, 100
-    net = nr.random_network(d, k, rng=0, bias_range=(-1, 1))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", CertificateWarning)
-        res = extract(CountingModel(net), d, rng=0, sign_time_limit=60)
-    assert res.network_.n_hidden == k and res.diagnostics_["linear_units"] == 0
-    assert _angles(res.network_, net).max() < 1e-8
-    assert _rel_error(res.network_, net, d) < 1e-9
-    assert res.diagnostics_["signs"]["method"].startswith("0/1 solve by lattice")
-
-
 # ------------------------------------------------------------------------------------- validation
 def test_input_validation():
     net = nr.random_network(3, 2, rng=0, bias_range=(-1, 1))
@@ -406,67 +273,6 @@ def test_input_validation():
     assert res.network_.n_hidden == 2
 
 
-# ------------------------------------------------------------------------------------ sample-only
-def test_moments_route_scalar_and_vector():
-    # k < d, noiseless Gaussian queries: the learners' refinement reaches round-off (measured 1e-16),
-    # so 1e-9 is a real check of the whole route (width from the spectrum, learner, rescaling)
-    d, k = 5, 3
-    net = nr.random_network(d, k, rng=0, bias_range=(-0.5, 0.5))
-    res = extract(net.predict, d, method="moments", rng=0, n_samples=60_000, input_scale=2.0)
-    assert res.network_.n_hidden == k and res.diagnostics_["width"]["n_hidden"] == k
-    assert _rel_error(res.network_, net, d) < 1e-9
-    assert res.n_queries_ == 60_000 + 2000 and res.diagnostics_["certificate"]["passed"]
-    net3 = nr.random_network(6, 3, 4, rng=0, bias_range=(-0.5, 0.5))
-    res3 = extract(net3.predict, 6, method="moments", rng=0, n_samples=60_000, n_hidden=3)
-    assert res3.network_.n_outputs == 4 and _rel_error(res3.network_, net3, 6) < 1e-9
-
-
-def test_moments_route_warns_when_its_certificate_fails():
-    # a leaky-ReLU box is outside the model: the route's own certificate (1e-6 on fresh queries) fails and
-    # says so, beside whatever the learner itself warns
-    W = np.random.default_rng(0).standard_normal((3, 5))
-
-    def box(X):
-        Z = X @ W.T
-        return np.where(Z > 0, Z, 0.2 * Z).sum(axis=1)
-
-    with pytest.warns(CertificateWarning, match="extraction certificate failed"):
-        res = extract(box, 5, method="moments", rng=0, n_samples=60_000, n_hidden=3)
-    assert not res.diagnostics_["certificate"]["passed"] and res.diagnostics_["certificate"]["relative_error"] > 1e-3
-
-
-def test_moment_width_statistics_and_refusals():
-    from scipy.stats import norm
-
-    from nnrecover.errors import AssumptionError
-    from nnrecover.extraction.moments import _he2, _he4_unfolded, moment_width
-
-    d, k = 4, 6
-    net = nr.random_network(d, k, rng=1, bias_range=(-0.3, 0.3)).canonical()
-    X = np.random.default_rng(2).standard_normal((200_000, d))
-    y = net.predict(X)
-    W, b, a = net.hidden_weights, net.hidden_bias, net.output_weights[0]
-    # population forms: E[relu(t + b) He_2(t)] = phi(b), E[relu(t + b) He_4(t)] = phi''(b) = (b^2 - 1) phi(b)
-    P2 = np.einsum("j,ji,jk->ik", a * norm.pdf(b), W, W)
-    V = np.einsum("ji,jk->jik", W, W).reshape(k, d * d)
-    P4 = np.einsum("j,jm,jn->mn", a * (b ** 2 - 1) * norm.pdf(b), V, V)
-    width, ev = moment_width(X, y[:, None])
-    # the sample statistics agree with the population forms to a few times the sampling error the
-    # function measures itself (half-sample difference; 4 covers a 4-sigma deviation of the norm)
-    assert np.linalg.norm(_he2(X, y) - P2, 2) <= 4 * ev["order2"]["sampling_error"]
-    assert np.linalg.norm(_he4_unfolded(X, y) - P4, 2) <= 4 * ev["order4"]["sampling_error"]
-    # the width is the number of singular values above 3x that error, never more than the truth here
-    assert width == max(ev["order2"]["rank"], ev["order4"]["rank"]) and 1 <= width <= k
-    with pytest.raises(AssumptionError, match="no hidden unit"):
-        extract(lambda X: np.ones(X.shape[0]), 3, method="moments", rng=0, n_samples=5000)
-    with pytest.raises(InputError, match="at least 1000"):
-        extract(net.predict, d, method="moments", rng=0, max_queries=2500)
-    with pytest.raises(QueryBudgetError) as info, warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # the learner fitted on 5000 rows warns about its certificates
-        extract(net.predict, d, method="moments", rng=0, n_samples=5000, max_queries=6000)
-    assert info.value.partial.network_ is None and info.value.n_queries == 5000
-
-
 def test_extract_experiment_quick(tmp_path):
     from nnrecover.experiments.runner import run_experiment
 
@@ -478,3 +284,65 @@ def test_extract_experiment_quick(tmp_path):
     f32 = df[df["dtype"] == "float32"]
     assert (f32["function_error"] < 1e-5).all() and (f32["noise"] > 1e-9).all()
     assert (df["queries"] > 0).all() and (tmp_path / "figure.png").exists()
+
+
+def test_d1_exact():
+    # one input: each "hyperplane" is a point; the three kinks of this model lie in [-2.1, -0.2], inside
+    # the searched radius 4, so all three are recovered to round-off (piecewise-linear exact fit)
+    W, b, A, c = _relu_net(3, 1)
+    f = lambda X: (np.maximum(X @ W.T + b, 0) @ A.T + c)[:, 0]  # noqa: E731
+    res = nr.extract(f, 1, rng=0)
+    assert res.network_.n_hidden == 3 and res.diagnostics_["certificate"]["passed"]
+    X = np.linspace(-5, 5, 401)[:, None]
+    assert np.max(np.abs(res.predict(X).ravel() - f(X))) <= 1e-12 * (1 + np.max(np.abs(f(X))))
+    kinks = np.sort(-res.network_.hidden_bias / res.network_.hidden_weights[:, 0])
+    assert np.allclose(kinks, np.sort(-b / W[:, 0]), rtol=0, atol=1e-12)
+
+
+def test_leaky_relu_not_silently_wrong():
+    # leaky(z) = 0.9 relu(z) + 0.1 z: the linear part is no set of flipped units (t_j = -1/9), so the
+    # sign solve must not round it away; the result keeps it as flagged extra unit pairs (exact function)
+    W, b, A, c = _relu_net(3, 4)
+    f = lambda X: (np.where(X @ W.T + b > 0, X @ W.T + b, 0.1 * (X @ W.T + b)) @ A.T + c)[:, 0]  # noqa: E731
+    with pytest.warns(CertificateWarning, match="orientation"):
+        res = nr.extract(f, 4, rng=0)
+    assert res.diagnostics_["linear_units"] > 0
+    assert res.diagnostics_["certificate"]["passed"]
+    assert res.diagnostics_["signs"]["max_relative_residual"] > 1e-3
+
+
+def test_failed_certificate_warns():
+    # a two-hidden-layer ReLU model has bent hyperplanes: no one-hidden-layer network matches it and the
+    # certificate must say so loudly, not only in diagnostics
+    r = np.random.default_rng(0)
+    W1, W2, a = r.standard_normal((4, 3)), r.standard_normal((3, 4)), r.standard_normal(3)
+    f = lambda X: np.maximum(np.maximum(X @ W1.T + 0.3, 0) @ W2.T - 0.2, 0) @ a  # noqa: E731
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = nr.extract(f, 3, rng=0)
+    assert not res.diagnostics_["certificate"]["passed"]
+    assert any("certificate failed" in str(w.message) for w in caught
+               if issubclass(w.category, CertificateWarning))
+
+
+@pytest.mark.parametrize("model", [lambda X: np.tanh(X).sum(axis=1), lambda X: np.zeros(X.shape[0]),
+                                   lambda X: X @ np.arange(1.0, 5.0)],
+                         ids=["tanh", "constant", "affine"])
+def test_no_unit_is_an_assumption_error(model):
+    with pytest.raises(AssumptionError, match="no hidden unit found"):
+        nr.extract(model, 4, rng=0)
+
+
+def test_model_that_raises_is_input_error_and_counted():
+    calls = []
+
+    def bad(X):
+        calls.append(len(X))
+        raise RuntimeError("boom")
+
+    with pytest.raises(InputError, match="model raised RuntimeError: boom") as info:
+        nr.extract(bad, 4, rng=0)
+    assert isinstance(info.value.__cause__, RuntimeError) and len(calls) == 1
+    W, b, A, c = _relu_net(3, 4)
+    with pytest.raises(InputError, match="check n_inputs"):
+        nr.extract(lambda X: np.maximum(X @ W.T + b, 0) @ A[0], 5, rng=0)

@@ -14,7 +14,8 @@ import pytest
 
 import nnrecover as nr
 from nnrecover._validation import check_random_state
-from nnrecover.cli import main, parse_option
+from nnrecover.cli import main
+from nnrecover.cli.commands import parse_option
 from nnrecover.errors import AssumptionError, AssumptionWarning, InputError
 from nnrecover.experiments.runner import to_jsonable
 from nnrecover.learners import registry
@@ -130,7 +131,7 @@ def test_parse_option_values():
 def test_integer_arguments_accept_scientific_and_underscored_forms():
     import argparse
 
-    from nnrecover.cli import _int_like
+    from nnrecover.cli.parser import _int_like
 
     assert _int_like("1e5") == _int_like("100_000") == 100_000
     assert _int_like("12345678901234567891") == 12345678901234567891  # exact beyond 2**53
@@ -592,7 +593,7 @@ def test_fit_never_writes_over_its_data_and_writes_model_and_diagnostics_togethe
     diag.write_text("old diagnostics")
     from unittest import mock
 
-    import nnrecover.cli as cli
+    import nnrecover.cli.commands as cli
 
     real = cli._json_text
     calls = []

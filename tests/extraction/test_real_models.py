@@ -19,7 +19,7 @@ import pytest
 import nnrecover as nr
 from nnrecover.errors import CertificateWarning, InputError, QueryBudgetError
 from nnrecover.extraction import extract
-from nnrecover.extraction.cli import add_parser, run
+from nnrecover.cli.extract import add_parser, run
 from nnrecover.extraction.loaders import load_model
 from nnrecover.metrics import parameter_error
 
@@ -276,7 +276,7 @@ def test_failed_certificate_never_replaces_the_output(tmp_path, capsys):
 
 
 def test_default_budget_stops_a_search_with_a_clear_message(monkeypatch):
-    import nnrecover.extraction as ex
+    import nnrecover.extraction.dispatch as ex
 
     monkeypatch.setattr(ex, "default_budget", lambda d: 3000)
     net = nr.random_network(6, 10, rng=2, bias_range=(-1, 1))

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, QueryBudgetError
+from ..extraction import extract, load_model
+from ..io import atomic_outputs, check_distinct, check_writable, write_text_atomic
 
 __all__ = ["add_parser", "run"]
 
@@ -102,8 +104,6 @@ def _jsonable(obj: Any) -> Any:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    from ..io import write_text_atomic
-
     write_text_atomic(path, json.dumps(_jsonable(data), indent=1))
 
 
@@ -115,9 +115,6 @@ def run(args: argparse.Namespace) -> int:
     InputError, QueryBudgetError
         User mistakes and an exhausted budget; the caller prints them as one line.
     """
-    from . import extract
-    from .loaders import load_model
-
     out = Path(args.out)
     if out.suffix.lower() not in (".json", ".npz"):
         raise InputError(f"--out must name a .json or .npz file, got {args.out!r}.")
@@ -125,8 +122,6 @@ def run(args: argparse.Namespace) -> int:
     partial_path = diag_path.with_name(diag_path.stem + ".partial.json")
     failed_out = out.with_name(out.stem + ".failed" + out.suffix)
     failed_diag = diag_path.with_name(diag_path.stem + ".failed.json")
-    from ..io import check_distinct, check_writable
-
     model_file = args.model if Path(args.model).exists() else None  # else module:function
     check_distinct({"MODEL": model_file}, {"--out": out, "--diagnostics": diag_path,
                                            "the partial diagnostics (<diagnostics stem>.partial.json)": partial_path,
@@ -156,8 +151,6 @@ def run(args: argparse.Namespace) -> int:
             raise QueryBudgetError(msg, partial=exc.partial, n_queries=exc.n_queries) from None
         raise
     diag = {"model": args.model, "model_kind": model.kind, **res.diagnostics_}
-    from ..io import atomic_outputs
-
     cert = res.diagnostics_["certificate"]
     net_path, diag_out = (out, diag_path) if cert["passed"] else (failed_out, failed_diag)
     with atomic_outputs([net_path, diag_out]) as (net_tmp, diag_tmp):

@@ -13,7 +13,7 @@ import pytest
 import nnrecover as nr
 from nnrecover.errors import InputError, QueryBudgetError
 from nnrecover.extraction import extract
-from nnrecover.extraction.cli import add_parser, run
+from nnrecover.cli.extract import add_parser, run
 from nnrecover.extraction.loaders import load_model
 
 

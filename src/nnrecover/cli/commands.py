@@ -1,67 +1,49 @@
-"""The ``nnrecover`` command line: ``demo | methods | simulate | fit | evaluate | experiment | check | extract``.
+"""The commands of ``nnrecover``: ``demo``, ``methods``, ``simulate``, ``fit``, ``check``, ``evaluate``, ``experiment``.
 
-Every subcommand has ``--help``. A user mistake (bad flag, missing or malformed file, unknown
-learner, unknown learner option, violated assumption) prints exactly one line
-``nnrecover: error: <what is wrong and how to fix it>`` on stderr and exits with status 2; no Python
-traceback. A learner that fails to converge exits with status 1. An unexpected exception (a bug)
-prints one ``internal error`` line and exits with status 1; ``--debug`` shows its traceback (and
-that of a user error, before its line, with the same exit status).
-Warnings are shown as one ``nnrecover: warning: ...`` line each.
+Each ``cmd_<name>(args)`` takes the parsed arguments (:func:`nnrecover.cli.parser.build_parser`) and
+returns the exit status; a user mistake is raised as an :class:`~nnrecover.errors.InputError` and
+printed as one line by :func:`nnrecover.cli.main`. Outputs are checked for writability before the work
+starts and written whole or not at all (:mod:`nnrecover.io`). ``extract`` is in
+:mod:`nnrecover.cli.extract`.
 
-Outputs: every output path is checked for writability (and, for ``simulate``, the folder's free
-space against the size of the samples) before the command starts its work; an output that names an
-input file or another output, or a path that is not a regular file (a device, a pipe), is refused
-(:func:`nnrecover.io.check_distinct`). Every file is written to a temporary file in the same folder
-that is renamed into place only when complete (:func:`nnrecover.io.atomic_output`), and the files of
-one result (``fit``'s model and diagnostics, ``extract``'s network and diagnostics, the files of
-``demo`` and ``experiment``) are renamed together once all are complete
-(:func:`nnrecover.io.atomic_outputs`). An error, Ctrl-C (exit 130) or SIGTERM (exit 143) leaves every
-output as it was; a ``fit`` whose model predicts non-finite values on its training data writes
-nothing (exit 1).
-
-Entry point: :func:`main` (``nnrecover = nnrecover.cli:main`` in pyproject.toml; also
-``python -m nnrecover``).
+The experiments subpackage (and with it the learners it fits, scikit-learn and pandas) and
+:mod:`nnrecover.metrics` (SciPy's optimize and spatial modules) are imported inside the commands that
+use them: at module top they would make ``nnrecover --help`` take about three times as long.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import datetime as _dt
 import json
 import os
-import sys
 import time
-import traceback
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .errors import ConvergenceError, InputError, NNRecoverError
+from .. import distributions as D
+from .._validation import as_float_array, check_finite
+from ..assumptions import check
+from ..errors import ConvergenceError, InputError
+from ..io import (SAMPLE_FORMATS, atomic_outputs, check_distinct, check_free_space, check_writable, load_samples,
+                  prepare_output_dir, sample_file_bytes, save_sample_stream, write_text_atomic)
+from ..learners import PAPERS, available, make_learner
+from ..network import TwoLayerNetwork, random_network
+from ..sampling import sample, sample_stream
 
-__all__ = ["main", "build_parser", "parse_option"]
+__all__ = ["cmd_demo", "cmd_methods", "cmd_simulate", "cmd_fit", "cmd_check", "cmd_evaluate", "cmd_experiment",
+           "parse_option", "one_line", "DISTRIBUTIONS"]
 
-PROG = "nnrecover"
 _HIDDEN_WEIGHTS_FORMAT = "nnrecover.HiddenWeights/1"
-_DISTRIBUTIONS = ("gaussian", "mixture", "rademacher")
-
-
-class _UsageError(Exception):
-    """A command-line syntax error (raised instead of argparse's print-usage-and-exit)."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # noqa: D401 - argparse hook
-        raise _UsageError(f"{message} (see '{self.prog} --help')")
+DISTRIBUTIONS = ("gaussian", "mixture", "rademacher")
 
 
 def _say(text: str = "") -> None:
     print(text, flush=True)
 
 
-# ------------------------------------------------------------------------------------------ parsing helpers
+
 def parse_option(text: str) -> tuple[str, Any]:
     """Parse one ``--option key=value``.
 
@@ -88,68 +70,6 @@ def _options(items: Sequence[str] | None) -> dict[str, Any]:
         out[key] = value
     return out
 
-
-def _int_at_least(minimum: int):
-    """An argparse type: integers (also written like 1e5 or 100_000) that are ``>= minimum``."""
-    what = {0: "a non-negative integer", 1: "a positive integer"}.get(minimum, f"an integer >= {minimum}")
-
-    def parse(text: str) -> int:
-        try:
-            value = _int_like(text)
-        except argparse.ArgumentTypeError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        return value
-    parse.__name__ = what  # argparse names the type in its messages
-    return parse
-
-
-_nonneg_int = _int_at_least(0)
-_pos_int = _int_at_least(1)
-
-
-def _width(text: str) -> int | str:
-    """``--hidden``: a positive integer or ``auto`` (the width read from the data)."""
-    if text.strip().lower() == "auto":
-        return "auto"
-    try:
-        return _pos_int(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', got {text!r}") from None
-
-
-def _int_like(text: str) -> int:
-    """Integers, also written like 1e5 or 100_000."""
-    with contextlib.suppress(ValueError):  # exact for integers beyond 2**53
-        return int(text.replace("_", ""))
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if not value.is_integer():
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
-    return int(value)
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (np.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
-
-
-def _finite_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not np.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
 
 
 def _fmt(value: Any, spec: str = ".2e") -> str:
@@ -179,15 +99,13 @@ def _table(rows: Sequence[dict], columns: Sequence[str], formats: dict[str, Call
 
 
 def _json_text(data: dict) -> str:
-    from .experiments.runner import to_jsonable
+    from ..experiments.runner import to_jsonable  # deferred: keeps --help fast
 
     return json.dumps(to_jsonable(data), indent=1) + "\n"
 
 
 def _write_json(path: Path, data: dict) -> None:
     """Write ``data`` as JSON, completely or not at all (:func:`nnrecover.io.write_text_atomic`)."""
-    from .io import write_text_atomic
-
     write_text_atomic(path, _json_text(data))
 
 
@@ -197,15 +115,11 @@ def _out_file(path: str, flag: str = "--out") -> Path:
     The folder is created if missing and probed with a temporary file (:func:`nnrecover.io.check_writable`),
     so that an unwritable path is a one-line error before any computation, not after it.
     """
-    from .io import check_writable
-
     return check_writable(path, flag)
 
 
 def _out_dir(path: str, names: Sequence[str] = (), flag: str = "--out") -> Path:
     """An output folder (created if missing) in which each of ``names`` can be written."""
-    from .io import prepare_output_dir
-
     return prepare_output_dir(path, names, f"{flag} directory")
 
 
@@ -245,10 +159,7 @@ def _chunked_errors(net, X, Y, chunk: int = 1 << 16) -> dict[str, Any]:
             "finite_predictions": True}
 
 
-# ------------------------------------------------------------------------------------------ distributions
 def _distribution_from_spec(spec: dict | None, d: int):
-    from . import distributions as D
-
     if not spec:
         return D.StandardGaussian(d)
     name = spec.get("name")
@@ -258,12 +169,10 @@ def _distribution_from_spec(spec: dict | None, d: int):
         return D.Rademacher(d)
     if name == "mixture":
         return D.SymmetricMixture(spec["means"], spec.get("cov"))
-    raise InputError(f"unknown distribution {name!r} in the teacher file; known: {', '.join(_DISTRIBUTIONS)}.")
+    raise InputError(f"unknown distribution {name!r} in the teacher file; known: {', '.join(DISTRIBUTIONS)}.")
 
 
 def _make_distribution(args, d: int, gen) -> tuple[Any, dict]:
-    from . import distributions as D
-
     if args.distribution != "mixture" and (args.mixture_components is not None or args.mixture_scale is not None):
         raise InputError("--mixture-components and --mixture-scale shape the mixture input law; add "
                          f"--distribution mixture (the law is {args.distribution!r}).")
@@ -276,15 +185,11 @@ def _make_distribution(args, d: int, gen) -> tuple[Any, dict]:
     return D.SymmetricMixture(means), {"name": "mixture", "means": means.tolist(), "cov": None}
 
 
-# ------------------------------------------------------------------------------------------ commands
 _DEMO_FILES = ("demo.png", "recovery.png", "results.csv", "teacher.json", "metadata.json")
 
 
 def _demo_verdicts(teacher, dist, n: int, args) -> None:
     """One line per learner: does it apply to these data, and why (``nr.check`` on the first rows)."""
-    from .assumptions import check
-    from .sampling import sample
-
     rows = min(n, 20_000)
     X, Y = sample(teacher, dist, rows, noise=args.noise, rng=np.random.default_rng([args.seed, 1]))
     report = check(X, Y)
@@ -298,12 +203,12 @@ def _demo_verdicts(teacher, dist, n: int, args) -> None:
     _say()
 
 
-def _cmd_demo(args) -> int:
-    from .experiments.baseline import (DEMO_DEFAULTS, DEMO_MAX_OUTPUTS, FAILED_FUNCTION_ERROR, FAILED_UNIT_ERROR,
+def cmd_demo(args) -> int:
+    # deferred: keeps --help fast
+    from ..experiments.baseline import (DEMO_DEFAULTS, DEMO_MAX_OUTPUTS, FAILED_FUNCTION_ERROR, FAILED_UNIT_ERROR,
                                        compare_learners, comparison_figure, demo_options, demo_teacher,
                                        recovery_figure, select_learners)
-    from .experiments.runner import environment_info
-    from .io import atomic_outputs
+    from ..experiments.runner import environment_info  # deferred: keeps --help fast
 
     select_learners(args.learner)  # an unknown name is a one-line error before any output
     out = _out_dir(args.out, _DEMO_FILES)
@@ -365,10 +270,7 @@ def _cmd_demo(args) -> int:
     return 0
 
 
-def _cmd_methods(args) -> int:
-    from .learners import available
-    from .learners.registry import PAPERS
-
+def cmd_methods(args) -> int:
     records = available(args.paper, learners_only=args.learners_only)  # an unknown paper is an InputError
     rows = [{"name": r.name, "paper": r.paper, "algorithm": r.algorithm,
              "target": getattr(r.target, "__name__", repr(r.target)),
@@ -393,11 +295,8 @@ _TEACHER_DEFAULTS = {"inputs": 10, "hidden": 4, "outputs": 1, "activation": "rel
                      "rows": "unit"}
 
 
-def _cmd_simulate(args) -> int:
-    from .experiments.runner import resolve_seed
-    from .io import SAMPLE_FORMATS, check_free_space, sample_file_bytes, save_sample_stream
-    from .network import TwoLayerNetwork, random_network
-    from .sampling import sample_stream
+def cmd_simulate(args) -> int:
+    from ..experiments.runner import resolve_seed  # deferred: keeps --help fast
 
     if args.use_teacher is not None:
         given = [flag for key, flag in _TEACHER_FLAGS.items() if getattr(args, key) is not None]
@@ -413,8 +312,6 @@ def _cmd_simulate(args) -> int:
         raise InputError(f"--out must end in one of {', '.join(SAMPLE_FORMATS)}, got {Path(args.out).name!r}.")
     if teacher_out is not None and Path(teacher_out).suffix.lower() != ".json":
         raise InputError(f"--teacher must name a .json file, got {Path(teacher_out).name!r}.")
-    from .io import check_distinct
-
     check_distinct({"--use-teacher": args.use_teacher}, {"--out": args.out, "--teacher": teacher_out})
     out = _out_file(args.out, "--out")
     teacher_path = _out_file(teacher_out, "--teacher") if teacher_out is not None else None
@@ -451,8 +348,6 @@ def _cmd_simulate(args) -> int:
 
 
 def _load_data(args):
-    from .io import load_samples
-
     columns = [c.strip() for item in (args.target_column or ()) for c in item.split(",") if c.strip()]
     npz = Path(args.data).suffix.lower() == ".npz"
     targets_npz = args.targets is not None and Path(args.targets).suffix.lower() == ".npz"
@@ -472,9 +367,7 @@ def _load_data(args):
                         x_key=args.x_key or "X", y_key=args.y_key or "Y")
 
 
-def _cmd_fit(args) -> int:
-    from .learners import make_learner
-    from .network import TwoLayerNetwork
+def cmd_fit(args) -> int:
 
     options = _options(args.option)
     if args.seed is not None and "random_state" in options:
@@ -482,8 +375,6 @@ def _cmd_fit(args) -> int:
     if Path(args.out).suffix.lower() not in (".json", ".npz"):
         raise InputError(f"--out must name a .json or .npz file, got {str(args.out)!r}.")
     est = make_learner(args.learner, args.hidden, options, random_state=args.seed)
-    from .io import atomic_outputs, check_distinct
-
     check_distinct({"DATA": args.data, "--targets": args.targets},
                    {"--out": args.out, "--diagnostics": args.diagnostics})
     out = _out_file(args.out, "--out")
@@ -539,17 +430,13 @@ def _cmd_fit(args) -> int:
 
 def _read_model(path: str):
     """A TwoLayerNetwork, or a (k, d) array for a hidden-weights-only file."""
-    from .network import TwoLayerNetwork
-
     p = Path(path)
     if p.suffix.lower() == ".json" and p.exists():
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-            raise InputError(f"{p.name} is not valid JSON: {_one_line(str(exc))[:200]}") from None
+            raise InputError(f"{p.name} is not valid JSON: {one_line(str(exc))[:200]}") from None
         if isinstance(data, dict) and data.get("format") == _HIDDEN_WEIGHTS_FORMAT:
-            from ._validation import as_float_array, check_finite
-
             W = as_float_array(data.get("hidden_weights"), f"hidden_weights in {p.name}")
             if W.ndim != 2 or 0 in W.shape:
                 raise InputError(f"{p.name}: hidden_weights must be a non-empty (k, d) matrix, got shape {W.shape}.")
@@ -558,9 +445,8 @@ def _read_model(path: str):
     return TwoLayerNetwork.load(path)
 
 
-def _cmd_check(args) -> int:
-    from .assumptions import check
-    from .experiments.runner import to_jsonable
+def cmd_check(args) -> int:
+    from ..experiments.runner import to_jsonable  # deferred: keeps --help fast
 
     X, Y = _load_data(args)
     report = check(X, Y, max_rows=args.max_rows, random_state=args.seed)
@@ -575,10 +461,9 @@ def _cmd_check(args) -> int:
     return 0
 
 
-def _cmd_evaluate(args) -> int:
-    from . import metrics
-    from .experiments.runner import to_jsonable
-    from .network import TwoLayerNetwork
+def cmd_evaluate(args) -> int:
+    from .. import metrics  # deferred: SciPy optimize/spatial, keeps --help fast
+    from ..experiments.runner import to_jsonable  # deferred: keeps --help fast
 
     if args.teacher is None and args.data is None:
         raise InputError("evaluate needs --teacher T.json (compare parameters) and/or --data FILE "
@@ -621,9 +506,9 @@ def _cmd_evaluate(args) -> int:
     return 0
 
 
-def _cmd_experiment(args) -> int:
-    from .experiments import available_experiments
-    from .experiments.runner import run_experiment
+def cmd_experiment(args) -> int:
+    from ..experiments import available_experiments  # deferred: keeps --help fast
+    from ..experiments.runner import run_experiment  # deferred: keeps --help fast
 
     if args.list:
         recs = available_experiments()
@@ -647,262 +532,6 @@ def _cmd_experiment(args) -> int:
     return 0
 
 
-# ------------------------------------------------------------------------------------------ parser
-def _data_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--targets", metavar="FILE",
-                   help="separate file with the targets (the data file then holds the inputs only)")
-    p.add_argument("--target-column", action="append", metavar="COL",
-                   help="target column(s): names (.csv/.parquet) or positions (.npy, e.g. -1), comma-separated "
-                        "or repeated. Default: 'y', else 'y0, y1, ...', else the last column")
-    p.add_argument("--x-key", default=None, help="array name of the inputs in a .npz file (default: X)")
-    p.add_argument("--y-key", default=None, help="array name of the targets in a .npz file (default: Y)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``nnrecover`` (errors raise instead of exiting)."""
-    from . import __version__
-
-    parser = _Parser(prog=PROG, description="Provable recovery of two-layer neural networks "
-                     "f(x) = A act(W x + b) + c from input-output samples.",
-                     epilog="Run 'nnrecover demo' for a two-minute tour; 'nnrecover COMMAND --help' for details.")
-    parser.add_argument("--version", action="version", version=f"nnrecover {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show Python tracebacks (for bug reports)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-
-    p = sub.add_parser("demo", help="fit every applicable learner on a built-in teacher and compare them",
-                       description="Build a random ReLU teacher, stream samples from it, fit every registered "
-                       "learner that applies, print a comparison table (errors, fit time, samples) and "
-                       "save demo.png (errors and times), recovery.png (recovered against true weights, one "
-                       "panel per fit), results.csv, teacher.json and metadata.json into --out.")
-    p.add_argument("--n-samples", type=_pos_int, default=None, metavar="N",
-                   help="samples to draw (default 100000; 20000 with --quick)")
-    p.add_argument("--seed", type=_nonneg_int, default=0, help="random seed (default 0)")
-    p.add_argument("--out", default="nnrecover-demo", metavar="DIR", help="output directory (default ./nnrecover-demo)")
-    p.add_argument("--quick", action="store_true",
-                   help="20000 samples and least-squares fits on 5000 rows (a fast smoke test)")
-    p.add_argument("--learner", action="append", metavar="NAME", help="run only this learner (repeatable)")
-    p.add_argument("--refined-only", action="store_true",
-                   help="skip the refine=False runs (the papers' algorithms without local refinement)")
-    p.add_argument("--time-budget", type=_nonneg_float, default=20.0, metavar="SECONDS",
-                   help="seconds per learner for the learners that run random restarts (gradient-descent): no "
-                        "new restart starts after it and the running one stops at its optimiser's next pass over "
-                        "the rows; the log says when one stopped early (default 20). "
-                        "The provable learners run a fixed number of steps and do not take it")
-    p.add_argument("--noise", type=_nonneg_float, default=0.0, help="label-noise standard deviation (default 0)")
-    p.add_argument("--inputs", "-d", type=_pos_int, default=10, help="input dimension d (default 10)")
-    p.add_argument("--hidden", "-k", type=_pos_int, default=4, help="hidden units k (default 4)")
-    p.add_argument("--outputs", "-p", type=_pos_int, default=4, help="outputs p (default 4)")
-    p.add_argument("--bias", type=_nonneg_float, default=0.1, help="hidden biases uniform in [-BIAS, BIAS] (default 0.1)")
-    p.set_defaults(func=_cmd_demo)
-
-    p = sub.add_parser("methods", help="list the implemented algorithms (paper, algorithm, assumptions)",
-                       description="List every registered algorithm: its name, paper, the paper's algorithm "
-                       "label, the implementing class or function, whether 'fit --learner NAME' runs it (fit = "
-                       "yes: the learners; the others are Python functions), and its assumptions.")
-    p.add_argument("--paper", help="only this paper (awasthi2021, ge2019, bakshi2019, goel2019, baseline)")
-    p.add_argument("--learners-only", action="store_true", help="only estimators usable by 'nnrecover fit'")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(func=_cmd_methods)
-
-    p = sub.add_parser("simulate", help="draw a random teacher and write samples (.npz/.npy/.csv/.parquet)",
-                       description="Draw a random teacher network and n labelled samples; write the samples "
-                       "(format by --out suffix; .npy/.csv/.parquet are written chunk by chunk) and the teacher "
-                       "as JSON (with the input distribution, noise and seed).")
-    p.add_argument("--inputs", "-d", type=_pos_int, default=None, help="input dimension d (default 10)")
-    p.add_argument("--hidden", "-k", type=_pos_int, default=None, help="hidden units k (default 4)")
-    p.add_argument("--outputs", "-p", type=_pos_int, default=None, help="outputs p (default 1)")
-    p.add_argument("--activation", default=None, help="activation name, e.g. relu, step, sigmoid, "
-                   "'leaky_relu(0.1)' (default relu)")
-    p.add_argument("--bias-range", type=_finite_float, nargs=2, default=None, metavar=("LOW", "HIGH"),
-                   help="hidden biases uniform in [LOW, HIGH] (default 0 0)")
-    p.add_argument("--rows", choices=("unit", "orthonormal", "gaussian"), default=None,
-                   help="hidden weight rows: random unit vectors (default), orthonormal (k <= d) or N(0, 1/d) entries")
-    p.add_argument("--use-teacher", metavar="T.json",
-                   help="draw samples from this teacher instead of a new random one (e.g. held-out data)")
-    p.add_argument("--n", type=_pos_int, default=10_000, help="number of samples (default 10000)")
-    p.add_argument("--noise", type=_nonneg_float, default=0.0, help="label-noise standard deviation (default 0)")
-    p.add_argument("--distribution", choices=_DISTRIBUTIONS, default="gaussian",
-                   help="input law: N(0, I), symmetric Gaussian mixture, or uniform on {-1, 1}^d")
-    p.add_argument("--mixture-components", type=_pos_int, default=None, metavar="J",
-                   help="mixture: pairs of components N(+mu_j, I), N(-mu_j, I) (default 2)")
-    p.add_argument("--mixture-scale", type=_nonneg_float, default=None, help="mixture: |mu_j| (default 1)")
-    p.add_argument("--antithetic", action="store_true", help="emit samples in pairs (x, -x) (n even)")
-    p.add_argument("--seed", type=_nonneg_int, default=None, help="random seed (default: fresh, printed)")
-    p.add_argument("--out", default="samples.npz", help="samples file (default samples.npz)")
-    p.add_argument("--teacher", default=None, metavar="T.json",
-                   help="write the teacher here (default teacher.json; not written with --use-teacher unless given)")
-    p.set_defaults(func=_cmd_simulate)
-
-    p = sub.add_parser("fit", help="fit a learner to samples and write the model",
-                       description="Fit a learner (see 'nnrecover methods') to samples in a .npz/.npy/.csv/"
-                       ".parquet file and write the recovered network (.json with the fit's diagnostics, or .npz).")
-    p.add_argument("data", metavar="DATA", help="samples file")
-    p.add_argument("--learner", required=True, metavar="NAME", help="learner name from 'nnrecover methods'")
-    p.add_argument("--hidden", "-k", type=_width, required=True,
-                   help="number of hidden units k, or 'auto' (read from the data; evidence in the diagnostics)")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE",
-                   help="learner option (repeatable); VALUE is read as JSON when possible (3, 1e-6, true, "
-                        "[1,2]) else as text. Unknown options are errors")
-    p.add_argument("--seed", type=_nonneg_int, default=None, help="random_state of the learner")
-    p.add_argument("--out", default="model.json", help="model file, .json or .npz (default model.json)")
-    p.add_argument("--diagnostics", metavar="FILE", help="also write the learner's diagnostics_ as JSON")
-    _data_arguments(p)
-    p.set_defaults(func=_cmd_fit)
-
-    p = sub.add_parser("check", help="which learners' assumptions the data meet, with the evidence",
-                       description="Measure the input law (Gaussian? standard? symmetric? heavy-tailed?), the "
-                       "width and the label noise of a samples file, and say for every learner whether its "
-                       "assumptions hold, with the measured evidence and a recommended command.")
-    p.add_argument("data", metavar="DATA", help="samples file (.npz/.npy/.csv/.parquet)")
-    p.add_argument("--max-rows", type=_pos_int, default=200_000, metavar="N",
-                   help="rows read at most, the first ones (default 200000)")
-    p.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the random projections (default 0)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    _data_arguments(p)
-    p.set_defaults(func=_cmd_check)
-
-    from .extraction.cli import add_parser as _add_extract_parser
-
-    _add_extract_parser(sub)
-
-    p = sub.add_parser("evaluate", help="compare a model with its teacher and/or held-out samples",
-                       description="With --teacher: parameter_error (max_unit_error...), weight_error "
-                       "(max_angle) and function_error (relative L2 under the teacher file's input "
-                       "distribution, N(0, I) by default). With --data: MSE and relative L2 error of the "
-                       "predictions.")
-    p.add_argument("model", metavar="MODEL", help="model file written by 'nnrecover fit'")
-    p.add_argument("--teacher", metavar="T.json", help="teacher network (.json or .npz)")
-    p.add_argument("--data", metavar="FILE", help="held-out samples (.npz/.npy/.csv/.parquet)")
-    p.add_argument("--n-eval", type=_pos_int, default=100_000, metavar="N",
-                   help="Monte-Carlo samples for function_error (default 100000)")
-    p.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the Monte-Carlo samples (default 0)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    _data_arguments(p)
-    p.set_defaults(func=_cmd_evaluate)
-
-    p = sub.add_parser("experiment", help="run a named experiment (results.csv, metadata.json, figure.png)",
-                       description="Run a registered experiment and write results.csv, metadata.json "
-                       "(versions, seed, options, wall time) and figure.png into --out.")
-    p.add_argument("name", nargs="?", metavar="NAME", help="experiment name (see --list)")
-    p.add_argument("--list", action="store_true", help="list the experiments")
-    p.add_argument("--quick", action="store_true", help="scaled-down run (seconds)")
-    p.add_argument("--out", metavar="DIR", help="output directory (default results/NAME)")
-    p.add_argument("--seed", type=_nonneg_int, default=None, help="random seed (default: fresh, recorded)")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="experiment option (repeatable)")
-    p.set_defaults(func=_cmd_experiment)
-    return parser
-
-
-# ------------------------------------------------------------------------------------------ main
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     return " ".join(str(text).split()) or "(no message)"
 
-
-def _error(message: str) -> None:
-    print(f"{PROG}: error: {_one_line(message)}", file=sys.stderr, flush=True)
-
-
-def _os_error(exc: OSError) -> str:
-    name = exc.filename if exc.filename is not None else ""
-    what = exc.strerror or type(exc).__name__
-    return f"{what}: {name!s}" if name else _one_line(str(exc))
-
-
-class _Terminated(BaseException):
-    """SIGTERM, turned into an exception so that partly written outputs are removed on the way out."""
-
-
-def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
-    raise _Terminated()
-
-
-@contextlib.contextmanager
-def _sigterm_unwinds():
-    """While the command runs, SIGTERM unwinds the stack (temporary files are removed) like Ctrl-C."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():  # handlers live in the main thread only
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status.
-
-    0 ok, 1 failure (non-convergence, a bug), 2 user error (one ``nnrecover: error:`` line), 130
-    interrupted (Ctrl-C), 143 terminated (SIGTERM). An interrupted or terminated command leaves every
-    output file as it was before (outputs are written to temporary files renamed into place when
-    complete).
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv
-    with warnings.catch_warnings(), _sigterm_unwinds():
-        def _show(message, category, filename, lineno, file=None, line=None):
-            print(f"{PROG}: warning: {_one_line(str(message))} [{category.__name__}]", file=sys.stderr, flush=True)
-
-        warnings.showwarning = _show
-        try:
-            parser = build_parser()
-            args = parser.parse_args(argv)
-            if args.command is None:
-                parser.print_help()
-                return 2
-            args.argv = argv[argv.index(args.command) + 1:]
-            from ._threads import blas_threads
-
-            # every command's work is chunk-sized products and small solves: one BLAS thread (see
-            # nnrecover._threads); the learners' chunk passes still use the cores through workers
-            with blas_threads(1):
-                return int(args.func(args) or 0)
-        except SystemExit as exc:  # --help / --version
-            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-        except _UsageError as exc:
-            _error(str(exc))
-            return 2
-        except ConvergenceError as exc:
-            if debug:  # the traceback, and the same exit status as without --debug
-                traceback.print_exc()
-            _error(f"{exc} [ConvergenceError]")
-            return 1
-        except NNRecoverError as exc:
-            if debug:  # the traceback, and the same exit status as without --debug
-                traceback.print_exc()
-            _error(str(exc))
-            return 2
-        except BrokenPipeError:  # e.g. 'nnrecover methods | head': stop quietly
-            with contextlib.suppress(OSError, ValueError):
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 1
-        except (OSError, json.JSONDecodeError) as exc:
-            if debug:  # the traceback, and the same exit status as without --debug
-                traceback.print_exc()
-            _error(_os_error(exc) if isinstance(exc, OSError) else f"invalid JSON: {exc}")
-            return 2
-        except KeyboardInterrupt:
-            _error("interrupted; output files were left as they were")
-            return 130
-        except _Terminated:
-            _error("terminated; output files were left as they were")
-            return 143
-        except MemoryError as exc:
-            if debug:  # the traceback, and the same exit status as without --debug
-                traceback.print_exc()
-            _error(f"out of memory ({_one_line(str(exc)) or 'MemoryError'}); reduce the problem size "
-                   "(samples, hidden units, learner options such as max_samples)")
-            return 2
-        except Exception as exc:  # a bug: one line, traceback on --debug
-            if debug:
-                raise
-            _error(f"internal error ({type(exc).__name__}: {_one_line(str(exc))}); rerun with --debug for "
-                   "the traceback and please report it")
-            return 1
-
-
-if __name__ == "__main__":  # python -m nnrecover.cli
-    sys.exit(main())

@@ -1,0 +1,159 @@
+"""Orientation (sign) of every hidden unit from the linear part of the fitted network.
+
+Carlini, Jagielski and Mironov (CRYPTO 2020), Section 4.4, "Recovering signs" (made polynomial by
+Canales-Martinez et al., EUROCRYPT 2024). On one hidden layer ``a relu(-z) = a relu(z) - a z``, so a
+unit with the wrong orientation is the right one plus a linear function. Fitting ``f = sum_j alpha_j
+relu(z_j) + U x + c`` (:func:`nnrecover.extraction.output.fit_output_layer`) and imposing that the
+true network has no linear part gives ``U = -sum_j t_j alpha_j w_j^T`` with binary ``t`` (1 = flip;
+paper -> code: the sign vector -> ``t``) -> :func:`resolve_signs`. Generic networks have exactly one
+solution; with ``k <= p d`` it is a least-squares solve, otherwise a low-density multidimensional
+subset sum, solved by lattice reduction (:mod:`nnrecover.extraction.lattice`: LLL and BKZ, the
+equations weighted by their precision) or a HiGHS MILP (``scipy.optimize.milp``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from .._threads import blas_threads
+from .lattice import binary_solution
+
+__all__ = ["resolve_signs"]
+
+
+def _equation_scale(M: np.ndarray, rhs: np.ndarray, p: int) -> np.ndarray:
+    """Size against which the residual of each orientation equation is measured.
+
+    Equation ``(i, l)`` (output ``i``, input ``l``) reads ``U[i, l]``, fitted from output ``i`` on
+    isotropic queries, so its absolute error has a part that is the same for every input ``l``: the
+    round-off of output ``i``'s coefficients, not of this equation's own. Measured against its own
+    coefficients alone, an equation of an input that no unit uses (a zero column of ``W``, or 1e-30 as
+    an L2 penalty leaves it) compares round-off with round-off and fails for every ``t``; the scale is
+    therefore the larger of its own coefficient sum and the mean one among the equations of the same
+    output (equations at or above the mean keep their own, as the lattice weights them by it).
+    """
+    own = (np.abs(M).sum(axis=1) + np.abs(rhs)).reshape(p, -1)
+    return (np.maximum(own, own.mean(axis=1, keepdims=True)) + 1e-300).ravel()
+
+
+def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: float,
+                  precision: float | None = None, time_limit: float = 120.0,
+                  max_solves: int = 8) -> tuple[np.ndarray | None, dict]:
+    """Orientation of every unit from the linear part (Carlini et al. 2020, Section 4.4).
+
+    Solves ``U = -sum_j t_j alpha_j w_j^T`` (``p d`` equations) for ``t`` in ``{0, 1}^k``. When the
+    ``k`` columns are linearly independent the least-squares solution is rounded (and must be within
+    0.25 of 0/1); otherwise the 0/1 problem with equations met to ``rel_tol`` (relative to the
+    equation's scale, :func:`_equation_scale`) is solved by lattice reduction (:mod:`~nnrecover.extraction.lattice`,
+    low-density subset sum) and by HiGHS (``scipy.optimize.milp``; a solution whose residual exceeds ``rel_tol``
+    is excluded by a no-good cut and the problem solved again, at most ``max_solves`` times), the
+    lattice first when ``k > 2 p d``, all within ``time_limit`` seconds.
+
+    The lattice weights the equations by their precision, not by the acceptance tolerance: every bit
+    of precision given away raises the density of the subset sum (``k`` unknown bits against ``p d``
+    equations of ``log2(1 / precision)`` bits each), and with it the chance that reduction misses the
+    solution. ``precision`` (relative, like ``rel_tol``) is where the ladder of weights starts; each
+    failed attempt loosens the weight tenfold up to ``rel_tol``.
+
+    Returns
+    -------
+    t : (k,) int array or None when no solution was found; evidence dict
+    """
+    k, d = W.shape
+    rhs = U.ravel()
+    info: dict[str, Any] = {"equations": int(rhs.size), "unknowns": int(k)}
+    if k == 0:
+        return np.zeros(0, int), {**info, "method": "none"}
+    M = -(alpha[:, :, None] * W[:, None, :]).reshape(k, -1).T        # (p d, k), alpha is (k, p)
+    with blas_threads(1):
+        sv = np.linalg.svd(M, compute_uv=False)
+    full_rank = M.shape[0] >= k and sv[-1] > 1e-8 * sv[0]
+    scale = _equation_scale(M, rhs, alpha.shape[1])
+    if full_rank:
+        t_real, *_ = np.linalg.lstsq(M, rhs, rcond=None)
+        t = np.rint(t_real).astype(int)
+        # a 0/1 vector must also satisfy the equations to the measured precision: a rounding that
+        # is merely closest (e.g. t = -0.11 from a leaky-ReLU model, whose linear part is not made of
+        # flipped units) would silently drop the linear part
+        resid_t = float(np.max(np.abs(M @ t - rhs) / scale))
+        ok = bool(np.all((t == 0) | (t == 1)) and np.max(np.abs(t_real - t)) < 0.25 and resid_t <= rel_tol)
+        info.update(method="least squares", max_rounding=float(np.max(np.abs(t_real - t))),
+                    max_relative_residual=resid_t)
+        return (t if ok else None), info
+    t0 = time.perf_counter()
+    info.update(rel_tol=rel_tol, method="none found")
+    weights = [rel_tol]
+    if precision is not None and 0 < precision < rel_tol:
+        n_steps = int(np.ceil(np.log10(rel_tol / precision)))
+        weights = [min(precision * 10.0 ** i, rel_tol) for i in range(n_steps + 1)]
+    # few unknowns per equation: HiGHS is fast; many (k > 2 m): the lattice is, and HiGHS may never end
+    lattice_first = k > 2 * M.shape[0]
+    order = ("lattice", "milp") if lattice_first else ("milp", "lattice")
+    t = None
+    for how in order:
+        if how == "lattice":
+            info["lattice_weights_tried"] = []
+            for i, weight in enumerate(weights):
+                left = time_limit - (time.perf_counter() - t0)
+                if left <= 0:
+                    break
+                lattice_info: dict[str, Any] = {}
+                # the last weights share what is left of the time; a tight weight fails fast or succeeds
+                t = binary_solution(M, rhs, weight * scale, accept=rel_tol * scale,
+                                    time_limit=left / (len(weights) - i), info=lattice_info)
+                info["lattice_weights_tried"].append(float(weight))
+                if "fplll_error" in lattice_info:
+                    info["fplll_error"] = lattice_info["fplll_error"]
+                if t is not None:
+                    info.update(method=f"0/1 solve by lattice reduction ({lattice_info['reduction']})",
+                                lattice_weight=float(weight))
+                    break
+            info["lattice_seconds"] = time.perf_counter() - t0
+        else:
+            left = time_limit - (time.perf_counter() - t0)
+            if left > 0:
+                t = _milp_binary(M, rhs, scale, rel_tol, left, max_solves, info)
+                if t is not None:
+                    info["method"] = "0/1 feasibility (HiGHS MILP)"
+        if t is not None:
+            info["max_relative_residual"] = float(np.max(np.abs(M @ t - rhs) / scale))
+            break
+    info["sign_seconds"] = time.perf_counter() - t0
+    return t, info
+
+
+def _milp_binary(M, rhs, scale, rel_tol, time_limit, max_solves, info) -> np.ndarray | None:
+    """0/1 feasibility by HiGHS; a solution off by more than ``rel_tol`` gets a no-good cut and another solve."""
+    # deferred: scipy.optimize takes about 0.5 s to import and only a wide scalar-output network needs it
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    k = M.shape[1]
+    t0 = time.perf_counter()
+    A_rows, lo, hi = [M], [rhs - max(rel_tol, 1e-8) * scale], [rhs + max(rel_tol, 1e-8) * scale]
+    info["milp_solves"] = 0
+    t = None
+    for _ in range(max_solves):
+        left = time_limit - (time.perf_counter() - t0)
+        if left <= 0:
+            break
+        res = milp(c=np.zeros(k), integrality=np.ones(k), bounds=Bounds(0, 1),
+                   constraints=LinearConstraint(np.vstack(A_rows), np.concatenate(lo), np.concatenate(hi)),
+                   options={"time_limit": left})
+        info["milp_solves"] += 1
+        info.update(milp_status=int(res.status), milp_message=str(res.message))
+        if res.x is None:
+            break
+        cand = np.rint(res.x).astype(int)
+        if float(np.max(np.abs(M @ cand - rhs) / scale)) <= rel_tol:
+            t = cand
+            break
+        # HiGHS accepts constraint violations up to its own feasibility tolerance (1e-7); exclude this
+        # near-solution and solve again
+        A_rows.append(np.where(cand == 1, 1.0, -1.0)[None, :])
+        lo.append(np.array([-np.inf]))
+        hi.append(np.array([cand.sum() - 1.0]))
+    info["milp_seconds"] = time.perf_counter() - t0
+    return t

@@ -1,0 +1,163 @@
+"""Tests of the orientation solve (nnrecover.extraction.signs) and of lattice reduction
+(nnrecover.extraction.lattice)."""
+
+from __future__ import annotations
+
+import platform
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import nnrecover as nr
+from nnrecover.errors import CertificateWarning, InputError
+from nnrecover.extraction import extract
+from nnrecover.extraction.signs import resolve_signs
+
+
+def _angles(est: nr.TwoLayerNetwork, truth: nr.TwoLayerNetwork) -> np.ndarray:
+    """For every true row, the angle to the closest recovered row (sign counts), computed as
+    2 arcsin(|w - w'| / 2) so that it is accurate near 0 (arccos of a cosine is not)."""
+    E, T = est.canonical().hidden_weights, truth.canonical().hidden_weights
+    dist = np.linalg.norm(E[:, None, :] - T[None, :, :], axis=2)
+    return 2 * np.arcsin(np.minimum(dist.min(axis=0), 2.0) / 2)
+
+
+def _rel_error(est, truth, d, rng=123, n=4000):
+    X = np.random.default_rng(rng).standard_normal((n, d))
+    y, g = truth.predict(X), est.predict(X)
+    return float(np.linalg.norm(g - y) / np.linalg.norm(y))
+
+
+class CountingModel:
+    """A black box that counts the rows it is asked for, independently of the library."""
+
+    def __init__(self, net, dtype=np.float64):
+        self.net, self.rows, self.dtype = net, 0, dtype
+        self.arrays = [np.asarray(a, dtype) for a in (net.hidden_weights, net.hidden_bias,
+                                                       net.output_weights, net.output_bias)]
+
+    def __call__(self, X):
+        self.rows += X.shape[0]
+        W, b, A, c = self.arrays
+        X = np.asarray(X, self.dtype)
+        Y = np.maximum(X @ W.T + b, 0) @ A.T + c
+        return Y[:, 0] if Y.shape[1] == 1 else Y
+
+
+def _subset_sum(m, k, noise, seed):
+    """An orientation system ``M t = rhs`` like the extractor's: unit rows times output weights, the
+    right-hand side off by ``noise`` relative to each equation's coefficient scale."""
+    rng = np.random.default_rng(seed)
+    W = rng.standard_normal((k, m))
+    W /= np.linalg.norm(W, axis=1, keepdims=True)
+    alpha = rng.uniform(0.5, 1.5, k) * rng.choice([-1, 1], k)
+    M = -(alpha[:, None] * W).T
+    t = rng.integers(0, 2, k)
+    scale = np.abs(M).sum(axis=1)
+    return M, M @ t + noise * scale * rng.standard_normal(m), t, scale, W, alpha
+
+
+def test_resolve_signs_recovers_orientations_when_k_exceeds_d():
+    rng = np.random.default_rng(1)
+    d, k = 4, 10
+    W = rng.standard_normal((k, d))
+    W /= np.linalg.norm(W, axis=1, keepdims=True)
+    alpha = rng.uniform(0.5, 1.5, (k, 1)) * rng.choice([-1, 1], (k, 1))
+    t = rng.integers(0, 2, k)
+    U = -(t[:, None] * alpha * W).sum(axis=0)[None, :]
+    found, info = resolve_signs(W, alpha, U, rel_tol=1e-11)
+    assert np.array_equal(found, t) and info["max_relative_residual"] < 1e-11
+    assert info["method"].startswith("0/1")
+    # k <= d: a plain least-squares solve
+    found, info = resolve_signs(W[:3], alpha[:3], -(t[:3, None] * alpha[:3] * W[:3]).sum(0)[None], rel_tol=1e-11)
+    assert np.array_equal(found, t[:3]) and info["method"] == "least squares"
+
+
+def test_lattice_reduction_and_wide_binary_solve():
+    from nnrecover.extraction.lattice import _gram_schmidt, binary_solution, lll_reduce
+
+    rng = np.random.default_rng(3)
+    B = rng.integers(-50, 50, (8, 8)).astype(float)
+    R, finished = lll_reduce(B)
+    assert finished
+    # same lattice: R = U B with U integral and unimodular
+    U = R @ np.linalg.inv(B)
+    assert np.allclose(U, np.rint(U), atol=1e-8) and abs(abs(np.linalg.det(np.rint(U))) - 1) < 1e-8
+    # LLL-reduced (delta = 0.99): size-reduced and the Lovasz condition on consecutive vectors
+    mu, Bn = _gram_schmidt(R)
+    assert np.all(np.abs(np.tril(mu, -1)) <= 0.5 + 1e-9)
+    assert np.all(Bn[1:] >= (0.99 - np.diag(mu, -1) ** 2) * Bn[:-1] * (1 - 1e-9))
+    # k = 40 binary unknowns, m = 5 equations known to 1e-13: a low-density subset sum; the solution
+    # is unique with overwhelming probability (2^40 sums spread over a 5-dimensional box of side ~10
+    # resolved to 1e-11), so the lattice must return exactly t
+    m, k = 5, 40
+    M = rng.standard_normal((m, k))
+    t = rng.integers(0, 2, k)
+    rhs = M @ t + 1e-13 * rng.standard_normal(m)
+    tol = 1e-11 * (np.abs(M).sum(axis=1) + np.abs(rhs))
+    assert np.array_equal(binary_solution(M, rhs, tol), t)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "auto"])
+def test_lattice_backends_solve_the_same_subset_sum(backend):
+    from nnrecover.extraction.lattice import binary_solution, have_fpylll
+
+    if backend == "auto" and sys.platform == "linux" and platform.machine() == "x86_64":
+        assert have_fpylll(), "fpylll is a dependency of the test extra on Linux x86_64"
+    # m = 6 equations known to 1e-15 weighted at 1e-14, k = 40 unknowns: density 40 / (6 * 46) = 0.14,
+    # far below the 0.94 at which the solution is the lattice's shortest vector; the solution is unique
+    # with overwhelming probability (2^40 sums in a 6-dimensional box resolved to 1e-14), so both
+    # backends must return exactly t
+    M, rhs, t, scale, _, _ = _subset_sum(6, 40, 1e-15, seed=5)
+    info = {}
+    found = binary_solution(M, rhs, 1e-14 * scale, time_limit=60, backend=backend, info=info)
+    assert np.array_equal(found, t)
+    assert info["reduction"].endswith("(fplll)" if backend == "auto" and have_fpylll() else "(numpy)")
+    with pytest.raises(InputError, match="backend"):
+        binary_solution(M, rhs, scale, backend="magic")
+
+
+def test_lattice_falls_back_to_numpy_when_fplll_aborts(monkeypatch):
+    from nnrecover.extraction import lattice as _lattice
+
+    def abort(*args, **kwargs):
+        raise RuntimeError("Aborted")     # what cysignals raises for fplll's "infinite loop in babai"
+
+    monkeypatch.setattr(_lattice, "_solve_fpylll", abort)
+    monkeypatch.setattr(_lattice, "have_fpylll", lambda: True)
+    M, rhs, t, scale, _, _ = _subset_sum(6, 40, 1e-15, seed=5)
+    info = {}
+    assert np.array_equal(_lattice.binary_solution(M, rhs, 1e-14 * scale, info=info), t)
+    assert info["fplll_error"] == "Aborted" and info["reduction"] == "LLL (numpy)"
+    with pytest.raises(RuntimeError, match="Aborted"):
+        _lattice.binary_solution(M, rhs, 1e-14 * scale, backend="fpylll")
+
+
+def test_resolve_signs_weights_the_lattice_by_precision():
+    # d = 10 equations, k = 100 units: the extractor's case of a scalar output with k = 10 d. Weighted
+    # by the acceptance tolerance (1e-11) the subset sum has density 100 / (10 * 36) = 0.28, weighted by
+    # the coefficients' precision (1e-14) 0.22: the weight ladder must reach the solution, which meets
+    # the equations to the noise (1e-15) and therefore within rel_tol
+    _, _, t, _, W, alpha = _subset_sum(10, 100, 0.0, seed=7)
+    U = -(t[:, None] * alpha[:, None] * W).sum(axis=0)[None, :]
+    U = U * (1 + 1e-15 * np.random.default_rng(8).standard_normal(U.shape))
+    found, info = resolve_signs(W, alpha[:, None], U, rel_tol=1e-11, precision=1e-14, time_limit=120)
+    assert np.array_equal(found, t)
+    assert info["max_relative_residual"] <= 1e-11
+    assert info["lattice_weights_tried"][0] == 1e-14
+
+
+def test_wide_scalar_box_k_10d_is_oriented():
+    # d = 10, k = 100, scalar output: 10 equations for 100 orientations; solved by the lattice at the
+    # precision of a float64 box (max angle ~1e-14 and function ~1e-14 measured)
+    d, k = 10, 100
+    net = nr.random_network(d, k, rng=0, bias_range=(-1, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CertificateWarning)
+        res = extract(CountingModel(net), d, rng=0, sign_time_limit=60)
+    assert res.network_.n_hidden == k and res.diagnostics_["linear_units"] == 0
+    assert _angles(res.network_, net).max() < 1e-8
+    assert _rel_error(res.network_, net, d) < 1e-9
+    assert res.diagnostics_["signs"]["method"].startswith("0/1 solve by lattice")
