@@ -10,12 +10,15 @@ Modules
   :class:`CallableUpper`), generators meeting / violating the assumptions, the Hermite coefficients of
   the activations and the exact population moments.
 - ``statistics``: streaming storage of the active rows and the normalised H_1/H_2/H_4 moments (samples
-  and exact population).
+  and exact population), the Lemma 1 / Lemma 2 / Appendix E diagnostics and the check of the inputs
+  against N(0, I).
 - ``step1``: Step 1, three routes: whitening + tensor power iteration (default), the landscape ``G`` of
-  Section 2.1 one unit at a time, the simultaneous landscape of Appendix B.4.
-- ``step2``: Step 2, EstimateTanAlpha and RefineEstimate (Algorithm 1, Section 2.2).
+  Section 2.1 one unit at a time, the simultaneous landscape of Appendix B.4; the split-half angles and
+  the ``unit_angles`` certificate.
+- ``step2``: Step 2, EstimateTanAlpha and RefineEstimate (Algorithm 1, Section 2.2), and
+  :func:`~.step2.refine_units`, Step 2 on every unit checked on held-out rows.
 - ``halfspaces``: the intersection-of-halfspaces learner (Theorem 6).
-- ``estimator``: :class:`HighThresholdLearner` (validates, calls, stores).
+- ``estimator``: :class:`HighThresholdLearner` (validates, calls, stores) and ``data_refusal``.
 - further modules (Section 3, Appendices B.6, B.7 and D) with their own algorithms; every module is
   imported with the package, so all of them appear in ``nnrecover.learners.available("goel2019")``.
 
@@ -44,11 +47,11 @@ from importlib import import_module
 from pkgutil import iter_modules
 
 from .._registry import register
-from .estimator import HighThresholdLearner, lemma_diagnostics
+from .estimator import HighThresholdLearner
 from .model import (ACTIVATIONS, CallableUpper, HighThresholdNetwork, UpperPolynomial, population_hermite_moment,
                     random_unit_weights, random_upper_polynomial, tail_bound, threshold_activation,
                     threshold_hermite_coefficients, violating_upper_polynomial)
-from .statistics import ActiveRows, PopulationMoments, SampleMoments
+from .statistics import ActiveRows, PopulationMoments, SampleMoments, lemma_diagnostics
 from .step1 import (STEP1_METHODS, Step1Result, extra_directions, landscape_objective, landscape_route,
                     resolve_signs, simultaneous_objective, simultaneous_route, step1, tensor_power_route,
                     whitening_basis)
@@ -62,9 +65,6 @@ __all__ = [
     "landscape_objective", "simultaneous_objective", "whitening_basis", "resolve_signs", "lemma_diagnostics",
     "extra_directions",
 ]
-
-# documented (and pickled) under the package, its public home, not under the estimator module
-HighThresholdLearner.__module__ = __name__
 
 # every other module of the package (Step 2, Theorem 6, Section 3, Appendices B.6-B.7 and D) registers
 # its own algorithms when imported
