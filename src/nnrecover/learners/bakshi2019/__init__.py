@@ -1,7 +1,7 @@
 """Bakshi, Jayaram, Woodruff (COLT 2019): learning two-layer rectified networks ``A = U* f(V* X)`` exactly.
 
-nnrecover's form (ARCHITECTURE section 1): ``hidden_weights = V*`` (k, d), ``output_weights = U*``
-(m, k), zero biases, samples as rows (``X`` is (n, d); the paper's ``X`` is d x n and ``A = Y^T``).
+nnrecover's form (the convention of :class:`nnrecover.network.TwoLayerNetwork`): ``hidden_weights = V*``
+(k, d), ``output_weights = U*`` (m, k), zero biases, samples as rows (``X`` is (n, d); the paper's ``X`` is d x n and ``A = Y^T``).
 The canonical form has unit rows of ``V*`` (ReLU and other homogeneous activations).
 
 =================================================  =====================================================
