@@ -729,8 +729,8 @@ def test_output_stage_functions_on_their_own_inputs():
     """The stages the estimator chains are public: exact coefficients -> Algorithm 6 -> output_network
     gives the teacher to round-off; reduce_to_width of a network with two redundant linear units returns
     n_hidden units and the same function; polish_units keeps exact units where they are."""
-    from nnrecover.learners.awasthi2021 import (algorithm6, exact_coefficients, output_network, polish_units,
-                                                reduce_to_width)
+    from nnrecover.learners.awasthi2021 import algorithm6, output_network, polish_units, reduce_to_width
+    from nnrecover.learners.awasthi2021.coefficients import exact_coefficients
 
     t = nr.random_network(8, 3, rng=4, bias_range=(-0.5, 0.5))
     coeffs = exact_coefficients(t, 1, 3, basis="range")

@@ -18,6 +18,7 @@ from nnrecover.learners.goel2019 import (STEP1_METHODS, HighThresholdLearner, Hi
                                          simultaneous_objective, step1, threshold_activation,
                                          threshold_hermite_coefficients, violating_upper_polynomial,
                                          whitening_basis)
+from nnrecover.learners.goel2019.statistics import check_gaussian_inputs
 from nnrecover.metrics import weight_error
 
 
@@ -321,10 +322,8 @@ def test_the_average_kurtosis_sees_a_shared_law_at_large_d():
     # d = 200 on a first chunk of 5216 rows: a uniform coordinate's -1.2 is within the largest coordinate's
     # tolerance (1.45), not the average's (0.08)
     X = np.random.default_rng(0).uniform(-math.sqrt(3), math.sqrt(3), (5216, 200))
-    diagnostics: dict = {}
     with pytest.warns(AssumptionWarning, match="on average"):
-        HighThresholdLearner(2, threshold=2.0)._check_gaussian(X, diagnostics)
-    check = diagnostics["input_check"]
+        check = check_gaussian_inputs(X)
     assert check["excess_kurtosis"] < check["excess_kurtosis_tolerance"]
     assert check["mean_excess_kurtosis"] > 10 * check["mean_excess_kurtosis_tolerance"]
 
@@ -506,7 +505,7 @@ def test_step2_keeps_step1_units_the_held_out_rows_do_not_confirm():
 
 
 def test_step2_gives_the_same_bits_for_any_number_of_workers(monkeypatch):
-    import nnrecover.learners.goel2019.estimator as goel_estimator
+    import nnrecover.learners.goel2019.step2 as goel_step2
 
     P = random_upper_polynomial(4, monotone=True, rng=1)
     net = _network(4, 4, 1.0, "step", 2.0, seed=5, upper=P)
@@ -514,7 +513,7 @@ def test_step2_gives_the_same_bits_for_any_number_of_workers(monkeypatch):
     y = net.predict(X)
     fits = []
     for workers in (1, 3):
-        monkeypatch.setattr(goel_estimator, "effective_n_jobs", lambda n_jobs=None, w=workers: w)
+        monkeypatch.setattr(goel_step2, "effective_n_jobs", lambda n_jobs=None, w=workers: w)
         est = HighThresholdLearner(4, threshold=2.0, random_state=0, refine_options={"max_iter": 20}).fit(X, y)
         fits.append(est)
     np.testing.assert_array_equal(fits[0].hidden_weights_, fits[1].hidden_weights_)
@@ -523,14 +522,14 @@ def test_step2_gives_the_same_bits_for_any_number_of_workers(monkeypatch):
 
 
 def test_step2_gathers_a_bounded_subsample_of_data_not_in_memory(monkeypatch):
-    import nnrecover.learners.goel2019.estimator as goel_estimator
+    import nnrecover.learners.goel2019.step2 as goel_step2
 
     P = random_upper_polynomial(3, monotone=True, rng=0)
     net = _network(3, 3, 1.0, "step", 2.5, seed=3, upper=P)
     X = np.random.default_rng(4).standard_normal((60_000, 3))
     y = net.predict(X)
     chunks = [(X[i:i + 10_000], y[i:i + 10_000]) for i in range(0, 60_000, 10_000)]
-    monkeypatch.setattr(goel_estimator, "STEP2_GATHER_BYTES", 8 * 3 * 25_000)
+    monkeypatch.setattr(goel_step2, "STEP2_GATHER_BYTES", 8 * 3 * 25_000)
     est = HighThresholdLearner(3, threshold=2.5, random_state=0, refine_options={"max_iter": 5}).fit(chunks)
     ref = est.diagnostics_["refinement"]
     assert ref["search_rows"] + ref["held_out_rows"] == 25_000

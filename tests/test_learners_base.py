@@ -336,7 +336,7 @@ def test_fit_population_hook(small_teacher):
 def test_registry_names_follow_the_paper():
     """One name per paper in the listings (awasthi2021-*, ge2019-*, bakshi2019-*, goel2019-*), each once;
     a name of no record is an unknown learner or experiment."""
-    from nnrecover.experiments import available_experiments, get_experiment
+    from nnrecover.experiments import get_experiment
     from nnrecover.learners import available, get_learner
 
     names = [r.name for r in available()]

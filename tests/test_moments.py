@@ -16,7 +16,7 @@ from scipy import integrate, special
 import nnrecover as nr
 from nnrecover.distributions import Gaussian, StandardGaussian, SymmetricMixture
 from nnrecover.errors import InputError
-from nnrecover.data import dask as data_dask, progress, sources
+from nnrecover.data import progress
 from nnrecover.moments.base import Statistic
 from nnrecover.data import accumulate
 from nnrecover.data import (DataInfo, DataSource, as_data_source, default_chunk_rows, describe_data,

@@ -36,12 +36,12 @@ from .evidence import (
 )
 from .learners import available
 from .learners.awasthi2021.coefficients import SPLIT_BLOCK
-from .learners.awasthi2021.estimator import order_limit
+from .learners.awasthi2021 import order_limit
 from .learners.bakshi2019._common import width_refusal as bakshi_width
 from .learners.bakshi2019.pipeline import rows_refusal as bakshi_rows
 from .learners.ge2019.conditions import second_moment_refusal, symmetry_refusal
 from .learners.ge2019.conditions import width_refusal as ge_width
-from .learners.goel2019.estimator import data_refusal as goel_refusal
+from .learners.goel2019 import data_refusal as goel_refusal
 
 
 @dataclass

@@ -38,7 +38,8 @@ from ..._validation import check_random_state
 from ...activations import hermite_e
 from ...errors import AssumptionError, CertificateWarning, InputError
 from ...tensor import flatten, jennrich, joint_diagonalize
-from .coefficients import HermiteCoefficients
+from ...network import TwoLayerNetwork
+from .coefficients import HermiteCoefficients, estimate_coefficients, exact_coefficients
 from .scalars import fix_signs, gram_lstsq, recover_scalars
 from .symtensor import contract_rank_one
 
@@ -650,3 +651,50 @@ def complete_units(coeffs: HermiteCoefficients, rec: HermiteRecovery, order: int
 
     return replace(rec, a=a, b=b, U=U, W=coeffs.lift(U), source=rec.source + ["completion"] * len(new),
                    also_in=rec.also_in + [[] for _ in new], snr=np.concatenate([rec.snr, np.zeros(len(new))]))
+
+
+def hermite_coefficients(source: Any, order: int, n_hidden: int, **options) -> HermiteCoefficients:
+    """Hermite coefficient tensors ``T_0, ..., T_{2l+2}`` in the learner's working coordinates.
+
+    ``source`` is a :class:`~nnrecover.TwoLayerNetwork` (exact, Lemma 3.5) or data
+    (``(X, Y)``, dask arrays, a SampleStream...; eq. (6) estimates). For ``l = 1`` the tensors of order
+    ``>= 2`` are projected onto the ``m``-dimensional range of ``T_2``. ``options`` go to
+    :func:`~nnrecover.learners.awasthi2021.coefficients.estimate_coefficients` (samples) or
+    :func:`~nnrecover.learners.awasthi2021.coefficients.exact_coefficients` (``basis``).
+    """
+    if isinstance(source, TwoLayerNetwork):
+        return exact_coefficients(source, order, n_hidden, basis=options.pop("basis", "range" if order == 1
+                                                                              else "identity"), **options)
+    return estimate_coefficients(source, order, n_hidden, **options)
+
+
+def _make_thresholds(spec: Any, coeffs: HermiteCoefficients, order: int, m: int, epsilon: float | None,
+                     bound: float | None, snr: float = 3.0, dedup: float = 0.25) -> Thresholds:
+    """The thresholds ``eta_1, eta_2, eta_3`` of Algorithm 4 from the learner's ``thresholds`` argument:
+    "adaptive" (:func:`adaptive_thresholds`), "paper" (:func:`paper_thresholds`, Theorem D.1, with
+    ``s_m(W^{(.)l})`` estimated from ``T_{2l}``), a dict of the three values, or a :class:`Thresholds`."""
+    if isinstance(spec, Thresholds):
+        return spec
+    if spec == "adaptive":
+        return adaptive_thresholds(coeffs, order, snr=snr, dedup=dedup)
+    if spec == "paper":
+        if epsilon is None or bound is None:
+            raise InputError("thresholds='paper' needs epsilon (target accuracy) and bound (B of the "
+                             "B-boundedness assumption).")
+        # s_m(W^{(.)l}) is not observable; flatten(f^_{2l}, l, l) = W^{(.)l} D W^{(.)l T} with
+        # |D_ii| <= B sqrt((2l-2)!) / sqrt(2 pi) (Cramer's bound, Claim D.8) gives the estimate below
+        sv = linalg.svdvals(flatten(coeffs.tensor(2 * order), order, order))
+        s_m = sv[min(m, sv.size) - 1]
+        cramer = bound * math.sqrt(math.factorial(2 * order - 2)) / math.sqrt(2 * math.pi)
+        s_min = math.sqrt(max(s_m, 1e-300) / cramer)
+        return paper_thresholds(epsilon, bound, m, order, min(s_min, 1.0))
+    if isinstance(spec, dict):
+        missing = {"eta1", "eta2", "eta3"} - set(spec)
+        if missing:
+            raise InputError(f"a thresholds dict needs the keys eta1, eta2, eta3; missing {sorted(missing)}.")
+        Ks = (2 * order + 1, 2 * order + 2)
+        as_dict = lambda v: dict(v) if isinstance(v, dict) else {K: float(v) for K in Ks}  # noqa: E731
+        return Thresholds(as_dict(spec["eta1"]), as_dict(spec["eta2"]), float(spec["eta3"]),
+                          {K: float("nan") for K in Ks}, "user", None)
+    raise InputError(f"thresholds must be 'adaptive', 'paper', a dict of eta1/eta2/eta3 or a Thresholds, "
+                     f"got {spec!r}.")

@@ -1,10 +1,9 @@
-"""The estimator :class:`HermiteTensorLearner` of Awasthi, Tang, Vijayaraghavan (2021), and the
-module-level entry points that wire the stages of the package together (symbol table: the package
-docstring of :mod:`nnrecover.learners.awasthi2021`)."""
+"""The estimator :class:`HermiteTensorLearner` of Awasthi, Tang, Vijayaraghavan (2021): validates, calls
+the stages of the package and stores (symbol table: the package docstring of
+:mod:`nnrecover.learners.awasthi2021`)."""
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from numbers import Integral, Real
@@ -12,141 +11,30 @@ from typing import Any
 
 import numpy as np
 
-from ..._validation import Interval, Options, check_random_state
-from ...errors import AssumptionError, AssumptionWarning, InputError
+from ..._validation import Interval, Options
+from ...data.views import Head
+from ...errors import AssumptionWarning, InputError
 from ...network import TwoLayerNetwork
-from ...data.views import EveryOtherRow, Head
-from .coefficients import HermiteCoefficients, estimate_coefficients, exact_coefficients, min_samples
-from .decompose import (HermiteRecovery, Thresholds, adaptive_thresholds, algorithm1, algorithm4,
-                                 algorithm6, paper_thresholds)
-from .identifiability import (adversarial_weights, claim48_instance, flip_units, hermite_separation,
-                                       khatri_rao_smin, sign_flip_sets, smoothed_instance)
-from .regression import (RegressionResult, algorithm5_regression, consolidate, linear_correction,
-                                  population_regression, relu_features)
-from .certificates import HERMITE_FIT_MEANING, RESIDUAL_FIT_MEANING, hermite_fit, residual_lack_of_fit
-from .output import output_network, polish_units, reduce_to_width
-from .polish import hermite_loss_polish
-from .reduce import UnitReduction, nonlinear_part, reduce_network
-from .scalars import RecoveredScalars, SignFix, fix_signs, gram_lstsq, recover_scalars
-from ..registry import register
 from ..base import BaseLearner
+from .certificates import (
+    HERMITE_FIT_MEANING,
+    RESIDUAL_FIT_MEANING,
+    hermite_fit,
+    residual_lack_of_fit,
+)
+from .coefficients import HermiteCoefficients, estimate_coefficients, exact_coefficients
+from .conditions import check_order
+from .decompose import (
+    HermiteRecovery,
+    Thresholds,
+    _make_thresholds,
+    algorithm4,
+    algorithm6,
+)
+from .output import output_network, polish_units, reduce_to_width
+from .scale import matrix_free_polish
 
-__all__ = ["HermiteTensorLearner", "hermite_coefficients", "HermiteCoefficients", "algorithm1", "algorithm4",
-           "algorithm5", "algorithm6", "recover_scalars", "fix_signs", "gram_lstsq", "RecoveredScalars", "SignFix",
-           "HermiteRecovery", "Thresholds", "adaptive_thresholds", "paper_thresholds", "algorithm5_regression",
-           "population_regression", "consolidate", "linear_correction", "relu_features",
-           "RegressionResult", "sign_flip_sets", "flip_units", "claim48_instance", "smoothed_instance",
-           "khatri_rao_smin", "adversarial_weights", "hermite_separation", "order_limit", "min_samples",
-           "hermite_loss_polish", "reduce_network", "UnitReduction", "nonlinear_part", "hermite_fit",
-           "HERMITE_FIT_MEANING", "residual_lack_of_fit", "RESIDUAL_FIT_MEANING",
-           "output_network", "polish_units", "reduce_to_width"]
-
-
-def order_limit(d: int, order: int) -> int:
-    """Largest ``m`` the learner accepts at order ``l``: ``d`` for ``l = 1`` (full rank, Theorem 3.1);
-    ``floor(0.9 C(d + 1, 2))`` for ``l = 2`` (``{w_i^{(x)2}}`` must be robustly independent, which needs
-    ``m <= C(d + 1, 2)``; Corollary 3.3 needs ``m <= (1 - delta) C(d + l - 1, l)``)."""
-    if order == 1:
-        return int(d)
-    return int(math.floor(0.9 * math.comb(d + order - 1, order)))
-
-
-def _check_order(order: Any, m: int, d: int) -> int:
-    if order == "auto":
-        order = 1 if m <= d else 2
-    if order not in (1, 2):
-        raise InputError(f"order must be 'auto', 1 or 2, got {order!r}.")
-    limit = order_limit(d, order)
-    if m > limit:
-        if order == 1:
-            raise AssumptionError(
-                f"order 1 is the full-rank setting of Awasthi et al. 2021 (Theorem 3.1: s_m(W) > 0 needs "
-                f"m <= d), but n_hidden = {m} > d = {d}; use order=2 (overcomplete, m up to {order_limit(d, 2)}).")
-        raise AssumptionError(
-            f"order 2 needs {{w_i (x) w_i}} linearly independent, robustly (Theorem 3.2 / Corollary 3.3: "
-            f"m <= (1 - delta) C(d+1, 2)); supported up to 0.9 C(d+1, 2) = {limit} for d = {d}, got "
-            f"n_hidden = {m}.")
-    return int(order)
-
-
-def hermite_coefficients(source: Any, order: int, n_hidden: int, **options) -> HermiteCoefficients:
-    """Hermite coefficient tensors ``T_0, ..., T_{2l+2}`` in the learner's working coordinates.
-
-    ``source`` is a :class:`~nnrecover.TwoLayerNetwork` (exact, Lemma 3.5) or data
-    (``(X, Y)``, dask arrays, a SampleStream...; eq. (6) estimates). For ``l = 1`` the tensors of order
-    ``>= 2`` are projected onto the ``m``-dimensional range of ``T_2``. ``options`` go to
-    :func:`~nnrecover.learners.awasthi2021.coefficients.estimate_coefficients` (samples) or
-    :func:`~nnrecover.learners.awasthi2021.coefficients.exact_coefficients` (``basis``).
-    """
-    if isinstance(source, TwoLayerNetwork):
-        return exact_coefficients(source, order, n_hidden, basis=options.pop("basis", "range" if order == 1
-                                                                              else "identity"), **options)
-    return estimate_coefficients(source, order, n_hidden, **options)
-
-
-def algorithm5(data: Any, n_hidden: int, *, order: int | str = "auto", thresholds: Any = "adaptive",
-               feature_map: str = "reduced", solver: str = "exact", epsilon: float = 1e-2, rng=None,
-               control_variate: bool = True, **options) -> tuple[RegressionResult, HermiteRecovery]:
-    """Algorithm 5 as printed: tensors from the first half of the samples (even rows of every chunk),
-    Algorithm 4, then regression on the second half and consolidation (Claim D.14).
-
-    Returns the regression result (its ``network`` has at most ``|S| + 2 <= m + 2`` units) and the
-    Algorithm 4 output ``S``. ``control_variate`` goes to
-    :func:`~nnrecover.learners.awasthi2021.coefficients.estimate_coefficients` (False: the paper's plain
-    estimator); ``options`` go to :func:`algorithm4`.
-    """
-    from ...data import as_data_source
-
-    gen = check_random_state(rng)
-    source = as_data_source(data)
-    if not source.info.reiterable:
-        raise InputError("Algorithm 5 reads the data twice (tensors, then regression); pass a re-iterable source.")
-    d = source.n_inputs
-    if d is None:
-        raise InputError("Algorithm 5 needs a source with a known number of inputs (arrays or a SampleStream).")
-    order = _check_order(order, int(n_hidden), int(d))
-    first_half = EveryOtherRow(source, 0)
-    coeffs = estimate_coefficients(first_half, order, n_hidden, rng=gen, control_variate=control_variate)
-    th = _make_thresholds(thresholds, coeffs, order, n_hidden, epsilon, options.pop("bound", None))
-    rec = algorithm4(coeffs, order, n_hidden, thresholds=th, rng=gen, **options)
-    if rec.n_units == 0:
-        raise AssumptionError("Algorithm 4 recovered no unit above the noise: more samples are needed.")
-    reg = algorithm5_regression(source, (rec.a, rec.b, rec.W), feature_map=feature_map, rows="second_half",
-                                epsilon=epsilon, n_hidden=n_hidden, solver=solver)
-    return reg, rec
-
-
-def _make_thresholds(spec: Any, coeffs: HermiteCoefficients, order: int, m: int, epsilon: float | None,
-                     bound: float | None, snr: float = 3.0, dedup: float = 0.25) -> Thresholds:
-    if isinstance(spec, Thresholds):
-        return spec
-    if spec == "adaptive":
-        return adaptive_thresholds(coeffs, order, snr=snr, dedup=dedup)
-    if spec == "paper":
-        if epsilon is None or bound is None:
-            raise InputError("thresholds='paper' needs epsilon (target accuracy) and bound (B of the "
-                             "B-boundedness assumption).")
-        from scipy import linalg
-
-        from ...tensor import flatten
-
-        # s_m(W^{(.)l}) is not observable; flatten(f^_{2l}, l, l) = W^{(.)l} D W^{(.)l T} with
-        # |D_ii| <= B sqrt((2l-2)!) / sqrt(2 pi) (Cramer's bound, Claim D.8) gives the estimate below
-        sv = linalg.svdvals(flatten(coeffs.tensor(2 * order), order, order))
-        s_m = sv[min(m, sv.size) - 1]
-        cramer = bound * math.sqrt(math.factorial(2 * order - 2)) / math.sqrt(2 * math.pi)
-        s_min = math.sqrt(max(s_m, 1e-300) / cramer)
-        return paper_thresholds(epsilon, bound, m, order, min(s_min, 1.0))
-    if isinstance(spec, dict):
-        missing = {"eta1", "eta2", "eta3"} - set(spec)
-        if missing:
-            raise InputError(f"a thresholds dict needs the keys eta1, eta2, eta3; missing {sorted(missing)}.")
-        Ks = (2 * order + 1, 2 * order + 2)
-        as_dict = lambda v: dict(v) if isinstance(v, dict) else {K: float(v) for K in Ks}  # noqa: E731
-        return Thresholds(as_dict(spec["eta1"]), as_dict(spec["eta2"]), float(spec["eta3"]),
-                          {K: float("nan") for K in Ks}, "user", None)
-    raise InputError(f"thresholds must be 'adaptive', 'paper', a dict of eta1/eta2/eta3 or a Thresholds, "
-                     f"got {spec!r}.")
+__all__ = ["HermiteTensorLearner"]
 
 
 class HermiteTensorLearner(BaseLearner):
@@ -370,7 +258,7 @@ class HermiteTensorLearner(BaseLearner):
                              "would make the other target columns inputs).")
         m = int(self.n_hidden)
         source, d = _peek_source(source, self.order)
-        order = _check_order(self.order, m, d)
+        order = check_order(self.order, m, d)
         t0 = time.perf_counter()
         coeffs = estimate_coefficients(source, order, m, range_method=self.range_method, chunk_size=self.chunk_size,
                                        rng=rng, check_inputs=self.check_inputs,
@@ -386,7 +274,7 @@ class HermiteTensorLearner(BaseLearner):
         if truth.n_outputs != 1:
             raise InputError(f"HermiteTensorLearner learns one output; truth has {truth.n_outputs}.")
         m = int(self.n_hidden)
-        order = _check_order(self.order, m, truth.n_inputs)
+        order = check_order(self.order, m, truth.n_inputs)
         t0 = time.perf_counter()
         coeffs = exact_coefficients(truth, order, m, basis="range" if order == 1 else "identity")
         diagnostics["timings"] = {"moments": time.perf_counter() - t0}
@@ -473,8 +361,6 @@ class HermiteTensorLearner(BaseLearner):
         L-BFGS at this size (:meth:`_shared_refinement_fits`); then the better of ``{start, polished}`` on
         the held-out rows is returned (``diagnostics_["refinement"]["reason"]`` says why).
         """
-        from .scale import matrix_free_polish
-
         t0 = time.perf_counter()
         P = start.n_hidden * (start.n_inputs + 2) + 1
         n_fit, n_hold = 3 * P, max(2000, P // 4)
@@ -602,55 +488,3 @@ def _peek_source(source, order):
             raise InputError("the data source is a one-pass iterator of unknown width; pass order=2 (one pass) "
                              "or a re-iterable source (arrays, dask arrays, SampleStream, list of chunks).")
     return _open_source(source, 2)
-
-
-# ---------------------------------------------------------------------------------------- registry
-_PAPER = "awasthi2021"
-_GAUSS = "x ~ N(0, I_d)"
-_RELU = "f(x) = sum_i a_i relu(w_i^T x + b_i), a_i != 0"
-register("hermite-tensor", paper=_PAPER, algorithm="Algorithms 4-6 (Theorems 3.1, 3.2)", target=HermiteTensorLearner,
-         assumptions=(_GAUSS, _RELU, "order 1: m <= d, s_m(W) > 0; order 2: m <= 0.9 C(d+1, 2), s_m(W^(.)2) > 0",
-                      "no two w_i parallel"),
-         description="Hermite tensor decomposition (Jennrich on T_{2l+1} and T_{2l+2}) + regression/refinement",
-         is_learner=True)
-register("awasthi2021-algorithm1", paper=_PAPER, algorithm="Algorithm 1", target=algorithm1,
-         assumptions=(_GAUSS, _RELU, "exact Hermite coefficients", "{w_i^(x)l} linearly independent"),
-         description="order-l recovery from exact coefficients (Theorems 4.1, 4.2)")
-register("awasthi2021-recoverscalars", paper=_PAPER, algorithm="Algorithm 2", target=recover_scalars,
-         assumptions=("directions w_i up to sign", "Gram matrices G^(o j) nonsingular"),
-         description="RECOVERSCALARS: a_i and xi_i b_i from T_l..T_{l+3} (corrected l > 1 formula)")
-register("awasthi2021-fixsigns", paper=_PAPER, algorithm="Algorithm 3", target=fix_signs,
-         assumptions=("full rank: w_i linearly independent",), description="FIXSIGNS from T_1")
-register("awasthi2021-algorithm4", paper=_PAPER, algorithm="Algorithm 4", target=algorithm4,
-         assumptions=(_GAUSS, _RELU, "s_m(W^(.)l) >= 1/poly"), description="robust order-l recovery (Theorem D.1)")
-register("awasthi2021-algorithm5", paper=_PAPER, algorithm="Algorithm 5", target=algorithm5,
-         assumptions=(_GAUSS, _RELU), description="low-L2-error ReLU network with <= m + 2 units (Lemma D.12)")
-register("awasthi2021-algorithm6", paper=_PAPER, algorithm="Algorithm 6", target=algorithm6,
-         assumptions=(_GAUSS, _RELU, "m <= d, s_m(W) >= 1/poly"), description="robust full-rank recovery (Theorem 3.1)")
-register("awasthi2021-consolidate", paper=_PAPER, algorithm="Claim D.14", target=consolidate,
-         description="regression output as a ReLU network with <= |S| + 2 units")
-register("awasthi2021-population-regression", paper=_PAPER, algorithm="Theorem 4.2 (SQ regression)",
-         target=population_regression, assumptions=(_GAUSS,), description="exact-moment Algorithm 5 (zero L2 error)")
-register("awasthi2021-linear-correction", paper=_PAPER, algorithm="Section 1 overview (iv) / Algorithm 5 linear part",
-         target=linear_correction, assumptions=(_GAUSS, "signs known"),
-         description="closed-form linear part from T_0, T_1")
-register("awasthi2021-sign-flip-sets", paper=_PAPER, algorithm="Theorem 3.4", target=sign_flip_sets,
-         description="sign patterns giving the same function (corrected eq. (2))")
-register("awasthi2021-claim-4.8", paper=_PAPER, algorithm="Claim 4.8", target=claim48_instance,
-         assumptions=("w_i linearly dependent",), description="sign non-identifiability construction")
-register("awasthi2021-smoothed-instance", paper=_PAPER, algorithm="Appendix E (Corollary 3.3)", target=smoothed_instance,
-         description="smoothed instances and s_m(W^(.)l)")
-register("awasthi2021-hermite-separation", paper=_PAPER, algorithm="Lemma 4.3", target=hermite_separation,
-         description="min_x max(|He_k|, |He_{k+1}|) (corrected constant)")
-
-register("awasthi2021-output-network", paper=_PAPER, algorithm="Algorithms 4-6 output, Claim D.14, Algorithm 5",
-         target=output_network, assumptions=(_GAUSS,),
-         description="the output network of recovered units: parameters, closed-form linear part or regression")
-register("awasthi2021-polish-units", paper=_PAPER, algorithm="Proposition B.1 (truncated Hermite loss)",
-         target=polish_units, assumptions=(_GAUSS,),
-         description="moment-space polish of recovered units with completion of undetected ones (refine=True)")
-register("awasthi2021-reduce-to-width", paper=_PAPER, algorithm="Lemma D.13, Theorem 3.4 (corrected eq. (2))",
-         target=reduce_to_width, assumptions=(_GAUSS,),
-         description="at most n_hidden units: fold linearisable units, merge, resolve sign flips")
-register("awasthi2021-hermite-fit", paper=_PAPER, algorithm="Lemma 3.5 (certificate)", target=hermite_fit,
-         assumptions=(_GAUSS,), description="certificate: exact Hermite coefficients of a network against T_k")

@@ -1,7 +1,7 @@
 """Scalar read-out of Awasthi-Tang-Vijayaraghavan 2021: Gram least squares, Algorithm 2
 (RECOVERSCALARS, corrected for l > 1) and Algorithm 3 (FIXSIGNS).
 
-Paper symbol -> code (units are rows, ARCHITECTURE section 1):
+Paper symbol -> code (units are rows, the convention of :class:`nnrecover.network.TwoLayerNetwork`):
 
 ==========================================  ==========================================
 paper                                       here

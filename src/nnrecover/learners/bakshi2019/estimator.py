@@ -12,48 +12,16 @@ import numpy as np
 from ..._validation import Interval, Options
 from ...errors import InputError
 from ...network import TwoLayerNetwork
-from ._common import ExactResult, width_refusal
-from .arbitrary_noise import algorithm8, gaussian_sketch, grid_candidates, pv_halfspace
-from ...refine.certificate import MEANING, certificate_rows, held_assumption_warnings, unit_error_bound
-from .diagnostics import sign_pattern_statistics
-from .exact import (MARGIN_QUANTILES, algorithm5, refine_from_output_weights, refine_from_unmixing,
-                                row_from_zero_set)
-from .fpt import algorithm7, parallel_classes
-from .hardness import (assignment_to_separator, brute_force_sat, brute_force_separability,
-                                   check_network_instance, close_under_reversal, is_relu_separated, is_satisfied,
-                                   lemma16_equal_outputs, lemma16_instances, sat_to_relu_separability,
-                                   separability_to_network, separability_to_network_variable_alpha,
-                                   separator_to_assignment)
-from .noisy import OutputRegressionStatistic, algorithm6, noisy_pipeline, regression_output_weights
-from .pipeline import (algorithm3, algorithm4, default_n_refine, gaussian_pipeline, ica_unmixing,
-                                   split_refinement)
-from .sparse import incoherence, polish_low_rank, principal_component_pursuit, sparse_noise_pipeline
-from .tensor_step import (ApproximateResult, approximate_hidden_weights,
-                                      approximate_hidden_weights_population, choose_order)
-from .worst_case import algorithm2, enumerate_sign_patterns, iterative_lp, numerical_rank
-from ..registry import register
 from ..base import BaseLearner
+from ._common import ExactResult, width_refusal
+from ...refine.certificate import MEANING, certificate_rows, held_assumption_warnings
+from .noisy import algorithm6, noisy_pipeline, regression_output_weights
+from .pipeline import algorithm3, gaussian_pipeline, split_refinement
 
-__all__ = [
-    "ExactReLULearner", "NoisyReLULearner", "ExactResult", "ApproximateResult",
-    "gaussian_pipeline", "algorithm3", "algorithm4", "algorithm5", "algorithm6", "algorithm7", "algorithm8",
-    "algorithm2", "iterative_lp", "enumerate_sign_patterns", "numerical_rank", "row_from_zero_set",
-    "refine_from_output_weights", "refine_from_unmixing", "ica_unmixing", "approximate_hidden_weights",
-    "approximate_hidden_weights_population", "choose_order", "noisy_pipeline", "regression_output_weights",
-    "OutputRegressionStatistic", "parallel_classes", "pv_halfspace", "gaussian_sketch", "grid_candidates",
-    "principal_component_pursuit", "polish_low_rank", "incoherence", "sparse_noise_pipeline",
-    "sat_to_relu_separability", "close_under_reversal", "is_satisfied", "brute_force_sat", "is_relu_separated",
-    "assignment_to_separator", "separator_to_assignment", "separability_to_network",
-    "separability_to_network_variable_alpha", "check_network_instance", "brute_force_separability",
-    "lemma16_instances", "lemma16_equal_outputs", "MARGIN_QUANTILES", "split_refinement", "default_n_refine",
-    "sign_pattern_statistics", "unit_error_bound", "CERTIFICATE_MEANING",
-]
+__all__ = ["ExactReLULearner", "NoisyReLULearner", "CERTIFICATE_MEANING"]
 
 #: what the certificate ``max_unit_error`` of both learners states
 CERTIFICATE_MEANING = MEANING
-
-_PAPER = "bakshi2019"
-
 
 def _applies(network: TwoLayerNetwork, distribution: Any, *, noiseless: bool) -> tuple[bool, str]:
     """Shared ``applies_to`` of the two learners (Bakshi et al. Sections 1, 4, 5; Remark 3; Appendix 9.1)."""
@@ -94,11 +62,6 @@ def _refuse_rows(source, k: int, *, noisy: bool) -> None:
     why = rows_refusal(source.info.n_samples, d, k, noisy=noisy) if d is not None else None
     if why:
         raise InputError(why)
-
-
-_GAUSS = "x ~ N(0, I) (N(0, Σ) with whiten=True)"
-_RANKS = "U* (m x k) and V* (k x d) of rank k"
-_RECT = "rectified activation f = φ > 0 on t > 0 (relu, relu_power, exp_minus_one)"
 
 
 class ExactReLULearner(BaseLearner):
@@ -220,9 +183,9 @@ class ExactReLULearner(BaseLearner):
         k = self.n_hidden
         if self.n_refine is None:
             _refuse_rows(source, k, noisy=False)
-        out: list = []
         rows = partial(certificate_rows, source, rng, self.certificate_rows)
-        with held_assumption_warnings(self, lambda: out[0], rows, diagnostics, tol=float(self.certificate_tol)):
+        net = None
+        with held_assumption_warnings(self, lambda: net, rows, diagnostics, tol=float(self.certificate_tol)):
             if self.approximate == "tensor":
                 res = gaussian_pipeline(source, None, k, activation=self.activation, order=self.order,
                                         span=self.span, form=self.form, n_refine=self.n_refine, whiten=self.whiten,
@@ -238,10 +201,10 @@ class ExactReLULearner(BaseLearner):
             if res.certified:
                 diagnostics["refinement"] = {"ran": False, "reason": "exact-recovery checks held: the estimate "
                                              "is exact to round-off"}
-                out.append(res.network)
+                net = res.network
             else:
-                out.append(self._maybe_refine(self._fallback(res, source), source, rng, diagnostics))
-        return out[0]
+                net = self._maybe_refine(self._fallback(res, source), source, rng, diagnostics)
+        return net
 
     def _fallback(self, res: ExactResult, source) -> TwoLayerNetwork:
         """Uncertified estimate: recovered units where they passed, else the approximate direction with its
@@ -344,12 +307,12 @@ class NoisyReLULearner(BaseLearner):
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
         if self.n_sign is None:
             _refuse_rows(source, self.n_hidden, noisy=True)
-        out: list = []
         rows = partial(certificate_rows, source, rng, self.certificate_rows)
+        net = None
         regression = self.regression
         if regression == "auto":
             regression = "sign" if self.refine and source.info.reiterable else "all"
-        with held_assumption_warnings(self, lambda: out[0], rows, diagnostics, tol=float(self.certificate_tol)):
+        with held_assumption_warnings(self, lambda: net, rows, diagnostics, tol=float(self.certificate_tol)):
             res = noisy_pipeline(source, None, self.n_hidden, activation=self.activation, order=self.order,
                                  span=self.span, n_sign=self.n_sign, whiten=self.whiten,
                                  control_variates=self.control_variates, n_draws=self.n_draws,
@@ -357,8 +320,8 @@ class NoisyReLULearner(BaseLearner):
                                  chunk_size=self.chunk_size, rng=rng)
             diagnostics["noisy"] = res.diagnostics
             diagnostics["route"] = res.diagnostics["route"]
-            out.append(self._maybe_refine(res.network, source, rng, diagnostics))
-        return out[0]
+            net = self._maybe_refine(res.network, source, rng, diagnostics)
+        return net
 
     @classmethod
     def applies_to(cls, network: TwoLayerNetwork, distribution: Any) -> tuple[bool, str]:
@@ -367,85 +330,3 @@ class NoisyReLULearner(BaseLearner):
         The same conditions as :meth:`ExactReLULearner.applies_to` (label noise is allowed). Never raises.
         """
         return _applies(network, distribution, noiseless=False)
-
-
-# ------------------------------------------------------------------------------------------ registry
-register("exact-relu", paper=_PAPER, algorithm="Algorithms 4-5 (Theorem 7)", target=ExactReLULearner,
-         assumptions=(_GAUSS, _RANKS, _RECT, "noiseless"), is_learner=True,
-         description="tensor step (order from Hermite coefficients) + exact sparsity-pattern systems, certified")
-register("bakshi2019-noisy", paper=_PAPER, algorithm="Algorithm 6, Lemma 20 (Theorem 10)", target=NoisyReLULearner,
-         assumptions=(_GAUSS, _RANKS, _RECT, "i.i.d. mean-zero sub-Gaussian noise"), is_learner=True,
-         description="tensor step + projection signs + least-squares U (+ optional refinement)")
-register("bakshi2019-lemma1", paper=_PAPER, algorithm="Lemma 1", target=enumerate_sign_patterns,
-         assumptions=("rank(A) = k",), description="candidate sign patterns from k tight constraints")
-register("bakshi2019-algorithm1", paper=_PAPER, algorithm="Algorithm 1 (Remark 1)", target=iterative_lp,
-         assumptions=("ReLU",), description="IterativeLP: a new independent row of f(VX) in rowspan(A) (HiGHS)")
-register("bakshi2019-algorithm2", paper=_PAPER, algorithm="Algorithm 2 (Theorem 1)", target=algorithm2,
-         assumptions=("any X", "rank(A) = k", "ReLU", "small n"),
-         description="worst-case exact factorisation A = U f(VX); refuses rank(A) < k (Theorem 2)")
-register("bakshi2019-algorithm3", paper=_PAPER, algorithm="Algorithm 3 (Theorem 4)", target=algorithm3,
-         assumptions=("x ~ N(0, I)", "V* orthonormal rows", "U* rank k", _RECT),
-         description="ICA (FastICA, skewness signs) + exact steps 4-8")
-register("bakshi2019-algorithm3-ica", paper=_PAPER, algorithm="Algorithm 3 steps 1-3 (Lemma 6, Theorem 3)",
-         target=ica_unmixing, assumptions=("x ~ N(0, I)", "V* orthonormal rows", "U* rank k"),
-         description="sketch T A, FastICA, column signs by positive skewness: unmixing M ≈ D Π (TU*)^-1 T")
-register("bakshi2019-algorithm3-steps4-8", paper=_PAPER, algorithm="Algorithm 3 steps 4-8", target=refine_from_unmixing,
-         assumptions=(_RANKS, "M Ā ≈ D f(V* X̄), D > 0"),
-         description="exact V*, U* from an approximate unmixing matrix (threshold or margin form)")
-register("bakshi2019-algorithm3-refine", paper=_PAPER, algorithm="Corollary 5 (Algorithm 3 steps 4-8 from Û)",
-         target=refine_from_output_weights, assumptions=(_RANKS, "Û ≈ U* Π D, D > 0"),
-         description="exact V*, U* from approximate output weights")
-register("bakshi2019-row-from-zero-set", paper=_PAPER, algorithm="Algorithm 5 step 3 / Algorithm 3 step 5 (Lemma 10)",
-         target=row_from_zero_set, assumptions=("B a k-row basis of rowspan(Ā)",),
-         description="the row-span vector vanishing on a zero set, with null-space certificates (R0)")
-register("bakshi2019-tensor-step", paper=_PAPER, algorithm="Algorithm 4 steps 1-4 (Theorem 5)",
-         target=approximate_hidden_weights, assumptions=(_GAUSS, _RANKS, "c_r(f) != 0"),
-         description="approximate ±V* from order-2/3/4 Hermite moments (Options A-C)")
-register("bakshi2019-algorithm4", paper=_PAPER, algorithm="Algorithm 4 (Theorem 7)", target=algorithm4,
-         assumptions=(_GAUSS, _RANKS, "c_3(f) != 0 (not ReLU)"),
-         description="the paper's order-3 pipeline; AssumptionError for ReLU (c_3 = 0)")
-register("bakshi2019-gaussian-pipeline", paper=_PAPER, algorithm="Algorithms 4-5 (Theorem 7)",
-         target=gaussian_pipeline, assumptions=(_GAUSS, _RANKS, _RECT, "noiseless"),
-         description="tensor step + Algorithm 5 + A = U f(VX), certified")
-register("bakshi2019-algorithm5", paper=_PAPER, algorithm="Algorithm 5 (Theorem 6)", target=algorithm5,
-         assumptions=(_RANKS, "||v_i - ±V*_i|| <= ε", "noiseless"),
-         description="exact V* and signs by sparsity-pattern systems (threshold / margin form)")
-register("bakshi2019-algorithm6", paper=_PAPER, algorithm="Algorithm 6 (Theorem 9)", target=algorithm6,
-         assumptions=(_RANKS, "||v_i - ±V*_i|| <= ε"), description="signs by projection residuals")
-register("bakshi2019-lemma20", paper=_PAPER, algorithm="Lemma 20", target=regression_output_weights,
-         description="least-squares U for given V (streamed normal equations)")
-register("bakshi2019-noisy-pipeline", paper=_PAPER, algorithm="Theorem 10", target=noisy_pipeline,
-         assumptions=(_GAUSS, _RANKS, "i.i.d. sub-Gaussian noise"), description="tensor step + Algorithm 6 + Lemma 20")
-register("bakshi2019-algorithm7", paper=_PAPER, algorithm="Algorithm 7 (Theorem 11)", target=algorithm7,
-         assumptions=("x ~ N(0, I)", "rank V* = k", "no two columns of U* collinear (corrected)", "noiseless"),
-         description="FPT exact recovery from 1-sparse columns; any m >= 2, m < k allowed")
-register("bakshi2019-algorithm8", paper=_PAPER, algorithm="Algorithm 8 (Theorem 13)", target=algorithm8,
-         assumptions=("x ~ N(0, I)", "E independent of X"),
-         description="sketch, candidate (SU*)^-1, noisy-halfspace PV estimator, selection by residual")
-register("bakshi2019-algorithm8-sketch", paper=_PAPER, algorithm="Algorithm 8 step 1 (Proposition 4)",
-         target=gaussian_sketch, description="Gaussian subspace-embedding sketch S with N(0, 1/k) entries")
-register("bakshi2019-algorithm8-grid", paper=_PAPER, algorithm="Algorithm 8 step 2 (Proposition 5)",
-         target=grid_candidates, assumptions=("toy sizes only",),
-         description="the exhaustive guess grid for (SU*)^-1, with signs; infeasible beyond toy sizes")
-register("bakshi2019-pv-halfspace", paper=_PAPER, algorithm="Algorithm 8 step 3 (eqs. 5-6, Theorem 12)",
-         target=pv_halfspace, assumptions=("x ~ N(0, I)", "label noise independent of X"),
-         description="Plan-Vershynin noisy-halfspace estimator in closed form X^T y / ||X^T y||")
-register("bakshi2019-pcp", paper=_PAPER, algorithm="Theorem 14, Corollary 8", target=sparse_noise_pipeline,
-         assumptions=("x ~ N(0, I)", "U* orthonormal incoherent columns", "sparse E"),
-         description="principal component pursuit (ADMM) + polish + exact pipeline")
-register("bakshi2019-principal-component-pursuit", paper=_PAPER, algorithm="Theorem 14 (principal component pursuit)",
-         target=principal_component_pursuit, assumptions=("M incoherent, E sparse with random support",),
-         description="min ||M||_* + λ ||E||_1 s.t. M + E = A by ADMM, λ = 1/sqrt(max(n, m))")
-register("bakshi2019-incoherence", paper=_PAPER, algorithm="Definition 13, Lemma 24", target=incoherence,
-         description="left, right and joint incoherence parameters of a rank-k matrix")
-register("bakshi2019-hardness", paper=_PAPER, algorithm="Proposition 2 (Definitions 4-5)", target=sat_to_relu_separability,
-         description="reversible 6-SAT -> ReLU-separability point sets (checker: is_relu_separated)")
-register("bakshi2019-theorem2", paper=_PAPER, algorithm="Theorem 2 (α fixed)", target=separability_to_network,
-         description="ReLU-separability -> 'is there V with α f(VX) = A' (k = 2; checker: check_network_instance)")
-register("bakshi2019-theorem2-variable-alpha", paper=_PAPER, algorithm="Theorem 2 (α a variable)",
-         target=separability_to_network_variable_alpha,
-         description="the same reduction with α a variable (two extra columns force α > 0)")
-register("bakshi2019-pattern-statistics", paper=_PAPER, algorithm="Lemmas 7, 8, 19, 21", target=sign_pattern_statistics,
-         description="split frequencies θ/2π, κ vs θ_min, σ_min(f(VX)), 1-sparse column counts")
-register("bakshi2019-lemma16", paper=_PAPER, algorithm="Lemma 16", target=lemma16_instances,
-         description="two instances with equal outputs for n << 1/a (n = Ω(κ) lower bound)")

@@ -2,7 +2,7 @@
 
 The model is ``y = A relu(W x) + xi`` with no biases, ``x`` from any **symmetric** distribution
 (``x`` and ``-x`` equal in law), ``k <= d`` hidden units and ``l >= k`` outputs. In nnrecover's form
-(ARCHITECTURE section 1): ``hidden_weights = W`` (k, d), ``output_weights = A`` (l, k), zero biases.
+(the convention of :class:`nnrecover.network.TwoLayerNetwork`): ``hidden_weights = W`` (k, d), ``output_weights = A`` (l, k), zero biases.
 
 Paper symbol -> name here:
 
@@ -95,14 +95,89 @@ Modules
 - :mod:`.estimator`       :class:`PureNeuronLearner` (validates, calls, stores).
 """
 
-from .estimator import *  # noqa: F401,F403  (the public API of the paper)
-from .estimator import __all__  # noqa: F401
+from ...distributions import PerturbedSymmetric
+from ..registry import register
+from .algorithms import (SPAN_GAP_MIN, SYMMETRY_ALPHA, PureNeuronResult, SpanBasis, algorithm2, algorithm3, algorithm4,
+                         paper_error, pure_neuron_moments, section4_variant, span_basis, symmetrize)
+from .core import (algorithm1, build_detector_matrix, cp_slices, detector_value, fit_hidden_given_output, null_span,
+                   purity_score, sign_fix, sim_diag)
+from .distinguishing import (distinguishing_matrix, gaussian_distinguishing_matrix, leave_one_out_distance,
+                             perturb_weights, population_detector_matrix)
 from .estimator import PureNeuronLearner
-# stage helpers the package has always exposed by name
-from ...refine.certificate import certificate_rows, certify_max_unit_error, check_certificate_params  # noqa: F401
-from .algorithms import GAP_WARNING  # noqa: F401
-from .core import check_second_moment, output_projection, readout  # noqa: F401
-from .moments import PureNeuronMoments, PureNeuronStatistic  # noqa: F401
+from .moments import gaussian_population_moments
+from ...moments.symmetry import symmetry_test
+from .symmetric import duplication_matrix, mat_star, vec_star
 
-# the estimator is documented and reported under the package, the name users import it by
-PureNeuronLearner.__module__ = __name__
+__all__ = ["PureNeuronLearner", "PureNeuronResult", "algorithm1", "algorithm2", "algorithm3", "algorithm4",
+           "section4_variant", "pure_neuron_moments", "build_detector_matrix", "null_span", "sim_diag",
+           "sign_fix", "cp_slices", "fit_hidden_given_output", "detector_value", "purity_score",
+           "distinguishing_matrix", "gaussian_distinguishing_matrix", "population_detector_matrix",
+           "perturb_weights", "leave_one_out_distance", "symmetry_test", "gaussian_population_moments",
+           "paper_error", "symmetrize", "vec_star", "mat_star", "duplication_matrix", "SYMMETRY_ALPHA",
+           "span_basis", "SpanBasis", "SPAN_GAP_MIN"]
+
+_SYM = "symmetric input law (x and -x equal in distribution)"
+_RANK = "A, W, E[xx^T] full rank"
+register("pure-neuron", paper="ge2019", algorithm="Algorithms 2-4", target=PureNeuronLearner, is_learner=True,
+         assumptions=(_SYM, "k <= d", "outputs >= k", "ReLU, no biases", _RANK, "M full column rank"),
+         description="Pure-neuron detector: moments up to order 4, null space, SimDiag, Algorithm 1")
+register("ge2019-algorithm1", paper="ge2019", algorithm="Algorithm 1", target=algorithm1,
+         assumptions=(_SYM, "E[xx^T] full rank"), description="One ReLU unit: w = 2 E[xx^T]^-1 E[yx]")
+register("ge2019-algorithm2", paper="ge2019", algorithm="Algorithm 2", target=algorithm2,
+         assumptions=(_SYM, "no label noise", "A square", _RANK, "N full column rank"),
+         description="Noiseless two-layer learner (Corollary 1 detector, SimDiag, SignFix, Algorithm 1)")
+register("ge2019-algorithm3", paper="ge2019", algorithm="Algorithm 3", target=algorithm3,
+         assumptions=(_SYM, "zero-mean label noise independent of x", "A square", _RANK, "M full column rank"),
+         description="Noise-robust learner (Eq. 11 detector, sample split in +-x pairs)")
+register("ge2019-algorithm4", paper="ge2019", algorithm="Algorithm 4", target=algorithm4,
+         assumptions=(_SYM, "outputs l >= k", "rank A = k", "M full column rank"),
+         description="Non-square A: project outputs on the top-k left singular space of E[yx^T]")
+register("ge2019-section4", paper="ge2019", algorithm="Section 4", target=section4_variant,
+         assumptions=(_SYM, "outputs >= k", _RANK),
+         description="Practical variant: CP-ALS on 10k null-space slices, then W fitted with A fixed")
+register("ge2019-build-t", paper="ge2019", algorithm="Eq. 10-11 (BuildT)", target=build_detector_matrix,
+         assumptions=(_SYM,), description="Pure-neuron detector matrix T (noiseless or noise-corrected)")
+register("ge2019-simdiag", paper="ge2019", algorithm="Algorithm 2 steps 7-8 (SimDiag)", target=sim_diag,
+         assumptions=("null space spanned by vec*(z_i z_i^T)",),
+         description="Eigenvectors of X Y^-1 for random X, Y in the null space, best of several draws")
+register("ge2019-distinguishing", paper="ge2019", algorithm="Definition 1, Lemma 19", target=distinguishing_matrix,
+         assumptions=("closed form: zero-mean Gaussian input",),
+         description="Distinguishing matrix N / augmented M: Gaussian closed form or Monte Carlo")
+register("ge2019-nullspan", paper="ge2019", algorithm="NullSpan (Algorithm 2/3 step 5; Lemmas 4, 10)", target=null_span,
+         assumptions=("N (Alg. 2) or M (Alg. 3) full column rank",),
+         description="The k least right singular vectors of T and the gap ratio s_k2 / s_k2+1 (Lemma 14)")
+register("ge2019-signfix", paper="ge2019", algorithm="SignFix (Algorithm 2/3 step 9; Lemma 18)", target=sign_fix,
+         assumptions=(_SYM, "E[relu(w_i^T x)] > 0"),
+         description="Flip z_i so that E[z_i^T y] > 0")
+register("ge2019-cp-slices", paper="ge2019", algorithm="Section 4 (a): CP-ALS on null-space slices", target=cp_slices,
+         assumptions=("null space spanned by vec*(z_i z_i^T)",),
+         description="Rank-k CP-ALS of 10k random slices mat*(S g_t), best of restarts (TensorLy)")
+register("ge2019-hidden-fit", paper="ge2019", algorithm="Section 4 (b): W fitted with A fixed",
+         target=fit_hidden_given_output, assumptions=("A^ recovered",),
+         description="Gradient fit of the squared loss in W with the output layer frozen (L-BFGS)")
+register("ge2019-detector", paper="ge2019", algorithm="Corollary 1 / Lemma 9 (Eq. 11)", target=detector_value,
+         assumptions=(_SYM,), description="The pure-neuron detector f(u), evaluated directly from samples")
+register("ge2019-purity-score", paper="ge2019", algorithm="Lemma 2", target=purity_score,
+         assumptions=(_SYM, "no label noise"),
+         description="Scalar purity test 2 E[yx]^T E[xx^T]^-1 E[yx] - E[y^2] = sum c_i c_j m_ij")
+register("ge2019-gaussian-distinguishing", paper="ge2019", algorithm="Lemma 19 (and N(0, QQ^T), Theorem 10 proof)",
+         target=gaussian_distinguishing_matrix, assumptions=("zero-mean Gaussian input",),
+         description="Closed-form distinguishing matrix N / augmented M and the scalars m_ij")
+register("ge2019-population-t", paper="ge2019", algorithm="Appendix B.1.1 (T = M B C F; Lemma 14)",
+         target=population_detector_matrix, assumptions=("M full column rank", "A full rank"),
+         description="Population detector matrix from M and A, with sigma_k2(T) >= sigma_min(M) sigma_min(A)^2")
+register("ge2019-perturb-weights", paper="ge2019", algorithm="Eq. 18 (smoothed W + rho E; Theorem 9, Lemma 22)",
+         target=perturb_weights, assumptions=("Gaussian input, k <= d / 5 for the theorem",),
+         description="Smoothed-analysis perturbation of the first-layer weights")
+register("ge2019-perturbed-input", paper="ge2019", algorithm="Appendix C.2 ((Q, lambda)-perturbation; Theorem 10)",
+         target=PerturbedSymmetric, assumptions=(_SYM, "k <= d / 7 for the theorem"),
+         description="Smoothed input law D_{Q,lambda}: with probability lambda x = Q n, n ~ N(0, I)")
+register("ge2019-leave-one-out", paper="ge2019", algorithm="Definition 2, Lemmas 20-21", target=leave_one_out_distance,
+         description="Leave-one-out distance d(A), bracketing sigma_min(A)")
+register("ge2019-fit-population", paper="ge2019", algorithm="Theorems 4-6 on exact moments (fit_population)",
+         target=PureNeuronLearner.fit_population, assumptions=("zero-mean Gaussian input", _RANK),
+         description="Algorithms 2-4 on exact population moments (Lemmas 6, 7, 19)")
+register("ge2019-symmetry-test", paper="ge2019", algorithm="Section 2.1 assumption (symmetric input)",
+         target=symmetry_test, description="Hotelling chi-square test of E[x] = E[x**3] = 0 (p-value)")
+register("ge2019-symmetrize", paper="ge2019", algorithm="Section 1 (data symmetrisation)", target=symmetrize,
+         description="Antithetic pairs: every x with -x and its label")

@@ -22,8 +22,8 @@ from ...errors import AssumptionError, AssumptionWarning, CertificateWarning, Co
 from ...network import TwoLayerNetwork
 from .core import (build_detector_matrix, check_second_moment, cp_slices, fit_hidden_given_output, null_span,
                    output_projection, readout, sign_fix, sim_diag)
-from .moments import (SYMMETRY_GRAM_ROWS, DetectorMoments, PartMoments, PureNeuronMoments, PureNeuronStatistic,
-                      SymmetryStatistic, symmetry_stride)
+from ...moments.symmetry import SYMMETRY_GRAM_ROWS, SymmetryStatistic, symmetry_stride
+from .moments import DetectorMoments, PartMoments, PureNeuronMoments, PureNeuronStatistic
 
 __all__ = ["PureNeuronResult", "SpanBasis", "span_basis", "algorithm2", "algorithm3", "algorithm4", "section4_variant",
            "pure_neuron_moments", "paper_error", "symmetrize", "SYMMETRY_ALPHA", "GAP_WARNING", "SPAN_GAP_MIN"]
@@ -614,6 +614,30 @@ def section4_variant(X, Y, n_hidden: int, *, rng=None, noise_correction: bool = 
     V, info = fit_hidden_given_output(Xa, Ya, res.output_weights, res.hidden_weights, max_iter=gd_max_iter)
     res.hidden_weights = V
     res.diagnostics["hidden_fit"] = info
+    return res
+
+
+def fit_source(source, n_hidden, *, practical: bool = False, samples=None, gd_max_iter: int = 500,
+               **options) -> PureNeuronResult:
+    """The run of :class:`~nnrecover.learners.ge2019.estimator.PureNeuronLearner` on a data source.
+
+    ``practical=False``: Algorithms 2-4 (SimDiag). ``practical=True``: the Section 4 variant, CP-ALS on
+    null-space slices, then the gradient fit of ``W`` with ``A`` fixed on ``samples = (X, Y)``, the same
+    rows in memory (see :func:`section4_variant`). ``options`` go to the shared pipeline (``split``,
+    ``noise_correction``, ``check_symmetry``, ``n_tries``, ``span``, ...).
+
+    Returns
+    -------
+    PureNeuronResult
+        With ``practical=True``, ``hidden_weights`` is the fitted ``W`` and ``diagnostics["hidden_fit"]``
+        reports the losses.
+    """
+    res = _run(source, None, n_hidden, decomposition="cp-als" if practical else "simdiag", **options)
+    if practical:
+        Xa, Ya = samples
+        V, info = fit_hidden_given_output(Xa, Ya, res.output_weights, res.hidden_weights, max_iter=gd_max_iter)
+        res.hidden_weights = V
+        res.diagnostics["hidden_fit"] = info
     return res
 
 

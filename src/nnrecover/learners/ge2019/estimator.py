@@ -9,30 +9,17 @@ from numbers import Integral, Real
 import numpy as np
 
 from ..._validation import Interval, Options, check_positive_int
-from ...distributions import Distribution, PerturbedSymmetric, StandardGaussian
+from ...distributions import Distribution, StandardGaussian
 from ...errors import AssumptionError
 from ...network import TwoLayerNetwork
 from ...sampling import sample
-from ..registry import register
 from ...refine.certificate import certificate_rows, certify_max_unit_error, held_assumption_warnings
 from ..base import BaseLearner
-from .algorithms import (GAP_WARNING, SPAN_GAP_MIN, SYMMETRY_ALPHA, PureNeuronResult, SpanBasis, _population_cov,
-                         _population_pipeline, _run, algorithm2, algorithm3, algorithm4, paper_error,
-                         pure_neuron_moments, section4_variant, span_basis, symmetrize)
-from .core import (algorithm1, build_detector_matrix, cp_slices, detector_value, fit_hidden_given_output, null_span,
-                   purity_score, sign_fix, sim_diag)
-from .distinguishing import (distinguishing_matrix, gaussian_distinguishing_matrix, leave_one_out_distance,
-                             perturb_weights, population_detector_matrix)
-from .moments import gaussian_population_moments, symmetry_test
-from .symmetric import duplication_matrix, mat_star, vec_star
+from .algorithms import (GAP_WARNING, SPAN_GAP_MIN, SYMMETRY_ALPHA, PureNeuronResult, _population_cov,
+                         _population_pipeline, fit_source)
+from .conditions import width_refusal
 
-__all__ = ["PureNeuronLearner", "PureNeuronResult", "algorithm1", "algorithm2", "algorithm3", "algorithm4",
-           "section4_variant", "pure_neuron_moments", "build_detector_matrix", "null_span", "sim_diag",
-           "sign_fix", "cp_slices", "fit_hidden_given_output", "detector_value", "purity_score",
-           "distinguishing_matrix", "gaussian_distinguishing_matrix", "population_detector_matrix",
-           "perturb_weights", "leave_one_out_distance", "symmetry_test", "gaussian_population_moments",
-           "paper_error", "symmetrize", "vec_star", "mat_star", "duplication_matrix", "SYMMETRY_ALPHA",
-           "span_basis", "SpanBasis", "SPAN_GAP_MIN"]
+__all__ = ["PureNeuronLearner"]
 
 
 class PureNeuronLearner(BaseLearner):
@@ -182,25 +169,21 @@ class PureNeuronLearner(BaseLearner):
         if practical:  # the gradient fit of W needs the samples in memory
             Xa, Ya = source.to_arrays()
             source = as_data_source(Xa, Ya)
-        out: list = []
         rows = partial(certificate_rows, source, rng, int(self.certificate_rows))
+        net = None
         # the input-law and span warnings of the provable stage are held until the final network is certified:
         # when the certificate passes, the data themselves show the estimate is within certificate_tol, and the
         # warnings are only recorded (diagnostics_["input_law_notes"])
-        with held_assumption_warnings(self, lambda: out[0], rows, diagnostics, tol=float(self.certificate_tol),
+        with held_assumption_warnings(self, lambda: net, rows, diagnostics, tol=float(self.certificate_tol),
                                       stage=lambda: self._stage(diagnostics)):
-            res = _run(source, None, self.n_hidden, noise_correction=self.noise_correction, split=self.split,
-                       decomposition="cp-als" if practical else "simdiag", rng=rng,
-                       check_symmetry=self.check_symmetry, symmetry_alpha=float(self.symmetry_alpha),
-                       n_tries=self.n_tries, n_slices=self.n_slices, n_restarts=self.n_restarts,
-                       strict=self.strict, chunk_size=self.chunk_size, warn=False, span=_span_value(self.span))
-            if practical:
-                V, info = fit_hidden_given_output(Xa, Ya, res.output_weights, res.hidden_weights,
-                                                  max_iter=self.gd_max_iter)
-                res.hidden_weights = V
-                res.diagnostics["hidden_fit"] = info
-            out.append(self._finish(res, source, rng, diagnostics, certify=False))
-        return out[0]
+            res = fit_source(source, self.n_hidden, practical=practical, samples=(Xa, Ya) if practical else None,
+                             gd_max_iter=self.gd_max_iter, noise_correction=self.noise_correction,
+                             split=self.split, rng=rng, check_symmetry=self.check_symmetry,
+                             symmetry_alpha=float(self.symmetry_alpha), n_tries=self.n_tries,
+                             n_slices=self.n_slices, n_restarts=self.n_restarts, strict=self.strict,
+                             chunk_size=self.chunk_size, warn=False, span=_span_value(self.span))
+            net = self._finish(res, source, rng, diagnostics, certify=False)
+        return net
 
     @staticmethod
     def _stage(diagnostics: dict) -> str:
@@ -275,8 +258,6 @@ class PureNeuronLearner(BaseLearner):
         """Whether the learner's assumptions hold for a teacher and an input law: ``(bool, reason)``."""
         if not distribution.is_symmetric:
             return False, "the input distribution is not symmetric (Ge et al. 2019 assume x ~ -x)"
-        from .conditions import width_refusal
-
         why = width_refusal(network.n_hidden, network.n_inputs, network.n_outputs)
         if why:
             return False, why
@@ -288,71 +269,3 @@ class PureNeuronLearner(BaseLearner):
 def _span_value(span):
     """``span`` as ``"auto"``, ``True`` or ``False`` (numpy booleans included)."""
     return span if isinstance(span, str) else bool(span)
-
-
-# ============================================================================================ registry
-_SYM = "symmetric input law (x and -x equal in distribution)"
-_RANK = "A, W, E[xx^T] full rank"
-register("pure-neuron", paper="ge2019", algorithm="Algorithms 2-4", target=PureNeuronLearner, is_learner=True,
-         assumptions=(_SYM, "k <= d", "outputs >= k", "ReLU, no biases", _RANK, "M full column rank"),
-         description="Pure-neuron detector: moments up to order 4, null space, SimDiag, Algorithm 1")
-register("ge2019-algorithm1", paper="ge2019", algorithm="Algorithm 1", target=algorithm1,
-         assumptions=(_SYM, "E[xx^T] full rank"), description="One ReLU unit: w = 2 E[xx^T]^-1 E[yx]")
-register("ge2019-algorithm2", paper="ge2019", algorithm="Algorithm 2", target=algorithm2,
-         assumptions=(_SYM, "no label noise", "A square", _RANK, "N full column rank"),
-         description="Noiseless two-layer learner (Corollary 1 detector, SimDiag, SignFix, Algorithm 1)")
-register("ge2019-algorithm3", paper="ge2019", algorithm="Algorithm 3", target=algorithm3,
-         assumptions=(_SYM, "zero-mean label noise independent of x", "A square", _RANK, "M full column rank"),
-         description="Noise-robust learner (Eq. 11 detector, sample split in +-x pairs)")
-register("ge2019-algorithm4", paper="ge2019", algorithm="Algorithm 4", target=algorithm4,
-         assumptions=(_SYM, "outputs l >= k", "rank A = k", "M full column rank"),
-         description="Non-square A: project outputs on the top-k left singular space of E[yx^T]")
-register("ge2019-section4", paper="ge2019", algorithm="Section 4", target=section4_variant,
-         assumptions=(_SYM, "outputs >= k", _RANK),
-         description="Practical variant: CP-ALS on 10k null-space slices, then W fitted with A fixed")
-register("ge2019-build-t", paper="ge2019", algorithm="Eq. 10-11 (BuildT)", target=build_detector_matrix,
-         assumptions=(_SYM,), description="Pure-neuron detector matrix T (noiseless or noise-corrected)")
-register("ge2019-simdiag", paper="ge2019", algorithm="Algorithm 2 steps 7-8 (SimDiag)", target=sim_diag,
-         assumptions=("null space spanned by vec*(z_i z_i^T)",),
-         description="Eigenvectors of X Y^-1 for random X, Y in the null space, best of several draws")
-register("ge2019-distinguishing", paper="ge2019", algorithm="Definition 1, Lemma 19", target=distinguishing_matrix,
-         assumptions=("closed form: zero-mean Gaussian input",),
-         description="Distinguishing matrix N / augmented M: Gaussian closed form or Monte Carlo")
-register("ge2019-nullspan", paper="ge2019", algorithm="NullSpan (Algorithm 2/3 step 5; Lemmas 4, 10)", target=null_span,
-         assumptions=("N (Alg. 2) or M (Alg. 3) full column rank",),
-         description="The k least right singular vectors of T and the gap ratio s_k2 / s_k2+1 (Lemma 14)")
-register("ge2019-signfix", paper="ge2019", algorithm="SignFix (Algorithm 2/3 step 9; Lemma 18)", target=sign_fix,
-         assumptions=(_SYM, "E[relu(w_i^T x)] > 0"),
-         description="Flip z_i so that E[z_i^T y] > 0")
-register("ge2019-cp-slices", paper="ge2019", algorithm="Section 4 (a): CP-ALS on null-space slices", target=cp_slices,
-         assumptions=("null space spanned by vec*(z_i z_i^T)",),
-         description="Rank-k CP-ALS of 10k random slices mat*(S g_t), best of restarts (TensorLy)")
-register("ge2019-hidden-fit", paper="ge2019", algorithm="Section 4 (b): W fitted with A fixed",
-         target=fit_hidden_given_output, assumptions=("A^ recovered",),
-         description="Gradient fit of the squared loss in W with the output layer frozen (L-BFGS)")
-register("ge2019-detector", paper="ge2019", algorithm="Corollary 1 / Lemma 9 (Eq. 11)", target=detector_value,
-         assumptions=(_SYM,), description="The pure-neuron detector f(u), evaluated directly from samples")
-register("ge2019-purity-score", paper="ge2019", algorithm="Lemma 2", target=purity_score,
-         assumptions=(_SYM, "no label noise"),
-         description="Scalar purity test 2 E[yx]^T E[xx^T]^-1 E[yx] - E[y^2] = sum c_i c_j m_ij")
-register("ge2019-gaussian-distinguishing", paper="ge2019", algorithm="Lemma 19 (and N(0, QQ^T), Theorem 10 proof)",
-         target=gaussian_distinguishing_matrix, assumptions=("zero-mean Gaussian input",),
-         description="Closed-form distinguishing matrix N / augmented M and the scalars m_ij")
-register("ge2019-population-t", paper="ge2019", algorithm="Appendix B.1.1 (T = M B C F; Lemma 14)",
-         target=population_detector_matrix, assumptions=("M full column rank", "A full rank"),
-         description="Population detector matrix from M and A, with sigma_k2(T) >= sigma_min(M) sigma_min(A)^2")
-register("ge2019-perturb-weights", paper="ge2019", algorithm="Eq. 18 (smoothed W + rho E; Theorem 9, Lemma 22)",
-         target=perturb_weights, assumptions=("Gaussian input, k <= d / 5 for the theorem",),
-         description="Smoothed-analysis perturbation of the first-layer weights")
-register("ge2019-perturbed-input", paper="ge2019", algorithm="Appendix C.2 ((Q, lambda)-perturbation; Theorem 10)",
-         target=PerturbedSymmetric, assumptions=(_SYM, "k <= d / 7 for the theorem"),
-         description="Smoothed input law D_{Q,lambda}: with probability lambda x = Q n, n ~ N(0, I)")
-register("ge2019-leave-one-out", paper="ge2019", algorithm="Definition 2, Lemmas 20-21", target=leave_one_out_distance,
-         description="Leave-one-out distance d(A), bracketing sigma_min(A)")
-register("ge2019-fit-population", paper="ge2019", algorithm="Theorems 4-6 on exact moments (fit_population)",
-         target=PureNeuronLearner.fit_population, assumptions=("zero-mean Gaussian input", _RANK),
-         description="Algorithms 2-4 on exact population moments (Lemmas 6, 7, 19)")
-register("ge2019-symmetry-test", paper="ge2019", algorithm="Section 2.1 assumption (symmetric input)",
-         target=symmetry_test, description="Hotelling chi-square test of E[x] = E[x**3] = 0 (p-value)")
-register("ge2019-symmetrize", paper="ge2019", algorithm="Section 1 (data symmetrisation)", target=symmetrize,
-         description="Antithetic pairs: every x with -x and its label")

@@ -48,8 +48,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from ...errors import InputError
 from ...moments.base import ROW_BLOCK_VALUES, Statistic, row_blocks
-from ...moments.symmetry import (SYMMETRY_GRAM_ROWS, SymmetryStatistic, SymmetryTest, add_symmetry_sums,
-                                 symmetry_from_sums, symmetry_stride, symmetry_test)
+from ...moments.symmetry import SymmetryTest, add_symmetry_sums, symmetry_from_sums
 from .symmetric import n_sym
 
 

@@ -10,11 +10,15 @@ Modules
   :class:`CallableUpper`), generators meeting / violating the assumptions, the Hermite coefficients of
   the activations and the exact population moments.
 - ``statistics``: streaming storage of the active rows and the normalised H_1/H_2/H_4 moments (samples
-  and exact population).
+  and exact population), the Lemma 1 / Lemma 2 / Appendix E diagnostics and the check of the inputs
+  against N(0, I).
 - ``step1``: Step 1, three routes: whitening + tensor power iteration (default), the landscape ``G`` of
-  Section 2.1 one unit at a time, the simultaneous landscape of Appendix B.4.
-- ``step2``: Step 2, EstimateTanAlpha and RefineEstimate (Algorithm 1, Section 2.2).
+  Section 2.1 one unit at a time, the simultaneous landscape of Appendix B.4; the split-half angles and
+  the ``unit_angles`` certificate.
+- ``step2``: Step 2, EstimateTanAlpha and RefineEstimate (Algorithm 1, Section 2.2), and
+  :func:`~.step2.refine_units`, Step 2 on every unit checked on held-out rows.
 - ``halfspaces``: the intersection-of-halfspaces learner (Theorem 6).
+- ``conditions``: ``data_refusal``, the shapes the learner refuses (also :func:`nnrecover.check`'s verdict).
 - ``estimator``: :class:`HighThresholdLearner` (validates, calls, stores).
 - further modules (Section 3, Appendices B.6, B.7 and D) with their own algorithms; every module is
   imported with the package, so all of them appear in ``nnrecover.learners.available("goel2019")``.
@@ -40,21 +44,21 @@ paper                        here
 ===========================  ======================================================================
 """
 
-from importlib import import_module
-from pkgutil import iter_modules
-
 from ..registry import register
-from .estimator import HighThresholdLearner, lemma_diagnostics
+# the modules of Step 2, Theorem 6, Section 3 and Appendices B.6-B.7 and D register their own algorithms
+from . import correlation, halfspaces, higher_degree, orthonormal, sigmoid, step2, structured  # noqa: F401
+from .conditions import data_refusal
+from .estimator import HighThresholdLearner
 from .model import (ACTIVATIONS, CallableUpper, HighThresholdNetwork, UpperPolynomial, population_hermite_moment,
                     random_unit_weights, random_upper_polynomial, tail_bound, threshold_activation,
                     threshold_hermite_coefficients, violating_upper_polynomial)
-from .statistics import ActiveRows, PopulationMoments, SampleMoments
+from .statistics import ActiveRows, PopulationMoments, SampleMoments, lemma_diagnostics
 from .step1 import (STEP1_METHODS, Step1Result, extra_directions, landscape_objective, landscape_route,
                     resolve_signs, simultaneous_objective, simultaneous_route, step1, tensor_power_route,
                     whitening_basis)
 
 __all__ = [
-    "HighThresholdLearner", "HighThresholdNetwork", "UpperPolynomial", "CallableUpper", "ACTIVATIONS",
+    "HighThresholdLearner", "data_refusal", "HighThresholdNetwork", "UpperPolynomial", "CallableUpper", "ACTIVATIONS",
     "threshold_activation", "threshold_hermite_coefficients", "tail_bound", "random_unit_weights",
     "random_upper_polynomial", "violating_upper_polynomial", "population_hermite_moment",
     "ActiveRows", "SampleMoments", "PopulationMoments",
@@ -62,15 +66,6 @@ __all__ = [
     "landscape_objective", "simultaneous_objective", "whitening_basis", "resolve_signs", "lemma_diagnostics",
     "extra_directions",
 ]
-
-# documented (and pickled) under the package, its public home, not under the estimator module
-HighThresholdLearner.__module__ = __name__
-
-# every other module of the package (Step 2, Theorem 6, Section 3, Appendices B.6-B.7 and D) registers
-# its own algorithms when imported
-for _info in iter_modules(__path__):
-    if not _info.name.startswith("_"):
-        import_module(f".{_info.name}", __name__)
 
 _PAPER = "goel2019"
 _GAUSS = "x ~ N(0, I)"

@@ -28,21 +28,26 @@ eigenspace of ``M``, the only directions in which ``G`` is not flat).
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
 from ..._validation import check_positive_int
-from ...errors import AssumptionError, InputError
+from ...errors import AssumptionError, AssumptionWarning, InputError
 from ...moments.base import Statistic
-from .model import HighThresholdNetwork, population_hermite_moment, threshold_hermite_coefficients
+from ...moments.statistics import CovarianceStatistic, excess_kurtosis_deviation, input_deviation_from_standard
+from .model import HighThresholdNetwork, population_hermite_moment, tail_bound, threshold_hermite_coefficients
 
-__all__ = ["ActiveRows", "SampleMoments", "PopulationMoments", "hermite4_contraction", "hermite4_matrix"]
+__all__ = ["ActiveRows", "SampleMoments", "PopulationMoments", "hermite4_contraction", "hermite4_matrix",
+           "lemma_diagnostics", "check_gaussian_inputs", "INPUT_CHECK_MIN_ROWS"]
 
 _SQRT2, _SQRT24 = math.sqrt(2.0), math.sqrt(24.0)
 #: rows per block of the second moment: 33 MB of weighted rows at d = 1000
 _BLOCK_ROWS = 4096
 #: row groups of :meth:`SampleMoments.second_groups`
 M_GROUPS = 10
+#: a first chunk shorter than this is not checked against N(0, I) (a mean and covariance need rows)
+INPUT_CHECK_MIN_ROWS = 20
 
 
 def hermite4_contraction(X: np.ndarray, weights: np.ndarray, a: np.ndarray, b: np.ndarray,
@@ -326,3 +331,86 @@ class PopulationMoments(_Moments):
         T4 = np.einsum("ijkl,ia,jb,kc,ld->abcd", self.T4, U, U, U, U, optimize=True)
         return PopulationMoments(tensors=(U.T @ self.T1, U.T @ self.T2 @ U, T4), activation=self.activation,
                                  threshold=self.threshold)
+
+
+def lemma_diagnostics(weights: np.ndarray, threshold: float, activation: str, hidden: np.ndarray, n_total: int,
+                      residual: np.ndarray | None = None) -> dict:
+    """Lemma 1 / Lemma 2 / Appendix E quantities for units ``weights`` from their outputs on samples.
+
+    Parameters
+    ----------
+    weights : (d, n) unit rows.
+    threshold, activation : the known ``t`` and ``u``.
+    hidden : (m, d) unit outputs ``X_i`` on the rows where some unit may fire (the rows left out must
+        have ``X = 0``; for step/relu that is every row where no unit fires).
+    n_total : int, the number of samples the rows come from.
+    residual : (m,), optional, ``Delta = y - f_lin`` on the same rows (0 elsewhere).
+    """
+    d = weights.shape[0]
+    sv = np.linalg.svd(weights, compute_uv=False)
+    kappa = float(sv[0] / sv[-1])
+    rho1 = tail_bound(activation, threshold, 1.0)
+    rhoW = tail_bound(activation, threshold, float(sv[0]))
+    mu = kappa * rhoW
+    pair = (hidden.T @ hidden) / n_total
+    single = hidden.sum(axis=0) / n_total
+    off = ~np.eye(d, dtype=bool)
+    out = {"kappa": kappa, "rho_t_1": rho1, "rho_t_W": rhoW, "mu": mu}
+    if d > 1:
+        out["lemma1"] = {"max_pair_moment": float(pair[off].max()), "bound": rho1 * mu,
+                         "max_ratio": float(pair[off].max() / (rho1 * mu))}
+        ratio = pair / np.where(single > 0, single, np.inf)[None, :]
+        out["appendix_e"] = {"max_ratio": float(ratio[off].max())}
+    out["lemma2"] = {"bound": d ** 3 * rho1 * rhoW,
+                     "applies": bool(d * rhoW <= 0.1)}
+    if residual is not None:
+        out["lemma2"]["mean_abs_residual"] = float(np.abs(residual).sum() / n_total)
+    return out
+
+
+def check_gaussian_inputs(X0: np.ndarray) -> dict:
+    """Whether the first chunk ``X0`` is plausible for N(0, I), the only input law of Goel-Panigrahy (Section 1);
+    warns (:class:`~nnrecover.errors.AssumptionWarning`) when it is not. It checks
+    its mean and covariance (:func:`~nnrecover.moments.input_deviation_from_standard`) and the excess
+    kurtosis of its coordinates (:func:`~nnrecover.moments.excess_kurtosis_deviation`), which sees laws
+    with the mean and covariance of N(0, I) but another shape. Such a law leaves Step 1 biased by the
+    same amount on both split halves, so the certificate ``unit_angles`` cannot see it (measured:
+    uniform, Rademacher and Laplace inputs, 5 units in 10 inputs at t = 2, 3e5 rows: every unit
+    0.5-1.2 rad off, split halves 0.02-0.08 rad).
+
+    Returns
+    -------
+    dict
+        ``plausible`` (None when the chunk has fewer than :data:`INPUT_CHECK_MIN_ROWS` rows), ``message``,
+        ``rows`` and the excess kurtosis statistics with their tolerances.
+    """
+    n0 = X0.shape[0]
+    if n0 < INPUT_CHECK_MIN_ROWS:
+        return {"plausible": None, "rows": n0,
+                "message": f"not checked: the first chunk has {n0} row(s), fewer than {INPUT_CHECK_MIN_ROWS}"}
+    stat = CovarianceStatistic()
+    stat.update(X0)
+    dev = input_deviation_from_standard(stat)
+    m2 = np.einsum("ij,ij->j", X0, X0) / n0
+    X2 = X0 * X0
+    m4 = np.einsum("ij,ij->j", X2, X2) / n0
+    # the largest coordinate's and the mean's, each at half the failure probability: the mean sees a
+    # law shared by all coordinates at large d, where the largest's tolerance grows past it
+    kurt, kurt_tol = excess_kurtosis_deviation(m2, m4, n0, failure_probability=5e-4)
+    mean_kurt, mean_tol = excess_kurtosis_deviation(m2, m4, n0, failure_probability=5e-4, statistic="mean")
+    plausible = bool(dev.plausible and kurt <= kurt_tol and mean_kurt <= mean_tol)
+    message = dev.message
+    if not (kurt <= kurt_tol and mean_kurt <= mean_tol):
+        message = (f"{message[:-1]}; the excess kurtosis of the coordinates is {kurt:.3g} at most (tolerance "
+                   f"{kurt_tol:.3g}) and {mean_kurt:.3g} on average (tolerance {mean_tol:.3g}): the inputs are "
+                   "not Gaussian.")
+    check = {"plausible": plausible, "message": message, "rows": n0, "excess_kurtosis": kurt,
+             "excess_kurtosis_tolerance": kurt_tol, "mean_excess_kurtosis": mean_kurt,
+             "mean_excess_kurtosis_tolerance": mean_tol}
+    if not plausible:
+        warnings.warn(f"HighThresholdLearner: {message} Goel-Panigrahy assume x ~ N(0, I) (Section 1): "
+                      "every Step 1 statistic is a Hermite correlation under that law, so the estimate is "
+                      "biased, on both split halves alike (the certificate unit_angles does not see it). "
+                      "Whiten the inputs first if they are Gaussian with another mean/covariance; other "
+                      "input laws are outside the model.", AssumptionWarning, stacklevel=4)
+    return check

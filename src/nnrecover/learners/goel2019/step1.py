@@ -39,13 +39,14 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import linalg, optimize
 
 from ..._validation import check_positive_int, check_random_state
-from ...errors import AssumptionError, ConvergenceError, InputError, NNRecoverError
+from ...errors import AssumptionError, AssumptionWarning, ConvergenceError, InputError, NNRecoverError
 from .statistics import SampleMoments
 
 __all__ = ["Step1Result", "STEP1_METHODS", "whitening_basis", "tensor_power_route", "landscape_route",
@@ -148,6 +149,25 @@ def extra_directions(moments, n_hidden: int) -> dict:
         tau = 1e-9 * float(np.max(np.abs(evals), initial=0.0))
     count = int(np.sum(evals > 2.0 * tau))
     return {"count": count, "extra": count > d, "noise_level": tau, "eigenvalues": evals[:d + 3].tolist()}
+
+
+def check_extra_directions(moments, n_hidden: int) -> dict:
+    """:func:`extra_directions`, warning (:class:`~nnrecover.errors.AssumptionWarning`) when ``M`` has
+    more eigenvalues above its sampling error than ``n_hidden``: the data then come from more units
+    (its rank is the number of units, Claim 1 and Lemma 2), and the ones not returned are missing
+    without any certificate failing (``unit_angles`` judges the returned units only)."""
+    k = int(n_hidden)
+    info = extra_directions(moments, k)
+    if info["extra"]:
+        ev = info["eigenvalues"]
+        warnings.warn(
+            f"HighThresholdLearner: M-hat = E[y~ (x x^T - I)]/(sqrt(2) u_hat_2) has {info['count']} eigenvalues "
+            f"above twice its sampling error ({2 * info['noise_level']:.3g}), more than n_hidden = {k}: its "
+            f"({k + 1})-th is {ev[k]:.3g} against a largest of {ev[0]:.3g}. Its rank is the number of units "
+            f"(Claim 1, Lemma 2), so the data look like they come from more units, and the units beyond the "
+            f"{k} returned are missing. Pass n_hidden={info['count']} or n_hidden='auto'.",
+            AssumptionWarning, stacklevel=5)
+    return info
 
 
 def _start_duals(start, U: np.ndarray) -> np.ndarray:
@@ -639,3 +659,57 @@ def split_half_angles(moments, estimate: Step1Result, *, method: str = "power", 
     angles = np.sqrt(squares / n_splits)
     return {"unit_angles": angles, "max_angle": float(angles.max()), "n_splits": n_splits, "half_rows": half_rows,
             "time": time.perf_counter() - t0}
+
+
+def unit_angle_certificate(split: dict, refinement: dict, max_angle_error: float, n_total: int) -> dict:
+    """The certificate ``unit_angles`` of the learner: every unit's estimated angle at most ``max_angle_error``.
+
+    Parameters
+    ----------
+    split : dict
+        :func:`split_half_angles` of the Step 1 estimate.
+    refinement : dict
+        The report of Step 2 (:func:`~nnrecover.learners.goel2019.step2.refine_units`), or ``{}``.
+    max_angle_error : float
+        The limit, in radians.
+    n_total : int
+        The number of samples (the ``samples_needed`` of a failure scales it).
+
+    Returns
+    -------
+    dict
+        ``unit_angles``, their ``source`` and ``max_angle_error``; ``reason`` (and ``samples_needed``)
+        when the certificate fails.
+    """
+    angles = np.array(split["unit_angles"], dtype=float)
+    source = ["split_half"] * angles.size
+    # Step 2's held-out tan(alpha) estimates see the whole angle, the bias of Step 1's population
+    # direction (Lemma 2) included, which split halves cannot: for a unit Step 2 replaced it is the
+    # only estimate of the returned direction; for a Step 1 unit the larger of the two counts
+    for unit in refinement.get("units", []):
+        i = unit["unit"]
+        if unit.get("kept") == "step2":
+            angles[i], source[i] = unit["angle_estimate_end"], "step2_held_out"
+        elif unit.get("angle_estimate_start", -np.inf) > angles[i]:
+            angles[i], source[i] = unit["angle_estimate_start"], "step2_held_out"
+    limit = float(max_angle_error)
+    worst = int(np.argmax(angles))
+    detail = {"unit_angles": angles, "source": source, "max_angle_error": limit}
+    if "failed" in split:
+        detail["reason"] = (f"{split['failed']}; the estimate cannot be checked, and is near the limit of what "
+                            f"{n_total} samples support. Pass more samples")
+    elif angles[worst] > limit:
+        needed = n_total * (angles[worst] / limit) ** 2
+        detail["samples_needed"] = int(math.ceil(needed))
+        if source[worst] == "split_half":
+            remedy = (f"the sampling error falls like N^-1/2, so about {needed:.2g} samples (now {n_total}) "
+                      "would meet it")
+        else:
+            remedy = (f"that estimate also carries the bias of Step 1's population direction (Lemma 2, the "
+                      f"products of P), which more samples do not remove: about {needed:.2g} samples (now "
+                      f"{n_total}) would meet it if it is sampling error; else a higher threshold, or Step 2 "
+                      "with more steps (refine_options max_iter)")
+        detail["reason"] = (f"unit {worst}'s estimated angle is {angles[worst]:.3g} rad ({source[worst]}), "
+                            f"above max_angle_error = {limit:g}; {remedy}")
+    return detail
+

@@ -70,19 +70,24 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 from scipy import special
 
+from ..._threads import effective_n_jobs
 from ..._validation import as_2d_float, as_real_array, check_positive_int, check_random_state
 from ...errors import AssumptionError, InputError
+from ...refine import gather_samples
 from ..registry import register
 
 __all__ = ["SlabSource", "SampleSlabs", "ConditionalSlabSampler", "TanAlphaEstimate", "RefineResult",
-           "estimate_tan_alpha", "refine_estimate", "angle_between", "PAPER_LEVELS", "REFINE_MODES"]
+           "estimate_tan_alpha", "refine_estimate", "angle_between", "PAPER_LEVELS", "REFINE_MODES",
+           "refine_units", "step2_defaults", "STEP2_HOLDOUT", "STEP2_GATHER_BYTES", "ES_PROGRESS_RATE"]
 
 #: conditional firing probabilities at ``t_1`` and ``t_2`` (paper Section 2.2, Lemma 6)
 PAPER_LEVELS = (0.4, 0.6)
@@ -102,6 +107,17 @@ REFINE_MODES = {
 }
 
 _ACCEPTANCE = ("paper", "greedy", "significant")
+
+#: fraction of Step 2's rows held out of its search, on which a refined unit must beat its start
+STEP2_HOLDOUT = 0.2
+#: the largest normalised progress rate of a (1+1) evolution strategy on the sphere model as the dimension
+#: n grows (Beyer, The Theory of Evolution Strategies, 2001, Section 3.2; Rechenberg's 1/5 rule): with the
+#: best step size and exact selection, the expected distance to the optimum shrinks by this / n per step.
+#: Step 2's search (Algorithm 1) is such a strategy on the angle, with noisy selection, so it does no better.
+ES_PROGRESS_RATE = 0.202
+#: most bytes of inputs Step 2 gathers into memory from data that are not an in-memory array (a stream, a
+#: memory map, a dask array): 2 GiB, 2.7e6 rows at d = 100, 2.7e5 at d = 1000
+STEP2_GATHER_BYTES = 2 << 30
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -785,6 +801,170 @@ def refine_estimate(z0: Any, source: SlabSource, *, threshold: float, slab_width
                         step_sizes=np.asarray(step_trace, dtype=np.float64),
                         slab_widths=np.asarray(width_trace, dtype=np.float64), directions=np.asarray(dirs),
                         stop_reason=stop, settings=settings)
+
+
+def step2_defaults(threshold: float, n_rows: int) -> dict:
+    """The learner's :func:`refine_estimate` options for a fixed sample of ``n_rows`` rows at threshold ``t``.
+
+    The "practical" rule with the fixed-sample settings of the experiment ``goel2019-refine``: slabs of
+    width ``min(0.1, 0.5 tan(alpha))`` (the ``O(eps)`` error of Lemma 3 below the angle), but at least
+    ``max(0.002, 200 / (n_rows phi(t)))``, which holds about 200 of the rows near ``t``; five levels
+    0.4-0.8 (the least-squares slope, more slabs of the same rows); the search from ``t - 1`` (Lemma 6:
+    ``t_k = (t + sin(alpha) Phi^-1(p_k)) / cos(alpha) >= t - 0.26 tan(alpha)`` for these levels, so no
+    crossing lies below ``t - 1`` while ``alpha < 75`` degrees, and rows below it are never read); 100
+    iterations, or 30 rejections in a row.
+    """
+    phi_t = math.exp(-0.5 * threshold * threshold) / math.sqrt(2.0 * math.pi)
+    return dict(mode="practical", slab_width=0.1, relative_slab_width=0.5,
+                min_slab_width=max(2e-3, 200.0 / (max(n_rows, 1) * phi_t)), levels=(0.4, 0.5, 0.6, 0.7, 0.8),
+                max_iter=100, max_rejections=30, search_interval=(threshold - 1.0, threshold + 3.0))
+
+
+def refine_units(W: np.ndarray, source, rng: np.random.Generator, *, threshold: float, activation: str,
+                 baseline: float | None, max_rows: int, options: dict) -> tuple[np.ndarray, dict]:
+    """Step 2 of Goel-Panigrahy (Algorithm 1, RefineEstimate) on every unit of ``W``, searched on most
+    rows and judged on held-out ones (the refinement of
+    :class:`~nnrecover.learners.goel2019.estimator.HighThresholdLearner` with ``refine=True``).
+
+    The search accepts a proposal when its estimate on the search rows is lower, so its final
+    estimate is biased low by the selection, the more so the noisier the estimates (benchmarks/README.md,
+    "Goel-Panigrahy Step 2 in the learner"). A refined unit replaces the Step 1 one only when, on
+    the held-out rows (:data:`STEP2_HOLDOUT` of them), its estimated angle is below the start's by
+    ``confidence`` (default 2) standard errors of the difference (the two errors added as if
+    independent: the common rows make the true error of the difference smaller, so the test is
+    conservative).
+
+    Parameters
+    ----------
+    W : (d, n) array
+        The Step 1 unit rows.
+    source : data source
+        The learner's validated samples (read again here, so a one-pass iterator skips Step 2).
+    rng : numpy.random.Generator
+        Spawns the subsample keys, the search / held-out split and one generator per unit.
+    threshold : float
+        The known threshold ``t``.
+    activation : str
+        ``u``; Step 2 needs step or relu units (the firing event of Lemma 5).
+    baseline : float or None
+        ``c_0`` of the firing labels (None: from the labels, as :meth:`SampleSlabs.from_labels`).
+    max_rows : int
+        The most rows held in memory (a uniform subsample when there are more).
+    options : dict
+        Keyword arguments of :func:`refine_estimate`, each replacing one of :func:`step2_defaults`.
+
+    Returns
+    -------
+    W_new : (d, n) array
+        ``W`` with every unit the held-out rows confirmed replaced by its refined direction.
+    report : dict
+        ``ran``; when Step 2 ran, its options, row counts, ``improved_units`` and the per-unit ``units``
+        records (``kept`` is ``"step1"`` or ``"step2"``), else the ``reason`` it did not.
+    """
+    if activation == "sigmoid":
+        return W, {"ran": False, "reason": "Step 2 needs step or relu units (a sigmoid unit never has u_t = 0, "
+                   "so the firing event of Lemma 5 does not exist)"}
+    if not source.info.reiterable:
+        warnings.warn("HighThresholdLearner: the data came as a one-pass iterator, so Step 2 was skipped.",
+                      UserWarning, stacklevel=4)
+        return W, {"ran": False, "reason": "one-pass iterator: Step 2 needs the samples again"}
+    t = float(threshold)
+    # Step 2 reads the samples in memory: a uniform subsample of at most max_rows of them, and of at most
+    # STEP2_GATHER_BYTES of inputs, when there are more (on a dask array only those rows travel to the
+    # client). The subsample's keys come from a spawned generator, so the draws of Step 2 itself are the
+    # same whatever the data size. Arrays already in memory that fit max_rows are used in place (the
+    # gather would return every row, in order).
+    keys_rng, split_rng = rng.spawn(2)
+    X, y = getattr(source, "X", None), getattr(source, "Y", None)
+    if (type(X) is np.ndarray and isinstance(y, np.ndarray) and X.dtype == np.float64
+            and X.shape[0] <= max_rows):
+        y = y if y.ndim == 1 else y[:, 0]
+    else:
+        n_gather = max(1, min(int(max_rows), STEP2_GATHER_BYTES // (8 * source.info.n_inputs)))
+        X, Y, _ = gather_samples(source, n_gather, rng=keys_rng)
+        y = Y[:, 0]
+    search, check = SampleSlabs.from_labels(X, y, baseline=baseline).split(STEP2_HOLDOUT, split_rng)
+    opts = step2_defaults(t, search.n_rows)
+    opts.update(options)
+    confidence = float(opts.get("confidence", 2.0))
+    est_opts = {key: opts[key] for key in ("levels", "search_interval", "xtol") if key in opts}
+    max_iter = int(opts["max_iter"])
+
+    def angle_error(e):
+        return e.std_error / (1.0 + e.tan_alpha ** 2)
+
+    def refine_unit(i: int, unit_rng: np.random.Generator) -> tuple[np.ndarray | None, dict]:
+        """Step 2 on unit ``i``: the refined direction when the held-out rows confirm it, and its report."""
+        # sources of its own (their candidate rows follow this unit's direction), over the same rows of X
+        search_i, check_i = search.copy(), check.copy()
+        # the start on the held-out rows first: when even a perfect refinement (angle 0) would stay within
+        # the confirmation margin, no search result could be kept, and the search is not run
+        try:
+            before = estimate_tan_alpha(W[i], check_i, threshold=t, slab_width=float(opts["slab_width"]),
+                                        **est_opts)
+        except AssumptionError as exc:
+            return None, {"unit": i, "kept": "step1", "iterations": 0, "reason": f"held-out rows: {exc}"}
+        margin = confidence * math.sqrt(2.0) * angle_error(before)
+        skipped = {"unit": i, "kept": "step1", "iterations": 0, "angle_estimate_start": before.angle,
+                   "held_out_std_error": angle_error(before)}
+        if before.angle <= margin:
+            return None, dict(skipped, reason=f"the held-out rows cannot confirm a gain: on them the start's "
+                              f"estimated angle is below the margin a gain must clear ({confidence:g} standard "
+                              "errors of a difference), so not even angle 0 could be confirmed (more samples, "
+                              "or a wider slab_width)")
+        # the most a random search of max_iter steps can gain in n dimensions, from a start at the upper
+        # end of its estimate: the search is a (1+1) evolution strategy on a sphere model, whose expected
+        # progress is at most ES_PROGRESS_RATE / n of the angle per step; twice that covers one run's luck
+        reach = 1.0 - math.exp(-2.0 * ES_PROGRESS_RATE * max_iter / W.shape[1])
+        if (before.angle + confidence * angle_error(before)) * reach <= margin:
+            return None, dict(skipped, reason=f"{max_iter} steps of a random search in {W.shape[1]} dimensions "
+                              f"gain at most {100 * reach:.0f} % of the angle (twice the best expected "
+                              "progress of a (1+1) evolution strategy), less than the held-out rows could "
+                              "confirm; Theorem 5 asks for O(n log(1/eps)) steps (raise max_iter in "
+                              "refine_options, or pass more samples)")
+        try:
+            res = refine_estimate(W[i], search_i, threshold=t, rng=unit_rng, **opts)
+        except AssumptionError as exc:
+            return None, {"unit": i, "kept": "step1", "iterations": 0, "reason": str(exc)}
+        entry = {"unit": i, "iterations": res.n_iter, "accepted": int(res.accepted.sum()),
+                 "angle_estimate_start": before.angle, "held_out_std_error": angle_error(before),
+                 "search_angle_estimate_start": float(res.start_estimate.angle),
+                 "search_angle_estimate_end": float(res.estimate.angle)}
+        if np.array_equal(res.direction, res.directions[0]):
+            return None, dict(entry, kept="step1", reason="the search accepted no move")
+        width = float(res.estimate.slab_width)
+        try:
+            if width != before.slab_width:
+                before = estimate_tan_alpha(W[i], check_i, threshold=t, slab_width=width, **est_opts)
+            after = estimate_tan_alpha(res.direction, check_i, threshold=t, slab_width=width, **est_opts)
+        except AssumptionError as exc:
+            return None, dict(entry, kept="step1", reason=f"held-out rows: {exc}")
+        se = math.hypot(angle_error(before), angle_error(after))
+        better = after.angle < before.angle - confidence * se
+        return (res.direction if better else None), dict(
+            entry, kept="step2" if better else "step1", angle_estimate_start=before.angle,
+            angle_estimate_end=after.angle, held_out_std_error=angle_error(before), difference_std_error=se)
+
+    # the units are independent searches, each with a generator of its own: the fit's worker threads run
+    # them side by side (numpy releases the GIL in the products), with the same result for any number
+    units = list(range(W.shape[0]))
+    unit_rngs = rng.spawn(len(units))
+    workers = min(effective_n_jobs(None), len(units))
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            results = list(pool.map(refine_unit, units, unit_rngs))
+    else:
+        results = [refine_unit(i, g) for i, g in zip(units, unit_rngs)]
+    W_new = W.copy()
+    report = []
+    for i, (direction, entry) in zip(units, results):
+        if direction is not None:
+            W_new[i] = direction
+        report.append(entry)
+    improved = sum(unit["kept"] == "step2" for unit in report)
+    return W_new, {"ran": True, "method": "Goel-Panigrahy Step 2 (Algorithm 1)", "options": opts,
+                   "search_rows": search.n_rows, "held_out_rows": check.n_rows, "improved_units": improved,
+                   "units": report}
 
 
 register("goel2019-refine-estimate", paper="goel2019", algorithm="Algorithm 1", target=refine_estimate,
