@@ -10,6 +10,7 @@ import pytest
 from nnrecover.errors import InputError
 from nnrecover.learners.ge2019 import algorithms as ga
 from nnrecover.learners.ge2019 import moments as gm
+from nnrecover.moments import symmetry
 
 
 @pytest.mark.parametrize("split", ["none", "alg3", "alg4"])
@@ -101,9 +102,9 @@ def test_strided_symmetry_test_takes_sum_x_and_sum_x2_from_the_part_moments(spli
     Y = rng.standard_normal((2000, 4))
     mom = ga.pure_neuron_moments(X, Y, split=split, detector=False, halves=split == "none", symmetry_gram_rows=50,
                                  chunk_size=301)
-    stride = gm.symmetry_stride(2000, 3, 50)
+    stride = symmetry.symmetry_stride(2000, 3, 50)
     assert stride > 1
-    alone = gm.SymmetryStatistic(stride)
+    alone = symmetry.SymmetryStatistic(stride)
     for s in range(0, 2000, 301):
         alone.update(X[s:s + 301])
     ref = alone.finalize()

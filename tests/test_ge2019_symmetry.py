@@ -11,7 +11,7 @@ import nnrecover as nr
 from nnrecover.distributions import Gaussian, SymmetricMixture
 from nnrecover.errors import AssumptionError, InputError
 from nnrecover.learners import ge2019 as ge
-from nnrecover.learners.ge2019 import moments as gm
+from nnrecover.moments import symmetry as gm
 
 
 def _by_hand(X: np.ndarray, stride: int) -> float:

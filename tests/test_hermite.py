@@ -286,7 +286,12 @@ def test_vector_slices_match_dense(rng, data, k):
     res = HermiteVectorSliceStatistic(k, g).update(X, Y).finalize()
     assert res.shape == (2, 2) + (3,) * (k - 1)
     assert rel_err(res, np.tensordot(Y.T, ref, axes=(1, 0)) / len(X)) < 1e-12
-    assert rel_err(HermiteVectorSliceStatistic(k, g[1]).update(X, Y).finalize(), res[:, 1]) < 1e-15
+    # one vector is the same sums as a column of two, taken by BLAS products of another shape: equal to the
+    # round-off of a mean of n products of k factors (gamma_{k + log2 n} in units of eps, times the
+    # cancellation of the Hermite terms, a factor 64 here), not to the last bit (OPENBLAS_CORETYPE=Prescott
+    # differs from the AVX kernels by 6.5 eps at k = 7)
+    tol = 64 * (k + np.log2(len(X))) * np.finfo(float).eps
+    assert rel_err(HermiteVectorSliceStatistic(k, g[1]).update(X, Y).finalize(), res[:, 1]) < tol
 
 
 @pytest.mark.parametrize("k", [2, 3, 4, 5, 6, 7])

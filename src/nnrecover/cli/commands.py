@@ -24,11 +24,9 @@ import numpy as np
 
 from .. import distributions as D
 from .._validation import as_float_array, check_finite
-from ..assumptions import check
 from ..errors import ConvergenceError, InputError
 from ..io import (SAMPLE_FORMATS, atomic_outputs, check_distinct, check_free_space, check_writable, load_samples,
                   prepare_output_dir, sample_file_bytes, save_sample_stream, write_text_atomic)
-from ..learners import PAPERS, available, make_learner
 from ..network import TwoLayerNetwork, random_network
 from ..sampling import sample, sample_stream
 
@@ -190,6 +188,7 @@ _DEMO_FILES = ("demo.png", "recovery.png", "results.csv", "teacher.json", "metad
 
 def _demo_verdicts(teacher, dist, n: int, args) -> None:
     """One line per learner: does it apply to these data, and why (``nr.check`` on the first rows)."""
+    from ..assumptions import check  # deferred: check imports every learner (scikit-learn)
     rows = min(n, 20_000)
     X, Y = sample(teacher, dist, rows, noise=args.noise, rng=np.random.default_rng([args.seed, 1]))
     report = check(X, Y)
@@ -271,6 +270,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_methods(args) -> int:
+    from ..learners import PAPERS, available  # deferred: the learners import scikit-learn, which --help need not load
     records = available(args.paper, learners_only=args.learners_only)  # an unknown paper is an InputError
     rows = [{"name": r.name, "paper": r.paper, "algorithm": r.algorithm,
              "target": getattr(r.target, "__name__", repr(r.target)),
@@ -369,6 +369,7 @@ def _load_data(args):
 
 def cmd_fit(args) -> int:
 
+    from ..learners import make_learner  # deferred: the learners import scikit-learn, which --help need not load
     options = _options(args.option)
     if args.seed is not None and "random_state" in options:
         raise InputError("give the seed either as --seed or as --option random_state=..., not both.")
@@ -446,6 +447,7 @@ def _read_model(path: str):
 
 
 def cmd_check(args) -> int:
+    from ..assumptions import check  # deferred: check imports every learner (scikit-learn)
     from ..experiments.runner import to_jsonable  # deferred: keeps --help fast
 
     X, Y = _load_data(args)
