@@ -41,9 +41,9 @@ from numpy.polynomial import hermite_e as npherm
 from scipy import integrate
 from scipy.special import eval_hermitenorm
 
-from nnrecover.activations import (Activation, available_activations, get_activation, hermite_e,
-                                   norm_cdf, norm_pdf)
+from nnrecover.activations import Activation, available_activations, get_activation, norm_cdf, norm_pdf
 from nnrecover.errors import InputError
+from nnrecover.hermite.polynomials import hermite_1d_all, hermite_table
 
 K_MAX = 8
 BIASES = (0.0, 1.0, -1.0, math.sqrt(3.0), -math.sqrt(3.0), 4.0, -4.0, 0.3, -2.5)
@@ -163,9 +163,9 @@ def _assert_coefficients(c, ref, l1, *, rtol, floor, label):
 
 # --------------------------------------------------------------------------- Hermite polynomials
 
-def test_hermite_e_matches_numpy(rng):
+def test_hermite_table_matches_numpy(rng):
     t = np.concatenate([rng.uniform(-6, 6, 50), [0.0, 1.0, -math.sqrt(3.0)]])
-    H = hermite_e(12, t)
+    H = hermite_table(12, t)
     assert H.shape == (t.size, 13)
     for k in range(13):
         coef = np.zeros(k + 1)
@@ -176,11 +176,16 @@ def test_hermite_e_matches_numpy(rng):
         assert np.all(np.abs(H[:, k] - ref) <= 1e-14 * scale), k
 
 
-def test_hermite_e_rejects_bad_order():
+def test_hermite_polynomials_reject_a_bad_order_and_keep_infinities_in_the_unchecked_table():
     with pytest.raises(InputError, match="k_max"):
-        hermite_e(-1, 0.0)
+        hermite_1d_all(-1, 0.0)
     with pytest.raises(InputError, match="k_max"):
-        hermite_e(2.5, 0.0)
+        hermite_1d_all(2.5, 0.0)
+    with pytest.raises(InputError, match="t"):
+        hermite_1d_all(2, np.inf)
+    np.testing.assert_array_equal(hermite_table(3, np.array([np.inf, -np.inf])),
+                                  [[1.0, np.inf, np.inf, np.nan], [1.0, -np.inf, np.inf, np.nan]])
+    np.testing.assert_array_equal(hermite_table(4, np.linspace(-3, 3, 7)), hermite_1d_all(4, np.linspace(-3, 3, 7)))
 
 
 def test_normal_helpers():
@@ -329,7 +334,7 @@ def test_stein_numerical_paths():
     for spec in ("sigmoid", "tanh"):
         act = get_activation(spec)
         c = act.hermite_coefficients(6, b)
-        dc = (act.derivative(x[None, :] + b[:, None]) * w) @ hermite_e(5, x)
+        dc = (act.derivative(x[None, :] + b[:, None]) * w) @ hermite_table(5, x)
         assert np.all(np.abs(c[:, 1:] - dc) <= 1e-12 * np.abs(c).max(axis=1, keepdims=True)), spec
 
 

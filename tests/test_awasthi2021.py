@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import nnrecover as nr
-from nnrecover.activations import hermite_e, norm_cdf, norm_pdf
+from nnrecover.activations import norm_cdf, norm_pdf
+from nnrecover.hermite.polynomials import hermite_table
 from nnrecover.errors import AssumptionError, AssumptionWarning, InputError
 from nnrecover.learners import HermiteTensorLearner
 from nnrecover.learners import awasthi2021 as atv
@@ -127,7 +128,7 @@ def _printed_algorithm2(zeta, order):
     zq = np.array([zeta[qi][i] for i, qi in enumerate(q)])
     b = -(np.array([zeta[qi + 1][i] for i, qi in enumerate(q)])
           + q * np.array([zeta[qi - 1][i] for i, qi in enumerate(q)])) / zq
-    he = np.array([hermite_e(int(qi), bi)[-1] for qi, bi in zip(q, b)])
+    he = np.array([hermite_table(int(qi), bi)[-1] for qi, bi in zip(q, b)])
     return math.sqrt(2 * math.pi) * (-1.0) ** q * zq * np.exp(b * b / 2) / he, b
 
 
@@ -142,7 +143,7 @@ def test_recover_scalars_corrected_formula(order):
     a = rng.uniform(0.5, 1.5, k) * rng.choice([-1, 1], k)
     b = np.array([0.0, 0.3, -0.9, 1.7, -2.4, SQ3])
     xi = rng.choice([-1.0, 1.0], k)
-    zeta = {j: (-1.0) ** j * a * norm_pdf(b) * hermite_e(j - 2, xi * b)[:, -1] for j in range(order, order + 4)}
+    zeta = {j: (-1.0) ** j * a * norm_pdf(b) * hermite_table(j - 2, xi * b)[:, -1] for j in range(order, order + 4)}
     tensors = {j: np.einsum("i,i...->...", zeta[j], _rank_one_stack(U, j)) for j in zeta}
     sc = atv.recover_scalars(U, tensors, order)
     assert set(np.unique(sc.q)) == {order + 1, order + 2}  # both branches exercised

@@ -109,7 +109,7 @@ def test_tensor_step_samples_and_control_variates():
     without = approximate_hidden_weights(X, Y, 3, control_variates=False, rng=0)
     assert _dir_error(with_cv.hidden_weights, net.hidden_weights) < 0.1
     assert _dir_error(without.hidden_weights, net.hidden_weights) < 0.1
-    from nnrecover.moments import HermiteTensorStatistic
+    from nnrecover.hermite.statistics import HermiteTensorStatistic
     P = np.linalg.qr(net.hidden_weights.T)[0]
     exact = HermiteTensorStatistic(2, basis=P).exact(net)
     resid = Y - Y.mean(0) - X @ (Y.T @ X / X.shape[0]).T
@@ -338,7 +338,7 @@ def test_order2_slice_combination_is_indefinite_unless_one_sign():
     random M_2(θ) is invalid; nnrecover.tensor.whiten refuses such a matrix, and the "whiten"
     decomposition only whitens a checked definite combination (population moments, round-off)."""
     from nnrecover.errors import AssumptionError as AE
-    from nnrecover.moments import HermiteTensorStatistic
+    from nnrecover.hermite.statistics import HermiteTensorStatistic
     from nnrecover.tensor import whiten
 
     net = nr.random_network(8, 3, 5, rng=2, condition_number=3).canonical()

@@ -1,4 +1,4 @@
-"""Tests of nnrecover.hermite and nnrecover.moments.hermite (ATV21 Hermite machinery, Appendix A).
+"""Tests of nnrecover.hermite (polynomials, tensors, expansions, statistics) (ATV21 Hermite machinery, Appendix A).
 
 Reference implementations used below are independent of the library code paths:
 * 1-D: ``numpy.polynomial.hermite_e.hermeval`` (monomial/Clenshaw, not our recurrence);
@@ -21,14 +21,11 @@ from scipy import integrate
 
 import nnrecover as nr
 from nnrecover import hermite as h
+from nnrecover.hermite.expansions import activation_hermite_coefficients
 from nnrecover.activations import get_activation
 from nnrecover.errors import AssumptionError, InputError
 from nnrecover.data import accumulate
-from nnrecover.moments.hermite import (HermiteContractionStatistic, HermiteMatrixSliceStatistic,
-                                       HermiteMoments, HermitePartialContractionStatistic,
-                                       HermiteRankOneStatistic, HermiteTensorStatistic,
-                                       HermiteVectorSliceStatistic, PopulationHermiteMoments,
-                                       SampleHermiteMoments)
+from nnrecover.hermite.statistics import HermiteContractionStatistic, HermiteMatrixSliceStatistic, HermiteMoments, HermitePartialContractionStatistic, HermiteRankOneStatistic, HermiteTensorStatistic, HermiteVectorSliceStatistic, PopulationHermiteMoments, SampleHermiteMoments
 
 # --------------------------------------------------------------------------- reference helpers
 
@@ -516,7 +513,7 @@ def test_scaled_coefficients_vs_direct_quadrature(act):
     # c_k(b; s) = E[act(s z + b) He_k(z)] against scipy quad of the unscaled activation
     f = get_activation(act)
     biases, scales = np.array([0.4, -1.1, 0.0]), np.array([1.7, 0.45, 0.0])
-    got = h.activation_hermite_coefficients(act, 6, biases, scales)
+    got = activation_hermite_coefficients(act, 6, biases, scales)
     assert got.shape == (3, 7)
     for (b, s), row in zip(zip(biases, scales), got):
         for k in range(7):
@@ -621,7 +618,7 @@ def test_input_validation(rng, data):
     with pytest.raises(InputError, match="basis"):
         HermiteTensorStatistic(2, basis=np.ones(3))
     with pytest.raises(InputError, match="scale"):
-        h.activation_hermite_coefficients("relu", 3, 0.0, -1.0)
+        activation_hermite_coefficients("relu", 3, 0.0, -1.0)
     with pytest.raises(InputError, match="no samples"):
         hm = SampleHermiteMoments(iter([(X, Y)]))
         hm.tensor(1)

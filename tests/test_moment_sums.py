@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-import nnrecover.moments.hermite as hm
+import nnrecover.hermite.statistics as hm
 from nnrecover.errors import InputError
 from nnrecover.learners.bakshi2019.tensor_step import _InputMoments
 

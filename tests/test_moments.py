@@ -443,7 +443,8 @@ def _isserlis_third_contraction(mu, S, g):
 def test_rescaled_smooth_activation_coefficients_match_direct_quadrature():
     # non-homogeneous activation with pre-activation std s != 1 goes through numerical quadrature
     # of act(s t); check kappa_k = E[sigmoid(s z + m) He_k(z)] against scipy.integrate.quad.
-    from nnrecover.activations import get_activation, hermite_e
+    from nnrecover.activations import get_activation
+    from nnrecover.hermite.polynomials import hermite_table
     from nnrecover.moments.statistics import _unit_coefficients
 
     act = get_activation("sigmoid")
@@ -451,7 +452,7 @@ def test_rescaled_smooth_activation_coefficients_match_direct_quadrature():
     got = _unit_coefficients(act, 3, s, m)
     for i in range(2):
         for k in range(4):
-            want, _ = integrate.quad(lambda z: special.expit(s[i] * z + m[i]) * hermite_e(k, z)[k] * _norm_pdf(z),
+            want, _ = integrate.quad(lambda z: special.expit(s[i] * z + m[i]) * hermite_table(k, z)[k] * _norm_pdf(z),
                                      -40, 40, epsabs=1e-14, epsrel=1e-13, limit=200)
             assert abs(got[i, k] - want) < 1e-12
 

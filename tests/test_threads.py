@@ -31,7 +31,7 @@ from nnrecover.learners.base import BaseLearner
 from nnrecover.moments import Statistic
 from nnrecover.data import accumulate
 from nnrecover.data import as_data_source, feed_statistics
-from nnrecover.moments.hermite import HermiteTensorStatistic
+from nnrecover.hermite.statistics import HermiteTensorStatistic
 from nnrecover.moments.statistics import (CovarianceStatistic, MeanStatistic, SecondMoment,
                                           ThirdMomentContraction, WeightedSecondMoment)
 

@@ -48,8 +48,9 @@ from typing import Callable
 import numpy as np
 
 from .errors import InputError
+from .hermite.polynomials import hermite_table
 
-__all__ = ["Activation", "get_activation", "available_activations", "hermite_e", "norm_pdf", "norm_cdf"]
+__all__ = ["Activation", "get_activation", "available_activations", "norm_pdf", "norm_cdf"]
 
 _SQRT2PI = math.sqrt(2.0 * math.pi)
 
@@ -64,35 +65,6 @@ def norm_cdf(t) -> np.ndarray:
     from scipy import special  # scipy is imported on first use: `import nnrecover` stays fast
 
     return special.ndtr(t)
-
-
-def hermite_e(k_max: int, t) -> np.ndarray:
-    """Probabilists' Hermite polynomials He_0..He_{k_max} at ``t``.
-
-    Evaluated by the three-term recurrence ``He_{k+1}(t) = t He_k(t) - k He_{k-1}(t)`` (the same
-    polynomials as :mod:`numpy.polynomial.hermite_e`, leading coefficient 1).
-
-    Parameters
-    ----------
-    k_max : int
-        Highest degree, ``>= 0``.
-    t : float or array
-        Evaluation points.
-
-    Returns
-    -------
-    ndarray of shape ``np.shape(t) + (k_max + 1,)``
-    """
-    if isinstance(k_max, bool) or not isinstance(k_max, (int, np.integer)) or k_max < 0:
-        raise InputError(f"k_max must be a non-negative integer, got {k_max!r}.")
-    t = np.asarray(t, dtype=np.float64)
-    out = np.empty(t.shape + (k_max + 1,))
-    out[..., 0] = 1.0
-    if k_max >= 1:
-        out[..., 1] = t
-    for k in range(1, k_max):
-        out[..., k + 1] = t * out[..., k] - k * out[..., k - 1]
-    return out
 
 
 # --------------------------------------------------------------------------- closed-form coefficients
@@ -129,7 +101,7 @@ def _relu_coeffs(k_max: int, b: np.ndarray) -> np.ndarray:
     if k_max >= 1:
         out[..., 1] = norm_cdf(b)
     if k_max >= 2:
-        he = hermite_e(k_max - 2, b)
+        he = hermite_table(k_max - 2, b)
         signs = (-1.0) ** np.arange(2, k_max + 1)
         out[..., 2:] = signs * he * pdf[..., None]
     return out
@@ -140,7 +112,7 @@ def _step_coeffs(k_max: int, b: np.ndarray) -> np.ndarray:
     out = np.zeros(b.shape + (k_max + 1,))
     out[..., 0] = norm_cdf(b)
     if k_max >= 1:
-        he = hermite_e(k_max - 1, b)
+        he = hermite_table(k_max - 1, b)
         signs = (-1.0) ** np.arange(0, k_max)
         out[..., 1:] = signs * he * norm_pdf(b)[..., None]
     return out
@@ -292,7 +264,7 @@ class Activation:
         if not self.kinks:
             # smooth: Gauss-Hermite (probabilists') quadrature
             nodes, weights = _gauss_hermite_e()
-            he = hermite_e(k_max, nodes)  # (q, k+1)
+            he = hermite_table(k_max, nodes)  # (q, k+1)
             vals = self.func(nodes[None, :] + flat[:, None])  # (nb, q)
             out[:] = (vals * weights) @ he
         else:
@@ -310,7 +282,7 @@ class Activation:
         res = np.zeros(k_max + 1)
         for k in range(k_max + 1):
             def integrand(z, k=k):
-                return float(self.func(np.float64(z + b))) * float(hermite_e(k, z)[k]) * float(norm_pdf(z))
+                return float(self.func(np.float64(z + b))) * float(hermite_table(k, z)[k]) * float(norm_pdf(z))
             total = 0.0
             for lo, hi in zip(edges[:-1], edges[1:]):
                 # skip pieces on which the activation vanishes identically

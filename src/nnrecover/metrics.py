@@ -1,6 +1,6 @@
 """Error metrics: parameter recovery, direction recovery, and function-space (L2) error.
 
-Public contract (ARCHITECTURE section 1):
+The public metrics (``nr.metrics``):
 
 * :func:`parameter_error` -- match estimated to true hidden units (Hungarian algorithm,
   :func:`scipy.optimize.linear_sum_assignment`) after putting both networks in canonical form, and report

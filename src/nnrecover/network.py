@@ -1,6 +1,6 @@
 """The two-layer network model ``f(x) = A act(W x + b) + c`` and random teachers.
 
-Symbol map (every paper onto one form, ARCHITECTURE section 1):
+Symbol map (every paper onto one form, the form of every nnrecover function):
 
 =====================  ==================  ================  ===================  =============
 ours                   Awasthi et al.      Ge et al.         Bakshi et al.        Goel et al.
@@ -181,7 +181,7 @@ class TwoLayerNetwork:
     def canonical(self) -> "TwoLayerNetwork":
         """Canonical form: rows of ``W`` scaled to unit norm, the scale moved into ``b`` and ``A``.
 
-        This is the contract's canonical form (ARCHITECTURE section 1) for degree-1 activations, and
+        This is nnrecover's canonical form (unit hidden rows, units unordered) for degree-1 activations, and
         its natural extension to any positively homogeneous activation.
 
         For an activation homogeneous of degree ``q`` (relu, leaky_relu: 1; relu_power(p): p; step: 0)

@@ -5,7 +5,7 @@ Experiments (registered in :mod:`nnrecover.experiments.registry`):
 ``baseline-gd``
     Error of the gradient-descent baseline (:class:`nnrecover.learners.GradientDescentLearner`,
     random initialisation + local optimisation, no paper) against the number of samples on a random
-    ReLU teacher: ``max_unit_error`` (parameter error after matching units, ARCHITECTURE section 1)
+    ReLU teacher: ``max_unit_error`` (parameter error after matching units, :func:`nnrecover.metrics.parameter_error`)
     and the relative L2 function error, median and range over independent trials.
 ``compare-learners``
     Every registered learner that applies to one teacher, fitted on the same stream of samples:

@@ -1,7 +1,7 @@
 """Base class of every nnrecover learner (scikit-learn conventions).
 
-A learner is a thin estimator around an algorithm function (ARCHITECTURE section 2, "one algorithm,
-one function; one estimator wraps it"). :class:`BaseLearner` supplies what they share:
+A learner is a thin estimator around an algorithm function (one algorithm, one function; one estimator
+wraps it, as scikit-learn's ``fastica`` and ``FastICA``). :class:`BaseLearner` supplies what they share:
 
 * scikit-learn API: ``__init__`` only stores its keyword arguments (``get_params``/``set_params``/
   ``clone`` come from :class:`sklearn.base.BaseEstimator`; an unknown keyword is a ``TypeError`` at

@@ -252,7 +252,7 @@ def hermite_fit(network: TwoLayerNetwork, coeffs: HermiteCoefficients, order: in
         Euclidean norm for ``k = 1``), ``noise`` (``sigma^_k``), ``threshold`` and ``ratio``
         (``residual / threshold``).
     """
-    from ...hermite import network_hermite_expansion
+    from ...hermite.expansions import network_hermite_expansion
     from ...tensor import flatten
     from .coefficients import _flat_shape
 

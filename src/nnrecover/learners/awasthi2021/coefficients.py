@@ -34,7 +34,7 @@ import numpy as np
 from scipy import linalg
 
 from ..._validation import check_random_state
-from ...hermite import network_hermite_expansion
+from ...hermite.expansions import network_hermite_expansion
 from ...metrics import relu_second_moment
 from ...errors import AssumptionError, AssumptionWarning, InputError
 from ...moments.base import Statistic

@@ -35,7 +35,7 @@ import numpy as np
 from scipy import linalg
 
 from ..._validation import check_random_state
-from ...activations import hermite_e
+from ...hermite.polynomials import hermite_table
 from ...errors import AssumptionError, CertificateWarning, InputError
 from ...tensor import flatten, jennrich, joint_diagonalize
 from ...network import TwoLayerNetwork
@@ -365,7 +365,7 @@ def _scalar_filter(coeffs: HermiteCoefficients, U: np.ndarray, order: int, sc, m
                 continue
             s_prev = std[q - 1][i] if (q - 1) in std else 0.0
             s_b = math.sqrt(std[q + 1][i] ** 2 + ((q - 2) * s_prev) ** 2 + (sc.b[i] * std[q][i]) ** 2) / zq
-            he = hermite_e(max(q - 2, 0), sc.b[i])
+            he = hermite_table(max(q - 2, 0), sc.b[i])
             dlog_he = (q - 2) * he[q - 3] / he[q - 2] if q > 2 and he[q - 2] != 0 else 0.0
             rel[i] = std[q][i] / zq + abs(sc.b[i] - dlog_he) * s_b
         ok &= rel <= 1.0 / scalar_snr

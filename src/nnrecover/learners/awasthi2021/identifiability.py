@@ -24,7 +24,7 @@ import numpy as np
 from scipy import linalg, optimize
 
 from ..._validation import check_positive_int, check_random_state
-from ...activations import hermite_e
+from ...hermite.polynomials import hermite_table
 from ...errors import AssumptionError, InputError
 
 __all__ = ["sign_flip_sets", "flip_units", "claim48_instance", "smoothed_instance", "khatri_rao_smin",
@@ -200,11 +200,11 @@ def hermite_separation(k: int) -> float:
     span = max(np.abs(roots).max(), 1.0) + 1.0
 
     def f(x):
-        he = hermite_e(k + 1, x)
+        he = hermite_table(k + 1, x)
         return max(abs(he[k]), abs(he[k + 1]))
 
     grid = np.linspace(-span, span, 20001)
-    he = hermite_e(k + 1, grid)
+    he = hermite_table(k + 1, grid)
     vals = np.maximum(np.abs(he[:, k]), np.abs(he[:, k + 1]))
     best = np.inf
     step = grid[1] - grid[0]

@@ -32,7 +32,8 @@ from typing import Any, Mapping
 import numpy as np
 from scipy import linalg
 
-from ...activations import hermite_e, norm_cdf
+from ...activations import norm_cdf
+from ...hermite.polynomials import hermite_table
 from ...errors import InputError
 from .symtensor import contract_rank_one
 
@@ -176,7 +177,7 @@ def recover_scalars(U: Any, tensors: Any, order: int, *, rcond: float = 1e-13) -
     z_prev = np.array([zeta[qi - 1][i] if qi - 2 > 0 else 0.0 for i, qi in enumerate(q)])
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         b = -(z_next + (q - 2) * z_prev) / z_q
-        he = np.array([hermite_e(int(qi) - 2, bi)[..., -1] if np.isfinite(bi) else np.nan
+        he = np.array([hermite_table(int(qi) - 2, bi)[..., -1] if np.isfinite(bi) else np.nan
                        for qi, bi in zip(q, b)])
         a = _SQRT2PI * (-1.0) ** q * z_q * np.exp(0.5 * b * b) / he
     return RecoveredScalars(a=a, b=b, zeta=zeta, q=q, condition=cond)

@@ -40,10 +40,22 @@ from typing import Any, Sequence
 import numpy as np
 
 from .._validation import as_real_array
-from .. import hermite as _h
-from ..errors import AssumptionError, InputError
-from .base import Statistic
 from ..data import accumulate
+from ..errors import AssumptionError, InputError
+from ..moments.base import Statistic
+from .expansions import HermiteExpansion, network_hermite_expansion
+from .polynomials import _check_order, _check_orders
+from .tensors import (
+    _TEMP_ELEMENTS,
+    MAX_CONTRACTION_ORDER,
+    _check_dense,
+    _contract_core,
+    _mode_product_sum,
+    _outer_groups,
+    _vectors,
+    assemble_hermite_tensor,
+    placement_sum,
+)
 
 __all__ = [
     "HermiteTensorStatistic",
@@ -252,11 +264,11 @@ class _HermiteStatistic(Statistic):
         Parameters
         ----------
         network : TwoLayerNetwork or HermiteExpansion
-            The teacher, or its precomputed :class:`~nnrecover.hermite.HermiteExpansion` (of order at
+            The teacher, or its precomputed :class:`~nnrecover.hermite.expansions.HermiteExpansion` (of order at
             least ``max_order``).
         """
-        exp = network if isinstance(network, _h.HermiteExpansion) else \
-            _h.network_hermite_expansion(network, self.max_order)
+        exp = network if isinstance(network, HermiteExpansion) else \
+            network_hermite_expansion(network, self.max_order)
         if exp.max_order < self.max_order:
             raise InputError(f"the expansion has order {exp.max_order}, {self.max_order} is needed.")
         if self._fixed_dim is not None and exp.n_inputs != self._fixed_dim:
@@ -297,7 +309,7 @@ class HermiteTensorStatistic(_HermiteStatistic):
     """
 
     def __init__(self, order: int, *, basis: Any = None, output: int | None = None) -> None:
-        self.order = _h._check_order(order)
+        self.order = _check_order(order)
         self.max_order = self.order
         if basis is not None:
             P = as_real_array(basis, "basis")
@@ -305,14 +317,14 @@ class HermiteTensorStatistic(_HermiteStatistic):
                 raise InputError(f"basis must have shape (n_inputs, m) with m >= 1, got {P.shape}.")
             self.basis: np.ndarray | None = P
             self._fixed_dim = P.shape[0]
-            _h._check_dense(P.shape[1] ** self.order, f"T_{self.order} in {P.shape[1]} dimensions")
+            _check_dense(P.shape[1] ** self.order, f"T_{self.order} in {P.shape[1]} dimensions")
         else:
             self.basis = None
         super().__init__(output=output)
 
     def _check_size(self) -> None:
         m = self._d if self.basis is None else self.basis.shape[1]
-        _h._check_dense((self._p or 1) * m ** self.order, f"T_{self.order} in {m} dimensions")
+        _check_dense((self._p or 1) * m ** self.order, f"T_{self.order} in {m} dimensions")
 
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
         Y = self._prepare(X, Y)
@@ -325,9 +337,9 @@ class HermiteTensorStatistic(_HermiteStatistic):
         cov = None if self.basis is None else self.basis.T @ self.basis
         if self.order == 0:
             return raw[0]
-        return _h.assemble_hermite_tensor(raw, self.order, np.eye(m) if cov is None else cov)
+        return assemble_hermite_tensor(raw, self.order, np.eye(m) if cov is None else cov)
 
-    def _exact(self, expansion: _h.HermiteExpansion) -> np.ndarray:
+    def _exact(self, expansion: HermiteExpansion) -> np.ndarray:
         return expansion.tensor(self.order, self.basis)
 
 
@@ -375,8 +387,8 @@ class HermiteRankOneStatistic(_ScalarContraction):
     """
 
     def __init__(self, U: Any, orders: Any, *, output: int | None = None) -> None:
-        self.U, self._single_u = _h._vectors(U, "U", None, batch_ndim=1)
-        self.orders, self._scalar_order = _h._check_orders(orders)
+        self.U, self._single_u = _vectors(U, "U", None, batch_ndim=1)
+        self.orders, self._scalar_order = _check_orders(orders)
         self.max_order = int(self.orders.max())
         self._fixed_dim = self.U.shape[1]
         self._sq_norm = np.sum(self.U * self.U, axis=1)
@@ -388,7 +400,7 @@ class HermiteRankOneStatistic(_ScalarContraction):
         wanted = {int(k): j for j, k in enumerate(self.orders)}
         total = np.zeros((p, len(self.orders), r))
         total_sq = np.zeros_like(total)
-        step = max(1, _h._TEMP_ELEMENTS // max(1, 4 * r))
+        step = max(1, _TEMP_ELEMENTS // max(1, 4 * r))
         for start in range(0, X.shape[0], step):
             Xc, Yc = X[start:start + step], Y[start:start + step]
             Yt, Y2t = Yc.T, (Yc * Yc).T
@@ -411,7 +423,7 @@ class HermiteRankOneStatistic(_ScalarContraction):
             arr = arr[..., 0]
         return arr
 
-    def _exact(self, expansion: _h.HermiteExpansion) -> np.ndarray:
+    def _exact(self, expansion: HermiteExpansion) -> np.ndarray:
         return self._shape(expansion.rank_one(self.U, self.orders))
 
 
@@ -431,18 +443,18 @@ class HermiteContractionStatistic(_ScalarContraction):
     """
 
     def __init__(self, U: Any, *, output: int | None = None) -> None:
-        self.U, self._single_u = _h._vectors(U, "U", None, batch_ndim=2)
-        self.max_order = _h._check_order(self.U.shape[1], "order (number of vectors in U)",
-                                         maximum=_h.MAX_CONTRACTION_ORDER)
+        self.U, self._single_u = _vectors(U, "U", None, batch_ndim=2)
+        self.max_order = _check_order(self.U.shape[1], "order (number of vectors in U)",
+                                         maximum=MAX_CONTRACTION_ORDER)
         self._fixed_dim = self.U.shape[2]
         super().__init__(output=output)
 
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
         Y = self._prepare(X, Y)
         s = self.U.shape[0]
-        step = max(1, _h._TEMP_ELEMENTS // max(1, s * (2 ** self.max_order + self.max_order)))
+        step = max(1, _TEMP_ELEMENTS // max(1, s * (2 ** self.max_order + self.max_order)))
         for start in range(0, X.shape[0], step):
-            V = _h._contract_core(X[start:start + step], self.U, self.max_order)  # (nc, s)
+            V = _contract_core(X[start:start + step], self.U, self.max_order)  # (nc, s)
             Yc = Y[start:start + step]
             self._acc_add("sum", Yc.T @ V)
             self._acc_add("sumsq", (Yc * Yc).T @ (V * V))
@@ -450,7 +462,7 @@ class HermiteContractionStatistic(_ScalarContraction):
     def _shape(self, arr: np.ndarray) -> np.ndarray:
         return arr[:, 0] if self._single_u else arr
 
-    def _exact(self, expansion: _h.HermiteExpansion) -> np.ndarray:
+    def _exact(self, expansion: HermiteExpansion) -> np.ndarray:
         return self._shape(expansion.contract(self.U))
 
 
@@ -479,16 +491,16 @@ class HermiteVectorSliceStatistic(_HermiteStatistic):
     """
 
     def __init__(self, order: int, g: Any, *, output: int | None = None) -> None:
-        self.order = _h._check_order(order, minimum=1)
+        self.order = _check_order(order, minimum=1)
         self.max_order = self.order
-        self.g, self._single = _h._vectors(g, "g", None, batch_ndim=1)
+        self.g, self._single = _vectors(g, "g", None, batch_ndim=1)
         self._fixed_dim = self.g.shape[1]
         super().__init__(output=output)
         self._check_size()
 
     def _check_size(self) -> None:
         d, f, s = self.g.shape[1], self.order - 1, self.g.shape[0]
-        _h._check_dense((self._p or 1) * s * d ** f, f"T_{self.order}(., g) slices")
+        _check_dense((self._p or 1) * s * d ** f, f"T_{self.order}(., g) slices")
 
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
         Y = self._prepare(X, Y)
@@ -500,14 +512,14 @@ class HermiteVectorSliceStatistic(_HermiteStatistic):
     def _finalize(self) -> np.ndarray:
         d, f, s, p, n = self.g.shape[1], self.order - 1, self.g.shape[0], self._p, self.n
         R = {r: _expand_raw(self._acc, "R", r, d, (p, s), n) for r in _parity_orders(f)}
-        out = _h.assemble_hermite_tensor(R, f, np.eye(d)) if f else R[0].copy()
+        out = assemble_hermite_tensor(R, f, np.eye(d)) if f else R[0].copy()
         if f >= 1:
             S = {r: _expand_raw(self._acc, "S", r, d, (p,), n) for r in _parity_orders(f - 1)}
-            T = _h.assemble_hermite_tensor(S, f - 1, np.eye(d))
-            out -= _h.placement_sum(_h._outer_groups(self.g[None], 1, T[:, None], f - 1), 1, f)
+            T = assemble_hermite_tensor(S, f - 1, np.eye(d))
+            out -= placement_sum(_outer_groups(self.g[None], 1, T[:, None], f - 1), 1, f)
         return out[:, 0] if self._single else out
 
-    def _exact(self, expansion: _h.HermiteExpansion) -> np.ndarray:
+    def _exact(self, expansion: HermiteExpansion) -> np.ndarray:
         out = expansion.vector_slice(self.order, self.g)
         return out[:, 0] if self._single else out
 
@@ -536,9 +548,9 @@ class HermiteMatrixSliceStatistic(_HermiteStatistic):
     """
 
     def __init__(self, order: int, G: Any, *, output: int | None = None) -> None:
-        self.order = _h._check_order(order, minimum=2)
+        self.order = _check_order(order, minimum=2)
         self.max_order = self.order
-        Gs, self._single = _h._vectors(G, "G", None, batch_ndim=2)
+        Gs, self._single = _vectors(G, "G", None, batch_ndim=2)
         if Gs.shape[1] != Gs.shape[2]:
             raise InputError(f"G must be square (d, d) or (s, d, d), got shape {np.shape(G)}.")
         self.G = 0.5 * (Gs + np.swapaxes(Gs, 1, 2))
@@ -548,7 +560,7 @@ class HermiteMatrixSliceStatistic(_HermiteStatistic):
 
     def _check_size(self) -> None:
         d, f, s = self.G.shape[1], self.order - 2, self.G.shape[0]
-        _h._check_dense((self._p or 1) * s * d ** f, f"T_{self.order}(., G) slices")
+        _check_dense((self._p or 1) * s * d ** f, f"T_{self.order}(., G) slices")
 
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
         Y = self._prepare(X, Y)
@@ -563,18 +575,18 @@ class HermiteMatrixSliceStatistic(_HermiteStatistic):
         eye = np.eye(d)
         R = {r: _expand_raw(self._acc, "R", r, d, (p, s), n) for r in _parity_orders(f)}
         S = {r: _expand_raw(self._acc, "S", r, d, (p,), n) for r in _parity_orders(f)}
-        Tf = _h.assemble_hermite_tensor(S, f, eye) if f else S[0]
-        weighted = _h.assemble_hermite_tensor(R, f, eye) if f else R[0].copy()
+        Tf = assemble_hermite_tensor(S, f, eye) if f else S[0]
+        weighted = assemble_hermite_tensor(R, f, eye) if f else R[0].copy()
         trace = np.trace(self.G, axis1=1, axis2=2)
         out = weighted - trace.reshape((1, s) + (1,) * f) * Tf[:, None]
         if f >= 1:
-            out -= 2.0 * _h._mode_product_sum(self.G, Tf, f)
+            out -= 2.0 * _mode_product_sum(self.G, Tf, f)
         if f >= 2:
-            Tf2 = _h.assemble_hermite_tensor(S, f - 2, eye) if f > 2 else S[0]
-            out -= 2.0 * _h.placement_sum(_h._outer_groups(self.G[None], 2, Tf2[:, None], f - 2), 2, f)
+            Tf2 = assemble_hermite_tensor(S, f - 2, eye) if f > 2 else S[0]
+            out -= 2.0 * placement_sum(_outer_groups(self.G[None], 2, Tf2[:, None], f - 2), 2, f)
         return out[:, 0] if self._single else out
 
-    def _exact(self, expansion: _h.HermiteExpansion) -> np.ndarray:
+    def _exact(self, expansion: HermiteExpansion) -> np.ndarray:
         out = expansion.matrix_slice(self.order, self.G)
         return out[:, 0] if self._single else out
 
@@ -607,9 +619,9 @@ class HermitePartialContractionStatistic(_HermiteStatistic):
     _MAX_VECTORS = 8
 
     def __init__(self, order: int, V: Any, *, output: int | None = None) -> None:
-        self.order = _h._check_order(order)
+        self.order = _check_order(order)
         self.max_order = self.order
-        self.V, self._single = _h._vectors(V, "V", None, batch_ndim=2)
+        self.V, self._single = _vectors(V, "V", None, batch_ndim=2)
         c = self.V.shape[1]
         if c > min(self.order, self._MAX_VECTORS):
             raise InputError(f"V holds {c} vectors per tuple; at most min(order, {self._MAX_VECTORS}) = "
@@ -626,7 +638,7 @@ class HermitePartialContractionStatistic(_HermiteStatistic):
 
     def _check_size(self) -> None:
         d, s = self.V.shape[2], self.V.shape[0]
-        _h._check_dense((self._p or 1) * s * d ** self.free, f"T_{self.order} partial contractions")
+        _check_dense((self._p or 1) * s * d ** self.free, f"T_{self.order} partial contractions")
 
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
         Y = self._prepare(X, Y)
@@ -644,7 +656,7 @@ class HermitePartialContractionStatistic(_HermiteStatistic):
         for R, ms in self._needed.items():
             for m in ms:
                 raw = {r: _expand_raw(self._acc, ("R",) + R, r, d, (p, s), n) for r in _parity_orders(m)}
-                D[R, m] = _h.assemble_hermite_tensor(raw, m, np.eye(d)) if m else raw[0]
+                D[R, m] = assemble_hermite_tensor(raw, m, np.eye(d)) if m else raw[0]
         gram = np.einsum("sad,sbd->sab", self.V, self.V)
         out = np.zeros((p, s) + (d,) * f)
         for sign, R, A, B in self._terms:
@@ -654,11 +666,11 @@ class HermitePartialContractionStatistic(_HermiteStatistic):
                 vecs = self.V[:, list(A)]  # (s, |A|, d): sum over injections A -> free slots
                 X = sum(_outer_vectors(vecs[:, list(perm)])
                         for perm in itertools.permutations(range(len(A))))
-                Dm = _h.placement_sum(_h._outer_groups(X[None], len(A), Dm, f - len(A)), len(A), f)
+                Dm = placement_sum(_outer_groups(X[None], len(A), Dm, f - len(A)), len(A), f)
             out += sign * coef * Dm
         return out[:, 0] if self._single else out
 
-    def _exact(self, expansion: _h.HermiteExpansion) -> np.ndarray:
+    def _exact(self, expansion: HermiteExpansion) -> np.ndarray:
         out = expansion.partial_contract(self.order, self.V)
         return out[:, 0] if self._single else out
 
@@ -854,7 +866,7 @@ class PopulationHermiteMoments(HermiteMoments):
     """Exact Hermite coefficient tensors ``f_hat_k`` of a network for ``x ~ N(0, I_d)`` (ATV21 Lemma 3.5).
 
     ``f_hat_k = sum_i A[:, i] c_k(b_i; |w_i|) (w_i/|w_i|)^{(x)k}`` (+ output bias at k = 0), any
-    activation and any row norms (:func:`nnrecover.hermite.activation_hermite_coefficients`). Every
+    activation and any row norms (:func:`nnrecover.hermite.expansions.activation_hermite_coefficients`). Every
     method is a few small matrix products in the unit directions.
 
     Parameters
@@ -878,7 +890,7 @@ class PopulationHermiteMoments(HermiteMoments):
                  distribution: Any = None) -> None:
         super().__init__(output=output)
         self.network = network
-        self._expansion = _h.network_hermite_expansion(network, max_order)
+        self._expansion = network_hermite_expansion(network, max_order)
         if self.output is not None and self.output >= network.n_outputs:
             raise InputError(f"output={self.output} but the network has {network.n_outputs} output(s).")
         if distribution is not None:
@@ -893,11 +905,11 @@ class PopulationHermiteMoments(HermiteMoments):
                     "law; whiten the data to N(0, I) or use SampleHermiteMoments on samples.")
 
     @property
-    def expansion(self) -> _h.HermiteExpansion:
-        """The :class:`~nnrecover.hermite.HermiteExpansion` used (unit directions and coefficients)."""
+    def expansion(self) -> HermiteExpansion:
+        """The :class:`~nnrecover.hermite.expansions.HermiteExpansion` used (unit directions and coefficients)."""
         return self._expansion
 
     def evaluate(self, statistic: _HermiteStatistic) -> np.ndarray:
         if statistic.max_order > self._expansion.max_order:
-            self._expansion = _h.network_hermite_expansion(self.network, statistic.max_order)
+            self._expansion = network_hermite_expansion(self.network, statistic.max_order)
         return statistic.exact(self._expansion)
