@@ -292,7 +292,7 @@ def test_paper_noise_device_and_dask_input():
 
 @pytest.mark.parametrize("learner", [ExactReLULearner, nr.learners.NoisyReLULearner])
 def test_applies_to(learner):
-    """The optional hook read by the learner comparison (experiments/baseline.py): (bool, reason), never
+    """The optional hook read by the learner comparison (experiments/compare.py): (bool, reason), never
     raising; refused: m < k, k > d, non-rectified f, non-Gaussian or non-centred inputs."""
     D = nr.distributions
     net = nr.random_network(10, 4, 4, rng=0)
@@ -320,7 +320,7 @@ def test_applies_to(learner):
 
 def test_compare_learners_reads_applies_to():
     """With m < k the comparison reports both learners as not applicable without fitting them."""
-    from nnrecover.experiments.baseline import compare_learners
+    from nnrecover.experiments.compare import compare_learners
 
     teacher = nr.random_network(6, 3, 2, rng=0)
     df = compare_learners(teacher, GAUSS(6), 2_000, rng=0, learners=["exact-relu", "bakshi2019-noisy"])

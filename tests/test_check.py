@@ -134,7 +134,7 @@ def test_noise_floor_not_taken_from_signal_when_outputs_equal_width():
     """With p = k outputs Cov(y) has no noise-only direction; if T_2 sees more units than Cov(y) stood
     out for, the smallest eigenvalue is signal and only bounds the noise from above, so a noiseless
     teacher must not be called noisy (exact-relu is 'unsure' at worst, never 'no')."""
-    from nnrecover.experiments.baseline import demo_teacher
+    from nnrecover.experiments.compare import demo_teacher
 
     teacher, dist = demo_teacher(np.random.default_rng(0))  # d = 10, k = 4, p = 4, biases
     X, Y = nr.sample(teacher, dist, 20_000, rng=1)

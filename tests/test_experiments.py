@@ -15,8 +15,7 @@ from matplotlib.figure import Figure
 import nnrecover as nr
 from nnrecover.errors import AssumptionError, CertificateWarning, ConvergenceError, InputError
 from nnrecover.experiments import registry
-from nnrecover.experiments.baseline import (_learner_seed, compare_learners, comparison_figure,
-                                            demo_teacher)
+from nnrecover.experiments.compare import _learner_seed, compare_learners, comparison_figure, demo_teacher
 from nnrecover.experiments.runner import RESULT_FILES, resolve_seed, run_experiment
 from nnrecover.learners import learner_parameters, make_learner
 from nnrecover.learners import registry as learner_registry

@@ -367,7 +367,7 @@ def test_fit_of_an_empty_list_names_the_empty_array():
 
 # ------------------------------------------------------------------------------------------ demo status
 def test_comparison_status_fails_on_certificates_and_large_errors():
-    from nnrecover.experiments.baseline import FAILED_FUNCTION_ERROR, FAILED_UNIT_ERROR, _judge
+    from nnrecover.experiments.compare import FAILED_FUNCTION_ERROR, FAILED_UNIT_ERROR, _judge
 
     ok = {"certificates": "passed", "function_error": 1e-3, "max_unit_error": 1e-2}
     assert _judge(ok, has_network=True) == "ok"

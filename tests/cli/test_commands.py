@@ -467,7 +467,7 @@ def test_demo_with_the_gradient_descent_baseline(capsys, tmp_path):
 
 
 def test_recovery_figure_one_panel_per_network():
-    from nnrecover.experiments.baseline import recovery_figure
+    from nnrecover.experiments.compare import recovery_figure
 
     teacher = nr.random_network(5, 3, 2, rng=0)
     off = nr.TwoLayerNetwork(teacher.hidden_weights + 0.1, teacher.hidden_bias, teacher.output_weights)
