@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from nnrecover.errors import InputError
-from nnrecover.experiments.compare import compare_experiment, sklearn_baseline
+from nnrecover.experiments.compare import compare_experiment
+from nnrecover.experiments.training import sklearn_baseline
 
 
 @pytest.fixture(scope="module")

@@ -50,8 +50,9 @@ _STATE: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
 
 
 def _controller():
-    # scipy.linalg loads its own OpenBLAS: import it first so that the limit reaches it too
+    # deferred: scipy.linalg brings its own OpenBLAS, imported before the controller so the limit reaches it
     import scipy.linalg  # noqa: F401
+    # deferred: threadpoolctl inspects the BLAS libraries when imported
     from threadpoolctl import ThreadpoolController
 
     return ThreadpoolController()

@@ -62,7 +62,7 @@ def norm_pdf(t) -> np.ndarray:
 
 def norm_cdf(t) -> np.ndarray:
     """Standard normal distribution function ``Phi(t)`` (:func:`scipy.special.ndtr`), elementwise."""
-    from scipy import special  # scipy is imported on first use: `import nnrecover` stays fast
+    from scipy import special  # deferred: scipy is imported on first use, `import nnrecover` stays fast
 
     return special.ndtr(t)
 
@@ -275,7 +275,7 @@ class Activation:
     def _split_quad(self, k_max: int, b: float) -> np.ndarray:
         # integrate over z with breakpoints at the kinks t0 - b; the integrand decays like phi(z)
         # |z| > 40 carries less than phi(40) ~ 1e-348 of mass: truncating avoids inf * 0 in the tails
-        from scipy import integrate
+        from scipy import integrate  # deferred: SciPy's submodules are slow to import
 
         cuts = sorted(min(max(t0 - b, -40.0), 40.0) for t0 in self.kinks)
         edges = [-40.0, *cuts, 40.0]
@@ -353,7 +353,7 @@ def _make(name: str, param: float | None) -> Activation:
                           lambda t: np.where(t > 0, np.exp(np.maximum(t, 0.0)), 0.0), None, None,
                           np.log1p, True, (0.0,), _exp_minus_one_coeffs)
     if name in ("sigmoid", "logistic"):
-        from scipy import special
+        from scipy import special  # deferred: SciPy's submodules are slow to import
 
         return Activation("sigmoid", special.expit, lambda t: special.expit(t) * special.expit(-t), None,
                           None, special.logit, False, (), None)

@@ -35,8 +35,8 @@ from .evidence import (
     width_and_noise,
 )
 from .learners import available
-from .learners.awasthi2021.coefficients import SPLIT_BLOCK
 from .learners.awasthi2021 import order_limit
+from .learners.awasthi2021.coefficients import SPLIT_BLOCK
 from .learners.bakshi2019._common import width_refusal as bakshi_width
 from .learners.bakshi2019.pipeline import rows_refusal as bakshi_rows
 from .learners.ge2019.conditions import second_moment_refusal, symmetry_refusal

@@ -23,7 +23,12 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from ._validation import as_float_array, check_finite, check_positive_int, check_random_state
+from ._validation import (
+    as_float_array,
+    check_finite,
+    check_positive_int,
+    check_random_state,
+)
 from .errors import InputError
 
 __all__ = ["Distribution", "StandardGaussian", "Gaussian", "SymmetricMixture", "Rademacher",

@@ -42,6 +42,7 @@ def _build_not_fitted_error() -> type:
     Importing ``sklearn.exceptions`` imports scikit-learn itself (about 0.5 s), so the class is built on
     first use (module ``__getattr__``) instead of at ``import nnrecover``.
     """
+    # deferred: scikit-learn is slow to import
     from sklearn.exceptions import NotFittedError as _SkNotFitted
 
     class NotFittedError(NNRecoverError, _SkNotFitted):  # type: ignore[misc,valid-type]

@@ -43,6 +43,7 @@ import re
 import secrets
 import shutil
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -516,7 +517,7 @@ def _as_list(value) -> list:
 
 
 def _read_table(path: Path, suffix: str):
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
     if suffix == ".parquet":
         try:
@@ -594,7 +595,11 @@ def _table_targets(df, target_columns, source: str) -> list:
 def _table_to_arrays(df, target_columns, source: str, has_targets: bool) -> tuple[np.ndarray, np.ndarray | None]:
     if df.shape[0] == 0:
         raise InputError(f"{source} has no rows.")
-    from pandas.api.types import is_bool_dtype, is_complex_dtype, is_numeric_dtype
+    from pandas.api.types import (  # deferred: pandas is slow to import
+        is_bool_dtype,
+        is_complex_dtype,
+        is_numeric_dtype,
+    )
 
     bad = [str(c) for c in df.columns
            if not (is_numeric_dtype(df[c].dtype) or is_bool_dtype(df[c].dtype)) or is_complex_dtype(df[c].dtype)]
@@ -636,7 +641,6 @@ def _open_npz(path: Path):
 
 def _npz_array(data, key: str, source: str) -> np.ndarray:
     """``data[key]`` of an open ``.npz`` archive; a corrupt member is an InputError naming it."""
-    import zlib
 
     try:
         return data[key]
@@ -808,7 +812,7 @@ def save_samples(path: "str | os.PathLike[str]", X, Y=None) -> Path:
 
 
 def _frame(X: np.ndarray, Y: np.ndarray | None):
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
     xcols, ycols = _column_names(X.shape[1], None if Y is None else Y.shape[1])
     data = X if Y is None else np.hstack([X, Y])
@@ -906,8 +910,8 @@ def _stream_npy(tmp: Path, chunks, n: int, path: Path) -> int:
 
 def _stream_parquet(path: Path, chunks) -> int:
     try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow as pa  # deferred: pyarrow is an optional extra
+        import pyarrow.parquet as pq  # deferred: pyarrow is an optional extra
     except ImportError as exc:
         raise InputError(f"writing {_target_name(path)} needs pyarrow: pip install 'nnrecover[parquet]' ({exc}).") from None
     writer = None

@@ -25,10 +25,17 @@ from typing import Any
 import numpy as np
 
 from ._memory import free_memory
-from ._validation import as_2d_float, as_float_array, check_finite, check_positive_int, check_random_state, check_real
+from ._validation import (
+    as_2d_float,
+    as_float_array,
+    check_finite,
+    check_positive_int,
+    check_random_state,
+    check_real,
+)
 from .activations import Activation, get_activation
 from .errors import InputError
-from .io import atomic_output
+from .io import atomic_output, check_npz_members
 
 __all__ = ["TwoLayerNetwork", "random_network"]
 
@@ -308,8 +315,6 @@ class TwoLayerNetwork:
                 if not isinstance(data, dict):
                     raise InputError(f"{path.name} does not hold a network description.")
             else:
-                from .io import check_npz_members
-
                 if not zipfile.is_zipfile(path):
                     with open(path, "rb") as fh:
                         single = fh.read(6) == b"\x93NUMPY"

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 import numpy as np
 
-from ._threads import effective_n_jobs
 from ._memory import free_memory
+from ._threads import effective_n_jobs
 from ._validation import all_finite, check_positive_int, check_random_state, check_real
 from .distributions import Distribution
 from .errors import InputError
@@ -117,7 +118,6 @@ class SampleStream:
         threads (the generators release the GIL), at most ``workers`` blocks ahead: the random numbers are
         most of a stream's cost, and each block's come from its own generator, so the values are the same
         for any number of workers."""
-        from concurrent.futures import ThreadPoolExecutor
 
         # (one block, the common case of small samples, needs no worker and not the thread-count query)
         workers = 1 if len(blocks) <= 1 else min(effective_n_jobs(None), STREAM_WORKERS, len(blocks))

@@ -204,7 +204,9 @@ def _demo_verdicts(teacher, dist, n: int, args) -> None:
 
 def cmd_demo(args) -> int:
     # deferred: keeps --help fast
-    from ..experiments.compare import DEMO_DEFAULTS, DEMO_MAX_OUTPUTS, FAILED_FUNCTION_ERROR, FAILED_UNIT_ERROR, compare_learners, comparison_figure, demo_options, demo_teacher, recovery_figure, select_learners
+    from ..experiments.compare import (
+        DEMO_DEFAULTS, DEMO_MAX_OUTPUTS, FAILED_FUNCTION_ERROR, FAILED_UNIT_ERROR, compare_learners, comparison_figure,
+        demo_options, demo_teacher, recovery_figure, select_learners)
     from ..experiments.runner import environment_info  # deferred: keeps --help fast
 
     select_learners(args.learner)  # an unknown name is a one-line error before any output

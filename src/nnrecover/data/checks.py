@@ -25,7 +25,8 @@ def is_dask_array(A: Any) -> bool:
 
 def is_single_array(X: Any) -> bool:
     """True for one array argument (as opposed to a tuple/iterable of chunks, a path, a DataSource)."""
-    from scipy import sparse  # deferred: scipy.sparse costs a tenth of a second to import
+    # deferred: scipy.sparse costs a tenth of a second to import
+    from scipy import sparse
 
     if isinstance(X, (np.ndarray, list)) and not (isinstance(X, list) and X and isinstance(X[0], tuple)):
         return True
@@ -105,7 +106,8 @@ def check_magnitude(A: Any, name: str, learner: str) -> bool:
 
 def coerce_array(A: Any, name: str, *, is_X: bool) -> Any:
     """Cheap checks of one array argument with scikit-learn's wording; never reads a memmap/dask array."""
-    from scipy import sparse  # deferred: scipy.sparse costs a tenth of a second to import
+    # deferred: scipy.sparse costs a tenth of a second to import
+    from scipy import sparse
 
     if sparse.issparse(A):
         raise InputError(f"Sparse data was passed for {name}, but dense data is required; nnrecover learners "

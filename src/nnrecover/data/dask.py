@@ -43,7 +43,8 @@ def _active_client(obj: Any) -> Any:
     """The dask.distributed Client that would run ``obj``, or None for a local scheduler."""
     if "distributed" not in sys.modules:
         return None
-    import dask.base
+    import dask.base  # deferred: dask is needed only for dask sources
+    # deferred: dask.distributed is needed only with a cluster
     from distributed import Client
 
     scheduler = dask.base.get_scheduler(collections=[obj])
@@ -61,7 +62,7 @@ def build_dask_reduction(statistics: Sequence[Statistic], source: DataSource, *,
     leaves : list of (Delayed, int or None)
         The per-block tasks and their numbers of rows (``None`` when unknown).
     """
-    from dask import delayed
+    from dask import delayed  # deferred: dask is needed only for dask sources
 
     if not isinstance(source, DaskSource):
         raise InputError("build_dask_reduction needs a data source made of dask arrays.")
@@ -114,7 +115,7 @@ def accumulate_dask(statistics: Sequence[Statistic], source: DataSource, *, chun
     list of Statistic
         ``statistics``, updated.
     """
-    import dask
+    import dask  # deferred: dask is needed only for dask sources
 
     if not isinstance(source, DaskSource):
         raise InputError("accumulate_dask needs a data source made of dask arrays.")
@@ -137,11 +138,12 @@ def accumulate_dask(statistics: Sequence[Statistic], source: DataSource, *, chun
 
 
 def _compute_with_progress(root: Any, leaves: list, bar: Any) -> list[Statistic]:
-    import dask
+    import dask  # deferred: dask is needed only for dask sources
 
     rows = {leaf.key: (n if n is not None else 0) for leaf, n in leaves}
     client = _active_client(root)
     if client is not None:
+        # deferred: dask.distributed is needed only with a cluster
         from distributed import as_completed
 
         futures = client.compute([root] + [leaf for leaf, _ in leaves])
@@ -151,6 +153,7 @@ def _compute_with_progress(root: Any, leaves: list, bar: Any) -> list[Statistic]
         del futures
         return root_future.result()
 
+    # deferred: dask is needed only for dask sources
     from dask.callbacks import Callback
 
     class _RowProgress(Callback):

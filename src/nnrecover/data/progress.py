@@ -27,7 +27,7 @@ def progress_bar(total: int | None, progress: bool | None, desc: str | None):
     """A tqdm bar counting rows on stderr, or None. ``progress=None``: only on a terminal, after a delay."""
     if not progress_enabled(progress):
         return None
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # deferred: tqdm is needed only to draw a progress bar
 
     return tqdm(total=total, unit="rows", unit_scale=True, desc=desc, file=sys.stderr, leave=False,
                 delay=PROGRESS_DELAY if progress is None else 0.0, dynamic_ncols=True)

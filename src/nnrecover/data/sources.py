@@ -13,6 +13,11 @@ from typing import Any, Iterator
 
 import numpy as np
 
+try:
+    from numpy.lib.array_utils import byte_bounds as _numpy_byte_bounds
+except ImportError:  # numpy < 2
+    _numpy_byte_bounds = np.byte_bounds
+
 from .._validation import as_2d_float, as_targets, check_positive_int
 from ..errors import InputError
 from ..sampling import SampleStream
@@ -202,11 +207,7 @@ _KNOWN_FINITE: contextvars.ContextVar[tuple[tuple[int, int], ...]] = contextvars
 
 
 def _byte_bounds(a: np.ndarray) -> tuple[int, int]:
-    try:
-        from numpy.lib.array_utils import byte_bounds
-    except ImportError:  # numpy < 2
-        byte_bounds = np.byte_bounds
-    return tuple(int(v) for v in byte_bounds(a))
+    return tuple(int(v) for v in _numpy_byte_bounds(a))
 
 
 @contextmanager
@@ -358,7 +359,7 @@ def _open_npy(path: Any, name: str) -> np.ndarray:
 def _is_dask_array(A: Any) -> bool:
     if A is None or "dask" not in sys.modules:
         return False
-    import dask.array as da
+    import dask.array as da  # deferred: dask is needed only for dask sources
 
     return isinstance(A, da.Array)
 
@@ -371,7 +372,7 @@ class DaskSource(DataSource):
     supports_take_rows = True
 
     def __init__(self, X: Any, Y: Any) -> None:
-        import dask.array as da
+        import dask.array as da  # deferred: dask is needed only for dask sources
 
         if not _is_dask_array(X):  # numpy X with dask Y: wrap X on Y's row chunks
             X = as_2d_float(X, "X", min_rows=0) if not hasattr(X, "shape") else X
@@ -424,7 +425,7 @@ class DaskSource(DataSource):
     def take_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The rows ``rows`` (sorted indices) of ``X`` and ``Y``, gathered on the workers: only those rows
         travel to the client, validated like every chunk."""
-        import dask
+        import dask  # deferred: dask is needed only for dask sources
 
         rows = np.asarray(rows, dtype=np.int64)
         Xs, Ys = dask.compute(self.X[rows], None if self.Y is None else self.Y[rows])
@@ -434,7 +435,7 @@ class DaskSource(DataSource):
     def peek(self) -> tuple[np.ndarray, np.ndarray]:
         """The first ``default_chunk_rows(d + p)`` rows, the rows an in-memory array's ``peek`` returns:
         only they are computed and sent to the client, whatever the size of the first block."""
-        import dask
+        import dask  # deferred: dask is needed only for dask sources
 
         n, d = self.X.shape
         if n == 0:
@@ -446,7 +447,7 @@ class DaskSource(DataSource):
 
     def _raw_chunks(self, chunk_size):
         # iteration on the client, block by block (used by chunks(); accumulate_dask never does this)
-        import dask
+        import dask  # deferred: dask is needed only for dask sources
 
         src = self.with_row_chunks(chunk_size)
         for i in range(src.X.numblocks[0]):

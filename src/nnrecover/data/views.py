@@ -118,7 +118,7 @@ def tail(source, skip: int, transform: Callable | None = None, chunk_size: int |
     if not getattr(source, "is_dask", False):
         return Tail(source, skip, transform, chunk_size)
     import dask  # deferred: dask is only needed for dask sources
-    import dask.array as da
+    import dask.array as da  # deferred: dask is needed only for dask sources
 
     X, Y = source.X[skip:], source.Y[skip:]
     if Y.ndim == 1:

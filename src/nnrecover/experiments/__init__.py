@@ -8,7 +8,16 @@ calibration (``certificates``); each registers its experiments with :func:`exper
 from __future__ import annotations
 
 from ..errors import InputError
-from . import awasthi2021, bakshi2019, baseline, certificates, compare, extract, ge2019, goel2019
+from . import (
+    awasthi2021,
+    bakshi2019,
+    baseline,
+    certificates,
+    compare,
+    extract,
+    ge2019,
+    goel2019,
+)
 from .registry import ExperimentRecord, experiment, registered_experiments
 
 __all__ = ["ExperimentRecord", "available_experiments", "experiment", "get_experiment"]

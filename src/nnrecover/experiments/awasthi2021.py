@@ -24,6 +24,7 @@ Every experiment returns ``(DataFrame, Figure)``; ``quick=True`` is a seconds-lo
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from typing import Sequence
@@ -31,7 +32,15 @@ from typing import Sequence
 import numpy as np
 
 from .._validation import check_positive_int, check_random_state
+from ..distributions import StandardGaussian
 from ..errors import InputError
+from ..learners import awasthi2021 as atv
+from ..learners.awasthi2021 import HermiteTensorLearner
+from ..learners.awasthi2021.coefficients import HermiteCoefficients
+from ..metrics import parameter_error, relu_l2_distance, relu_second_moment
+from ..network import TwoLayerNetwork, random_network
+from ..refine import METHODS
+from ..sampling import sample, sample_stream
 from .registry import experiment
 
 __all__ = ["awasthi2021_samples", "awasthi2021_bias", "awasthi2021_overcomplete", "awasthi2021_large_bias"]
@@ -68,14 +77,9 @@ def awasthi2021_samples(*, rng, quick: bool = False, n_inputs: int | None = None
     the refinement uses ("auto": Levenberg-Marquardt on normal equations accumulated over all rows;
     ``noise_refine_method`` is any method of :func:`nnrecover.refine.refine_network`).
     """
-    import pandas as pd
-    from matplotlib.figure import Figure
+    import pandas as pd  # deferred: pandas is slow to import
+    from matplotlib.figure import Figure  # deferred: matplotlib is slow to import
 
-    from ..distributions import StandardGaussian
-    from ..learners.awasthi2021 import HermiteTensorLearner
-    from ..metrics import parameter_error
-    from ..network import random_network
-    from ..sampling import sample, sample_stream
 
     gen = check_random_state(rng)
     d = check_positive_int(n_inputs if n_inputs is not None else (6 if quick else 10), "n_inputs")
@@ -91,7 +95,6 @@ def awasthi2021_samples(*, rng, quick: bool = False, n_inputs: int | None = None
                                           (20_000 if quick else 10_000_000), "noise_refine_cap")
     if not (np.isfinite(noise) and noise >= 0):
         raise InputError(f"noise must be a finite number >= 0, got {noise!r}.")
-    from ..refine import METHODS
 
     if noise_refine_method not in METHODS:
         raise InputError(f"noise_refine_method must be one of {METHODS}, got {noise_refine_method!r}.")
@@ -171,7 +174,6 @@ def _unit_error(rec_net, truth, unit: int) -> tuple[float, bool]:
     """Error of ``truth``'s unit ``unit`` against its best match in ``rec_net`` (nan if none)."""
     if rec_net is None:
         return float("nan"), False
-    from ..metrics import parameter_error
 
     pe = parameter_error(rec_net, truth)
     j = int(pe["matching"][unit])
@@ -195,14 +197,9 @@ def awasthi2021_bias(*, rng, quick: bool = False, n_inputs: int | None = None, n
     Defaults: d = 8, m = 4, N = 10^6, b on a grid of [-4, 4] plus points around 0 and +-1.
     ``quick``: d = 5, m = 3, N = 20,000, b in (-1, 0, 0.5, 1, 3).
     """
-    import pandas as pd
-    from matplotlib.figure import Figure
+    import pandas as pd  # deferred: pandas is slow to import
+    from matplotlib.figure import Figure  # deferred: matplotlib is slow to import
 
-    from ..distributions import StandardGaussian
-    from ..learners import awasthi2021 as atv
-    from ..metrics import relu_l2_distance, relu_second_moment
-    from ..network import TwoLayerNetwork, random_network
-    from ..sampling import sample
 
     gen = check_random_state(rng)
     d = check_positive_int(n_inputs if n_inputs is not None else (5 if quick else 8), "n_inputs")
@@ -286,17 +283,10 @@ def awasthi2021_overcomplete(*, rng, quick: bool = False, n_inputs: int | None =
     Defaults: d = 6, m/d in (1, 1.5, 2, 2.5, 3) (m <= 0.9 C(7, 2) = 18), 3 random teachers, tau in
     (0.03, 0.3), N = 10^6. ``quick``: d = 4, m/d in (1.5, 2), 1 teacher, tau (0.3,), N = 20,000.
     """
-    import itertools
 
-    import pandas as pd
-    from matplotlib.figure import Figure
+    import pandas as pd  # deferred: pandas is slow to import
+    from matplotlib.figure import Figure  # deferred: matplotlib is slow to import
 
-    from ..distributions import StandardGaussian
-    from ..learners import awasthi2021 as atv
-    from ..learners.awasthi2021.coefficients import HermiteCoefficients
-    from ..metrics import parameter_error, relu_l2_distance, relu_second_moment
-    from ..network import random_network
-    from ..sampling import sample
 
     gen = check_random_state(rng)
     d = check_positive_int(n_inputs if n_inputs is not None else (4 if quick else 6), "n_inputs")
@@ -402,14 +392,9 @@ def awasthi2021_large_bias(*, rng, quick: bool = False, n_inputs: int | None = N
     Defaults: d = 10, m = 5, biases (4.5, -4.2) for two units, N = 10^6, 5 teachers. ``quick``: d = 6,
     m = 3, one large bias, N = 30,000, 1 teacher.
     """
-    import pandas as pd
-    from matplotlib.figure import Figure
+    import pandas as pd  # deferred: pandas is slow to import
+    from matplotlib.figure import Figure  # deferred: matplotlib is slow to import
 
-    from ..distributions import StandardGaussian
-    from ..learners.awasthi2021 import HermiteTensorLearner
-    from ..metrics import relu_l2_distance, relu_second_moment
-    from ..network import TwoLayerNetwork, random_network
-    from ..sampling import sample
 
     gen = check_random_state(rng)
     d = check_positive_int(n_inputs if n_inputs is not None else (6 if quick else 10), "n_inputs")

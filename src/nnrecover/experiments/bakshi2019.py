@@ -38,6 +38,14 @@ import numpy as np
 from .._validation import check_positive_int, check_random_state
 from ..distributions import StandardGaussian
 from ..errors import AssumptionError, CertificateWarning, InputError, NNRecoverError
+from ..learners.bakshi2019 import (
+    algorithm3,
+    algorithm7,
+    gaussian_pipeline,
+    noisy_pipeline,
+)
+from ..learners.bakshi2019._common import match_rows
+from ..metrics import parameter_error
 from ..network import TwoLayerNetwork, random_network
 from ..sampling import sample, sample_stream
 from .registry import experiment
@@ -73,8 +81,6 @@ def bakshi2019_instance(d: int, k: int, m: int, *, kappa_v: float | None = 10.0,
 
 
 def _exact_trial(d, k, m, n, kappa, route, seed) -> dict:
-    from ..learners.bakshi2019 import algorithm3, gaussian_pipeline
-    from ..metrics import parameter_error
 
     gen = np.random.default_rng(seed)
     net = bakshi2019_instance(d, k, m, kappa_v=kappa, orthonormal=(route == "ica"), rng=gen)
@@ -112,7 +118,7 @@ def exact_experiment(*, rng: Any = None, quick: bool = False, suite: str = "grid
     grid point (grid) or seeds per configuration instead of the issue's 20 and 10 (must-show, e.g.
     ``trials=3`` for a short confirmation run).
     """
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
     gen = check_random_state(rng)
     if suite not in ("grid", "must-show"):
@@ -147,10 +153,10 @@ def exact_experiment(*, rng: Any = None, quick: bool = False, suite: str = "grid
 
 
 def _exact_figure(df, suite):
-    import matplotlib
+    import matplotlib  # deferred: matplotlib is slow to import
 
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib is slow to import
 
     if suite == "grid":
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -183,8 +189,6 @@ def _exact_figure(df, suite):
 
 # ------------------------------------------------------------------------------------------- noise
 def _noise_trial(d, k, m, n, sigma, seed, teacher_seed) -> dict:
-    from ..learners.bakshi2019._common import match_rows
-    from ..learners.bakshi2019 import noisy_pipeline
 
     gen = np.random.default_rng(seed)
     net = bakshi2019_instance(d, k, m, kappa_v=3.0, rng=teacher_seed)
@@ -208,7 +212,7 @@ def _noise_trial(d, k, m, n, sigma, seed, teacher_seed) -> dict:
 def noise_experiment(*, rng: Any = None, quick: bool = False, n_values: Sequence[int] | None = None,
                      sigmas: Sequence[float] | None = None, trials: int | None = None):
     """Theorem 10 (tensor step + Algorithm 6 + Lemma 20) under i.i.d. Gaussian label noise."""
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
     gen = check_random_state(rng)
     d, k, m = (8, 3, 4) if quick else (20, 5, 8)
@@ -231,10 +235,10 @@ def noise_experiment(*, rng: Any = None, quick: bool = False, n_values: Sequence
 
 
 def _noise_figure(df):
-    import matplotlib
+    import matplotlib  # deferred: matplotlib is slow to import
 
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib is slow to import
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharex=True)
     for ax, col, name in ((axes[0], "V_error_F", "||V - V*||_F"), (axes[1], "U_error_F", "||U - U*||_F")):
@@ -260,8 +264,6 @@ def _noise_figure(df):
 
 # ------------------------------------------------------------------------------------------- FPT
 def _fpt_trial(d, k, m, n, seed, antipodal=False, teacher_seed=None) -> dict:
-    from ..learners.bakshi2019 import algorithm7
-    from ..metrics import parameter_error
 
     gen = np.random.default_rng(seed)
     net = random_network(d, k, m, rng=gen if teacher_seed is None else teacher_seed).canonical()
@@ -296,7 +298,7 @@ def _fpt_trial(d, k, m, n, seed, antipodal=False, teacher_seed=None) -> dict:
 def fpt_experiment(*, rng: Any = None, quick: bool = False, ks: Sequence[int] | None = None,
                    n_values: Sequence[int] | None = None, trials: int | None = None, d: int = 5, m: int = 2):
     """Algorithm 7 (Theorem 11) with rank-deficient ``U*`` (m < k)."""
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
     gen = check_random_state(rng)
     ks = ks or ((3, 4) if quick else (3, 4, 5))
@@ -314,10 +316,10 @@ def fpt_experiment(*, rng: Any = None, quick: bool = False, ks: Sequence[int] | 
 
 
 def _fpt_figure(df):
-    import matplotlib
+    import matplotlib  # deferred: matplotlib is slow to import
 
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib is slow to import
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     gen_df = df[df["case"] == "generic"]

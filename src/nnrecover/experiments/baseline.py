@@ -12,8 +12,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from .. import metrics
 from .._validation import check_positive_int, check_random_state
 from ..learners import make_learner
+from ..sampling import sample
 from .compare import demo_teacher
 from .registry import experiment
 
@@ -42,11 +44,9 @@ def baseline_gd(*, rng, quick: bool = False, n_inputs: int | None = None, n_hidd
     Defaults: d = 10, k = 4, n in (1e3, 4e3, 1.6e4, 6.4e4), 3 trials; ``quick``: d = 5, k = 2,
     n in (500, 2000), 1 trial.
     """
-    import pandas as pd
-    from matplotlib.figure import Figure
+    import pandas as pd  # deferred: pandas is slow to import
+    from matplotlib.figure import Figure  # deferred: matplotlib is slow to import
 
-    from .. import metrics
-    from ..sampling import sample
 
     gen = check_random_state(rng)
     d = check_positive_int(n_inputs if n_inputs is not None else (5 if quick else 10), "n_inputs")

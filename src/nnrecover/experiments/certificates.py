@@ -38,7 +38,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from .._validation import check_random_state
-from ..errors import AssumptionWarning, CertificateWarning, NNRecoverError
+from ..errors import AssumptionWarning, CertificateWarning, InputError, NNRecoverError
+from ..learners import get_learner
+from ..metrics import parameter_error
 from ..network import random_network
 from .registry import experiment
 
@@ -100,8 +102,6 @@ def _verdict(learner, caught) -> dict:
 
 
 def _fit_one(label: str, cfg: dict, seed: int) -> dict:
-    from ..learners import get_learner
-    from ..metrics import parameter_error
 
     name, options = LEARNERS[label]
     gen = np.random.default_rng(seed)
@@ -144,9 +144,8 @@ def certificates_experiment(*, rng: Any = None, quick: bool = False, learners: S
     Options: ``learners``, a subset of the labels of :data:`LEARNERS` (default all). Returns the per-fit table and a
     figure (true error against the claimed tolerance / reported bound, passes and fails marked).
     """
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
-    from ..errors import InputError
 
     gen = check_random_state(rng)
     names = list(LEARNERS) if learners is None else ([learners] if isinstance(learners, str) else list(learners))
@@ -182,10 +181,10 @@ def certificate_table(df) -> str:
 
 
 def _figure(df):
-    import matplotlib
+    import matplotlib  # deferred: matplotlib is slow to import
 
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib is slow to import
 
     names = list(dict.fromkeys(df["learner"]))
     ncols = min(4, max(len(names), 1))

@@ -65,6 +65,7 @@ that refused the cell is left out of the panels and its refusal kept in the tabl
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import time
 import warnings
@@ -73,14 +74,28 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .. import metrics
 from .._validation import check_positive_int, check_random_state
 from ..data.views import FirstOutputs
-from ..distributions import StandardGaussian
-from ..errors import AssumptionError, CertificateWarning, InputError, NNRecoverError
-from ..learners import learner_parameters, make_learner
-from ..network import TwoLayerNetwork
+from ..distributions import StandardGaussian, SymmetricMixture
+from ..errors import (
+    AssumptionError,
+    CertificateWarning,
+    InputError,
+    NNRecoverError,
+    TimeBudgetWarning,
+)
+from ..learners import (
+    GradientDescentLearner,
+    available,
+    get_learner,
+    learner_parameters,
+    make_learner,
+)
+from ..metrics import parameter_error
+from ..network import TwoLayerNetwork, random_network
+from ..sampling import sample, sample_stream
 from .registry import experiment
-
 from .training import (
     SKLEARN_BASELINES,
     TORCH_BASELINES,
@@ -141,8 +156,6 @@ def demo_teacher(rng: Any = None, *, n_inputs: int = 10, n_hidden: int = 4, n_ou
     -------
     (TwoLayerNetwork, StandardGaussian)
     """
-    from ..distributions import StandardGaussian
-    from ..network import random_network
 
     bias = float(bias)
     if not (np.isfinite(bias) and bias >= 0):
@@ -244,9 +257,8 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
         or else the number drawn; ``outputs`` is the number of teacher outputs the learner was given
         (see ``max_outputs``).
     """
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
-    from ..sampling import sample_stream
 
     n_samples = check_positive_int(n_samples, "n_samples")
     gen = check_random_state(rng)
@@ -315,7 +327,6 @@ def select_learners(learners: Sequence[str] | None = None) -> list:
     InputError
         An unknown name (the message lists the available ones), or no learner registered at all.
     """
-    from ..learners import available
 
     records = available(learners_only=True)
     if learners is not None:
@@ -331,7 +342,6 @@ def select_learners(learners: Sequence[str] | None = None) -> list:
 
 def _fit_and_score(est, data, truth, distribution, row: dict, eval_samples: int, eval_seed: int) -> None:
     """Fit ``est`` on ``data`` and fill ``row`` with status, time, samples used and errors."""
-    from .. import metrics
 
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
@@ -392,7 +402,7 @@ def _certificate_status(diagnostics: Mapping, warned: bool) -> str:
 
 def comparison_figure(df: pandas.DataFrame, *, title: str = "") -> matplotlib.figure.Figure:
     """Horizontal bar chart of the comparison table: errors (log scale) and fit time per learner."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred: matplotlib is slow to import
 
     labels = [f"{n} ({'refined' if r == 'yes' else 'no refine'})" if r in ("yes", "no") else n
               for n, r in zip(df["learner"], df["refine"])]
@@ -440,9 +450,8 @@ def recovery_figure(networks: Mapping[str, tuple], *, title: str = "") -> matplo
         As filled by :func:`compare_learners` (``networks=``).
     title : str
     """
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred: matplotlib is slow to import
 
-    from ..metrics import parameter_error
 
     items = list(networks.items())
     if not items:
@@ -505,7 +514,6 @@ def run_compare_learners(*, rng, quick: bool = False, n_inputs: int = 10, n_hidd
 
 
 def _have_torch(log) -> bool:
-    import importlib.util
 
     found = importlib.util.find_spec("torch") is not None
     if log and not found:
@@ -514,8 +522,6 @@ def _have_torch(log) -> bool:
 
 
 def _teacher(d: int, k: int, bias: bool, output: str, inputs: str, gen: np.random.Generator):
-    from ..distributions import StandardGaussian, SymmetricMixture
-    from ..network import random_network
 
     p = 1 if output == "scalar" else k
     net = random_network(d, k, p, rng=gen, bias_range=(-1.0, 1.0) if bias else 0.0)
@@ -530,7 +536,6 @@ def _teacher(d: int, k: int, bias: bool, output: str, inputs: str, gen: np.rando
 
 
 def _score(net, truth, dist, eval_seed: int, eval_samples: int) -> tuple[float, float]:
-    from .. import metrics
 
     if net.n_hidden != truth.n_hidden:
         max_err = np.inf
@@ -591,11 +596,8 @@ def compare_experiment(*, rng: Any = None, quick: bool = False, dims: Sequence[i
     (pandas.DataFrame, matplotlib.figure.Figure)
         One row per (cell, seed, method) and the figure.
     """
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
-    from ..learners import available
-    from ..sampling import sample
-    from .compare import DEMO_MAX_OUTPUTS, FAILED_FUNCTION_ERROR, FAILED_UNIT_ERROR, compare_learners
 
     gen = check_random_state(rng)
     if quick:
@@ -663,10 +665,10 @@ def _label(row) -> str:
 
 
 def _figure(df, success_tol: float):
-    import matplotlib
+    import matplotlib  # deferred: matplotlib is slow to import
 
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib is slow to import
 
     # every fit that returned a network counts (a "failed" status for a large error included); rows of
     # learners that refused or raised have no errors and are left out
@@ -695,7 +697,6 @@ def _figure(df, success_tol: float):
 
 
 def _budget_teacher(d: int, k: int, output: str, bias: bool, gen: np.random.Generator):
-    from ..network import random_network
 
     return random_network(d, k, 1 if output == "scalar" else k, rng=gen, bias_range=(-1.0, 1.0) if bias else 0.0)
 
@@ -762,12 +763,8 @@ def compare_budget_experiment(*, rng: Any = None, quick: bool = False, d: int = 
         ``max_unit_error``, ``function_error``, ``success``; and the figure (success rate against ``k``,
         one panel per budget factor).
     """
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
-    from ..distributions import StandardGaussian
-    from ..errors import NNRecoverError, TimeBudgetWarning
-    from ..learners import GradientDescentLearner, get_learner
-    from ..sampling import sample
 
     gen = check_random_state(rng)
     if quick:
@@ -849,10 +846,10 @@ def compare_budget_experiment(*, rng: Any = None, quick: bool = False, d: int = 
 
 
 def _budget_figure(df, success_tol: float):
-    import matplotlib
+    import matplotlib  # deferred: matplotlib is slow to import
 
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib is slow to import
 
     factors = sorted(df["budget_factor"].unique())
     fig, axes = plt.subplots(1, len(factors), figsize=(5.2 * len(factors), 4.0), squeeze=False, sharey=True)

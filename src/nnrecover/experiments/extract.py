@@ -21,6 +21,8 @@ import numpy as np
 
 from .._validation import check_positive_int, check_random_state
 from ..errors import InputError, NNRecoverError
+from ..extraction import extract
+from ..network import random_network
 from .registry import experiment
 
 if TYPE_CHECKING:
@@ -73,11 +75,9 @@ def run_extract(*, rng, quick: bool = False, dims: Sequence[int] | None = None,
                 widths: Sequence[int] | None = None, dtypes: Sequence[str] = ("float64", "float32"),
                 sign_time_limit: float = 60.0) -> tuple[pandas.DataFrame, matplotlib.figure.Figure]:
     """Queries, time and precision of ``nr.extract`` against the width (float64 and float32 boxes)."""
-    import pandas as pd
-    from matplotlib.figure import Figure
+    import pandas as pd  # deferred: pandas is slow to import
+    from matplotlib.figure import Figure  # deferred: matplotlib is slow to import
 
-    from ..extraction import extract
-    from ..network import random_network
 
     gen = check_random_state(rng)
     dims = _positive_ints(dims, (10,) if quick else (10, 100), "dims")

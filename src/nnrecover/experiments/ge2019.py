@@ -31,8 +31,11 @@ The figures:
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 import warnings
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -40,6 +43,7 @@ import numpy as np
 from .._validation import check_positive_int, check_random_state
 from ..distributions import Distribution, StandardGaussian, SymmetricMixture
 from ..errors import CertificateWarning, NNRecoverError
+from ..learners.ge2019 import PureNeuronLearner, paper_error, section4_variant
 from ..network import TwoLayerNetwork
 from ..sampling import sample
 from .registry import experiment
@@ -57,10 +61,10 @@ BLAS_THREADS = 1
 
 def _blas_limit(threads: int | None):
     """Context manager limiting the BLAS thread pool (``None``: leave it as it is)."""
-    from contextlib import nullcontext
 
     if threads is None:
         return nullcontext()
+    # deferred: threadpoolctl inspects the BLAS libraries when imported
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=check_positive_int(threads, "blas_threads"), user_api="blas")
@@ -68,8 +72,6 @@ def _blas_limit(threads: int | None):
 
 def _blas_threads_option(func):
     """Add the option ``blas_threads`` (default :data:`BLAS_THREADS`) to an experiment function."""
-    import functools
-    import inspect
 
     @functools.wraps(func)
     def wrapper(*args, blas_threads: int | None = BLAS_THREADS, **kwargs):
@@ -89,6 +91,7 @@ REFINE_OPTIONS = {"method": "lbfgs", "max_samples": 20_000, "max_iter": 400}
 
 # ------------------------------------------------------------------------------------------ teachers
 def _haar(k: int, gen: np.random.Generator) -> np.ndarray:
+    # deferred: SciPy's submodules are slow to import
     from scipy.stats import ortho_group
 
     return ortho_group.rvs(k, random_state=gen) if k > 1 else np.ones((1, 1))
@@ -128,7 +131,6 @@ def evaluate_trial(teacher: TwoLayerNetwork, distribution: Distribution, n: int,
     A stage that fails with an nnrecover error (e.g. a singular recovered ``Z`` at tiny ``n``) is
     reported with NaN errors and the error's message in ``failure``.
     """
-    from ..learners.ge2019 import PureNeuronLearner, paper_error, section4_variant
 
     k = teacher.n_hidden
     X, Y = sample(teacher, distribution, n, noise=noise, rng=gen)
@@ -178,7 +180,7 @@ def evaluate_trial(teacher: TwoLayerNetwork, distribution: Distribution, n: int,
 
 def _trials(grid: Sequence[dict], trials: int, gen: np.random.Generator, **kwargs) -> "pandas.DataFrame":
     """Run ``trials`` trials at every grid point; each point gets its own child seed."""
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
     rows = []
     seeds = np.random.SeedSequence(int(gen.integers(0, 2**63 - 1))).spawn(len(grid))
@@ -225,7 +227,7 @@ def _panel(ax, df, x: str, cols=("err_W", "err_A", "mse_clean"), logx=True, titl
 
 
 def _figure(n_panels: int, width: float = 4.2):
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred: matplotlib is slow to import
 
     fig = Figure(figsize=(width * n_panels, 3.8), layout="constrained")
     return fig, fig.subplots(1, n_panels)
@@ -266,7 +268,7 @@ def fig2(*, rng=None, quick: bool = False, trials: int | None = None, samples: S
     (pandas.DataFrame, matplotlib.figure.Figure)
         One row per (panel, k, n, trial, stage).
     """
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
     gen = check_random_state(rng)
     trials = check_positive_int(trials if trials is not None else (2 if quick else 5), "trials")
@@ -331,7 +333,7 @@ def fig3(*, rng=None, quick: bool = False, trials: int | None = None, noise_leve
         Includes ``noise_var = s^2`` and ``excess = mse_noisy / s^2 - 1`` (the paper: "MSE grows in step
         with the label noise"; within 10 % means ``|excess| <= 0.1``).
     """
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
     gen = check_random_state(rng)
     trials = check_positive_int(trials if trials is not None else (2 if quick else 5), "trials")
@@ -389,7 +391,7 @@ def fig4(*, rng=None, quick: bool = False, trials: int | None = None, kappas: Se
     (pandas.DataFrame, matplotlib.figure.Figure)
         Includes ``relative_mse = mse_clean / output_power`` (the scale shrinks as ``kappa`` grows).
     """
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
     gen = check_random_state(rng)
     trials = check_positive_int(trials if trials is not None else (2 if quick else 5), "trials")

@@ -49,6 +49,47 @@ import numpy as np
 
 from .._validation import check_positive_int, check_random_state
 from ..errors import CertificateWarning, NNRecoverError
+from ..learners.goel2019 import (
+    HighThresholdLearner,
+    HighThresholdNetwork,
+    PopulationMoments,
+    SampleMoments,
+    UpperPolynomial,
+    random_unit_weights,
+    random_upper_polynomial,
+    step1,
+    threshold_activation,
+)
+from ..learners.goel2019.correlation import (
+    corollary1_prediction,
+    delta_double_prime_correlation,
+    delta_prime_correlation,
+    delta_prime_search,
+    expected_band_statistic,
+)
+from ..learners.goel2019.halfspaces import (
+    HalfspaceIntersectionClassifier,
+    halfspace_labels,
+)
+from ..learners.goel2019.higher_degree import assumption4_check
+from ..learners.goel2019.orthonormal import (
+    EvenActivationNetwork,
+    PowerSumForm,
+    theorem10_condition,
+)
+from ..learners.goel2019.sigmoid import RejectionOracle, sigmoid_biased_step1
+from ..learners.goel2019.step2 import (
+    ConditionalSlabSampler,
+    SampleSlabs,
+    refine_estimate,
+)
+from ..learners.goel2019.structured import (
+    ExponentialBinaryNetwork,
+    correlation_graph,
+    group_sum_maximization,
+    theorem8_condition,
+)
+from ..metrics import weight_error
 from .registry import experiment
 
 __all__ = ["delta_experiment", "structures_experiment", "threshold_experiment", "routes_experiment", "gp19_teacher", "refine_experiment", "halfspaces_experiment",
@@ -57,11 +98,6 @@ __all__ = ["delta_experiment", "structures_experiment", "threshold_experiment", 
 
 def gp19_teacher(d: int, t: float, *, activation: str = "step", condition_number: float = 1.5, seed: int = 0):
     """The teacher of both experiments: unit rows with the given condition number, ``P`` = linear + products."""
-    from ..learners.goel2019 import (
-        HighThresholdNetwork,
-        random_unit_weights,
-        random_upper_polynomial,
-    )
 
     gen = np.random.default_rng(seed)
     W = random_unit_weights(d, condition_number=condition_number, rng=gen)
@@ -86,8 +122,6 @@ def _chunks(net, n: int, seed: int, chunk: int = 200_000):
 
 
 def _fit(net, n: int, seed: int, method: str) -> dict:
-    from ..learners.goel2019 import HighThresholdLearner
-    from ..metrics import weight_error
 
     t0 = time.perf_counter()
     est = HighThresholdLearner(net.n_hidden, activation=net.activation, threshold=net.threshold, method=method,
@@ -123,7 +157,7 @@ def threshold_experiment(*, rng: Any = None, quick: bool = False, n_hidden: int 
     which the exact population error, the bias floor of Lemma 2, is computed by the product-Hermite formula
     and reported as ``population_floor``; NaN otherwise).
     """
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
     gen = check_random_state(rng)
     d = check_positive_int(n_hidden or (4 if quick else 10), "n_hidden")
@@ -146,8 +180,6 @@ def threshold_experiment(*, rng: Any = None, quick: bool = False, n_hidden: int 
 
 def _population_floor(net, method: str) -> float:
     """Max unit angle of Step 1 on the exact population moments (orthonormal ``W*``): the bias floor."""
-    from ..learners.goel2019 import PopulationMoments, step1
-    from ..metrics import weight_error
 
     try:
         res = step1(PopulationMoments(net), net.n_hidden, method=method, rng=0)
@@ -157,7 +189,7 @@ def _population_floor(net, method: str) -> float:
 
 
 def _threshold_figure(df):
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred: matplotlib is slow to import
 
     fig = Figure(figsize=(6.0, 4.2), layout="constrained")
     ax = fig.subplots()
@@ -186,7 +218,7 @@ def routes_experiment(*, rng: Any = None, quick: bool = False, n_hidden: int | N
     Options: ``n_hidden`` (default 10; quick 4), ``threshold`` (default 3), ``n_samples`` (default 10^6;
     quick 5*10^4), ``trials`` (default 3; quick 1), ``methods``.
     """
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
     gen = check_random_state(rng)
     d = check_positive_int(n_hidden or (4 if quick else 10), "n_hidden")
@@ -204,7 +236,7 @@ def routes_experiment(*, rng: Any = None, quick: bool = False, n_hidden: int | N
 
 
 def _routes_figure(df):
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred: matplotlib is slow to import
 
     fig = Figure(figsize=(9.0, 3.8), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
@@ -236,7 +268,7 @@ def _routes_figure(df):
 #                          disagreement on fresh samples, after Step 1 alone and after Step 2.
 
 def _panels(n_panels: int, width: float = 4.4):
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred: matplotlib is slow to import
 
     fig = Figure(figsize=(width * n_panels, 3.9), layout="constrained")
     axes = fig.subplots(1, n_panels)
@@ -277,22 +309,8 @@ def refine_experiment(*, rng: Any = None, quick: bool = False, n_hidden: int | N
         estimate), ``step1_floor`` (population Step 1 angle of that unit) and ``step1_samples`` (Step 1
         angle from the fixed sample).
     """
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
-    from ..learners.goel2019.model import (
-        HighThresholdNetwork,
-        random_unit_weights,
-        random_upper_polynomial,
-        threshold_activation,
-    )
-    from ..learners.goel2019.statistics import PopulationMoments, SampleMoments
-    from ..learners.goel2019.step1 import step1
-    from ..learners.goel2019.step2 import (
-        ConditionalSlabSampler,
-        SampleSlabs,
-        refine_estimate,
-    )
-    from ..metrics import weight_error
 
     gen = check_random_state(rng)
     d = check_positive_int(n_hidden if n_hidden is not None else (4 if quick else 10), "n_hidden")
@@ -412,14 +430,8 @@ def halfspaces_experiment(*, rng: Any = None, quick: bool = False, dims: Sequenc
         One row per (d, t, trial, stage) with ``max_angle``, ``mean_angle`` (radians, matched normals) and
         ``disagreement`` (fraction of fresh samples labelled differently from the truth).
     """
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
-    from ..learners.goel2019.halfspaces import (
-        HalfspaceIntersectionClassifier,
-        halfspace_labels,
-    )
-    from ..learners.goel2019.model import random_unit_weights
-    from ..metrics import weight_error
 
     gen = check_random_state(rng)
     dims = [check_positive_int(d, "dims") for d in (dims if dims is not None else ((3,) if quick else (3, 5, 10)))]
@@ -489,16 +501,8 @@ def certificate_experiment(*, rng: Any = None, quick: bool = False, fits: int | 
 
     Options: ``fits`` (teachers, default 40; quick 3, with ``n <= 10`` and ``N = 10^5``), ``max_angle_error``.
     """
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
-    from ..learners.goel2019 import (
-        HighThresholdLearner,
-        HighThresholdNetwork,
-        UpperPolynomial,
-        random_unit_weights,
-        random_upper_polynomial,
-    )
-    from ..metrics import weight_error
 
     gen = check_random_state(rng)
     fits = check_positive_int(fits or (3 if quick else 40), "fits")
@@ -565,16 +569,16 @@ def _certificate_figure(df, limit: float):
 
 
 def _figure(n_panels: int, width: float = 4.2):
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred: matplotlib is slow to import
 
     fig = Figure(figsize=(width * n_panels, 3.9), layout="constrained")
     return fig, np.atleast_1d(fig.subplots(1, n_panels))
 
 
 def _pairs_network(n: int, d: int, t: float, gen, pairs=None):
+    # deferred: SciPy's submodules are slow to import
     from scipy.stats import ortho_group
 
-    from ..learners.goel2019.model import HighThresholdNetwork
 
     W = ortho_group.rvs(n, random_state=gen)[:d] if n > 1 else np.ones((1, 1))
     pairs = list(itertools.combinations(range(d), 2)) if pairs is None else pairs
@@ -603,15 +607,8 @@ def delta_experiment(*, rng: Any = None, quick: bool = False, thresholds=None, n
         Rows ``kind`` in {"unit", "far", "circle", "search", "relu"} with the measured value, its standard
         error and (units, relu) the Corollary 1 / slope-jump prediction and the exact finite-eps expectation.
     """
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
-    from ..learners.goel2019.correlation import (
-        corollary1_prediction,
-        delta_double_prime_correlation,
-        delta_prime_correlation,
-        delta_prime_search,
-        expected_band_statistic,
-    )
 
     gen = check_random_state(rng)
     ts = tuple(thresholds) if thresholds is not None else ((1.0,) if quick else (0.5, 1.0, 1.5))
@@ -652,7 +649,6 @@ def delta_experiment(*, rng: Any = None, quick: bool = False, thresholds=None, n
         for i, a in enumerate(ang):
             rows.append(dict(kind="search", n=n, unit=i, angle=a, resolution=res, found=out.directions.shape[0]))
     # Appendix C.1 (relu): C_3 at the units against the corrected slope-jump prediction, as eps shrinks
-    from ..learners.goel2019.model import HighThresholdNetwork
 
     net, W = _pairs_network(3, 3, t, gen)
     net = HighThresholdNetwork(W, t, "relu", net.upper)
@@ -737,23 +733,10 @@ def structures_experiment(*, rng: Any = None, quick: bool = False):
     (pandas.DataFrame, matplotlib.figure.Figure)
         Rows with ``result``, ``condition`` ("met" / "violated"), ``x`` and ``value`` (the plotted data).
     """
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
+    # deferred: SciPy's submodules are slow to import
     from scipy.stats import ortho_group
 
-    from ..learners.goel2019.higher_degree import assumption4_check
-    from ..learners.goel2019.model import HighThresholdNetwork
-    from ..learners.goel2019.orthonormal import (
-        EvenActivationNetwork,
-        PowerSumForm,
-        theorem10_condition,
-    )
-    from ..learners.goel2019.sigmoid import RejectionOracle, sigmoid_biased_step1
-    from ..learners.goel2019.structured import (
-        ExponentialBinaryNetwork,
-        correlation_graph,
-        group_sum_maximization,
-        theorem8_condition,
-    )
 
     gen = check_random_state(rng)
     rows = []

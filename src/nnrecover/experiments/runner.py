@@ -26,6 +26,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import time
 from importlib import metadata as _metadata
 from pathlib import Path
@@ -156,7 +157,7 @@ def run_experiment(name: str, out_dir: "str | os.PathLike[str]", *, quick: bool 
         Unknown experiment or option, ``out_dir`` is an existing file, or it (or a result file in it)
         cannot be written; all checked before the experiment runs.
     """
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is slow to import
 
     record = get_experiment(name)
     _check_options(record.func, options, name)
@@ -201,7 +202,6 @@ def run_experiment(name: str, out_dir: "str | os.PathLike[str]", *, quick: bool 
 def _command(name: str, quick: bool, seed: int, options: Mapping[str, Any], out=None) -> str:
     """The ``nnrecover experiment`` command line that replays this run (options as JSON values; ``--out``
     the folder it wrote)."""
-    import shlex
 
     parts = ["nnrecover", "experiment", name, *(["--quick"] if quick else []), "--seed", str(seed)]
     if out is not None:
@@ -214,6 +214,6 @@ def _command(name: str, quick: bool, seed: int, options: Mapping[str, Any], out=
 def _close(fig) -> None:
     """Release a figure created through pyplot (a bare ``Figure`` needs nothing)."""
     if getattr(getattr(fig, "canvas", None), "manager", None) is not None:
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # deferred: matplotlib is slow to import
 
         plt.close(fig)

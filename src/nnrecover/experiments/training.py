@@ -43,8 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import check_positive_int, check_random_state
+from .._validation import check_positive_int, check_random_state, check_xy
 from ..errors import InputError
+from ..network import TwoLayerNetwork
 
 __all__ = ["SKLEARN_BASELINES", "TORCH_BASELINES", "TRAINING_BASELINES", "sklearn_baseline", "torch_baseline",
            "train_baseline"]
@@ -61,7 +62,6 @@ def _past(deadline: float | None) -> bool:
 
 
 def _check_data(X, Y, n_hidden) -> tuple[np.ndarray, np.ndarray, int]:
-    from .._validation import check_xy
 
     X, Y2 = check_xy(X, Y)
     return X, Y2, check_positive_int(n_hidden, "n_hidden")
@@ -102,10 +102,11 @@ def sklearn_baseline(method: str, X: np.ndarray, Y: np.ndarray, n_hidden: int, *
         The fitted network and ``{"n_iter", "loss", "starts"}`` (iterations of the kept start, its
         training loss as scikit-learn reports it, starts run).
     """
+    # deferred: scikit-learn is slow to import
     from sklearn.exceptions import ConvergenceWarning
+    # deferred: scikit-learn is slow to import
     from sklearn.neural_network import MLPRegressor
 
-    from ..network import TwoLayerNetwork
 
     if method not in SKLEARN_BASELINES:
         raise InputError(f"unknown scikit-learn baseline {method!r}; use one of {SKLEARN_BASELINES}.")
@@ -200,7 +201,7 @@ def torch_baseline(method: str, X: np.ndarray, Y: np.ndarray, n_hidden: int, *, 
         PyTorch is not installed (``pip install nnrecover[torch]``).
     """
     try:
-        import torch
+        import torch  # deferred: torch is an optional extra
     except ImportError as exc:  # pragma: no cover - the test extra installs torch
         raise ImportError("the PyTorch baselines need PyTorch: pip install 'nnrecover[torch]'") from exc
 
@@ -220,7 +221,6 @@ def torch_baseline(method: str, X: np.ndarray, Y: np.ndarray, n_hidden: int, *, 
 
 
 def _torch_fit(torch, method, X, Y2, k, gen, starts, total, deadline):
-    from ..network import TwoLayerNetwork
 
     Xt, Yt = torch.from_numpy(np.ascontiguousarray(X)), torch.from_numpy(np.ascontiguousarray(Y2))
     n, d, p = X.shape[0], X.shape[1], Y2.shape[1]

@@ -41,7 +41,7 @@ _BKZ_BLOCKS = (10, 16, 20, 24, 30)
 def have_fpylll() -> bool:
     """True when the ``fpylll`` backend can be imported."""
     try:
-        import fpylll  # noqa: F401  (optional dependency: the extract extra)
+        import fpylll  # noqa: F401  (deferred: optional dependency, the extract extra)
     except ImportError:
         return False
     return True

@@ -107,7 +107,10 @@ def _load_skops(path: Path) -> LoadedModel:
                          "refusing to load them.")
     model = sio.load(path, trusted=untrusted)
     # deferred: scikit-learn is heavy (about 2 s to import) and needed only for a .skops file
-    from sklearn.neural_network import MLPClassifier, MLPRegressor
+    from sklearn.neural_network import (
+        MLPClassifier,
+        MLPRegressor,
+    )
 
     if not isinstance(model, (MLPRegressor, MLPClassifier)):
         raise InputError(f"{path.name} holds a {type(model).__name__}; the skops loader reads a fitted "

@@ -128,7 +128,11 @@ def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: f
 def _milp_binary(M, rhs, scale, rel_tol, time_limit, max_solves, info) -> np.ndarray | None:
     """0/1 feasibility by HiGHS; a solution off by more than ``rel_tol`` gets a no-good cut and another solve."""
     # deferred: scipy.optimize takes about 0.5 s to import and only a wide scalar-output network needs it
-    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.optimize import (
+        Bounds,
+        LinearConstraint,
+        milp,
+    )
 
     k = M.shape[1]
     t0 = time.perf_counter()

@@ -45,11 +45,18 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from .._threads import blas_threads
+from .._validation import (
+    Interval,
+    Options,
+    as_2d_float,
+    check_random_state,
+    validate_params,
+)
 from ..data import as_data_source, known_finite
 from ..data.checks import check_magnitude, coerce_array, is_single_array
-from .._validation import Interval, Options, as_2d_float, check_random_state, validate_params
 from ..errors import CertificateWarning, ConvergenceError, InputError, NotFittedError
 from ..network import TwoLayerNetwork
+from ..refine import refine_network
 from .width import choose_width, is_auto, search_width
 
 __all__ = ["BaseLearner", "REFINE_OPTIONS"]
@@ -177,7 +184,7 @@ class BaseLearner(RegressorMixin, BaseEstimator):
 
     def _with_width(self, k: int) -> "BaseLearner":
         """A copy of this learner with ``n_hidden = k`` (the estimator itself keeps "auto")."""
-        from sklearn.base import clone
+        from sklearn.base import clone  # deferred: scikit-learn is slow to import
 
         return clone(self).set_params(n_hidden=int(k))
 
@@ -309,7 +316,6 @@ class BaseLearner(RegressorMixin, BaseEstimator):
                           "stream to refine.", UserWarning, stacklevel=3)
             diagnostics["refinement"] = {"ran": False, "reason": "one-pass iterator"}
             return start
-        from ..refine import refine_network
 
         result = refine_network(start, source, rng=rng, **self._refine_kwargs())
         diagnostics["refinement"] = result.as_dict()

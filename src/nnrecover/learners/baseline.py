@@ -38,13 +38,19 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .._validation import Interval, Options, check_positive_int, check_random_state, check_xy
+from .._validation import (
+    Interval,
+    Options,
+    check_positive_int,
+    check_random_state,
+    check_xy,
+)
 from ..activations import Activation, get_activation
 from ..errors import ConvergenceError, InputError, TimeBudgetWarning
 from ..network import TwoLayerNetwork
 from ..refine import METHODS, fit_least_squares, gather_samples
-from .registry import register
 from .base import BaseLearner
+from .registry import register
 
 __all__ = ["GradientDescentLearner", "fit_random_restarts", "random_start"]
 

@@ -226,7 +226,7 @@ def _progress(total: int):
     """A tqdm bar counting candidate widths on stderr (terminals only, after the data passes' delay), or None."""
     if not progress_enabled(None):
         return None
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # deferred: tqdm is needed only to draw a progress bar
 
     return tqdm(total=total, unit="width", desc="n_hidden='auto'", file=sys.stderr, leave=False,
                 delay=PROGRESS_DELAY, dynamic_ncols=True)

@@ -55,7 +55,9 @@ from typing import Any
 import numpy as np
 
 from .._validation import check_finite
+from ..distributions import Distribution, Gaussian, StandardGaussian
 from ..errors import InputError
+from ..network import TwoLayerNetwork
 from .base import Statistic
 
 __all__ = ["Means", "SecondMoments", "Covariance", "InputDeviation", "MeanStatistic", "SecondMoment",
@@ -571,12 +573,8 @@ class _Population:
 
 
 def _check_distribution(distribution: Any, network: Any, need_network: bool = False):
-    from ..distributions import Distribution
-    from ..network import TwoLayerNetwork
 
     if distribution is None and isinstance(network, TwoLayerNetwork):
-        from ..distributions import StandardGaussian
-
         distribution = StandardGaussian(network.n_inputs)  # the default input law N(0, I_d)
     if not isinstance(distribution, Distribution):
         raise InputError("distribution must be an nnrecover distribution (e.g. "
@@ -594,7 +592,6 @@ def _check_distribution(distribution: Any, network: Any, need_network: bool = Fa
 
 
 def _gaussian_parameters(distribution: Any) -> tuple[np.ndarray, np.ndarray]:
-    from ..distributions import Gaussian, StandardGaussian
 
     if isinstance(distribution, StandardGaussian):
         return np.zeros(distribution.dim), np.eye(distribution.dim)

@@ -154,7 +154,10 @@ def _largest_eigenvalue(S: np.ndarray) -> float:
     A few dozen products with ``S`` (O(P^2) each) instead of the O(P^3) of a full ``eigvalsh``, to a
     relative accuracy of 1e-8, ample for a condition number and a rank test at ``P eps``.
     """
-    from scipy.sparse.linalg import ArpackNoConvergence, eigsh
+    from scipy.sparse.linalg import (  # deferred: SciPy's submodules are slow to import
+        ArpackNoConvergence,
+        eigsh,
+    )
 
     n = S.shape[0]
     if n <= 64:
@@ -376,7 +379,7 @@ def _lack_of_fit(net: TwoLayerNetwork, X: np.ndarray, R: np.ndarray, dWb: np.nda
     a difference of two nearby ReLU networks has most of its second-order projection), which costs
     ``O(n d q + n p q^2)`` instead of ``O(n p d^2)`` flops and ``p d^2`` memory.
     """
-    from scipy.stats import chi2
+    from scipy.stats import chi2  # deferred: SciPy's submodules are slow to import
 
     act = net.activation
     W, b, A = net.hidden_weights, net.hidden_bias, net.output_weights

@@ -78,7 +78,11 @@ def _gauss_newton(model: Model, theta0: np.ndarray, X: np.ndarray, Y: np.ndarray
     Memory: one Jacobian chunk (``chunk_rows p P`` doubles), ``J^T J`` (``P^2``) and a few arrays of the
     size of ``Y`` (the residuals of the current and the trial point, and temporaries of the reduction).
     """
-    from scipy.linalg import LinAlgError, cho_factor, cho_solve
+    from scipy.linalg import (  # deferred: SciPy's submodules are slow to import
+        LinAlgError,
+        cho_factor,
+        cho_solve,
+    )
 
     n = X.shape[0]
     ftol = tol if ftol is None else max(float(ftol), tol)

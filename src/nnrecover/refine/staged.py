@@ -148,7 +148,11 @@ def _fixed_hessian_steps(model: Model, theta: np.ndarray, X: np.ndarray, Y: np.n
     preconditioned conjugate gradients of :mod:`nnrecover.refine.matrix_free` (``O(m d k)`` per iteration) to the
     relative tolerance ``_FIXED_HESSIAN_CG_RTOL``, well below the iteration's own contraction.
     """
-    from scipy.linalg import LinAlgError, cho_factor, cho_solve
+    from scipy.linalg import (  # deferred: SciPy's submodules are slow to import
+        LinAlgError,
+        cho_factor,
+        cho_solve,
+    )
 
     if matrix_free:
         solve = subsample_solver(theta, Xs, (model.k, model.d, model.p), damping=_GN_LAMBDA_MIN,

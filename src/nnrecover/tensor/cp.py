@@ -71,7 +71,7 @@ def _normalise(factors: list[np.ndarray], weights: np.ndarray) -> tuple[list[np.
 
 def _start_factors(init: Any, shape: tuple[int, ...], rank: int):
     """One factor matrix per mode, checked against the tensor's shape, as a TensorLy start with unit weights."""
-    from tensorly.cp_tensor import CPTensor
+    from tensorly.cp_tensor import CPTensor  # deferred: TensorLy is slow to import
 
     try:
         factors = [np.array(F, dtype=np.float64) for F in init]
@@ -155,8 +155,8 @@ def cp_als(
     if not (isinstance(init, str) and init == "random"):
         n_restarts = 1
 
-    import tensorly as tl
-    from tensorly.decomposition import parafac
+    import tensorly as tl  # deferred: TensorLy is slow to import
+    from tensorly.decomposition import parafac  # deferred: TensorLy is slow to import
 
     ctx = nullcontext() if tl.get_backend() == "numpy" else tl.backend_context("numpy", local_threadsafe=True)
     runs = []

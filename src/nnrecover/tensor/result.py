@@ -30,6 +30,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import InputError
+from .utils import cp_reconstruct
+
 __all__ = ["DecompositionResult"]
 
 
@@ -63,8 +66,6 @@ class DecompositionResult:
             The result has no per-component weights (Jennrich without the third mode; a joint
             diagonalisation, whose model is :meth:`JointDiagResult.reconstruct`).
         """
-        from ..errors import InputError
-        from .utils import cp_reconstruct
 
         if self.weights is None or np.ndim(self.weights) != 1:
             raise InputError(f"this {type(self).__name__} has no per-component weights to rebuild a tensor from"

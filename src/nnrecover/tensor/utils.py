@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from .._validation import numeric_array, check_finite
+from .._validation import check_finite, numeric_array
 from ..errors import InputError
 
 __all__ = ["khatri_rao", "flatten", "match_columns", "normalize_columns", "cp_reconstruct"]

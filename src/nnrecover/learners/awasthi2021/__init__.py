@@ -41,19 +41,45 @@ Symbols -> names: the paper's columns ``w_i`` are our rows ``hidden_weights[i]``
 
 from ..registry import register
 from .algorithm5 import algorithm5
-from .certificates import HERMITE_FIT_MEANING, RESIDUAL_FIT_MEANING, hermite_fit, residual_lack_of_fit
+from .certificates import (
+                        HERMITE_FIT_MEANING,
+                        RESIDUAL_FIT_MEANING,
+                        hermite_fit,
+                        residual_lack_of_fit,
+)
 from .coefficients import HermiteCoefficients, min_samples
-from .decompose import (HermiteRecovery, Thresholds, adaptive_thresholds, algorithm1, algorithm4, algorithm6,
-                        hermite_coefficients, paper_thresholds)
 from .conditions import check_order, order_limit
+from .decompose import (
+                        HermiteRecovery,
+                        Thresholds,
+                        adaptive_thresholds,
+                        algorithm1,
+                        algorithm4,
+                        algorithm6,
+                        hermite_coefficients,
+                        paper_thresholds,
+)
 from .estimator import HermiteTensorLearner
-from .identifiability import (adversarial_weights, claim48_instance, flip_units, hermite_separation, khatri_rao_smin,
-                              sign_flip_sets, smoothed_instance)
+from .identifiability import (
+                        adversarial_weights,
+                        claim48_instance,
+                        flip_units,
+                        hermite_separation,
+                        khatri_rao_smin,
+                        sign_flip_sets,
+                        smoothed_instance,
+)
 from .output import output_network, polish_units, reduce_to_width
 from .polish import hermite_loss_polish
 from .reduce import UnitReduction, nonlinear_part, reduce_network
-from .regression import (RegressionResult, algorithm5_regression, consolidate, linear_correction,
-                         population_regression, relu_features)
+from .regression import (
+                        RegressionResult,
+                        algorithm5_regression,
+                        consolidate,
+                        linear_correction,
+                        population_regression,
+                        relu_features,
+)
 from .scalars import RecoveredScalars, SignFix, fix_signs, gram_lstsq, recover_scalars
 
 __all__ = ["HermiteTensorLearner", "hermite_coefficients", "HermiteCoefficients", "algorithm1", "algorithm4",

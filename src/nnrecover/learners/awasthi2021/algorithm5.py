@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..._validation import check_random_state
+from ...data import as_data_source
+from ...data.views import EveryOtherRow
 from ...errors import AssumptionError, InputError
 from .coefficients import estimate_coefficients
-from .decompose import HermiteRecovery, _make_thresholds, algorithm4
-from ...data.views import EveryOtherRow
 from .conditions import check_order
+from .decompose import HermiteRecovery, _make_thresholds, algorithm4
 from .regression import RegressionResult, algorithm5_regression
 
 __all__ = ["algorithm5"]
@@ -28,7 +29,6 @@ def algorithm5(data: Any, n_hidden: int, *, order: int | str = "auto", threshold
     :func:`~nnrecover.learners.awasthi2021.coefficients.estimate_coefficients` (False: the paper's plain
     estimator); ``options`` go to :func:`algorithm4`.
     """
-    from ...data import as_data_source
 
     gen = check_random_state(rng)
     source = as_data_source(data)

@@ -14,11 +14,15 @@ import math
 
 import numpy as np
 
+from ..._threads import blas_threads
+from ...data import accumulate, as_data_source
+from ...data.views import Head
 from ...errors import InputError
+from ...hermite.expansions import network_hermite_expansion
 from ...moments.base import Statistic
 from ...network import TwoLayerNetwork
-from ...data.views import Head
-from .coefficients import HermiteCoefficients, _add_signed_gram
+from ...tensor import flatten
+from .coefficients import HermiteCoefficients, _add_signed_gram, _flat_shape
 
 __all__ = ["hermite_fit", "residual_lack_of_fit", "first_look_rows", "ResidualMomentStatistic",
            "ResidualEnergyStatistic", "HERMITE_FIT_MEANING", "RESIDUAL_FIT_MEANING"]
@@ -155,7 +159,6 @@ def residual_lack_of_fit(network: TwoLayerNetwork, source, *, chunk_size: int | 
         ``passed``, ``z``, ``Q``, ``J``, ``P``, ``n`` (the rows the decision used), ``residual_rms``,
         ``y_rms``, ``exact``, ``first_look`` (the decision came from the first rows alone).
     """
-    from ...data import accumulate, as_data_source
 
     d = network.n_inputs
     iu = np.triu_indices(d, 1)
@@ -216,7 +219,6 @@ def first_look_rows(d: int) -> int:
 def _accumulate_head(stat: Statistic, source, n_rows: int, chunk_size: int | None) -> Statistic:
     """``stat`` updated with the first ``n_rows`` rows of ``source`` (a stream is read only that far), with
     one BLAS thread per product as in :func:`~nnrecover.moments.accumulate` (``nnrecover._threads``)."""
-    from ..._threads import blas_threads
 
     with blas_threads(1):
         for X, Y in Head(source, n_rows, chunk_size):
@@ -252,9 +254,6 @@ def hermite_fit(network: TwoLayerNetwork, coeffs: HermiteCoefficients, order: in
         Euclidean norm for ``k = 1``), ``noise`` (``sigma^_k``), ``threshold`` and ``ratio``
         (``residual / threshold``).
     """
-    from ...hermite.expansions import network_hermite_expansion
-    from ...tensor import flatten
-    from .coefficients import _flat_shape
 
     K = 2 * order + 2
     expansion = network_hermite_expansion(network, K)

@@ -25,7 +25,9 @@ formula (:func:`~.symtensor.hermite_from_raw`).
 
 from __future__ import annotations
 
+import itertools
 import math
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,12 +36,13 @@ import numpy as np
 from scipy import linalg
 
 from ..._validation import check_random_state
+from ...data import accumulate, as_data_source
+from ...data.views import Head
+from ...errors import AssumptionError, AssumptionWarning, InputError
 from ...hermite.expansions import network_hermite_expansion
 from ...metrics import relu_second_moment
-from ...errors import AssumptionError, AssumptionWarning, InputError
 from ...moments.base import Statistic
-from ...data import accumulate
-from ...data.views import Head
+from ...network import TwoLayerNetwork
 from ...tensor import flatten
 from .symtensor import Monomials, contract_rank_one, hermite_from_raw
 
@@ -209,7 +212,6 @@ def exact_coefficients(network, order: int, n_components: int | None = None, *,
         ``"range"``: project onto the top-``m`` eigenvectors of ``f^_2`` (what the sample path does,
         for ``l = 1``); ``"identity"``: stay in ``R^d``.
     """
-    from ...network import TwoLayerNetwork
 
     if not isinstance(network, TwoLayerNetwork):
         raise InputError(f"truth must be a TwoLayerNetwork, got {type(network).__name__}.")
@@ -312,7 +314,7 @@ def _add_signed_gram(G: np.ndarray, X: np.ndarray, w: np.ndarray) -> None:
     so the rows with ``w >= 0`` add ``A^T A`` and those with ``w < 0`` subtract it, with
     ``A = diag(sqrt|w|) X`` of that group, block by block of :data:`SIGNED_GRAM_BLOCK` rows (faster
     than ``(X^T diag(w)) X``, gathers included)."""
-    from scipy.linalg import blas
+    from scipy.linalg import blas  # deferred: SciPy's submodules are slow to import
 
     buf = np.empty((min(SIGNED_GRAM_BLOCK, X.shape[0]), X.shape[1]))
     for start in range(0, X.shape[0], SIGNED_GRAM_BLOCK):
@@ -840,7 +842,6 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
         iterations of pass 1 sketch ``T_2`` from the residual of the previous iteration's estimate of
         the same ``p`` in the same way (:class:`RangeStatistic`).
     """
-    import time
 
     gen = check_random_state(rng)
     if isinstance(oversample, bool) or not isinstance(oversample, (int, np.integer)) or oversample < 0:
@@ -1053,9 +1054,7 @@ def _moment_chunk_rows(chunk_size: int | None, d: int, source) -> int:
 def _open_source(data: Any, order: int):
     """A :class:`~nnrecover.data.DataSource` with known ``d`` (peeking at a one-pass iterator
     and chaining the chunk back), after checking that order 1 (two passes) gets a re-iterable source."""
-    import itertools
 
-    from ...data import as_data_source
 
     source = as_data_source(data)
     if order == 1 and not source.info.reiterable:

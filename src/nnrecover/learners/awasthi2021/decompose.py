@@ -28,17 +28,17 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from scipy import linalg
 
-from ..._validation import check_random_state
-from ...hermite.polynomials import hermite_table
+from ..._validation import check_positive_int, check_random_state
 from ...errors import AssumptionError, CertificateWarning, InputError
-from ...tensor import flatten, jennrich, joint_diagonalize
+from ...hermite.polynomials import hermite_table
 from ...network import TwoLayerNetwork
+from ...tensor import flatten, jennrich, joint_diagonalize
 from .coefficients import HermiteCoefficients, estimate_coefficients, exact_coefficients
 from .scalars import fix_signs, gram_lstsq, recover_scalars
 from .symtensor import contract_rank_one
@@ -305,7 +305,6 @@ class HermiteRecovery:
 
     def network(self, output_bias: float = 0.0):
         """The recovered units as a :class:`~nnrecover.network.TwoLayerNetwork` (``n_units >= 1``)."""
-        from ...network import TwoLayerNetwork
 
         if self.n_units == 0:
             raise InputError("no unit was recovered; use the Algorithm 5 network instead.")
@@ -313,7 +312,6 @@ class HermiteRecovery:
 
 
 def _check_inputs(coeffs: Any, order: Any, n_hidden: Any) -> None:
-    from ..._validation import check_positive_int
 
     if not isinstance(coeffs, HermiteCoefficients):
         raise InputError(f"coeffs must be HermiteCoefficients (see hermite_coefficients), got {type(coeffs).__name__}.")
@@ -647,7 +645,6 @@ def complete_units(coeffs: HermiteCoefficients, rec: HermiteRecovery, order: int
     a[: rec.n_units], b[: rec.n_units] = rec.a, rec.b
     bad = ~(np.isfinite(a) & np.isfinite(b)) | (np.abs(b) > max_bias)
     a[bad], b[bad] = 0.1, 0.0
-    from dataclasses import replace
 
     return replace(rec, a=a, b=b, U=U, W=coeffs.lift(U), source=rec.source + ["completion"] * len(new),
                    also_in=rec.also_in + [[] for _ in new], snr=np.concatenate([rec.snr, np.zeros(len(new))]))

@@ -15,6 +15,7 @@ from ..._validation import Interval, Options
 from ...data.views import Head
 from ...errors import AssumptionWarning, InputError
 from ...network import TwoLayerNetwork
+from ...refine import default_gauss_newton_fits
 from ..base import BaseLearner
 from .certificates import (
     HERMITE_FIT_MEANING,
@@ -22,7 +23,12 @@ from .certificates import (
     hermite_fit,
     residual_lack_of_fit,
 )
-from .coefficients import HermiteCoefficients, estimate_coefficients, exact_coefficients
+from .coefficients import (
+    HermiteCoefficients,
+    _open_source,
+    estimate_coefficients,
+    exact_coefficients,
+)
 from .conditions import check_order
 from .decompose import (
     HermiteRecovery,
@@ -340,7 +346,6 @@ class HermiteTensorLearner(BaseLearner):
         polish of ``3 P``. Otherwise it has no more rows than that polish, or would run L-BFGS: at d = 1000,
         k = 20 (P = 20041) from a stream its 512 MiB hold 53633 training rows, and before the matrix-free
         solver ran from 2 P residuals they took 5000 L-BFGS iterations in 755 s, for no gain."""
-        from ...refine import default_gauss_newton_fits
 
         return default_gauss_newton_fits(start, source)
 
@@ -481,7 +486,6 @@ def _peek_source(source, order):
     """Make sure ``d`` is known (the engine leaves it None for one-pass iterators)."""
     if source.n_inputs is not None:
         return source, int(source.n_inputs)
-    from .coefficients import _open_source
 
     if order == "auto" or order == 1:
         if not source.info.reiterable:

@@ -21,18 +21,20 @@ import math
 from typing import Any
 
 import numpy as np
+from numpy.polynomial import hermite_e as H
 from scipy import linalg, optimize
 
 from ..._validation import check_positive_int, check_random_state
-from ...hermite.polynomials import hermite_table
 from ...errors import AssumptionError, InputError
+from ...hermite import khatri_rao_power
+from ...hermite.polynomials import hermite_table
+from ...network import TwoLayerNetwork
 
 __all__ = ["sign_flip_sets", "flip_units", "claim48_instance", "smoothed_instance", "khatri_rao_smin",
            "adversarial_weights", "hermite_separation"]
 
 
 def _net_arrays(network) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from ...network import TwoLayerNetwork
 
     if not isinstance(network, TwoLayerNetwork):
         raise InputError(f"network must be a TwoLayerNetwork, got {type(network).__name__}.")
@@ -77,7 +79,6 @@ def sign_flip_sets(network, *, tol: float = 1e-10, max_units: int = 20) -> list[
 
 def flip_units(network, flip: Any):
     """The network with ``(b_i, w_i) -> (-b_i, -w_i)`` for every ``i`` in ``flip`` (output weights kept)."""
-    from ...network import TwoLayerNetwork
 
     a, b, W = _net_arrays(network)
     s = np.ones(a.shape[0])
@@ -103,7 +104,6 @@ def claim48_instance(W: Any):
     flip : tuple of int
         The flipped units.
     """
-    from ...network import TwoLayerNetwork
 
     W = np.atleast_2d(np.asarray(W, dtype=np.float64))
     if W.ndim != 2:
@@ -125,7 +125,6 @@ def claim48_instance(W: Any):
 def khatri_rao_smin(W: Any, order: int) -> float:
     """``s_m(W^{(.)l})``: smallest singular value of the rows ``w_i^{(x)l}`` (unit rows; the
     non-degeneracy quantity of Theorems 3.2 and 4.2). Zero when ``m > C(d + l - 1, l)``."""
-    from ...hermite import khatri_rao_power
 
     W = np.atleast_2d(np.asarray(W, dtype=np.float64))
     W = W / np.linalg.norm(W, axis=1, keepdims=True)
@@ -170,7 +169,6 @@ def smoothed_instance(W_adv: Any, a: Any, b: Any, tau: float, order: int = 2, rn
         ``s_m(W^{(.)order})`` of the perturbed rows; [BCPV19, Thm 2.1] gives
         ``>= (c_l / sqrt(m)) (tau / d)^l`` w.h.p. when ``m <= (1 - delta) C(d + l - 1, l)``.
     """
-    from ...network import TwoLayerNetwork
 
     gen = check_random_state(rng)
     W = np.atleast_2d(np.asarray(W_adv, dtype=np.float64))
@@ -194,7 +192,6 @@ def hermite_separation(k: int) -> float:
     them: every root of ``He_k He_{k+1}`` is bracketed and refined.
     """
     k = check_positive_int(k, "k")
-    from numpy.polynomial import hermite_e as H
 
     roots = np.concatenate([H.hermeroots([0] * k + [1]), H.hermeroots([0] * (k + 1) + [1])])
     span = max(np.abs(roots).max(), 1.0) + 1.0

@@ -17,12 +17,16 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from ..._validation import check_random_state
 from ...errors import AssumptionError, AssumptionWarning
+from ...metrics import relu_second_moment
 from ...network import TwoLayerNetwork
+from ...refine import gather_samples, refine_network
 from .coefficients import HermiteCoefficients
 from .decompose import HermiteRecovery, complete_units
 from .polish import hermite_loss_polish, truncated_hermite_loss
@@ -126,7 +130,6 @@ def polish_units(coeffs: HermiteCoefficients, rec: HermiteRecovery, order: int, 
         undetectable, ``|b| > max_bias`` or not finite, or the polish did not lower the loss); and the
         report (``diagnostics_["hermite_polish"]``).
     """
-    from ..._validation import check_random_state
 
     rng = check_random_state(rng)
     m = int(n_hidden)
@@ -199,7 +202,6 @@ def reduce_to_width(fitted: TwoLayerNetwork, coeffs: HermiteCoefficients, n_hidd
     -------
     TwoLayerNetwork
     """
-    from ..._validation import check_random_state
 
     m = int(n_hidden)
     rng = check_random_state(rng)
@@ -212,12 +214,9 @@ def reduce_to_width(fitted: TwoLayerNetwork, coeffs: HermiteCoefficients, n_hidd
     info["units_before"] = fitted.n_hidden
     diagnostics["unit_reduction"] = info
     out = red.network
-    from ...metrics import relu_second_moment
 
     can_refit = bool(refinement.get("ran") and source is not None and source.info.reiterable)
     if can_refit and red.within_limit and red.l2_change > 1e-8 * math.sqrt(relu_second_moment(fitted)):
-        from ...refine import refine_network
-
         again = refine_network(out, source, rng=rng, **dict(refine_options or {}))
         info["refit"] = again.as_dict()
         out = again.network
@@ -278,7 +277,6 @@ def reduce_to_width(fitted: TwoLayerNetwork, coeffs: HermiteCoefficients, n_hidd
 def _refit_paired(candidate: TwoLayerNetwork, fitted: TwoLayerNetwork, source, rng, refine_options: dict) -> dict:
     """Refine ``candidate`` and ``fitted`` on the training share of the samples and compare them on the
     held-out share (:func:`_paired_holdout`)."""
-    from ...refine import gather_samples, refine_network
 
     kwargs = dict(refine_options)
     frac = float(kwargs.pop("holdout_fraction", 0.2)) or 0.2
@@ -322,7 +320,6 @@ def _reduction_budget(net: TwoLayerNetwork, coeffs: HermiteCoefficients, refinem
     changes pass). Not refined: three times ``sqrt(d E[y^2] / N)``, the L2 error of ``T_1`` that sets the
     linear part.
     """
-    from ...metrics import relu_second_moment
 
     floor = 1e-8 * math.sqrt(relu_second_moment(net))
     if coeffs.exact:
@@ -349,7 +346,6 @@ def _detectable(rec: HermiteRecovery, max_bias: float) -> bool:
 
 def _with_inaccurate_units(rec: HermiteRecovery, coeffs: HermiteCoefficients, m: int) -> HermiteRecovery:
     """``rec`` plus the units dropped only for inaccurate scalars (finite, |b| <= max_bias), up to m."""
-    from dataclasses import replace
 
     extra = [d for d in rec.dropped if d.get("scalars_inaccurate")][: max(0, m - rec.n_units)]
     if not extra:

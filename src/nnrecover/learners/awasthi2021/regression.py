@@ -32,10 +32,11 @@ import numpy as np
 from scipy import linalg
 
 from ...activations import norm_cdf, norm_pdf
+from ...data import accumulate
 from ...errors import InputError
 from ...metrics import relu_kernel
 from ...moments.base import Statistic
-from ...data import accumulate
+from ...network import TwoLayerNetwork
 
 __all__ = ["relu_features", "consolidate", "algorithm5_regression",
            "population_regression", "linear_correction", "RegressionResult", "truncation_radius",
@@ -103,7 +104,6 @@ def consolidate(alpha_pos: Any, alpha_neg: Any, U: Any, b: Any, v: Any, c: float
     -------
     TwoLayerNetwork
     """
-    from ...network import TwoLayerNetwork
 
     ap = np.asarray(alpha_pos, float).reshape(-1)
     an = np.asarray(alpha_neg, float).reshape(-1)

@@ -32,9 +32,9 @@ from typing import Any, Mapping
 import numpy as np
 from scipy import linalg
 
-from ...activations import norm_cdf
-from ...hermite.polynomials import hermite_table
+from ...activations import get_activation, norm_cdf
 from ...errors import InputError
+from ...hermite.polynomials import hermite_table
 from .symtensor import contract_rank_one
 
 __all__ = ["gram_lstsq", "recover_scalars", "fix_signs", "RecoveredScalars", "SignFix", "rank_one_values"]
@@ -275,7 +275,6 @@ def fix_signs(a: Any, b: Any, U: Any, t1: Any, *, t1_noise: float | None = None,
 
 def relu_coefficient(k: int, b: Any) -> np.ndarray:
     """``c_k(b)`` of Lemma 3.5 (unnormalised Hermite coefficient of ``z -> relu(z + b)``)."""
-    from ...activations import get_activation
 
     return get_activation("relu").hermite_coefficients(k, b)[..., k]
 

@@ -33,10 +33,10 @@ import time
 import numpy as np
 from scipy import linalg
 
-from ...refine.matrix_free import forcing, pcg, SpanPreconditioner
 from ..._validation import check_positive_int
 from ...errors import InputError
 from ...network import TwoLayerNetwork
+from ...refine.matrix_free import SpanPreconditioner, forcing, pcg
 
 __all__ = ["matrix_free_polish"]
 

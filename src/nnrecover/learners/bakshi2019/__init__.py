@@ -52,24 +52,67 @@ Errata of the paper, implemented in corrected form (also on the docs' errata pag
 * PCP needs the weight ``λ = 1/√max(m, n)``.
 """
 
+from ...refine.certificate import unit_error_bound
 from ..registry import register
 from ._common import ExactResult
 from .arbitrary_noise import algorithm8, gaussian_sketch, grid_candidates, pv_halfspace
-from ...refine.certificate import unit_error_bound
 from .diagnostics import sign_pattern_statistics
 from .estimator import CERTIFICATE_MEANING, ExactReLULearner, NoisyReLULearner
-from .exact import MARGIN_QUANTILES, algorithm5, refine_from_output_weights, refine_from_unmixing, row_from_zero_set
+from .exact import (
+                       MARGIN_QUANTILES,
+                       algorithm5,
+                       refine_from_output_weights,
+                       refine_from_unmixing,
+                       row_from_zero_set,
+)
 from .fpt import algorithm7, parallel_classes
-from .hardness import (assignment_to_separator, brute_force_sat, brute_force_separability, check_network_instance,
-                       close_under_reversal, is_relu_separated, is_satisfied, lemma16_equal_outputs,
-                       lemma16_instances, sat_to_relu_separability, separability_to_network,
-                       separability_to_network_variable_alpha, separator_to_assignment)
-from .noisy import OutputRegressionStatistic, algorithm6, noisy_pipeline, regression_output_weights
-from .pipeline import algorithm3, algorithm4, default_n_refine, gaussian_pipeline, ica_unmixing, split_refinement
-from .sparse import incoherence, polish_low_rank, principal_component_pursuit, sparse_noise_pipeline
-from .tensor_step import (ApproximateResult, approximate_hidden_weights, approximate_hidden_weights_population,
-                          choose_order)
-from .worst_case import algorithm2, enumerate_sign_patterns, iterative_lp, numerical_rank
+from .hardness import (
+                       assignment_to_separator,
+                       brute_force_sat,
+                       brute_force_separability,
+                       check_network_instance,
+                       close_under_reversal,
+                       is_relu_separated,
+                       is_satisfied,
+                       lemma16_equal_outputs,
+                       lemma16_instances,
+                       sat_to_relu_separability,
+                       separability_to_network,
+                       separability_to_network_variable_alpha,
+                       separator_to_assignment,
+)
+from .noisy import (
+                       OutputRegressionStatistic,
+                       algorithm6,
+                       noisy_pipeline,
+                       regression_output_weights,
+)
+from .pipeline import (
+                       algorithm3,
+                       algorithm4,
+                       default_n_refine,
+                       gaussian_pipeline,
+                       ica_unmixing,
+                       split_refinement,
+)
+from .sparse import (
+                       incoherence,
+                       polish_low_rank,
+                       principal_component_pursuit,
+                       sparse_noise_pipeline,
+)
+from .tensor_step import (
+                       ApproximateResult,
+                       approximate_hidden_weights,
+                       approximate_hidden_weights_population,
+                       choose_order,
+)
+from .worst_case import (
+                       algorithm2,
+                       enumerate_sign_patterns,
+                       iterative_lp,
+                       numerical_rank,
+)
 
 __all__ = [
     "ExactReLULearner", "NoisyReLULearner", "ExactResult", "ApproximateResult",

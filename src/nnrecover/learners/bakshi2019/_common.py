@@ -324,6 +324,7 @@ def unit_consistency(y: np.ndarray, X_bar: np.ndarray, v: np.ndarray, act: Activ
 
 def match_rows(V_est: np.ndarray, V_true: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Match estimated to true rows up to sign (Hungarian on |cosine|); returns (order, signs)."""
+    # deferred: SciPy's submodules are slow to import
     from scipy.optimize import linear_sum_assignment
 
     a = V_est / np.linalg.norm(V_est, axis=1, keepdims=True)

@@ -39,6 +39,7 @@ import scipy.linalg
 from ..._validation import as_2d_float, check_positive_int, check_random_state
 from ...errors import InputError
 from ._common import ExactResult, check_flag, check_rectified, check_samples, check_tol
+from .noisy import noisy_pipeline
 
 __all__ = ["pv_halfspace", "gaussian_sketch", "grid_candidates", "algorithm8"]
 
@@ -178,8 +179,6 @@ def algorithm8(X: Any, Y: Any, n_hidden: int, *, candidates: "str | Iterable" = 
     r = S.shape[0]
     if isinstance(candidates, str):
         if candidates == "noisy":
-            from .noisy import noisy_pipeline
-
             est = noisy_pipeline(X, Y, k, activation=act, rng=gen)
             M0 = np.linalg.pinv(S @ est.output_weights)
             cand_list = [M0] + [M0 * (1 + perturb_scale * gen.standard_normal(M0.shape)) for _ in range(n_perturb)]

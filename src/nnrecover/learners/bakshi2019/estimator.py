@@ -10,13 +10,14 @@ from typing import Any
 import numpy as np
 
 from ..._validation import Interval, Options
+from ...distributions import Gaussian, StandardGaussian
 from ...errors import InputError
 from ...network import TwoLayerNetwork
+from ...refine.certificate import MEANING, certificate_rows, held_assumption_warnings
 from ..base import BaseLearner
 from ._common import ExactResult, width_refusal
-from ...refine.certificate import MEANING, certificate_rows, held_assumption_warnings
 from .noisy import algorithm6, noisy_pipeline, regression_output_weights
-from .pipeline import algorithm3, gaussian_pipeline, split_refinement
+from .pipeline import algorithm3, gaussian_pipeline, rows_refusal, split_refinement
 
 __all__ = ["ExactReLULearner", "NoisyReLULearner", "CERTIFICATE_MEANING"]
 
@@ -25,7 +26,6 @@ CERTIFICATE_MEANING = MEANING
 
 def _applies(network: TwoLayerNetwork, distribution: Any, *, noiseless: bool) -> tuple[bool, str]:
     """Shared ``applies_to`` of the two learners (Bakshi et al. Sections 1, 4, 5; Remark 3; Appendix 9.1)."""
-    from ...distributions import Gaussian, StandardGaussian
 
     if not isinstance(network, TwoLayerNetwork):
         return False, f"not a TwoLayerNetwork ({type(network).__name__})"
@@ -56,7 +56,6 @@ def _applies(network: TwoLayerNetwork, distribution: Any, *, noiseless: bool) ->
     return True, "; ".join(notes)
 def _refuse_rows(source, k: int, *, noisy: bool) -> None:
     """The row-count refusal of :func:`.pipeline.rows_refusal`, before any pass over the data."""
-    from .pipeline import rows_refusal
 
     d = source.info.n_inputs
     why = rows_refusal(source.info.n_samples, d, k, noisy=noisy) if d is not None else None

@@ -47,11 +47,21 @@ from typing import Any, Sequence
 import numpy as np
 import scipy.linalg
 
-from ...errors import ConvergenceError, InputError
 from ..._threads import blas_threads, effective_n_jobs
 from ..._validation import check_positive_int
-from ._common import (EPS, ExactResult, check_hidden_estimate, check_rectified, check_samples, check_tol, fit_unit,
-                      row_space_basis, solve_output_weights, unit_consistency)
+from ...errors import ConvergenceError, InputError
+from ._common import (
+    EPS,
+    ExactResult,
+    check_hidden_estimate,
+    check_rectified,
+    check_samples,
+    check_tol,
+    fit_unit,
+    row_space_basis,
+    solve_output_weights,
+    unit_consistency,
+)
 
 __all__ = ["row_from_zero_set", "algorithm5", "refine_from_unmixing", "refine_from_output_weights",
            "MARGIN_QUANTILES", "certify_or_raise"]

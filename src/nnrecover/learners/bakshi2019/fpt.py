@@ -29,7 +29,15 @@ import numpy as np
 
 from ..._validation import check_positive_int, check_random_state
 from ...errors import AssumptionError, InputError
-from ._common import EPS, ExactResult, check_rectified, check_samples, check_tol, fit_unit, solve_output_weights
+from ._common import (
+    EPS,
+    ExactResult,
+    check_rectified,
+    check_samples,
+    check_tol,
+    fit_unit,
+    solve_output_weights,
+)
 from .exact import certify_or_raise
 
 __all__ = ["algorithm7", "parallel_classes"]

@@ -29,12 +29,12 @@ import numpy as np
 import scipy.linalg
 
 from ..._validation import check_positive_int, check_random_state
+from ...data import accumulate, as_data_source
+from ...data.views import tail
 from ...errors import InputError
 from ...moments.base import Statistic
-from ...data import accumulate
 from ._common import ExactResult, check_hidden_estimate, check_rectified, check_samples
 from .pipeline import _prepare, default_n_sign, split_refinement
-from ...data.views import tail
 from .tensor_step import approximate_hidden_weights
 
 __all__ = ["algorithm6", "regression_output_weights", "noisy_pipeline", "OutputRegressionStatistic"]
@@ -189,7 +189,6 @@ def regression_output_weights(V: Any, X: Any, Y: Any = None, *, activation: Any 
     V = np.asarray(V, dtype=np.float64)
     if V.ndim != 2 or not np.all(np.isfinite(V)):
         raise InputError(f"V must be a finite (k, d) array, got shape {V.shape}.")
-    from ...data import as_data_source
 
     stat = accumulate(OutputRegressionStatistic(V, act), as_data_source(X, Y), chunk_size=chunk_size)
     return stat.finalize()

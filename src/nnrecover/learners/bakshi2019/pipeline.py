@@ -23,13 +23,12 @@ import scipy.linalg
 import scipy.stats
 
 from ..._validation import check_positive_int, check_random_state
+from ...data import accumulate, as_data_source
+from ...data.views import Tail, tail
 from ...errors import AssumptionError, InputError
-from ...data import accumulate
-from ...data import as_data_source
 from ...moments.statistics import SecondMoment
 from ._common import ExactResult, check_rectified, check_tol, width_refusal
 from .exact import algorithm5, certify_or_raise, refine_from_unmixing
-from ...data.views import Tail, tail
 from .tensor_step import approximate_hidden_weights
 
 __all__ = ["gaussian_pipeline", "algorithm4", "algorithm3", "ica_unmixing", "split_refinement",
@@ -264,6 +263,7 @@ def ica_unmixing(X: Any, Y: Any = None, n_hidden: int | None = None, *, sketch: 
     diagnostics : dict
         ``sketch``, ``n_ica_samples``, ``n_iter``, ``source_skewness``, ``mixing_condition``.
     """
+    # deferred: scikit-learn is slow to import
     from sklearn.decomposition import FastICA
 
     gen = check_random_state(rng)

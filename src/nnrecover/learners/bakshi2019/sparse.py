@@ -23,6 +23,7 @@ the residual on the clean entries is at round-off. The exact pipeline then certi
 
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Any
 
@@ -31,8 +32,15 @@ import scipy.linalg
 
 from ..._validation import as_2d_float, check_positive_int
 from ...errors import AssumptionError, ConvergenceError, InputError
-from ._common import ExactResult, check_flag, check_samples, check_tol, relative_residual, width_refusal
-from .pipeline import gaussian_pipeline
+from ._common import (
+    ExactResult,
+    check_flag,
+    check_samples,
+    check_tol,
+    relative_residual,
+    width_refusal,
+)
+from .pipeline import _TOLERANCES, gaussian_pipeline
 
 __all__ = ["principal_component_pursuit", "polish_low_rank", "incoherence", "sparse_noise_pipeline"]
 
@@ -173,9 +181,7 @@ def incoherence(M: Any, rank: int) -> dict:
 
 
 def _pipeline_options() -> set:
-    import inspect
 
-    from .pipeline import _TOLERANCES
 
     params = inspect.signature(gaussian_pipeline).parameters
     return ({p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY} - {"strict", "rng"}) \

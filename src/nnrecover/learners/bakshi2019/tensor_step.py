@@ -57,14 +57,20 @@ import scipy.linalg
 
 from ..._validation import check_positive_int, check_random_state
 from ...activations import get_activation
-from ...errors import AssumptionError, AssumptionWarning, CertificateWarning, InputError
-from ...moments.base import Statistic
-from ...data import accumulate
-from ...data import as_data_source
+from ...data import accumulate, as_data_source
 from ...data.views import tail
+from ...distributions import StandardGaussian
+from ...errors import AssumptionError, AssumptionWarning, CertificateWarning, InputError
 from ...hermite.statistics import HermiteTensorStatistic
-from ...moments.statistics import (Covariance, InputDeviation, SecondMoment, excess_kurtosis_deviation,
-                                   input_deviation_from_standard)
+from ...moments.base import Statistic
+from ...moments.statistics import (
+    Covariance,
+    InputDeviation,
+    SecondMoment,
+    excess_kurtosis_deviation,
+    input_deviation_from_standard,
+)
+from ...network import TwoLayerNetwork
 from ...tensor import jennrich, joint_diagonalize, whiten
 from ._common import check_flag
 
@@ -621,14 +627,12 @@ def approximate_hidden_weights_population(network: Any, *, order: "int | str" = 
     ``E[y x^T]`` and ``E[y He_r(x)]`` in closed form (Hermite expansion of the activation); the
     directions are then exact to round-off (the population test of the tensor step).
     """
-    from ...network import TwoLayerNetwork
 
     if not isinstance(network, TwoLayerNetwork):
         raise InputError(f"network must be a TwoLayerNetwork, got {type(network).__name__}.")
     gen = check_random_state(rng)
     k, d, m = network.n_hidden, network.n_inputs, network.n_outputs
     r, coeffs = choose_order(network.activation, m, order)
-    from ...distributions import StandardGaussian
 
     Byx = SecondMoment.exact(network, StandardGaussian(d)).yx
     use = span

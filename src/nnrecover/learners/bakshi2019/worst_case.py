@@ -30,6 +30,7 @@ from __future__ import annotations
 import itertools
 import time
 import warnings
+from math import comb
 from typing import Any
 
 import numpy as np
@@ -37,8 +38,8 @@ import scipy.linalg
 from scipy.optimize import linprog
 
 from ..._validation import as_2d_float, check_positive_int
-from ...errors import AssumptionError, InputError
 from ...activations import get_activation
+from ...errors import AssumptionError, InputError
 from ._common import ExactResult, check_samples, relative_residual, row_space_basis
 from .exact import certify_or_raise
 
@@ -83,7 +84,6 @@ def enumerate_sign_patterns(basis: Any, *, method: str = "auto", tol: float = 1e
     k, n = Vp.shape
     if method not in ("auto", "lemma1", "all"):
         raise InputError(f"method must be 'auto', 'lemma1' or 'all', got {method!r}.")
-    from math import comb
 
     n_lemma = comb(n, k) * (2 ** k - 1)
     n_all = 2 ** n - 1

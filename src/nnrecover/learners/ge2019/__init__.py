@@ -96,16 +96,42 @@ Modules
 """
 
 from ...distributions import PerturbedSymmetric
+from ...moments.symmetry import symmetry_test
 from ..registry import register
-from .algorithms import (SPAN_GAP_MIN, SYMMETRY_ALPHA, PureNeuronResult, SpanBasis, algorithm2, algorithm3, algorithm4,
-                         paper_error, pure_neuron_moments, section4_variant, span_basis, symmetrize)
-from .core import (algorithm1, build_detector_matrix, cp_slices, detector_value, fit_hidden_given_output, null_span,
-                   purity_score, sign_fix, sim_diag)
-from .distinguishing import (distinguishing_matrix, gaussian_distinguishing_matrix, leave_one_out_distance,
-                             perturb_weights, population_detector_matrix)
+from .algorithms import (
+                         SPAN_GAP_MIN,
+                         SYMMETRY_ALPHA,
+                         PureNeuronResult,
+                         SpanBasis,
+                         algorithm2,
+                         algorithm3,
+                         algorithm4,
+                         paper_error,
+                         pure_neuron_moments,
+                         section4_variant,
+                         span_basis,
+                         symmetrize,
+)
+from .core import (
+                         algorithm1,
+                         build_detector_matrix,
+                         cp_slices,
+                         detector_value,
+                         fit_hidden_given_output,
+                         null_span,
+                         purity_score,
+                         sign_fix,
+                         sim_diag,
+)
+from .distinguishing import (
+                         distinguishing_matrix,
+                         gaussian_distinguishing_matrix,
+                         leave_one_out_distance,
+                         perturb_weights,
+                         population_detector_matrix,
+)
 from .estimator import PureNeuronLearner
 from .moments import gaussian_population_moments
-from ...moments.symmetry import symmetry_test
 from .symmetric import duplication_matrix, mat_star, vec_star
 
 __all__ = ["PureNeuronLearner", "PureNeuronResult", "algorithm1", "algorithm2", "algorithm3", "algorithm4",

@@ -16,14 +16,42 @@ from typing import Any
 
 import numpy as np
 
-from ..._validation import as_2d_float, as_targets, check_positive_int, check_random_state
+from ..._validation import (
+    as_2d_float,
+    as_targets,
+    check_positive_int,
+    check_random_state,
+)
+from ...data import accumulate, as_data_source
 from ...distributions import Distribution, Gaussian, StandardGaussian
-from ...errors import AssumptionError, AssumptionWarning, CertificateWarning, ConvergenceError, InputError
-from ...network import TwoLayerNetwork
-from .core import (build_detector_matrix, check_second_moment, cp_slices, fit_hidden_given_output, null_span,
-                   output_projection, readout, sign_fix, sim_diag)
+from ...errors import (
+    AssumptionError,
+    AssumptionWarning,
+    CertificateWarning,
+    ConvergenceError,
+    InputError,
+)
 from ...moments.symmetry import SYMMETRY_GRAM_ROWS, SymmetryStatistic, symmetry_stride
-from .moments import DetectorMoments, PartMoments, PureNeuronMoments, PureNeuronStatistic
+from ...network import TwoLayerNetwork
+from .conditions import symmetry_refusal, width_refusal
+from .core import (
+    build_detector_matrix,
+    check_second_moment,
+    cp_slices,
+    fit_hidden_given_output,
+    null_span,
+    output_projection,
+    readout,
+    sign_fix,
+    sim_diag,
+)
+from .moments import (
+    DetectorMoments,
+    PartMoments,
+    PureNeuronMoments,
+    PureNeuronStatistic,
+    gaussian_population_moments,
+)
 
 __all__ = ["PureNeuronResult", "SpanBasis", "span_basis", "algorithm2", "algorithm3", "algorithm4", "section4_variant",
            "pure_neuron_moments", "paper_error", "symmetrize", "SYMMETRY_ALPHA", "GAP_WARNING", "SPAN_GAP_MIN"]
@@ -203,7 +231,6 @@ def _use_span(span, k: int, d: int | None, reiterable: bool) -> tuple[bool, str]
 # ============================================================================================ data
 def _source(X, Y=None):
     """The data source of ``fit(X, Y)``-style arguments and its output dimension ``l``."""
-    from ...data import as_data_source
 
     source = as_data_source(X, Y)
     l = source.n_outputs
@@ -248,7 +275,6 @@ def pure_neuron_moments(X, Y=None, *, split: str = "none", symmetry: bool = True
         every ``s``-th row (:func:`.moments.symmetry_stride`; ``O(n d)`` instead of ``O(n (2 d)^2)``, the
         power and p-value of :class:`.moments.SymmetryStatistic`). ``None``: the Gram of every row.
     """
-    from ...data import accumulate
 
     detector_part = _ROLES[split][1] if split in _ROLES else 0
     # the symmetry test's sums as a statistic of their own, so a pass with two workers computes them beside
@@ -284,7 +310,6 @@ def _detector_pass(source, layout: str, chunk_size: int | None, B: np.ndarray, P
     The parts' low-order moments are those of the first pass (the same rows in the same parts), so this
     pass does not sum them again: with ``Q`` (the span route) they are the first pass's projected by
     :func:`_projected_part`; without, the first pass's themselves."""
-    from ...data import accumulate
 
     stat = PureNeuronStatistic(split=layout, detector_part=_ROLES[layout][1], symmetry=False, B=B, projection=P,
                                input_projection=Q)
@@ -302,7 +327,6 @@ def _projected_part(part: PartMoments, Q: np.ndarray) -> PartMoments:
 
 
 def _check_assumptions(mom: PureNeuronMoments, k: int, *, check_symmetry: bool, symmetry_alpha: float) -> None:
-    from .conditions import symmetry_refusal, width_refusal
 
     why = width_refusal(k, mom.n_inputs, mom.n_outputs)
     if why:
@@ -427,7 +451,6 @@ def _population_pipeline(W: np.ndarray, A: np.ndarray, cov: np.ndarray | None, k
     memory instead of ``O(l d^3)``), ``Q`` from the exact ``E[y x^T] Sigma^{-1} = A W / 2``; Algorithm 1
     reads the exact ``x``-space moments ``Sigma`` and ``E[y x^T] = A W Sigma / 2``.
     """
-    from .moments import PartMoments, gaussian_population_moments
 
     d = W.shape[1]
     use_span, reason = _use_span(span, k, d, True)
@@ -464,7 +487,6 @@ def _run(X, Y, n_hidden, *, noise_correction, split, decomposition, rng, check_s
     k = check_positive_int(n_hidden, "n_hidden")
     source, l = _source(X, Y)
     d = source.n_inputs
-    from .conditions import width_refusal
 
     why = width_refusal(k, d, l)
     if why:
@@ -683,6 +705,7 @@ def paper_error(estimated: TwoLayerNetwork, truth: TwoLayerNetwork) -> dict:
     dict with ``err_W``, ``err_A``, ``normalized_W = sqrt(err_W / k)``, ``normalized_A``,
     ``permutation`` (unit ``i`` of the truth is unit ``permutation[i]`` of the estimate).
     """
+    # deferred: SciPy's submodules are slow to import
     from scipy.optimize import linear_sum_assignment
 
     if not isinstance(estimated, TwoLayerNetwork) or not isinstance(truth, TwoLayerNetwork):

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import InputError
+from .core import check_second_moment
+
 __all__ = ["width_refusal", "symmetry_refusal", "second_moment_refusal"]
 
 
@@ -52,8 +55,6 @@ def symmetry_refusal(test, alpha: float) -> str | None:
 def second_moment_refusal(second_moment: np.ndarray) -> str | None:
     """Why the second moment ``E[x x^T]`` rules the learner out (singular: Algorithm 1 and the detector
     solve with it, Theorems 4-7 assume it full rank), or None. The test of :func:`.core.check_second_moment`."""
-    from ...errors import InputError
-    from .core import check_second_moment
 
     try:
         check_second_moment(np.asarray(second_moment, dtype=np.float64))

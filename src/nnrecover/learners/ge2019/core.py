@@ -22,9 +22,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..._validation import as_2d_float, as_targets, check_positive_int, check_random_state
+from ..._validation import (
+    as_2d_float,
+    as_targets,
+    check_positive_int,
+    check_random_state,
+)
 from ...errors import AssumptionError, InputError
 from ...network import TwoLayerNetwork
+from ...refine import fit_least_squares
 from ...tensor import cp_als
 from .moments import DetectorMoments, PartMoments
 from .symmetric import mat_star, n_sym, pack_weights, unpack_rows
@@ -516,7 +522,6 @@ def _directions(f1: np.ndarray, f2: np.ndarray) -> np.ndarray:
 def _algebraic_start(S: np.ndarray, tensor: np.ndarray, gen) -> list[np.ndarray] | None:
     """Start factors ``[Z^T, Z^T, C]`` from SimDiag's ``Z`` and the least-squares third factor, or None
     when SimDiag finds no invertible ``Z`` (ALS then runs from its random starts alone)."""
-    k = S.shape[1]
     try:
         Z = sim_diag(S, rng=gen).Z
     except AssumptionError:
@@ -542,7 +547,6 @@ def fit_hidden_given_output(X, Y, output_weights, V0, *, max_iter: int = 500, to
     V : (k, d) array (``V0`` when the fit did not lower the loss)
     info : dict with the initial and final loss, iterations and the optimiser message.
     """
-    from ...refine import fit_least_squares
 
     X = as_2d_float(X, "X")
     Y = as_targets(Y, "Y", n_rows=X.shape[0])

@@ -20,7 +20,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..._validation import as_2d_float, check_random_state
-from ...distributions import Distribution, Gaussian, PerturbedSymmetric, StandardGaussian
+from ...distributions import (
+    Distribution,
+    Gaussian,
+    PerturbedSymmetric,
+    StandardGaussian,
+)
 from ...errors import InputError
 from .symmetric import duplication_matrix
 

@@ -9,14 +9,26 @@ from numbers import Integral, Real
 import numpy as np
 
 from ..._validation import Interval, Options, check_positive_int
+from ...data import as_data_source
 from ...distributions import Distribution, StandardGaussian
 from ...errors import AssumptionError
 from ...network import TwoLayerNetwork
+from ...refine.certificate import (
+    certificate_rows,
+    certify_max_unit_error,
+    held_assumption_warnings,
+)
 from ...sampling import sample
-from ...refine.certificate import certificate_rows, certify_max_unit_error, held_assumption_warnings
 from ..base import BaseLearner
-from .algorithms import (GAP_WARNING, SPAN_GAP_MIN, SYMMETRY_ALPHA, PureNeuronResult, _population_cov,
-                         _population_pipeline, fit_source)
+from .algorithms import (
+    GAP_WARNING,
+    SPAN_GAP_MIN,
+    SYMMETRY_ALPHA,
+    PureNeuronResult,
+    _population_cov,
+    _population_pipeline,
+    fit_source,
+)
 from .conditions import width_refusal
 
 __all__ = ["PureNeuronLearner"]
@@ -163,7 +175,6 @@ class PureNeuronLearner(BaseLearner):
 
     # ------------------------------------------------------------------ fitting
     def _fit(self, source, rng: np.random.Generator, diagnostics: dict) -> TwoLayerNetwork:
-        from ...data import as_data_source
 
         practical = self.method == "practical"
         if practical:  # the gradient fit of W needs the samples in memory

@@ -45,12 +45,14 @@ the power of that form.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 import numpy as np
+
 from ...errors import InputError
 from ...moments.base import ROW_BLOCK_VALUES, Statistic, row_blocks
 from ...moments.symmetry import SymmetryTest, add_symmetry_sums, symmetry_from_sums
+from .distinguishing import gaussian_distinguishing_matrix
 from .symmetric import n_sym
-
 
 #: pair-to-part layouts: "none" one part; "alg3" halves (T | readout); "alg4" 1/2, 1/4, 1/4
 #: (projection | T | readout), Appendix A.3.
@@ -450,7 +452,6 @@ def gaussian_population_moments(hidden_weights: np.ndarray, output_weights: np.n
     PureNeuronMoments
         One part (no split is needed with exact moments, Appendix A.2), ``n = None``.
     """
-    from .distinguishing import gaussian_distinguishing_matrix
 
     W = np.asarray(hidden_weights, dtype=np.float64)
     A = np.asarray(output_weights, dtype=np.float64)

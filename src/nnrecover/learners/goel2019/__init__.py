@@ -45,17 +45,46 @@ paper                        here
 """
 
 from ..registry import register
+
 # the modules of Step 2, Theorem 6, Section 3 and Appendices B.6-B.7 and D register their own algorithms
-from . import correlation, halfspaces, higher_degree, orthonormal, sigmoid, step2, structured  # noqa: F401
+from . import (  # noqa: F401
+                    correlation,
+                    halfspaces,
+                    higher_degree,
+                    orthonormal,
+                    sigmoid,
+                    step2,
+                    structured,
+)
 from .conditions import data_refusal
 from .estimator import HighThresholdLearner
-from .model import (ACTIVATIONS, CallableUpper, HighThresholdNetwork, UpperPolynomial, population_hermite_moment,
-                    random_unit_weights, random_upper_polynomial, tail_bound, threshold_activation,
-                    threshold_hermite_coefficients, violating_upper_polynomial)
+from .model import (
+                    ACTIVATIONS,
+                    CallableUpper,
+                    HighThresholdNetwork,
+                    UpperPolynomial,
+                    population_hermite_moment,
+                    random_unit_weights,
+                    random_upper_polynomial,
+                    tail_bound,
+                    threshold_activation,
+                    threshold_hermite_coefficients,
+                    violating_upper_polynomial,
+)
 from .statistics import ActiveRows, PopulationMoments, SampleMoments, lemma_diagnostics
-from .step1 import (STEP1_METHODS, Step1Result, extra_directions, landscape_objective, landscape_route,
-                    resolve_signs, simultaneous_objective, simultaneous_route, step1, tensor_power_route,
-                    whitening_basis)
+from .step1 import (
+                    STEP1_METHODS,
+                    Step1Result,
+                    extra_directions,
+                    landscape_objective,
+                    landscape_route,
+                    resolve_signs,
+                    simultaneous_objective,
+                    simultaneous_route,
+                    step1,
+                    tensor_power_route,
+                    whitening_basis,
+)
 
 __all__ = [
     "HighThresholdLearner", "data_refusal", "HighThresholdNetwork", "UpperPolynomial", "CallableUpper", "ACTIVATIONS",

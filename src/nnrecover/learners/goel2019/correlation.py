@@ -61,7 +61,12 @@ import numpy as np
 from scipy import integrate, special
 from scipy.cluster.hierarchy import fcluster, linkage
 
-from ..._validation import as_2d_float, as_targets, check_positive_int, check_random_state
+from ..._validation import (
+    as_2d_float,
+    as_targets,
+    check_positive_int,
+    check_random_state,
+)
 from ...errors import AssumptionError, InputError
 from ..registry import register
 from .model import HighThresholdNetwork, UpperPolynomial, threshold_activation

@@ -35,16 +35,33 @@ from numbers import Integral, Real
 import numpy as np
 
 from ..._validation import Interval, Options, check_random_state
-from ...errors import AssumptionError, InputError
 from ...data import accumulate
+from ...errors import AssumptionError, InputError
 from ...network import TwoLayerNetwork
-from ..width import is_auto
 from ..base import BaseLearner
+from ..width import is_auto
 from .conditions import data_refusal
-from .model import ACTIVATIONS, HighThresholdNetwork, threshold_activation, threshold_hermite_coefficients
-from .statistics import ActiveRows, PopulationMoments, SampleMoments, check_gaussian_inputs, lemma_diagnostics
-from .step1 import (STEP1_METHODS, Step1Result, check_extra_directions, split_half_angles, step1,
-                    unit_angle_certificate)
+from .model import (
+    ACTIVATIONS,
+    HighThresholdNetwork,
+    threshold_activation,
+    threshold_hermite_coefficients,
+)
+from .statistics import (
+    ActiveRows,
+    PopulationMoments,
+    SampleMoments,
+    check_gaussian_inputs,
+    lemma_diagnostics,
+)
+from .step1 import (
+    STEP1_METHODS,
+    Step1Result,
+    check_extra_directions,
+    split_half_angles,
+    step1,
+    unit_angle_certificate,
+)
 from .step2 import refine_estimate, refine_units
 
 __all__ = ["HighThresholdLearner"]

@@ -39,7 +39,13 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from scipy import integrate, special
 
-from ..._validation import as_2d_float, as_float_array, check_finite, check_positive_int, check_random_state
+from ..._validation import (
+    as_2d_float,
+    as_float_array,
+    check_finite,
+    check_positive_int,
+    check_random_state,
+)
 from ...errors import AssumptionError, InputError
 
 __all__ = [
@@ -593,6 +599,7 @@ def random_unit_weights(n_hidden: int, n_inputs: int | None = None, *, condition
     if not (isinstance(condition_number, numbers.Real) and np.isfinite(condition_number) and condition_number >= 1):
         raise InputError(f"condition_number must be a finite number >= 1, got {condition_number!r}.")
     gen = check_random_state(rng)
+    # deferred: SciPy's submodules are slow to import
     from scipy.stats import ortho_group
 
     U = ortho_group.rvs(d, random_state=gen) if d > 1 else np.ones((1, 1))

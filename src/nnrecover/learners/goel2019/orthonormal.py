@@ -54,7 +54,12 @@ from typing import Any, Callable
 import numpy as np
 from scipy import integrate, linalg
 
-from ..._validation import as_2d_float, as_targets, check_positive_int, check_random_state
+from ..._validation import (
+    as_2d_float,
+    as_targets,
+    check_positive_int,
+    check_random_state,
+)
 from ...errors import AssumptionError, ConvergenceError, InputError
 from ..registry import register
 from .model import HighThresholdNetwork, UpperPolynomial, threshold_hermite_coefficients
@@ -333,6 +338,7 @@ def sphere_maximization(source, n_components: int, *, maximize: bool = True, n_r
     ConvergenceError
         No start reached a stationary point within ``max_iter`` steps.
     """
+    # deferred: threadpoolctl inspects the BLAS libraries when imported
     from threadpoolctl import threadpool_limits
 
     # products are (rows x n) by (n x 1): one BLAS thread is fastest, more only spin (cf. step1.step1)

@@ -35,8 +35,17 @@ import numpy as np
 from ..._validation import check_positive_int
 from ...errors import AssumptionError, AssumptionWarning, InputError
 from ...moments.base import Statistic
-from ...moments.statistics import CovarianceStatistic, excess_kurtosis_deviation, input_deviation_from_standard
-from .model import HighThresholdNetwork, population_hermite_moment, tail_bound, threshold_hermite_coefficients
+from ...moments.statistics import (
+    CovarianceStatistic,
+    excess_kurtosis_deviation,
+    input_deviation_from_standard,
+)
+from .model import (
+    HighThresholdNetwork,
+    population_hermite_moment,
+    tail_bound,
+    threshold_hermite_coefficients,
+)
 
 __all__ = ["ActiveRows", "SampleMoments", "PopulationMoments", "hermite4_contraction", "hermite4_matrix",
            "lemma_diagnostics", "check_gaussian_inputs", "INPUT_CHECK_MIN_ROWS"]

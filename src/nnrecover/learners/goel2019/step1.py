@@ -46,7 +46,14 @@ import numpy as np
 from scipy import linalg, optimize
 
 from ..._validation import check_positive_int, check_random_state
-from ...errors import AssumptionError, AssumptionWarning, ConvergenceError, InputError, NNRecoverError
+from ...errors import (
+    AssumptionError,
+    AssumptionWarning,
+    ConvergenceError,
+    InputError,
+    NNRecoverError,
+)
+from ...metrics import weight_error
 from .statistics import SampleMoments
 
 __all__ = ["Step1Result", "STEP1_METHODS", "whitening_basis", "tensor_power_route", "landscape_route",
@@ -576,6 +583,7 @@ def step1(moments, n_hidden: int, *, method: str = "power", rng=None, **options)
     moment ``M`` (rows x n by n x rows, the largest product of Step 1) is formed before, with the
     default threads.
     """
+    # deferred: threadpoolctl inspects the BLAS libraries when imported
     from threadpoolctl import threadpool_limits
 
     routes = {"power": tensor_power_route, "landscape": landscape_route, "simultaneous": simultaneous_route}
@@ -624,7 +632,6 @@ def split_half_angles(moments, estimate: Step1Result, *, method: str = "power", 
         rows of each half), ``time``; when Step 1 fails on a half (too few firing rows for its
         assumptions), ``unit_angles`` is all ``pi / 2`` and ``failed`` holds the reason.
     """
-    from ...metrics import weight_error
 
     t0 = time.perf_counter()
     gen = check_random_state(rng)

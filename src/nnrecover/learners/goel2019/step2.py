@@ -80,7 +80,12 @@ import numpy as np
 from scipy import special
 
 from ..._threads import effective_n_jobs
-from ..._validation import as_2d_float, as_real_array, check_positive_int, check_random_state
+from ..._validation import (
+    as_2d_float,
+    as_real_array,
+    check_positive_int,
+    check_random_state,
+)
 from ...errors import AssumptionError, InputError
 from ...refine import gather_samples
 from ..registry import register
@@ -619,7 +624,7 @@ class RefineResult:
 
     def trace(self) -> "Any":
         """The trace as a pandas DataFrame (one row per iteration)."""
-        import pandas as pd
+        import pandas as pd  # deferred: pandas is slow to import
 
         return pd.DataFrame(dict(iteration=np.arange(self.n_iter), angle_estimate=self.angle_estimates,
                                  candidate_estimate=self.candidate_estimates, std_error=self.std_errors,

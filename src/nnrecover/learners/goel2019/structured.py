@@ -54,7 +54,12 @@ import numpy as np
 from scipy import optimize
 from scipy.sparse.csgraph import connected_components
 
-from ..._validation import as_2d_float, as_targets, check_positive_int, check_random_state
+from ..._validation import (
+    as_2d_float,
+    as_targets,
+    check_positive_int,
+    check_random_state,
+)
 from ...errors import AssumptionError, ConvergenceError, InputError
 from ..registry import register
 from .model import UpperPolynomial
