@@ -225,7 +225,7 @@ allocated during the fit (tracemalloc), beyond the data.
   2026-11-21 with the same data and settings, one BLAS thread; not re-measured by this script):
   default 1.21 s (pass 1 0.48 s, pass 2 0.70 s), `full` 1.62 s (pass 1 0.93 s, pass 2 0.65 s).
   The estimates agree with the old code to round-off (at most 3e-14 relative on the configurations
-  compared; `tests/test_awasthi_moments.py` checks the kernels against dense definitions to 1e-12).
+  compared; `tests/learners/awasthi2021/test_coefficients.py` checks the kernels against dense definitions to 1e-12).
   What changed: pass 2 accumulates every distinct raw moment once, by one small GEMM
   per coordinate of z (`Monomials.add_moment_sums`), instead of the Gram matrix of the monomials
   (55 x 55 entries for 715 moments of order 4); the GEMMs put the samples on the outside

@@ -22,8 +22,8 @@ Everything is unnormalised (``E[He_j(z) He_k(z)] = k! delta_jk``), exactly as in
 expansion is ``f(x) = sum_k <f_hat_k, He_k(x)> / k!`` (ATV21 Appendix A). Do not mix with the
 orthonormal ``h_k`` convention, whose coefficients are ``f_hat_k / sqrt(k!)``.
 
-Formulas used (ATV21 Definition A.2 and eq. (12); every one is cross-checked in tests/test_hermite.py)
-------------------------------------------------------------------------------------------------------
+Formulas used (ATV21 Definition A.2 and eq. (12); every one is cross-checked in tests/hermite/test_hermite_algebra.py)
+----------------------------------------------------------------------------------------------------------------------
 * 1-D recurrences ``He_{k+1} = t He_k - k He_{k-1}`` and
   ``h_{k+1} = (t h_k - sqrt(k) h_{k-1}) / sqrt(k+1)``; never the monomial form.
 * Scaled recurrence for non-unit contraction vectors: with ``t = u.x`` and ``s2 = |u|^2``,

@@ -105,7 +105,7 @@ LANCZOS_PLATEAU = 5e-3
 #: times SECOND_ORDER_FACTOR = 2, so a relative error of 1e-5 in it changes the bound by as much
 STEP_RTOL = 1e-5
 #: the matrix-free noise term divides by this fraction of the smallest Ritz value, which converges to the
-#: smallest eigenvalue from above (tests/test_certificates.py compares it with the dense generalized
+#: smallest eigenvalue from above (tests/refine/test_certificate.py compares it with the dense generalized
 #: eigenvalue)
 LANCZOS_SAFETY = 0.9
 #: dense first looks above this many flops are taken in the matrix-free form (ReLU networks): at d = 100,

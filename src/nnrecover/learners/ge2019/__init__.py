@@ -78,7 +78,7 @@ Errata of the paper text (also on the docs' errata page), implemented in their c
 - Section 2.2's Kronecker index formula is garbled; the standard Kronecker product is used
   (``x (x) x = vec(x x^T)``), and Lemma 12's ``X = S zeta`` means ``X = mat*(S zeta)``.
 
-Each has a test in ``tests/test_ge2019.py`` showing why the corrected form is the right one.
+Each has a test in ``tests/learners/ge2019/test_pure_neuron_learner.py`` showing why the corrected form is the right one.
 
 Modules
 -------

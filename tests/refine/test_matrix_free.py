@@ -221,7 +221,7 @@ def test_few_residuals_per_parameter_run_the_matrix_free_solver_not_lbfgs():
 def test_large_networks_are_refined_matrix_free_by_default_without_a_normal_matrix():
     # from _MATRIX_FREE_MIN_PARAMS parameters "auto" solves matrix free even when J^T J fits the budget (P =
     # 4041: 8 P^2 = 131 MB, within the 256 MiB default); below it the dense normal equations run (as in
-    # tests/test_refine.py). Nothing P x P is formed: the solver holds the rows in float32 (13 MB), a few
+    # tests/refine/test_refine_network.py). Nothing P x P is formed: the solver holds the rows in float32 (13 MB), a few
     # (m, k) arrays (2.6 MB each) and the span block (8 * 441^2 = 1.6 MB), so its peak stays below half of
     # one P x P matrix, which a normal matrix would exceed by itself
     import tracemalloc

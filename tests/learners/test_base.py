@@ -84,7 +84,7 @@ def test_gradient_descent_noisy_training_loss_matches_least_squares_theory(small
     We allow 5 sd.
 
     The estimate itself: n ||f_hat - f||^2 / sigma^2 -> chi^2 with P_eff = 13 degrees of freedom
-    (the same law as in tests/test_refine.py), so ||f_hat - f||^2 / (sigma^2 P_eff / n) lies in
+    (the same law as in tests/refine/test_refine_network.py), so ||f_hat - f||^2 / (sigma^2 P_eff / n) lies in
     [1/10, 4] except with probability chi2_13.cdf(1.3) + chi2_13.sf(52) < 2e-5."""
     truth, X, _ = small_teacher
     sigma, n = 0.1, X.shape[0]
