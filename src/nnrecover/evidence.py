@@ -43,7 +43,7 @@ import numpy as np
 
 from ._validation import check_positive_int, check_random_state
 from .data import as_data_source
-from .data.checks import MAGNITUDE_RANGE, coerce_array
+from .data.checks import coerce_array, magnitude_refusal
 from .errors import InputError
 from .moments.statistics import Covariance, input_deviation_from_standard
 from .moments.symmetry import SymmetryTest, symmetry_test
@@ -95,15 +95,11 @@ def read_rows(X, Y, max_rows: int) -> tuple[np.ndarray, np.ndarray, int | None]:
     available = source.info.n_samples if source.info.n_samples is not None else (got if got < rows else None)
     if not (np.isfinite(Xa).all() and np.isfinite(Ya).all()):
         raise InputError("X and Y must be finite (NaN or inf found); remove or impute those rows first.")
-    lo, hi = MAGNITUDE_RANGE
     for name, A in (("X", Xa), ("Y", Ya)):
-        m = float(np.max(np.abs(A), initial=0.0))
-        if m > hi or 0 < m < lo:
-            # the same range every learner computes in (nnrecover.data.checks.check_magnitude): the moments of
-            # the checks below overflow or underflow outside it
-            raise InputError(f"the largest |{name}| entry is {m:.3g}, outside the range [2^-64, 2^64] in which "
-                             f"the checks' moments stay finite and nonzero in float64; rescale {name} (e.g. divide "
-                             "by its standard deviation).")
+        # the range every learner computes in: the moments of the checks below overflow or underflow outside it
+        why = magnitude_refusal(float(np.max(np.abs(A), initial=0.0)), name, "check")
+        if why:
+            raise InputError(why)
     return Xa, Ya, available
 
 

@@ -111,8 +111,8 @@ def test_certificates_tell_the_width_on_exact_moments(width, passes):
 
 
 @pytest.mark.slow
-def test_issue_family_d30_k11():
-    """The scalar teachers of issue 31 item 6: d = 30, k = 11, biases in [-1.5, 1.5], 4e5 rows. Seed 4: the
+def test_an_unsure_range_of_9_to_11_units_is_settled_at_11_to_round_off():
+    """Scalar teachers with d = 30, k = 11, biases in [-1.5, 1.5], 4e5 rows. Seed 4: the
     T_2 rule over all rows says 9 to 11 units; the search returns 11, the teacher to round-off, no warning
     (seed 12, the issue's range 8 to 11, the same in 50 s: docs/design.md, "Width by certificates")."""
     t, X, y = _teacher(30, 11, 400_000, seed=4)

@@ -16,7 +16,7 @@ import numpy as np
 from .._threads import effective_n_jobs
 from ..errors import InputError
 
-__all__ = ["MAGNITUDE_RANGE", "check_magnitude", "coerce_array", "is_dask_array", "is_single_array"]
+__all__ = ["MAGNITUDE_RANGE", "check_magnitude", "magnitude_refusal", "coerce_array", "is_dask_array", "is_single_array"]
 
 
 def is_dask_array(A: Any) -> bool:
@@ -88,20 +88,29 @@ def check_magnitude(A: Any, name: str, learner: str) -> bool:
     if not isinstance(A, np.ndarray) or A.size == 0 or A.dtype == object or A.ndim == 0:
         return False
     m = _max_abs(A)
-    lo, hi = MAGNITUDE_RANGE
     if not np.isfinite(m):
         return False
     if m == 0 and name == "Y":
         return True
     if m == 0:
         raise InputError(f"X is all zeros; {learner} cannot learn anything from it.")
-    if m > hi or m < lo:
-        raise InputError(
-            f"the largest |{name}| entry is {m:.3g}, outside the range [2^-64, 2^64] = [{lo:.3g}, {hi:.3g}] in which "
-            f"{learner}'s moments and products stay finite and nonzero in float64; rescale {name} (e.g. "
+    why = magnitude_refusal(m, name, learner)
+    if why:
+        raise InputError(why)
+    return True
+
+
+def magnitude_refusal(m: float, name: str, who: str) -> str | None:
+    """Why a largest entry ``m = max |A|`` of the array ``name`` is outside :data:`MAGNITUDE_RANGE`, or None
+    (``m = 0`` is left to the caller: an all-zero target is the learner's business, an all-zero X is refused by
+    :func:`check_magnitude`). ``who`` names the computation, e.g. a learner or ``check``."""
+    lo, hi = MAGNITUDE_RANGE
+    if m == 0 or lo <= m <= hi:
+        return None
+    return (f"the largest |{name}| entry is {m:.3g}, outside the range [2^-64, 2^64] = [{lo:.3g}, {hi:.3g}] in which "
+            f"{who}'s moments and products stay finite and nonzero in float64; rescale {name} (e.g. "
             f"divide by its standard deviation; the learners built on Gaussian moments assume x ~ N(0, I)), "
             "or use gradient-descent, which rescales exactly by itself.")
-    return True
 
 
 def coerce_array(A: Any, name: str, *, is_X: bool) -> Any:

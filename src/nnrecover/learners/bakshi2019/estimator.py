@@ -15,9 +15,9 @@ from ...errors import InputError
 from ...network import TwoLayerNetwork
 from ...refine.certificate import MEANING, certificate_rows, held_assumption_warnings
 from ..base import BaseLearner
-from ._common import ExactResult, width_refusal
-from .noisy import algorithm6, noisy_pipeline, regression_output_weights
-from .pipeline import algorithm3, gaussian_pipeline, rows_refusal, split_refinement
+from ._common import width_refusal
+from .noisy import noisy_pipeline, uncertified_network
+from .pipeline import algorithm3, gaussian_pipeline, rows_refusal
 
 __all__ = ["ExactReLULearner", "NoisyReLULearner", "CERTIFICATE_MEANING"]
 
@@ -202,26 +202,8 @@ class ExactReLULearner(BaseLearner):
                                              "is exact to round-off"}
                 net = res.network
             else:
-                net = self._maybe_refine(self._fallback(res, source), source, rng, diagnostics)
+                net = self._maybe_refine(uncertified_network(res, source, approximate=self.approximate, activation=self.activation), source, rng, diagnostics)
         return net
-
-    def _fallback(self, res: ExactResult, source) -> TwoLayerNetwork:
-        """Uncertified estimate: recovered units where they passed, else the approximate direction with its
-        sign from Algorithm 6; ``U`` by least squares on the refinement rows (Lemma 20)."""
-        n_ref = res.diagnostics["n_refine"]
-        Xb, Yb = split_refinement(source, n_ref)
-        V = np.array(res.hidden_weights, dtype=float)
-        bad = ~np.all(np.isfinite(V), axis=1)
-        if np.any(bad):
-            if self.approximate == "tensor":
-                approx = res.diagnostics["approximate_hidden_weights"]
-            else:   # ICA: directions from the unmixed sources by least squares
-                Z = Yb @ res.diagnostics["unmixing"].T
-                approx = np.linalg.lstsq(Xb, np.maximum(Z, 0.0), rcond=None)[0].T
-            signed, _ = algorithm6(approx, Xb, Yb, activation=self.activation)
-            V[bad] = signed[bad]
-        U, _ = regression_output_weights(V, Xb, Yb, activation=self.activation)
-        return TwoLayerNetwork(V, None, U, None, self.activation)
 
     @classmethod
     def applies_to(cls, network: TwoLayerNetwork, distribution: Any) -> tuple[bool, str]:

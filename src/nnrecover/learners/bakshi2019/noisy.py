@@ -32,12 +32,13 @@ from ..._validation import check_positive_int, check_random_state
 from ...data import accumulate, as_data_source
 from ...data.views import tail
 from ...errors import InputError
+from ...network import TwoLayerNetwork
 from ...moments.base import Statistic
 from ._common import ExactResult, check_hidden_estimate, check_rectified, check_samples
 from .pipeline import _prepare, default_n_sign, split_refinement
 from .tensor_step import approximate_hidden_weights
 
-__all__ = ["algorithm6", "regression_output_weights", "noisy_pipeline", "OutputRegressionStatistic"]
+__all__ = ["algorithm6", "regression_output_weights", "noisy_pipeline", "OutputRegressionStatistic", "uncertified_network"]
 
 
 def algorithm6(V_approx: Any, X_bar: Any, Y_bar: Any, *, activation: Any = "relu") -> tuple[np.ndarray, dict]:
@@ -260,3 +261,24 @@ def noisy_pipeline(X: Any, Y: Any = None, n_hidden: int | None = None, *, activa
                    "regression": regression, "certified": False, "failure_reasons": [],
                    "time": time.perf_counter() - t0, "route": "tensor -> Algorithm 6 -> Lemma 20"}
     return ExactResult(V, U, act, False, diagnostics)
+
+
+def uncertified_network(res: ExactResult, source, *, approximate: str, activation: Any) -> TwoLayerNetwork:
+    """The network :class:`~nnrecover.learners.ExactReLULearner` returns when the exact step's certificate
+    fails: the recovered units where they passed, else the approximate direction (the tensor step's, or by
+    least squares from the unmixed sources of Algorithm 3) with its sign from Algorithm 6; the output
+    weights by least squares on the refinement rows (Lemma 20)."""
+    n_ref = res.diagnostics["n_refine"]
+    Xb, Yb = split_refinement(source, n_ref)
+    V = np.array(res.hidden_weights, dtype=float)
+    bad = ~np.all(np.isfinite(V), axis=1)
+    if np.any(bad):
+        if approximate == "tensor":
+            approx = res.diagnostics["approximate_hidden_weights"]
+        else:   # ICA: directions from the unmixed sources by least squares
+            Z = Yb @ res.diagnostics["unmixing"].T
+            approx = np.linalg.lstsq(Xb, np.maximum(Z, 0.0), rcond=None)[0].T
+        signed, _ = algorithm6(approx, Xb, Yb, activation=activation)
+        V[bad] = signed[bad]
+    U, _ = regression_output_weights(V, Xb, Yb, activation=activation)
+    return TwoLayerNetwork(V, None, U, None, activation)

@@ -52,7 +52,7 @@ from ...errors import AssumptionError, AssumptionWarning, InputError, NotFittedE
 from ..registry import register
 from .statistics import SampleMoments
 from .step1 import STEP1_METHODS, step1
-from .step2 import RefineResult, SampleSlabs, refine_estimate
+from .step2 import RefineEstimateResult, SampleSlabs, refine_estimate
 
 __all__ = ["HalfspaceResult", "learn_halfspaces", "HalfspaceIntersectionClassifier", "STEP2_DEFAULTS",
            "halfspace_labels"]
@@ -98,7 +98,7 @@ class HalfspaceResult:
     step1_normals : ndarray (d, n)    Step 1's normals (same orientation convention)
     threshold : float
     union : bool
-    refinements : list                one :class:`~nnrecover.learners.goel2019.step2.RefineResult` per
+    refinements : list                one :class:`~nnrecover.learners.goel2019.step2.RefineEstimateResult` per
                                       normal (empty when Step 2 did not run); their traces are Step 2's
                                       angle-estimate diagnostics
     fire_rate : float                 fraction of samples with ``f = 1``
@@ -192,7 +192,7 @@ def learn_halfspaces(X: Any, inside: Any, n_halfspaces: int, threshold: float, *
     s1 = step1(moments, d, method=step1_method, rng=gen, **(step1_options or {}))
     V = np.array(s1.weights, dtype=np.float64)          # rows ~ the firing directions (-w_i or w_i)
     t1 = time.perf_counter()
-    refinements: list[RefineResult] = []
+    refinements: list[RefineEstimateResult] = []
     if step2:
         # thinnest slab that still holds about MIN_SLAB_POINTS rows at t (N phi(t) eps points)
         min_width = MIN_SLAB_POINTS / (X.shape[0] * math.exp(-0.5 * t * t) / math.sqrt(2.0 * math.pi))

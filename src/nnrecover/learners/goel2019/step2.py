@@ -90,7 +90,7 @@ from ...errors import AssumptionError, InputError
 from ...refine import gather_samples
 from ..registry import register
 
-__all__ = ["SlabSource", "SampleSlabs", "ConditionalSlabSampler", "TanAlphaEstimate", "RefineResult",
+__all__ = ["SlabSource", "SampleSlabs", "ConditionalSlabSampler", "TanAlphaEstimate", "RefineEstimateResult",
            "estimate_tan_alpha", "refine_estimate", "angle_between", "PAPER_LEVELS", "REFINE_MODES",
            "refine_units", "step2_defaults", "STEP2_HOLDOUT", "STEP2_GATHER_BYTES", "ES_PROGRESS_RATE"]
 
@@ -578,7 +578,7 @@ def _check_levels(levels: Any) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------ RefineEstimate
 @dataclass
-class RefineResult:
+class RefineEstimateResult:
     """Result of :func:`refine_estimate` with the angle-estimate trace (one entry per iteration).
 
     Attributes
@@ -639,7 +639,7 @@ def refine_estimate(z0: Any, source: SlabSource, *, threshold: float, slab_width
                     max_rejections: int | None = None, relative_slab_width: float | None = None,
                     min_slab_width: float = 0.0, levels: Any = PAPER_LEVELS,
                     search_interval: tuple[float, float] | None = None, xtol: float | None = None,
-                    rng: Any = None) -> RefineResult:
+                    rng: Any = None) -> RefineEstimateResult:
     """RefineEstimate (paper Algorithm 1; Lemma 7, Theorem 5): random local search that shrinks the angle
     between ``z`` and a unit, scored by :func:`estimate_tan_alpha`.
 
@@ -692,7 +692,7 @@ def refine_estimate(z0: Any, source: SlabSource, *, threshold: float, slab_width
 
     Returns
     -------
-    RefineResult
+    RefineEstimateResult
         With the angle-estimate trace (Step 2 diagnostics).
 
     Raises
@@ -798,7 +798,7 @@ def refine_estimate(z0: Any, source: SlabSource, *, threshold: float, slab_width
                     acceptance_decrease=decrease, confidence=confidence, slab_width=width0,
                     relative_slab_width=relative_slab_width, min_slab_width=min_width,
                     target_angle=target, source=type(source).__name__)
-    return RefineResult(direction=z, estimate=cached, start_estimate=first,
+    return RefineEstimateResult(direction=z, estimate=cached, start_estimate=first,
                         converged=stop == "target" or cached.angle <= target,
                         n_iter=len(acc_trace), angle_estimates=np.asarray(est_trace, dtype=np.float64),
                         candidate_estimates=np.asarray(cand_trace, dtype=np.float64),
