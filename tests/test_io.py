@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import nnrecover as nr
-from nnrecover import io
+from nnrecover import files, io
 from nnrecover.errors import InputError
 
 FORMATS = (".npz", ".npy", ".csv", ".parquet")
@@ -249,7 +249,7 @@ def test_atomic_output_replaces_only_when_complete(tmp_path):
     target = tmp_path / "f.txt"
     target.write_text("old")
     target.chmod(0o640)
-    with io.atomic_output(target) as tmp:
+    with files.atomic_output(target) as tmp:
         assert tmp.parent == tmp_path and tmp.name.startswith(".f.txt.part-")
         tmp.write_text("new")
         assert target.read_text() == "old"  # nothing visible before the block ends
@@ -257,7 +257,7 @@ def test_atomic_output_replaces_only_when_complete(tmp_path):
     assert target.stat().st_mode & 0o777 == 0o640  # the replaced file's mode is kept
     for exc in (RuntimeError("writer failed"), KeyboardInterrupt()):
         with pytest.raises(type(exc)):
-            with io.atomic_output(target) as tmp:
+            with files.atomic_output(target) as tmp:
                 tmp.write_text("half")
                 raise exc
         assert target.read_text() == "new" and _siblings(target) == ["f.txt"]
@@ -269,17 +269,17 @@ def test_atomic_outputs_replace_all_files_or_none(tmp_path):
     b.write_text("old b")
     for exc in (RuntimeError("figure failed"), KeyboardInterrupt()):
         with pytest.raises(type(exc)):
-            with io.atomic_outputs([a, b]) as (ta, tb):
+            with files.atomic_outputs([a, b]) as (ta, tb):
                 assert ta.suffix == ".csv" and tb.suffix == ".json"   # writers that choose by suffix
                 ta.write_text("new a")                                # the first file is complete ...
                 raise exc                                             # ... the second never is
         assert (a.read_text(), b.read_text()) == ("old a", "old b") and _siblings(a) == ["a.csv", "b.json"]
-    with io.atomic_outputs([a, b]) as (ta, tb):
+    with files.atomic_outputs([a, b]) as (ta, tb):
         ta.write_text("new a")
         tb.write_text("new b")
     assert (a.read_text(), b.read_text()) == ("new a", "new b") and _siblings(a) == ["a.csv", "b.json"]
     with pytest.raises(InputError, match="same file twice"):
-        with io.atomic_outputs([a, tmp_path / "." / "a.csv"]):
+        with files.atomic_outputs([a, tmp_path / "." / "a.csv"]):
             pass
 
 
@@ -292,18 +292,18 @@ def test_outputs_that_are_not_regular_files_or_inputs_are_refused(tmp_path):
     link.symlink_to(fifo)               # a rename would replace the pipe itself by a file
     for path in (fifo, link):
         with pytest.raises(InputError, match="not a regular file"):
-            io.check_writable(path)
+            files.check_writable(path)
         with pytest.raises(InputError, match="not a regular file"):
-            with io.atomic_output(path):
+            with files.atomic_output(path):
                 pass
     assert fifo.is_fifo()
     data = tmp_path / "data.npz"
     data.write_bytes(b"x")
     with pytest.raises(InputError, match="--out .* same file as DATA"):
-        io.check_distinct({"DATA": str(data)}, {"--out": str(tmp_path / "." / "data.npz")})
+        files.check_distinct({"DATA": str(data)}, {"--out": str(tmp_path / "." / "data.npz")})
     with pytest.raises(InputError, match="--diagnostics .* same file as --out"):
-        io.check_distinct({"DATA": str(data)}, {"--out": tmp_path / "m.json", "--diagnostics": tmp_path / "m.json"})
-    io.check_distinct({"DATA": str(data), "--targets": None}, {"--out": tmp_path / "m.json", "--diagnostics": None})
+        files.check_distinct({"DATA": str(data)}, {"--out": tmp_path / "m.json", "--diagnostics": tmp_path / "m.json"})
+    files.check_distinct({"DATA": str(data), "--targets": None}, {"--out": tmp_path / "m.json", "--diagnostics": None})
 
 
 @pytest.mark.parametrize("ext", FORMATS)
@@ -334,14 +334,14 @@ def test_a_stream_that_fails_midway_leaves_the_previous_file(tmp_path, data, ext
 def test_check_writable_and_free_space(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(InputError, match="is a file, not a folder"):
-        io.check_writable(tmp_path / "file" / "x.json", "--out")
+        files.check_writable(tmp_path / "file" / "x.json", "--out")
     with pytest.raises(InputError, match="is a directory"):
-        io.check_writable(tmp_path, "--out")
-    out = io.check_writable(tmp_path / "new" / "deeper" / "x.json", "--out")
+        files.check_writable(tmp_path, "--out")
+    out = files.check_writable(tmp_path / "new" / "deeper" / "x.json", "--out")
     assert out.parent.is_dir() and list(out.parent.iterdir()) == []  # the probe is removed
     with pytest.raises(InputError, match=r"need about .* PiB .* free"):
-        io.check_free_space(tmp_path / "x.npy", io.sample_file_bytes(10**15, 11, ".npy"), "10^15 rows")
-    io.check_free_space(tmp_path / "x.npy", io.sample_file_bytes(10, 11, ".npy"), "10 rows")
+        files.check_free_space(tmp_path / "x.npy", io.sample_file_bytes(10**15, 11, ".npy"), "10^15 rows")
+    files.check_free_space(tmp_path / "x.npy", io.sample_file_bytes(10, 11, ".npy"), "10 rows")
 
 
 # ------------------------------------------------------------------------------------------ corrupt files

@@ -520,7 +520,7 @@ def test_fit_summary_says_when_the_model_has_fewer_units_than_asked(tmp_path):
 def test_atomic_output_through_a_symbolic_link_replaces_its_target(tmp_path):
     # `--out link.json` where link.json -> real/m.json: the link must stay a link and the file it
     # points to get the new content (os.replace on the link itself would turn it into a regular file)
-    from nnrecover.io import write_text_atomic
+    from nnrecover.files import write_text_atomic
 
     (tmp_path / "real").mkdir()
     target = tmp_path / "real" / "m.json"

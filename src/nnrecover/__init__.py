@@ -19,7 +19,7 @@ __all__ = ["TwoLayerNetwork", "random_network", "sample", "sample_stream", "Samp
            "learners", "metrics", "moments", "hermite", "tensor", "refine", "experiments", "check",
            "extract", "extraction", "__version__"]
 
-_LAZY = {"learners", "metrics", "moments", "hermite", "tensor", "refine", "experiments", "io", "extraction"}
+_LAZY = {"learners", "metrics", "moments", "hermite", "tensor", "refine", "experiments", "io", "files", "extraction", "data", "evidence"}
 #: functions imported on first use: name -> module
 _LAZY_FUNCTIONS = {"check": "assumptions", "extract": "extraction"}
 

@@ -1,6 +1,6 @@
 """Physical memory: what the platform says is available, and byte counts written for people.
 
-Commands and streams refuse work that cannot fit before they start it (:func:`nnrecover.io.check_free_space`,
+Commands and streams refuse work that cannot fit before they start it (:func:`nnrecover.files.check_free_space`,
 :meth:`nnrecover.sampling.SampleStream.materialize`); both ask this module.
 """
 

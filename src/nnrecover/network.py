@@ -35,7 +35,7 @@ from ._validation import (
 )
 from .activations import Activation, get_activation
 from .errors import InputError
-from .io import atomic_output, check_npz_members
+from .files import atomic_output, check_npz_members
 
 __all__ = ["TwoLayerNetwork", "random_network"]
 
@@ -269,7 +269,7 @@ class TwoLayerNetwork:
         Notes
         -----
         The file is written to a temporary name in the same folder and renamed into place when
-        complete (:func:`nnrecover.io.atomic_output`): an interrupted save leaves the old file.
+        complete (:func:`nnrecover.files.atomic_output`): an interrupted save leaves the old file.
         """
 
         path = Path(path)

@@ -7,40 +7,16 @@ import warnings
 
 import numpy as np
 import pytest
+from extraction_boxes import CountingModel, angles, rel_error
 
 import nnrecover as nr
-from nnrecover.errors import AssumptionError, CertificateWarning, InputError, QueryBudgetError
+from nnrecover.errors import (
+    AssumptionError,
+    CertificateWarning,
+    InputError,
+    QueryBudgetError,
+)
 from nnrecover.extraction import ExtractionResult, extract
-
-
-def _angles(est: nr.TwoLayerNetwork, truth: nr.TwoLayerNetwork) -> np.ndarray:
-    """For every true row, the angle to the closest recovered row (sign counts), computed as
-    2 arcsin(|w - w'| / 2) so that it is accurate near 0 (arccos of a cosine is not)."""
-    E, T = est.canonical().hidden_weights, truth.canonical().hidden_weights
-    dist = np.linalg.norm(E[:, None, :] - T[None, :, :], axis=2)
-    return 2 * np.arcsin(np.minimum(dist.min(axis=0), 2.0) / 2)
-
-
-def _rel_error(est, truth, d, rng=123, n=4000):
-    X = np.random.default_rng(rng).standard_normal((n, d))
-    y, g = truth.predict(X), est.predict(X)
-    return float(np.linalg.norm(g - y) / np.linalg.norm(y))
-
-
-class CountingModel:
-    """A black box that counts the rows it is asked for, independently of the library."""
-
-    def __init__(self, net, dtype=np.float64):
-        self.net, self.rows, self.dtype = net, 0, dtype
-        self.arrays = [np.asarray(a, dtype) for a in (net.hidden_weights, net.hidden_bias,
-                                                       net.output_weights, net.output_bias)]
-
-    def __call__(self, X):
-        self.rows += X.shape[0]
-        W, b, A, c = self.arrays
-        X = np.asarray(X, self.dtype)
-        Y = np.maximum(X @ W.T + b, 0) @ A.T + c
-        return Y[:, 0] if Y.shape[1] == 1 else Y
 
 
 def _relu_net(k, d, p=1, seed=0):
@@ -59,8 +35,8 @@ def test_exact_wide_scalar_network_with_biases():
     res = extract(model, d, rng=0)
     assert isinstance(res, ExtractionResult)
     assert res.network_.n_hidden == k
-    assert _angles(res.network_, net).max() < 1e-8
-    assert _rel_error(res.network_, net, d) < 1e-9
+    assert angles(res.network_, net).max() < 1e-8
+    assert rel_error(res.network_, net, d) < 1e-9
     assert res.n_queries_ == model.rows == res.diagnostics_["queries"]
     assert res.diagnostics_["certificate"]["passed"]
     assert res.diagnostics_["certificate"]["relative_error"] < 1e-9
@@ -78,15 +54,15 @@ def test_d10_k50_float64_and_float32_boxes():
     net = nr.random_network(d, k, rng=1, bias_range=(-1, 1))
     res = extract(net.predict, d, rng=0)
     assert res.network_.n_hidden == k
-    assert _angles(res.network_, net).max() < 1e-8
-    assert _rel_error(res.network_, net, d) < 1e-9
+    assert angles(res.network_, net).max() < 1e-8
+    assert rel_error(res.network_, net, d) < 1e-9
     assert res.n_queries_ == res.diagnostics_["queries"] > 0
     box = CountingModel(net, np.float32)
     res32 = extract(box, d, rng=0)
     assert res32.network_.n_hidden == k
     cert = res32.diagnostics_["certificate"]
     assert cert["passed"] and 1e-8 < cert["relative_error"] < 1e-5
-    assert _rel_error(res32.network_, net, d) < 1e-5
+    assert rel_error(res32.network_, net, d) < 1e-5
 
 
 def test_exact_vector_outputs_and_given_width():
@@ -94,8 +70,8 @@ def test_exact_vector_outputs_and_given_width():
     net = nr.random_network(d, k, p, rng=5, bias_range=(-1, 1), output_bias_range=(-1, 1))
     res = extract(net.predict, d, n_hidden=k, rng=1)
     assert res.network_.n_outputs == p and res.network_.n_hidden == k
-    assert _angles(res.network_, net).max() < 1e-8
-    assert _rel_error(res.network_, net, d) < 1e-9
+    assert angles(res.network_, net).max() < 1e-8
+    assert rel_error(res.network_, net, d) < 1e-9
     err = nr.metrics.parameter_error(res.network_, net)["max_unit_error"]
     assert err < 1e-8
 
@@ -110,7 +86,7 @@ def test_rarely_active_unit_is_found():
     net = nr.TwoLayerNetwork(net.hidden_weights, b, net.output_weights, net.output_bias)
     res = extract(net.predict, d, rng=2)
     assert res.network_.n_hidden == k
-    assert _angles(res.network_, net).max() < 1e-8
+    assert angles(res.network_, net).max() < 1e-8
     X = 4.0 * np.random.default_rng(0).standard_normal((4000, d))   # a region where unit 0 is active
     assert np.max(np.abs(res.predict(X) - net.predict(X))) < 1e-9 * np.max(np.abs(net.predict(X)))
 
@@ -123,7 +99,7 @@ def test_unit_without_output_weight_is_reported_unidentifiable():
     net = nr.TwoLayerNetwork(net.hidden_weights, net.hidden_bias, A, net.output_bias)
     res = extract(net.predict, d, rng=0)
     assert res.network_.n_hidden == k - 1
-    assert _rel_error(res.network_, net, d) < 1e-9
+    assert rel_error(res.network_, net, d) < 1e-9
     with pytest.warns(CertificateWarning, match="unidentifiable"):
         res2 = extract(net.predict, d, n_hidden=k, rng=0)
     assert res2.diagnostics_["unidentifiable_units"] == 1
@@ -165,8 +141,8 @@ def test_float32_black_box_precision_and_no_false_units():
     assert res.network_.n_hidden == k                          # no false units
     cert = res.diagnostics_["certificate"]
     assert cert["passed"] and 1e-8 < cert["relative_error"] < 1e-5
-    assert _angles(res.network_, net).max() < 1e-4
-    assert _rel_error(res.network_, net, d) < 1e-5
+    assert angles(res.network_, net).max() < 1e-4
+    assert rel_error(res.network_, net, d) < 1e-5
 
 
 def test_float32_box_d100_k50_reaches_round_off_with_every_unit():
@@ -180,8 +156,8 @@ def test_float32_box_d100_k50_reaches_round_off_with_every_unit():
     res = extract(CountingModel(net, np.float32), d, rng=0)
     assert res.network_.n_hidden == k                          # every unit, none false
     assert res.diagnostics_["certificate"]["passed"]
-    assert _angles(res.network_, net).max() < 3e-5
-    assert _rel_error(res.network_, net, d) < 1e-5
+    assert angles(res.network_, net).max() < 3e-5
+    assert rel_error(res.network_, net, d) < 1e-5
 
 
 @pytest.mark.slow

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import nnrecover as nr
+from nnrecover.cli.extract import add_parser, run
 from nnrecover.errors import InputError, QueryBudgetError
 from nnrecover.extraction import extract
-from nnrecover.cli.extract import add_parser, run
 from nnrecover.extraction.loaders import load_model
 
 

@@ -6,16 +6,11 @@ import warnings
 
 import numpy as np
 import pytest
+from extraction_boxes import rel_error
 
 import nnrecover as nr
 from nnrecover.errors import CertificateWarning, InputError, QueryBudgetError
 from nnrecover.extraction import extract
-
-
-def _rel_error(est, truth, d, rng=123, n=4000):
-    X = np.random.default_rng(rng).standard_normal((n, d))
-    y, g = truth.predict(X), est.predict(X)
-    return float(np.linalg.norm(g - y) / np.linalg.norm(y))
 
 
 # ------------------------------------------------------------------------------------ sample-only
@@ -26,11 +21,11 @@ def test_moments_route_scalar_and_vector():
     net = nr.random_network(d, k, rng=0, bias_range=(-0.5, 0.5))
     res = extract(net.predict, d, method="moments", rng=0, n_samples=60_000, input_scale=2.0)
     assert res.network_.n_hidden == k and res.diagnostics_["width"]["n_hidden"] == k
-    assert _rel_error(res.network_, net, d) < 1e-9
+    assert rel_error(res.network_, net, d) < 1e-9
     assert res.n_queries_ == 60_000 + 2000 and res.diagnostics_["certificate"]["passed"]
     net3 = nr.random_network(6, 3, 4, rng=0, bias_range=(-0.5, 0.5))
     res3 = extract(net3.predict, 6, method="moments", rng=0, n_samples=60_000, n_hidden=3)
-    assert res3.network_.n_outputs == 4 and _rel_error(res3.network_, net3, 6) < 1e-9
+    assert res3.network_.n_outputs == 4 and rel_error(res3.network_, net3, 6) < 1e-9
 
 
 def test_moments_route_warns_when_its_certificate_fails():

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import nnrecover as nr
+from nnrecover.cli.extract import add_parser, run
 from nnrecover.errors import CertificateWarning, InputError, QueryBudgetError
 from nnrecover.extraction import extract
-from nnrecover.cli.extract import add_parser, run
 from nnrecover.extraction.loaders import load_model
 from nnrecover.metrics import parameter_error
 

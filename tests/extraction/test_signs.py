@@ -9,41 +9,12 @@ import warnings
 
 import numpy as np
 import pytest
+from extraction_boxes import CountingModel, angles, rel_error
 
 import nnrecover as nr
 from nnrecover.errors import CertificateWarning, InputError
 from nnrecover.extraction import extract
 from nnrecover.extraction.signs import resolve_signs
-
-
-def _angles(est: nr.TwoLayerNetwork, truth: nr.TwoLayerNetwork) -> np.ndarray:
-    """For every true row, the angle to the closest recovered row (sign counts), computed as
-    2 arcsin(|w - w'| / 2) so that it is accurate near 0 (arccos of a cosine is not)."""
-    E, T = est.canonical().hidden_weights, truth.canonical().hidden_weights
-    dist = np.linalg.norm(E[:, None, :] - T[None, :, :], axis=2)
-    return 2 * np.arcsin(np.minimum(dist.min(axis=0), 2.0) / 2)
-
-
-def _rel_error(est, truth, d, rng=123, n=4000):
-    X = np.random.default_rng(rng).standard_normal((n, d))
-    y, g = truth.predict(X), est.predict(X)
-    return float(np.linalg.norm(g - y) / np.linalg.norm(y))
-
-
-class CountingModel:
-    """A black box that counts the rows it is asked for, independently of the library."""
-
-    def __init__(self, net, dtype=np.float64):
-        self.net, self.rows, self.dtype = net, 0, dtype
-        self.arrays = [np.asarray(a, dtype) for a in (net.hidden_weights, net.hidden_bias,
-                                                       net.output_weights, net.output_bias)]
-
-    def __call__(self, X):
-        self.rows += X.shape[0]
-        W, b, A, c = self.arrays
-        X = np.asarray(X, self.dtype)
-        Y = np.maximum(X @ W.T + b, 0) @ A.T + c
-        return Y[:, 0] if Y.shape[1] == 1 else Y
 
 
 def _subset_sum(m, k, noise, seed):
@@ -158,6 +129,6 @@ def test_wide_scalar_box_k_10d_is_oriented():
         warnings.simplefilter("error", CertificateWarning)
         res = extract(CountingModel(net), d, rng=0, sign_time_limit=60)
     assert res.network_.n_hidden == k and res.diagnostics_["linear_units"] == 0
-    assert _angles(res.network_, net).max() < 1e-8
-    assert _rel_error(res.network_, net, d) < 1e-9
+    assert angles(res.network_, net).max() < 1e-8
+    assert rel_error(res.network_, net, d) < 1e-9
     assert res.diagnostics_["signs"]["method"].startswith("0/1 solve by lattice")

@@ -11,11 +11,11 @@ Warnings are shown as one ``nnrecover: warning: ...`` line each.
 Outputs: every output path is checked for writability (and, for ``simulate``, the folder's free
 space against the size of the samples) before the command starts its work; an output that names an
 input file or another output, or a path that is not a regular file (a device, a pipe), is refused
-(:func:`nnrecover.io.check_distinct`). Every file is written to a temporary file in the same folder
-that is renamed into place only when complete (:func:`nnrecover.io.atomic_output`), and the files of
+(:func:`nnrecover.files.check_distinct`). Every file is written to a temporary file in the same folder
+that is renamed into place only when complete (:func:`nnrecover.files.atomic_output`), and the files of
 one result (``fit``'s model and diagnostics, ``extract``'s network and diagnostics, the files of
 ``demo`` and ``experiment``) are renamed together once all are complete
-(:func:`nnrecover.io.atomic_outputs`). An error, Ctrl-C (exit 130) or SIGTERM (exit 143) leaves every
+(:func:`nnrecover.files.atomic_outputs`). An error, Ctrl-C (exit 130) or SIGTERM (exit 143) leaves every
 output as it was; a ``fit`` whose model predicts non-finite values on its training data writes
 nothing (exit 1).
 

@@ -25,8 +25,8 @@ import numpy as np
 from .. import distributions as D
 from .._validation import as_float_array, check_finite
 from ..errors import ConvergenceError, InputError
-from ..io import (SAMPLE_FORMATS, atomic_outputs, check_distinct, check_free_space, check_writable, load_samples,
-                  prepare_output_dir, sample_file_bytes, save_sample_stream, write_text_atomic)
+from ..io import SAMPLE_FORMATS, load_samples, sample_file_bytes, save_sample_stream
+from ..files import atomic_outputs, check_distinct, check_free_space, check_writable, prepare_output_dir, write_text_atomic
 from ..network import TwoLayerNetwork, random_network
 from ..sampling import sample, sample_stream
 
@@ -103,14 +103,14 @@ def _json_text(data: dict) -> str:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    """Write ``data`` as JSON, completely or not at all (:func:`nnrecover.io.write_text_atomic`)."""
+    """Write ``data`` as JSON, completely or not at all (:func:`nnrecover.files.write_text_atomic`)."""
     write_text_atomic(path, _json_text(data))
 
 
 def _out_file(path: str, flag: str = "--out") -> Path:
     """An output file that can be written, checked before the command does its work.
 
-    The folder is created if missing and probed with a temporary file (:func:`nnrecover.io.check_writable`),
+    The folder is created if missing and probed with a temporary file (:func:`nnrecover.files.check_writable`),
     so that an unwritable path is a one-line error before any computation, not after it.
     """
     return check_writable(path, flag)

@@ -4,7 +4,7 @@
 black box (:func:`nnrecover.extraction.loaders.load_model`), extracts it with a progress bar on
 stderr, prints the queries used, the time and the certified error on fresh queries, and writes the
 network (``--out``, ``.json`` or ``.npz``) and its diagnostics (``--diagnostics``, default
-``<out>.diagnostics.json``) together: both files or neither (:func:`nnrecover.io.atomic_outputs`), and
+``<out>.diagnostics.json``) together: both files or neither (:func:`nnrecover.files.atomic_outputs`), and
 never over the model file. When the budget runs out the diagnostics of the partial result are written
 beside them as ``<diagnostics stem>.partial.json`` (the files of an earlier complete run are left as they
 were) and the error (one line) says what was recovered. A result whose certificate failed never
@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import InputError, QueryBudgetError
 from ..extraction import extract, load_model
-from ..io import atomic_outputs, check_distinct, check_writable, write_text_atomic
+from ..files import atomic_outputs, check_distinct, check_writable, write_text_atomic
 
 __all__ = ["add_parser", "run"]
 

@@ -11,7 +11,7 @@ runs it with one seeded random stream, and writes three files into ``out_dir``:
                    platform, CPU count, UTC start/end time and wall time. No host name or user name.
 
 The folder is checked for writability before the experiment runs, and the three files are written
-together through :func:`nnrecover.io.atomic_outputs` (all of them complete, or none replaced).
+together through :func:`nnrecover.files.atomic_outputs` (all of them complete, or none replaced).
 
 It also provides the two helpers every driver of learners needs (the CLI, the demo and the
 experiments): :func:`learner_parameters` (the options a learner class accepts) and
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from ..errors import InputError
-from ..io import atomic_outputs, prepare_output_dir
+from ..files import atomic_outputs, prepare_output_dir
 from . import get_experiment
 
 if TYPE_CHECKING:

@@ -33,13 +33,8 @@ the ReLU disappears from every moment of even total degree, and by Lemma 7
 ``E[s(a.x) s(b.x) x x^T] = E[(a.x)(b.x) x x^T] / 2 - mat(N_ab) / 2``, with Isserlis' theorem for the
 Gaussian fourth moments and Lemma 19 for ``N_ab``.
 
-:func:`symmetry_test` tests ``H0: x and -x have the same law`` through the odd features
-``g(x) = (x, x**3)`` (elementwise), whose mean vanishes under H0: Hotelling's statistic
-``n gbar^T Cov(g)^+ gbar`` is asymptotically chi-square with ``rank Cov(g)`` degrees of freedom.
-On many rows (``gram_rows`` / :class:`SymmetryStatistic` with ``stride > 1``) the mean ``gbar`` and the
-variances of ``g`` come from all ``n`` rows (``O(n d)``) and only the correlations of ``g`` from every
-``stride``-th row (``O(m (2 d)^2)``, ``m ~ n / stride``), see :class:`SymmetryStatistic` for the law and
-the power of that form.
+The same pass adds the sums of the test that ``x`` and ``-x`` are equal in law (Section 2.1), whose
+statistic is :mod:`nnrecover.moments.symmetry`'s.
 """
 
 from __future__ import annotations
@@ -53,6 +48,9 @@ from ...moments.base import ROW_BLOCK_VALUES, Statistic, row_blocks
 from ...moments.symmetry import SymmetryTest, add_symmetry_sums, symmetry_from_sums
 from .distinguishing import gaussian_distinguishing_matrix
 from .symmetric import n_sym
+
+__all__ = ["PartMoments", "DetectorMoments", "PureNeuronMoments", "PureNeuronStatistic", "gaussian_population_moments",
+           "SPLIT_LAYOUTS"]
 
 #: pair-to-part layouts: "none" one part; "alg3" halves (T | readout); "alg4" 1/2, 1/4, 1/4
 #: (projection | T | readout), Appendix A.3.
