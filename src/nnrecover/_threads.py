@@ -12,7 +12,7 @@ Two facts decide the design:
   laptop and on CI). A BLAS routine may split a reduction differently for different thread counts.
 
 Hence every public heavy entry point (``BaseLearner.fit`` and ``fit_population``; the chunk passes
-of :func:`nnrecover.moments.accumulate`) runs its BLAS calls on **one** thread through
+of :func:`nnrecover.data.accumulate`) runs its BLAS calls on **one** thread through
 :func:`blas_threads`, which restores the caller's setting on exit (also when an exception leaves
 the block). The cores are used instead one level up, by running the chunk updates of a pass in
 worker threads (:func:`nnrecover.data.iterate_chunks` feeds them; numpy releases the GIL

@@ -218,7 +218,7 @@ def first_look_rows(d: int) -> int:
 
 def _accumulate_head(stat: Statistic, source, n_rows: int, chunk_size: int | None) -> Statistic:
     """``stat`` updated with the first ``n_rows`` rows of ``source`` (a stream is read only that far), with
-    one BLAS thread per product as in :func:`~nnrecover.moments.accumulate` (``nnrecover._threads``)."""
+    one BLAS thread per product as in :func:`~nnrecover.data.accumulate` (``nnrecover._threads``)."""
 
     with blas_threads(1):
         for X, Y in Head(source, n_rows, chunk_size):

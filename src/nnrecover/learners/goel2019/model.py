@@ -47,6 +47,7 @@ from ..._validation import (
     check_random_state,
 )
 from ...errors import AssumptionError, InputError
+from ...hermite.polynomials import hermite_table
 
 __all__ = [
     "ACTIVATIONS", "UpperPolynomial", "CallableUpper", "HighThresholdNetwork",
@@ -95,17 +96,6 @@ def threshold_activation(activation: str, threshold: float) -> Callable[[np.ndar
     return lambda a: special.expit(np.asarray(a, dtype=np.float64) - t)
 
 
-def _he_all(k_max: int, t: float) -> np.ndarray:
-    """Probabilists' Hermite polynomials ``He_0(t) .. He_{k_max}(t)`` (recurrence)."""
-    out = np.empty(k_max + 1)
-    out[0] = 1.0
-    if k_max >= 1:
-        out[1] = t
-    for k in range(1, k_max):
-        out[k + 1] = t * out[k] - k * out[k - 1]
-    return out
-
-
 def threshold_hermite_coefficients(activation: str, threshold: float, k_max: int = 4, *,
                                    power: int = 1) -> np.ndarray:
     """Normalised Hermite coefficients ``u_hat_k = E[u_t(g)^power h_k(g)]``, ``g ~ N(0, 1)``, k = 0..k_max.
@@ -135,7 +125,7 @@ def threshold_hermite_coefficients(activation: str, threshold: float, k_max: int
     power = check_positive_int(power, "power")
     norms = np.sqrt(special.factorial(np.arange(k_max + 1)))
     phi = math.exp(-0.5 * t * t) / _SQRT2PI
-    he = _he_all(k_max + 1, t)
+    he = hermite_table(k_max + 1, t)
     if act == "step" or (act == "relu" and power == 1):
         out = np.empty(k_max + 1)
         if act == "step":
@@ -152,13 +142,13 @@ def threshold_hermite_coefficients(activation: str, threshold: float, k_max: int
     if act == "relu":
         for k in range(k_max + 1):
             def integrand(g, k=k):
-                return (g - t) ** power * _he_all(k, g)[k] * math.exp(-0.5 * g * g) / _SQRT2PI
+                return (g - t) ** power * hermite_table(k, g)[k] * math.exp(-0.5 * g * g) / _SQRT2PI
             out[k] = integrate.quad(integrand, t, np.inf, epsabs=1e-15, epsrel=1e-12, limit=200)[0]
         return out / norms
     nodes, weights = np.polynomial.hermite_e.hermegauss(200)
     weights = weights / _SQRT2PI
     vals = special.expit(nodes - t) ** power
-    he_nodes = np.polynomial.hermite_e.hermevander(nodes, k_max)
+    he_nodes = hermite_table(k_max, nodes)
     return (weights * vals) @ he_nodes / norms
 
 
