@@ -1,0 +1,841 @@
+"""Extraction of a ReLU network of any depth from chosen queries, layer by layer.
+
+``f(x) = A relu(W_L ... relu(W_1 x + b_1) ... + b_L) + c`` is recovered from a black box in the
+manner of Carlini, Jagielski and Mironov, "Cryptanalytic Extraction of Neural Network Models"
+(CRYPTO 2020, Sections 4-6): critical points on lines, the weights of one layer at a time from
+critical points of its neurons, signs, then the next layer. The steps and their names in the papers:
+
+1. **Critical points** (CJM Section 4.2): kinks of ``s -> f(x0 + s v)`` on random lines, located
+   exactly (:func:`~nnrecover.extraction.lines.search_line`); the local normal of the boundary at each
+   from the gradient jump (Section 4.3, :func:`~nnrecover.extraction.lines.gradient_jumps`).
+2. **Signatures** of layer ``l`` (CJM Section 5, "recovering the weights of deeper layers"): a neuron of
+   layer ``l`` is a hyperplane in the features ``phi = [relu(zeta_{l-1}), h_{l-2}]`` of the known
+   layers (:mod:`~nnrecover.extraction.stack`). Its boundary in input space is bent at the boundaries
+   of the known neurons; :meth:`DeepExtractor._trace` walks along it from one critical point, crossing
+   one known boundary at a time. At a crossing of known neuron ``m`` the local affine form of the
+   target changes by ``c zeta_m`` (one scalar), read from one critical point just beyond: the
+   coefficients of layer ``l - 1`` are these ``c``. This replaces CJM's clustering of partial
+   signatures, and it works in expansive layers too (wider than the input), where a single critical
+   point gives only a partial signature.
+3. **Precision improvement** (CJM Section 6): critical points located exactly at the zeros that the
+   estimate predicts on random lines (:meth:`DeepExtractor._anchor_fit`); the neuron is the null
+   vector of their features (total least squares). A candidate whose points are not coplanar in
+   feature space to the located precision was a neuron of a deeper layer and is set aside.
+4. **Signs** (CJM Section 4.4; polynomial in Canales-Martinez et al., EUROCRYPT 2024): the skip
+   coefficients ``u_s`` of the next layer (or of the output layer) are ``-sum_j t_j u_j w_j`` over the
+   flipped neurons ``t``: linear equations in ``t`` in {0, 1}, solved by
+   :func:`~nnrecover.extraction.signs.resolve_signs`.
+5. **Depth**: after each layer the output layer is fitted by least squares on the features; when it
+   explains the box to its noise the network is complete, otherwise the kinks not yet explained
+   belong to a deeper layer.
+
+Paper -> code: the critical point ``x*`` -> ``kink["x"]``; the signature of a neuron (its weights up to
+a scalar) -> a row ``u`` of the layer's ``U``; the sign vector -> ``t``.
+
+What cannot be recovered: a neuron whose effect on the output is zero wherever its boundary is crossed
+(dead downstream, or never crossed by the searched lines) leaves no critical point; it does not change
+the function on the searched region and is reported per layer as unidentifiable.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+
+from .._threads import blas_threads
+from ..errors import AssumptionError, CertificateWarning
+from .lines import gradient_jumps, normal_from_jump, search_line
+from .planes import _locate_along
+from .queries import KAPPA, NoiseModel, QueryOracle, query_batched
+from .signs import resolve_signs
+from .stack import KnownLayers
+
+__all__ = ["DeepExtractor", "MAX_DEPTH"]
+
+#: hidden layers searched with ``depth="auto"`` before giving up
+MAX_DEPTH = 8
+#: anchors of the first, cheap batch that must show a critical point for a candidate to be pursued
+_FIRST_BATCH = 24
+
+
+def _locate_kinks(oracle: QueryOracle, P: np.ndarray, N: np.ndarray, delta: np.ndarray,
+                  noise: NoiseModel) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets ``s`` of the kink of ``s -> f(P_i + s N_i)`` in ``(-delta_i, delta_i)`` and whether one is there.
+
+    :func:`~nnrecover.extraction.planes._locate_along` also "locates" a kink on a segment that is
+    linear throughout (the two fitted lines coincide, their intersection is anywhere); a kink is kept
+    only when the slope changes by far more than the slopes' own round-off, ``noise / delta``.
+    """
+    s, beta, ok = _locate_along(oracle, P, N, delta, noise)
+    floor = 100 * KAPPA * noise.abs(np.linalg.norm(P, axis=1), 0.0) / delta
+    ok &= np.linalg.norm(beta, axis=1) > floor
+    return s, ok
+
+
+class DeepExtractor:
+    """State of one layer-by-layer extraction (the layers found so far survive a budget error).
+
+    Parameters
+    ----------
+    oracle : QueryOracle
+    n_inputs : int
+    rng : numpy.random.Generator
+    depth : int or None
+        Number of hidden layers, or None to find it.
+    widths : sequence of int or None
+        Hidden widths, when known: each layer's search stops once that many neurons are found.
+    input_scale, radius, patience, n_certify, sign_time_limit, output_range, log
+        As in :func:`nnrecover.extraction.extract`.
+    noise : NoiseModel, optional
+        The box's measured noise (measured here when not given).
+    """
+
+    def __init__(self, oracle: QueryOracle, n_inputs: int, rng: np.random.Generator, *, depth: int | None = None,
+                 widths=None, input_scale: float = 1.0, radius: float | None = None, patience: int | None = None,
+                 n_certify: int = 2000, sign_time_limit: float = 120.0,
+                 output_range: tuple[float, float] | None = None, noise: NoiseModel | None = None,
+                 log: Callable[[str], None] | None = None, on_layer: Callable[[int], None] | None = None):
+        self.oracle = oracle
+        self.d = int(n_inputs)
+        self.rng = rng
+        self.depth = depth
+        self.widths = None if widths is None else [int(w) for w in widths]
+        self.scale = float(input_scale)
+        self.radius = float(radius) if radius is not None else 4.0 * math.sqrt(self.d) * self.scale
+        self.patience = patience
+        self.n_certify = int(n_certify)
+        self.sign_time_limit = float(sign_time_limit)
+        self.output_range = output_range
+        self.noise = noise
+        self.log = log or (lambda msg: None)
+        self.on_layer = on_layer or (lambda layer: None)
+        self.known = KnownLayers(self.d)
+        self.kinks: list[dict] = []
+        self.lines = 0
+        self.stage = "calibration"
+        self.layer_info: list[dict] = []
+        self.diag: dict[str, Any] = {"method": "critical-points", "route": "layer by layer", "complete": False}
+        # per layer: the located critical points of each neuron (for the refits after the signs)
+        self._points: list[list[np.ndarray]] = []
+        self._current = None
+
+    # ------------------------------------------------------------------ tolerances
+    @property
+    def _float64(self) -> bool:
+        return self.noise.rel <= 1e-12
+
+    def _tls_tol(self) -> float:
+        """Largest relative singular value of the feature matrix of a neuron's critical points.
+
+        Points located to the box's round-off leave about ``1e-14`` (measured: 1e-15-1e-13 on float64
+        boxes); a deeper neuron's points, placed by a wrong prediction, leave 1e-4 or more.
+        """
+        return max(1e-9, 1e4 * self.noise.rel)
+
+    # ------------------------------------------------------------------ critical points on lines
+    def _search_line(self) -> list[dict]:
+        """One random line: its kinks, with the local normal of the boundary at each readable one."""
+        d = self.d
+        x0 = self.scale * self.rng.standard_normal(d)
+        v = self.rng.standard_normal(d)
+        v /= np.linalg.norm(v)
+        R = self.radius * (2.0 if self.lines % 3 == 2 else 1.0)
+        n_known = sum(self.known.widths) + sum(len(p) for p in self._layer_found)
+        lk = search_line(self.oracle, x0, v, -R, R, self.noise, n_grid=max(65, 4 * n_known + 1),
+                         output_range=self.output_range)
+        self.lines += 1
+        new = []
+        for i, s in enumerate(lk.s):
+            new.append({"x": x0 + s * v, "v": v, "line": self.lines, "R": R, "room": (lk.room_left[i], lk.room_right[i]),
+                        "normal": None, "status": "open"})
+        self.kinks += new
+        return new
+
+    def _read_normals(self, kinks: list[dict]) -> None:
+        """Local normal of the boundary at each kink from its gradient jump (CJM Section 4.3)."""
+        todo = [k for k in kinks if k["normal"] is None and k["status"] == "open"]
+        if not todo:
+            return
+        X = np.array([k["x"] for k in todo])
+        V = np.array([k["v"] for k in todo])
+        rl = np.array([k["room"][0] for k in todo])
+        rr = np.array([k["room"][1] for k in todo])
+        h = 20 * 0.005 if not self._float64 else 0.005
+        J, err, ok = gradient_jumps(self.oracle, X, V, rl, rr, self.noise, h_fraction=h)
+        for q, k in enumerate(todo):
+            if not ok[q]:
+                k["status"] = "unreadable"
+                continue
+            with blas_threads(1):
+                w, alpha = normal_from_jump(J[q], k["v"])
+            if not np.linalg.norm(alpha) > 0:
+                k["status"] = "unreadable"
+                continue
+            k["normal"] = w
+
+    def _explained(self, kink: dict) -> bool:
+        """Whether a known neuron (or one found in the current layer) has its boundary at this kink.
+
+        The pre-activation of each known neuron is evaluated just before and after the kink along its
+        line (no query): a sign change within the position tolerance explains it.
+        """
+        ds = kink["R"] * max(1e-7, 1e4 * self.noise.rel)
+        X = np.stack([kink["x"] - ds * kink["v"], kink["x"] + ds * kink["v"]])
+        Z = self.known.preactivations(X)
+        for z in Z:
+            if np.any(np.sign(z[0]) != np.sign(z[1])):
+                return True
+        U, beta = self._current_rows()
+        if U is not None:
+            zc = self.known.target_values(X, U, beta)
+            if np.any(np.sign(zc[0]) != np.sign(zc[1])):
+                return True
+        return False
+
+    # ------------------------------------------------------------------ one neuron of the next layer
+    def _local_plane(self, x0: np.ndarray, n0: np.ndarray) -> tuple[np.ndarray, float] | None:
+        """The boundary through ``x0`` fitted exactly inside the linear region of the known layers at ``x0``.
+
+        The gradient jump gives the normal only to about ``noise / h``; a walk from it would carry that
+        error into every crossing. Critical points located along ``n0`` at in-plane offsets smaller than
+        the distance to every known boundary lie on one hyperplane; their total-least-squares fit is
+        exact to the location precision.
+        """
+        d = self.d
+        G, e, zeta, _, _, _ = self.known.local(x0)
+        Gp = G - np.outer(G @ n0, n0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            room = np.abs(zeta) / np.linalg.norm(Gp, axis=1)
+        room = np.where(np.isfinite(room), room, np.inf)
+        rho = min(0.5 * float(room.min()), self.scale)
+        m = d + max(8, d // 4)
+        R = self.rng.standard_normal((m, d))
+        R -= np.outer(R @ n0, n0)
+        R *= (rho * self.rng.uniform(0.2, 1.0, m) / np.linalg.norm(R, axis=1))[:, None]
+        P = x0 + R
+        delta = np.full(m, max(1e-3 * rho, 1e-9 * self.scale))
+        s, ok = _locate_kinks(self.oracle, P, np.broadcast_to(n0, P.shape), delta, self.noise)
+        pts = P[ok] + s[ok, None] * n0
+        if pts.shape[0] < d + 2:
+            return None
+        mu = pts.mean(axis=0)
+        with blas_threads(1):
+            _, sv, Vt = np.linalg.svd(pts - mu, full_matrices=False)
+        n = Vt[-1] if Vt[-1] @ n0 >= 0 else -Vt[-1]
+        if not sv[-1] <= self._tls_tol() * sv[0]:
+            return None
+        return n, -float(n @ mu)
+
+    def _trace(self, x0: np.ndarray, n0: np.ndarray) -> tuple[np.ndarray, float, dict] | None:
+        """Signature of the neuron whose boundary passes through ``x0`` with normal ``n0``.
+
+        Walks along the boundary, crossing the boundaries of the known neurons; returns ``(u, beta,
+        info)`` with ``z = phi . u + beta`` in the scale of ``n0``, or None when the walk cannot cross
+        every neuron of the last known layer (the target is not visible beyond).
+        """
+        K = self.known
+        n = n0.copy()
+        beta = -float(n0 @ x0)
+        info = {"crossings": 0, "failed": 0, "queries": self.oracle.n_queries}
+        if K.depth == 0:
+            return n, beta, info
+        plane = self._local_plane(x0, n0)
+        if plane is None:
+            self._trace_info = {**info, "reasons": {"local plane": 1}}
+            return None
+        n, beta = plane
+        last = K.depth - 1
+        width = K.widths[-1]
+        x = x0.copy()
+        coef = np.full(width, np.nan)
+        regions = []
+        tries = np.zeros(width, int)
+        max_steps = 8 * width + 40
+        offset = sum(K.widths[:-1])
+        reasons: dict[str, int] = {}
+        fails = [0]
+        resyncs = 0
+
+        def why(r):
+            reasons[r] = reasons.get(r, 0) + 1
+            fails[0] += 1
+        new_region = True
+        for _ in range(max_steps):
+            if fails[0] >= 2 and resyncs < 2 * width:
+                # failures in a row: the local form may have drifted (each crossing's error is carried
+                # into the next region); refit it exactly here, keeping the trace's scale
+                plane = self._local_plane(x, n / np.linalg.norm(n))
+                resyncs += 1
+                fails[0] = 0
+                if plane is not None:
+                    size = float(np.linalg.norm(n))
+                    n, beta = plane[0] * size, plane[1] * size
+                    new_region = True
+            G, e, zeta, layer_of, P, q = K.local(x)
+            if new_region:
+                regions.append((P, q, n.copy(), beta))
+                new_region = False
+            todo = np.flatnonzero(np.isnan(coef) & (tries < 6))
+            if todo.size == 0:
+                break
+            nn = n / np.linalg.norm(n)
+            Gp = G - np.outer(G @ nn, nn)
+            gpn = np.linalg.norm(Gp, axis=1)
+            idx = offset + todo
+            with np.errstate(divide="ignore", invalid="ignore"):
+                dist = np.abs(zeta[idx]) / gpn[idx]
+            dist = np.where(np.isfinite(dist), dist, np.inf)
+            pick = int(np.argmin(dist + 1e9 * tries[todo]))
+            j = int(todo[pick])
+            if not np.isfinite(dist[pick]) or dist[pick] > 50 * self.radius:
+                why("far")
+                tries[j] = 99
+                continue
+            t = -np.sign(zeta[offset + j]) * Gp[offset + j] / gpn[offset + j]
+            if tries[j]:
+                # a retry leaves from another point of the boundary: a random in-plane direction first
+                r = self.rng.standard_normal(self.d)
+                r -= (r @ nn) * nn
+                t = t + 0.5 * r / np.linalg.norm(r)
+                t -= (t @ nn) * nn
+                t /= np.linalg.norm(t)
+            rate = G @ t
+            with np.errstate(divide="ignore", invalid="ignore"):
+                tau = -zeta / rate
+            tau = np.where((tau > 0) & np.isfinite(tau), tau, np.inf)
+            order = np.argsort(tau)
+            m = int(order[0])
+            tau1 = float(tau[m])
+            if not np.isfinite(tau1):
+                why("no crossing")
+                tries[j] += 1
+                continue
+            tau2 = float(tau[order[1]]) if tau.size > 1 else np.inf
+            gap = tau2 - tau1
+            # c is read far into the region beyond (half-way to its next boundary): its error from the
+            # round-off of the point is divided by zeta_m there, and amplified only by how much further
+            # zeta_m grows on the rest of the walk
+            rho = min(0.5 * gap, self.scale)
+            if not rho > 1e-9 * self.scale:
+                why("rho")
+                tries[j] += 1
+                continue
+            y = x + (tau1 + rho) * t
+            G2, e2, z2, _, _, _ = K.local(y)
+            # search beyond the crossing along the old normal made orthogonal to the crossed neuron's
+            # gradient: the crossed neuron stays constant on that line (it is not crossed back), and the
+            # target's kink is at s = -c zeta_m(y) / (n . nd), finite for any c
+            gm = G[m]
+            gh = gm / max(float(np.linalg.norm(gm)), 1e-300)
+            nd = nn - (nn @ gh) * gh
+            if not np.linalg.norm(nd) > 1e-6:
+                why("parallel")
+                tries[j] += 1
+                continue
+            nd /= np.linalg.norm(nd)
+            rate_n = G2 @ nd
+            with np.errstate(divide="ignore", invalid="ignore"):
+                room = np.abs(z2 / rate_n)
+            room[m] = np.inf
+            room = np.where(np.isfinite(room), room, np.inf)
+            half = min(0.9 * float(room.min()), 0.5 * self.scale, 50 * rho)
+            if not half > 0:
+                why("room")
+                tries[j] += 1
+                continue
+            lk = search_line(self.oracle, y, nd, -half, half, self.noise, n_grid=9)
+            if lk.s.size == 0 and rho > 0.01 * gap:
+                # the target's kink beyond moves with the distance past the crossing: closer in, it is
+                # inside the window
+                rho /= 16
+                y = x + (tau1 + rho) * t
+                G2, e2, z2, _, _, _ = K.local(y)
+                rate_n = G2 @ nd
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    room = np.abs(z2 / rate_n)
+                room[m] = np.inf
+                room = np.where(np.isfinite(room), room, np.inf)
+                half = min(0.9 * float(room.min()), 0.5 * self.scale, 50 * rho)
+                lk = search_line(self.oracle, y, nd, -half, half, self.noise, n_grid=9)
+            if lk.s.size == 0:
+                why("no kink")
+                info["failed"] += 1
+                tries[j] += 1
+                continue
+            # the target's kink moves linearly with the distance past the crossing (its boundary beyond
+            # is a hyperplane through the crossing's (d - 2)-flat): confirm at half the distance, which
+            # also tells it from another neuron's kink on the same segment
+            q_pt = x + tau1 * t
+            cand = lk.s[np.argsort(np.abs(lk.s))][:3]
+            P2 = q_pt + 0.5 * rho * t + 0.5 * cand[:, None] * nd
+            dl = np.maximum(1e-3 * (np.abs(cand) + rho), 1e-9 * self.scale)
+            s2, ok2 = _locate_kinks(self.oracle, P2, np.broadcast_to(nd, P2.shape), dl, self.noise)
+            off = np.where(ok2, np.abs(s2) / (np.abs(cand) + rho), np.inf)
+            best = int(np.argmin(off))
+            # the target's kink is where predicted to the round-off (its boundary is a hyperplane there);
+            # another neuron's kink in the window is off by a fraction of the window
+            if not off[best] <= (1e-6 if self._float64 else 1e-2):
+                why("unconfirmed")
+                tries[j] += 1
+                continue
+            s = float(cand[best])
+            xp = y + s * nd
+            zm = float(gm @ xp + e[m])
+            if zm == 0 or np.sign(zm) != np.sign(z2[m]):
+                why("wrong side")
+                tries[j] += 1
+                continue
+            c = -(float(n @ xp) + beta) / zm
+            n = n + c * gm
+            beta = beta + c * float(e[m])
+            x = xp
+            new_region = True
+            fails[0] = 0
+            info["crossings"] += 1
+            if layer_of[m] == last:
+                jj = m - offset
+                # z changes by u_j zeta_j when the feature relu(zeta_j) switches on, by -u_j zeta_j off
+                coef[jj] = c if zm > 0 else -c
+        info["queries"] = self.oracle.n_queries - info["queries"]
+        info["uncrossed"] = int(np.isnan(coef).sum())
+        info["resyncs"] = resyncs
+        info["reasons"] = reasons
+        self._trace_info = info
+        if np.isnan(coef).sum() > max(2, width // 5):
+            return None
+        # a neuron whose boundary the walk never took across the target's is given coefficient 0: when
+        # the two boundaries do not meet, the target's zero set cannot tell relu(zeta_j) from its linear
+        # part, and the refit after the signs (without skip features) determines it
+        coef = np.nan_to_num(coef)
+        # skip coefficients and bias from the regions visited: n_r = P_r^T u, beta_r = q_r . u + b
+        n_prev = K.n_features - width
+        pick = regions[:: max(1, len(regions) // 12)][:12]
+        rows, rhs = [], []
+        for P, q, nr, br in pick:
+            A = np.concatenate([P.T, np.zeros((self.d, 1))], axis=1)
+            a = np.concatenate([q, [1.0]])
+            rows.append(np.concatenate([A, a[None]]))
+            rhs.append(np.concatenate([nr, [br]]))
+        M = np.concatenate(rows)
+        y_ = np.concatenate(rhs)
+        y_ = y_ - M[:, :width] @ coef
+        Ms = M[:, width:]
+        norms = np.linalg.norm(Ms, axis=0)
+        norms[norms == 0] = 1.0
+        with blas_threads(1):
+            sol, *_ = np.linalg.lstsq(Ms / norms, y_, rcond=None)
+        sol = sol / norms
+        u = np.concatenate([coef, sol[:n_prev]])
+        return u, float(sol[-1]), info
+
+    def _roots(self, u: np.ndarray, beta: float, X0: np.ndarray, V: np.ndarray, R: float) -> np.ndarray:
+        """Zero of the neuron ``(u, beta)`` on each line ``X0 + s V``, ``|s| <= R``, nearest ``s = 0`` (NaN: none).
+
+        No query: the known layers give ``z`` along the line, which is bracketed on a grid and bisected.
+        """
+        m, d = X0.shape
+        grid = np.linspace(-R, R, 257)
+        mid = np.abs(0.5 * (grid[:-1] + grid[1:]))
+        i = np.zeros(m, int)
+        found = np.zeros(m, bool)
+        # lines in chunks: the grid points of one chunk take at most about 32 MB
+        step = max(1, (1 << 22) // (grid.size * d))
+        for a in range(0, m, step):
+            pts = X0[a:a + step, None, :] + grid[None, :, None] * V[a:a + step, None, :]
+            Z = self.known.target_values(pts.reshape(-1, d), u[None, :], np.array([beta])).reshape(-1, grid.size)
+            sign = np.sign(Z)
+            change = sign[:, :-1] * sign[:, 1:] <= 0
+            cost = np.where(change, mid[None, :], np.inf)
+            i[a:a + step] = np.argmin(cost, axis=1)
+            found[a:a + step] = np.isfinite(cost[np.arange(cost.shape[0]), i[a:a + step]])
+        lo, hi = grid[i].copy(), grid[i + 1].copy()
+        flo = self.known.target_values(X0 + lo[:, None] * V, u[None, :], np.array([beta]))[:, 0]
+        for _ in range(60):
+            s = 0.5 * (lo + hi)
+            zs = self.known.target_values(X0 + s[:, None] * V, u[None, :], np.array([beta]))[:, 0]
+            left = np.sign(zs) == np.sign(flo)
+            lo = np.where(left, s, lo)
+            flo = np.where(left, zs, flo)
+            hi = np.where(left, hi, s)
+        out = 0.5 * (lo + hi)
+        out[~found] = np.nan
+        return out
+
+    def _locate(self, u: np.ndarray, beta: float, n_points: int, delta: float) -> np.ndarray:
+        """Critical points of the neuron ``(u, beta)`` at the zeros it predicts on random lines."""
+        d = self.d
+        X0 = self.scale * self.rng.standard_normal((n_points, d))
+        V = self.rng.standard_normal((n_points, d))
+        V /= np.linalg.norm(V, axis=1, keepdims=True)
+        s = self._roots(u, beta, X0, V, self.radius)
+        ok = np.isfinite(s)
+        if not ok.any():
+            return np.empty((0, d))
+        P = X0[ok] + s[ok, None] * V[ok]
+        sl, found = _locate_kinks(self.oracle, P, V[ok], np.full(P.shape[0], delta), self.noise)
+        return P[found] + sl[found, None] * V[ok][found]
+
+    def _null_vector(self, pts: np.ndarray) -> tuple[np.ndarray, float, float, np.ndarray] | None:
+        """Total-least-squares neuron through critical points: ``[phi(x), 1] . (u, beta) = 0``.
+
+        Columns are scaled to unit norm first (the features differ in size); a column that is zero at
+        every point (a feature never active there) is left out and its coefficient set to zero.
+        Returns ``(u, beta, relative residual, kept points mask)``.
+        """
+        Phi = self.known.features(pts)
+        D = np.concatenate([Phi, np.ones((pts.shape[0], 1))], axis=1)
+        norms = np.linalg.norm(D, axis=0)
+        live = norms > 1e-12 * max(norms.max(), 1e-300)
+        self._partial = False
+        if self.known.depth:
+            # a feature relu(zeta_j) positive at every point equals zeta_j there, a linear function of
+            # the skip features: left out here (its coefficient goes into the skip part) and found by the
+            # refit after the signs
+            width = self.known.widths[-1]
+            always = np.all(Phi[:, :width] > 0, axis=0)
+            live[:width] &= ~always
+            self._partial = bool(always.any())
+        keep = np.ones(pts.shape[0], bool)
+        for _ in range(4):
+            Ds = D[keep][:, live] / norms[live]
+            if Ds.shape[0] < Ds.shape[1] + 1:
+                return None
+            with blas_threads(1):
+                _, sv, Vt = np.linalg.svd(Ds, full_matrices=False)
+            vec = Vt[-1]
+            rows = D[:, live] / norms[live]
+            r = np.abs(rows @ vec) / np.maximum(np.linalg.norm(rows, axis=1), 1e-300)
+            cut = max(10 * float(np.median(r[keep])), 1e-15)
+            new_keep = keep & (r <= cut)
+            if new_keep.sum() == keep.sum() or new_keep.sum() < Ds.shape[1] + 1:
+                break
+            keep = new_keep
+        coef = np.zeros(D.shape[1])
+        coef[live] = vec / norms[live]
+        rel = float(sv[-1] / sv[0])
+        gap = float(sv[-1] / sv[-2]) if sv.size > 1 else 0.0
+        return coef[:-1], float(coef[-1]), max(rel, gap), keep
+
+    def _anchor_fit(self, u: np.ndarray, beta: float) -> tuple[np.ndarray, float, np.ndarray, dict] | None:
+        """Precision improvement and test of a candidate neuron (CJM Section 6).
+
+        Critical points are located at the zeros the candidate predicts on random lines; a first batch of
+        ``_FIRST_BATCH`` lines must show one on a quarter of them (a deeper neuron's prediction misses),
+        then enough for the total least squares over the features, which must leave a residual at the
+        located precision.
+        """
+        F = self.known.n_features
+        scale_u = float(np.linalg.norm(u))
+        u, beta = u / scale_u, beta / scale_u
+        delta = 1e-3 * self.scale if self._float64 else 1e-2 * self.scale
+        first = self._locate(u, beta, _FIRST_BATCH, delta)
+        info = {"first_batch": int(first.shape[0])}
+        if first.shape[0] < _FIRST_BATCH // 4:
+            info["rejected"] = "predicted critical points not found (a deeper neuron)"
+            return None
+        need = F + 1 + max(8, F // 4)
+        pts = [first]
+        got = first.shape[0]
+        rate = max(got / _FIRST_BATCH, 0.05)
+        for _ in range(4):
+            if got >= need:
+                break
+            more = self._locate(u, beta, int(math.ceil(1.2 * (need - got) / rate)) + 4, delta)
+            pts.append(more)
+            got += more.shape[0]
+        pts = np.concatenate(pts)
+        info["points"] = int(pts.shape[0])
+        fit = self._null_vector(pts)
+        if fit is None:
+            info["rejected"] = f"too few critical points ({pts.shape[0]} for {F + 1} unknowns)"
+            return None
+        u2, b2, resid, keep = fit
+        info["residual"] = resid
+        if not resid <= self._tls_tol():
+            info["rejected"] = f"critical points not on one hyperplane in feature space (residual {resid:.2e})"
+            return None
+        if float(u2 @ u) < 0:
+            u2, b2 = -u2, -b2
+        info["partial"] = self._partial
+        return u2, b2, pts[keep], info
+
+    # ------------------------------------------------------------------ one layer
+    @property
+    def _layer_found(self) -> list[np.ndarray]:
+        return self._current[0] if self._current is not None else []
+
+    def _current_rows(self):
+        if self._current is None or not self._current[0]:
+            return None, None
+        return np.array(self._current[0]), np.array(self._current[1])
+
+    def _is_duplicate(self, u: np.ndarray, b: float) -> bool:
+        U, beta = self._current_rows()
+        if U is None:
+            return False
+        a = np.concatenate([u, [b]])
+        a /= np.linalg.norm(a)
+        B = np.concatenate([U, beta[:, None]], axis=1)
+        B /= np.linalg.norm(B, axis=1, keepdims=True)
+        return bool(np.max(np.abs(B @ a)) > 1 - 1e-8)
+
+    def _find_layer(self, layer: int) -> dict:
+        """Every neuron of hidden layer ``layer`` (0-based) that leaves a critical point."""
+        self._current = ([], [], [], [])
+        info = {"layer": layer + 1, "candidates": 0, "rejected": 0, "lines": 0, "queries": self.oracle.n_queries}
+        target = None if self.widths is None or layer >= len(self.widths) else self.widths[layer]
+        patience = self.patience if self.patience is not None else (3 if self._float64 else 6)
+        quiet = 0
+        pending = [k for k in self.kinks if k["status"] in ("open", "deeper")]
+        for k in pending:
+            k["status"] = "open"
+            k.pop("retried", None)
+        while True:
+            if not pending:
+                if quiet >= patience or (target is not None and len(self._current[0]) >= target):
+                    # a second walk for the kinks set aside (each walk takes random turns): a neuron of
+                    # this layer whose first walk failed is not left to the next layer
+                    retry = [k for k in self.kinks if k["status"] == "deeper" and not k.get("retried")]
+                    if retry and (target is None or len(self._current[0]) < target):
+                        for k in retry:
+                            k["status"], k["retried"] = "open", True
+                        pending = retry
+                        continue
+                    break
+                pending = self._search_line()
+                info["lines"] += 1
+                new_on_line = 0
+            else:
+                new_on_line = None
+            todo = []
+            for k in pending:
+                if k["status"] == "open":
+                    if self._explained(k):
+                        k["status"] = "explained"
+                    else:
+                        todo.append(k)
+            self._read_normals(todo)
+            added = 0
+            for k in todo:
+                if k["status"] != "open":
+                    continue
+                if self._explained(k):
+                    k["status"] = "explained"
+                    continue
+                if target is not None and len(self._current[0]) >= target:
+                    break
+                info["candidates"] += 1
+                traced = self._trace(k["x"], k["normal"])
+                fit = None if traced is None else self._anchor_fit(traced[0], traced[1])
+                if fit is None:
+                    k["status"] = "deeper"
+                    info["rejected"] += 1
+                    continue
+                u, b, pts, fit_info = fit
+                k["status"] = "explained"
+                if self._is_duplicate(u, b):
+                    continue
+                self._current[0].append(u)
+                self._current[1].append(b)
+                self._current[2].append(pts)
+                self._current[3].append(bool(fit_info["partial"]))
+                added += 1
+                self.log(f"layer {layer + 1}: neuron {len(self._current[0])} ({self.oracle.n_queries} queries)")
+            if new_on_line is not None:
+                quiet = 0 if added else quiet + 1
+            pending = []
+        info["neurons"] = len(self._current[0])
+        info["queries"] = self.oracle.n_queries - info["queries"]
+        return info
+
+    # ------------------------------------------------------------------ signs, output layer
+    def _orient_previous(self, U: np.ndarray, beta: np.ndarray, points: list[np.ndarray]) -> dict:
+        """Signs of the last known layer from the skip coefficients of the layer just found."""
+        K = self.known
+        width = K.widths[-1]
+        W_prev = K.weights[-1]
+        rel_tol = 1e-11 + 1e4 * self.noise.rel
+        t, info = resolve_signs(W_prev, U[:, :width].T, U[:, width:], rel_tol=rel_tol,
+                                precision=100 * self.noise.rel, time_limit=self.sign_time_limit)
+        if t is None:
+            return {**info, "resolved": False}
+        flip = t.astype(bool)
+        K.weights[-1] = np.where(flip[:, None], -W_prev, W_prev)
+        K.biases[-1] = np.where(flip, -K.biases[-1], K.biases[-1])
+        return {**info, "resolved": True, "flipped": int(flip.sum())}
+
+    def _refit_without_skip(self, points: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[float]]:
+        """The layer just found, refitted on the oriented features ``relu(zeta_l)`` only."""
+        K = self.known
+        rows, biases, resid = [], [], []
+        for pts in points:
+            H = np.maximum(K.preactivations(pts)[-1], 0.0)
+            D = np.concatenate([H, np.ones((pts.shape[0], 1))], axis=1)
+            norms = np.linalg.norm(D, axis=0)
+            live = norms > 1e-12 * max(norms.max(), 1e-300)
+            with blas_threads(1):
+                _, sv, Vt = np.linalg.svd(D[:, live] / norms[live], full_matrices=False)
+            coef = np.zeros(D.shape[1])
+            coef[live] = Vt[-1] / norms[live]
+            rows.append(coef[:-1])
+            biases.append(coef[-1])
+            resid.append(float(sv[-1] / sv[0]))
+        return np.array(rows), np.array(biases), resid
+
+    def _output_rows(self) -> np.ndarray:
+        """Gaussian query rows plus, for each neuron of the last layer, rows on both sides of its boundary."""
+        K = self.known
+        n_cols = K.n_features + 1
+        X = self.scale * self.rng.standard_normal((2 * n_cols + 64, self.d))
+        extra = []
+        for pts in self._points[-1]:
+            sel = pts[self.rng.choice(pts.shape[0], size=min(2, pts.shape[0]), replace=False)]
+            r = self.rng.standard_normal(sel.shape)
+            r /= np.linalg.norm(r, axis=1, keepdims=True)
+            extra += [sel + 0.1 * self.scale * r, sel - 0.1 * self.scale * r]
+        return np.concatenate([X] + extra) if extra else X
+
+    def _fit_output(self, X: np.ndarray, Y: np.ndarray, skip: bool):
+        K = self.known
+        Z = K.preactivations(X)
+        H = np.maximum(Z[-1], 0.0)
+        cols = [H]
+        if skip:
+            cols.append(X if K.depth == 1 else np.maximum(Z[-2], 0.0))
+        cols.append(np.ones((X.shape[0], 1)))
+        D = np.concatenate(cols, axis=1)
+        norms = np.linalg.norm(D, axis=0)
+        norms[norms == 0] = 1.0
+        with blas_threads(1):
+            coef, *_ = np.linalg.lstsq(D / norms, Y, rcond=None)
+        coef = coef / norms[:, None]
+        resid = float(np.linalg.norm(D @ coef - Y) / max(np.linalg.norm(Y), 1e-300))
+        k = H.shape[1]
+        A = coef[:k].T
+        S = coef[k:-1].T if skip else None
+        return A, S, coef[-1], resid
+
+    def _output_tolerance(self, n_params: int) -> float:
+        return max(min(10.0 * math.sqrt(n_params), 1e3) * self.noise.rel, 1e-10)
+
+    # ------------------------------------------------------------------ the whole run
+    def partial_layers(self) -> list[dict]:
+        """The hidden layers found so far (orientation of the last one not yet resolved)."""
+        return [{"weights": W.copy(), "biases": b.copy()} for W, b in zip(self.known.weights, self.known.biases)]
+
+    def run(self):
+        """Run every stage; returns ``(weights, biases, diagnostics)`` of the canonical network."""
+        t0 = time.perf_counter()
+        self._current = None
+        if self.noise is None:
+            self.noise, evidence = self.oracle.calibrate(self.rng, self.scale)
+            self.diag["noise"] = evidence
+        max_depth = self.depth if self.depth is not None else MAX_DEPTH
+        out = None
+        orient_info = []
+        for layer in range(max_depth):
+            self.stage = f"layer {layer + 1}"
+            self.on_layer(layer + 1)
+            info = self._find_layer(layer)
+            U, beta = self._current_rows()
+            points = list(self._current[2])
+            partial = np.array(self._current[3], bool)
+            self._current = None
+            if U is None:
+                if layer == 0:
+                    seen = len(self.kinks)
+                    raise AssumptionError(
+                        f"no hidden neuron found: {self.lines} searched lines showed {seen} kink(s) and none lay "
+                        "on a hyperplane in input space; the model is affine (or constant) on the searched region, "
+                        "or not a ReLU network (smooth or other activations); enlarge input_scale/radius.")
+                info["stopped"] = "no neuron of this layer found"
+                self.layer_info.append(info)
+                break
+            if layer > 0:
+                # the orientation of the layer before is read off this layer's skip coefficients
+                o = self._orient_previous(U[~partial], beta[~partial], points)
+                o["neurons_used"] = int((~partial).sum())
+                orient_info.append(o)
+                info["orientation_of_previous_layer"] = o
+                if o["resolved"]:
+                    W_new, b_new, _ = self._refit_without_skip(points)
+                else:
+                    W_new, b_new = U[:, :self.known.widths[-1]], beta
+            else:
+                W_new, b_new = U, beta
+            norms = np.linalg.norm(W_new, axis=1)
+            norms[norms == 0] = 1.0
+            self.known.append(W_new / norms[:, None], b_new / norms)
+            self._points.append(points)
+            self.layer_info.append(info)
+            self.log(f"layer {layer + 1}: {W_new.shape[0]} neurons")
+            # depth: does an output layer on these features explain the box?
+            self.stage = "output layer"
+            X = self._output_rows()
+            Y = query_batched(self.oracle, X)
+            A, S, c, resid = self._fit_output(X, Y, skip=True)
+            n_params = sum(W.size + b.size for W, b in zip(self.known.weights, self.known.biases)) + A.size + c.size
+            info["output_fit_relative_residual"] = resid
+            if resid <= self._output_tolerance(n_params) or (self.depth is not None and layer + 1 == self.depth):
+                out = (X, Y, A, S, c, resid)
+                break
+        if out is None:
+            raise AssumptionError(f"the output is not explained after {len(self.known.weights)} hidden layer(s) "
+                                  f"(widths {self.known.widths}); the model may not be a ReLU network, or its "
+                                  "deeper neurons left no critical point on the searched lines.")
+        X, Y, A, S, c, resid_skip = out
+        self.stage = "signs"
+        K = self.known
+        rel_tol = 1e-11 + 1e4 * self.noise.rel
+        t, sign_info = resolve_signs(K.weights[-1], A.T, S, rel_tol=rel_tol, precision=100 * self.noise.rel,
+                                     time_limit=self.sign_time_limit)
+        if t is not None:
+            flip = t.astype(bool)
+            K.weights[-1] = np.where(flip[:, None], -K.weights[-1], K.weights[-1])
+            K.biases[-1] = np.where(flip, -K.biases[-1], K.biases[-1])
+            sign_info["flipped"] = int(flip.sum())
+        A, _, c, resid = self._fit_output(X, Y, skip=False)
+        weights = list(K.weights) + [A]
+        biases = list(K.biases) + [np.atleast_1d(c)]
+        unresolved = [i + 1 for i, o in enumerate(orient_info) if not o["resolved"]] + \
+            ([K.depth] if t is None else [])
+        self.stage = "certificate"
+        cert = self.certify(weights, biases)
+        if unresolved:
+            warnings.warn(f"the orientation of hidden layer(s) {unresolved} could not be resolved (the skip "
+                          "coefficients are not a sum of flipped neurons: neurons were missed, or the model is not "
+                          "a ReLU network); see diagnostics['layers'].", CertificateWarning, stacklevel=3)
+        if not cert["passed"]:
+            warnings.warn(f"extraction certificate failed: relative error {cert['relative_error']:.3g} on "
+                          f"{cert['queries']} fresh queries exceeds the tolerance {cert['tolerance']:.3g}; neurons "
+                          f"were missed (widths found {K.widths}) or the model is not a ReLU network "
+                          "(see diagnostics['certificate']).", CertificateWarning, stacklevel=3)
+        self.diag.update({
+            "complete": True, "depth": K.depth, "widths": K.widths, "n_hidden": K.widths,
+            "layers": self.layer_info, "signs": sign_info, "certificate": cert, "lines_searched": self.lines,
+            "output_fit_relative_residual": resid, "seconds": time.perf_counter() - t0,
+            "unidentifiable": ("neurons whose effect on the output is zero wherever their boundary is crossed "
+                               "(dead downstream), or whose boundary the searched lines do not cross, leave no "
+                               "critical point and cannot be recovered; they do not change the function on the "
+                               "searched region"),
+        })
+        return weights, biases, self.diag
+
+    def certify(self, weights, biases) -> dict:
+        """Compare the network with the black box on fresh Gaussian queries (std ``input_scale``)."""
+        X = self.scale * self.rng.standard_normal((self.n_certify, self.d))
+        Y = query_batched(self.oracle, X)
+        H = X
+        for W, b in zip(weights[:-1], biases[:-1]):
+            H = np.maximum(H @ W.T + b, 0.0)
+        G = H @ weights[-1].T + biases[-1]
+        diff = np.linalg.norm(G - Y, axis=1)
+        rel = float(np.linalg.norm(diff) / max(np.linalg.norm(Y), 1e-300))
+        n_params = sum(W.size + b.size for W, b in zip(weights, biases))
+        tol = self._output_tolerance(n_params)
+        return {"queries": int(self.n_certify), "relative_error": rel, "max_abs_error": float(diff.max()),
+                "tolerance": tol, "passed": bool(rel <= tol)}
