@@ -242,6 +242,7 @@ class DeepExtractor:
         beta = -float(n0 @ x0)
         info = {"crossings": 0, "failed": 0, "queries": self.oracle.n_queries}
         if K.depth == 0:
+            info["points"] = x0[None, :]
             return n, beta, info
         plane = self._local_plane(x0, n0)
         if plane is None:
@@ -253,6 +254,7 @@ class DeepExtractor:
         x = x0.copy()
         coef = np.full(width, np.nan)
         regions = []
+        located = [x0]
         tries = np.zeros(width, int)
         max_steps = 8 * width + 40
         offset = sum(K.widths[:-1])
@@ -265,6 +267,11 @@ class DeepExtractor:
             fails[0] += 1
         new_region = True
         for _ in range(max_steps):
+            failed = sum(reasons.values())
+            if failed >= 8 and failed > 2 * info["crossings"]:
+                # the boundary bends where no known neuron does: a neuron of a deeper layer
+                why("abandoned")
+                break
             if fails[0] >= 2 and resyncs < 2 * width:
                 # failures in a row: the local form may have drifted (each crossing's error is carried
                 # into the next region); refit it exactly here, keeping the trace's scale
@@ -393,6 +400,7 @@ class DeepExtractor:
             n = n + c * gm
             beta = beta + c * float(e[m])
             x = xp
+            located.append(xp)
             new_region = True
             fails[0] = 0
             info["crossings"] += 1
@@ -430,6 +438,7 @@ class DeepExtractor:
             sol, *_ = np.linalg.lstsq(Ms / norms, y_, rcond=None)
         sol = sol / norms
         u = np.concatenate([coef, sol[:n_prev]])
+        info["points"] = np.array(located)
         return u, float(sol[-1]), info
 
     def _roots(self, u: np.ndarray, beta: float, X0: np.ndarray, V: np.ndarray, R: float) -> np.ndarray:
@@ -466,10 +475,19 @@ class DeepExtractor:
         return out
 
     def _locate(self, u: np.ndarray, beta: float, n_points: int, delta: float) -> np.ndarray:
-        """Critical points of the neuron ``(u, beta)`` at the zeros it predicts on random lines."""
+        """Critical points of the neuron ``(u, beta)`` at the zeros it predicts on lines along its normal.
+
+        Each line runs through a Gaussian point along the neuron's local normal there (from the known
+        layers, no query): the slope of ``f`` changes most along the normal, and the location error of a
+        kink is the box's round-off divided by that change (on a random line it is about ``sqrt(d)``
+        times smaller, and so the critical points ``sqrt(d)`` times less precise).
+        """
         d = self.d
         X0 = self.scale * self.rng.standard_normal((n_points, d))
-        V = self.rng.standard_normal((n_points, d))
+        V = self.known.target_gradients(X0, u)
+        norm = np.linalg.norm(V, axis=1)
+        bad = ~(norm > 0)
+        V[bad] = self.rng.standard_normal((int(bad.sum()), d))
         V /= np.linalg.norm(V, axis=1, keepdims=True)
         s = self._roots(u, beta, X0, V, self.radius)
         ok = np.isfinite(s)
@@ -520,7 +538,8 @@ class DeepExtractor:
         gap = float(sv[-1] / sv[-2]) if sv.size > 1 else 0.0
         return coef[:-1], float(coef[-1]), max(rel, gap), keep
 
-    def _anchor_fit(self, u: np.ndarray, beta: float) -> tuple[np.ndarray, float, np.ndarray, dict] | None:
+    def _anchor_fit(self, u: np.ndarray, beta: float, walked: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, float, np.ndarray, dict] | None:
         """Precision improvement and test of a candidate neuron (CJM Section 6).
 
         Critical points are located at the zeros the candidate predicts on random lines; a first batch of
@@ -547,6 +566,10 @@ class DeepExtractor:
             more = self._locate(u, beta, int(math.ceil(1.2 * (need - got) / rate)) + 4, delta)
             pts.append(more)
             got += more.shape[0]
+        if walked is not None:
+            # the walk's critical points lie on both sides of every boundary it crossed: features that
+            # the anchors may all leave off (or all on) vary among them
+            pts.append(walked)
         pts = np.concatenate(pts)
         info["points"] = int(pts.shape[0])
         fit = self._null_vector(pts)
@@ -573,15 +596,28 @@ class DeepExtractor:
             return None, None
         return np.array(self._current[0]), np.array(self._current[1])
 
-    def _is_duplicate(self, u: np.ndarray, b: float) -> bool:
+    def _is_duplicate(self, pts: np.ndarray) -> bool:
+        """Whether the critical points of a new neuron lie on the boundary of one found before.
+
+        Compared as functions, not as coefficient vectors: a neuron fitted with a feature left out
+        (:meth:`_null_vector`) has other coefficients than the same neuron fitted with it.
+        """
         U, beta = self._current_rows()
         if U is None:
             return False
-        a = np.concatenate([u, [b]])
-        a /= np.linalg.norm(a)
-        B = np.concatenate([U, beta[:, None]], axis=1)
-        B /= np.linalg.norm(B, axis=1, keepdims=True)
-        return bool(np.max(np.abs(B @ a)) > 1 - 1e-8)
+
+        def share(points, U_, beta_):
+            Z = np.abs(self.known.target_values(points, U_, beta_))
+            size = np.abs(self.known.features(points)) @ np.abs(U_).T + np.abs(beta_)
+            return (Z <= 1e-6 * np.maximum(size, 1e-300)).mean(axis=0)
+
+        if np.any(share(pts, U, beta) >= 0.5):
+            return True
+        fit = self._null_vector(pts)
+        if fit is None:
+            return False
+        u, b = fit[0], fit[1]
+        return any(share(p, u[None, :], np.array([b]))[0] >= 0.5 for p in self._current[2])
 
     def _find_layer(self, layer: int) -> dict:
         """Every neuron of hidden layer ``layer`` (0-based) that leaves a critical point."""
@@ -630,14 +666,14 @@ class DeepExtractor:
                     break
                 info["candidates"] += 1
                 traced = self._trace(k["x"], k["normal"])
-                fit = None if traced is None else self._anchor_fit(traced[0], traced[1])
+                fit = None if traced is None else self._anchor_fit(traced[0], traced[1], traced[2]["points"])
                 if fit is None:
                     k["status"] = "deeper"
                     info["rejected"] += 1
                     continue
                 u, b, pts, fit_info = fit
                 k["status"] = "explained"
-                if self._is_duplicate(u, b):
+                if self._is_duplicate(pts):
                     continue
                 self._current[0].append(u)
                 self._current[1].append(b)

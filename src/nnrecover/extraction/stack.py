@@ -117,6 +117,19 @@ class KnownLayers:
         q = np.concatenate([a_last, a_prev])
         return np.concatenate(Gs), np.concatenate(es), np.concatenate(zs), layer_of, P, q
 
+    def target_gradients(self, X: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """Gradients ``d(phi(x) . u) / dx`` at the rows of ``X`` (back-propagated, shape (n, d))."""
+        X = np.atleast_2d(X)
+        if not self.weights:
+            return np.broadcast_to(u, X.shape).copy()
+        Z = self.preactivations(X)
+        width = self.widths[-1]
+        g = (Z[-1] > 0) * u[:width]                     # d/d zeta_l
+        g = g @ self.weights[-1] + u[width:]            # d/d h_{l-1}: through W_l, plus the skip part
+        for i in range(self.depth - 2, -1, -1):
+            g = (g * (Z[i] > 0)) @ self.weights[i]      # through relu and W_i down to h_{i-1}
+        return g
+
     def target_values(self, X: np.ndarray, U: np.ndarray, beta: np.ndarray) -> np.ndarray:
         """Pre-activations ``phi(X) U^T + beta`` of candidate neurons of the next layer, shape (n, m)."""
         return self.features(X) @ U.T + beta
