@@ -353,6 +353,108 @@ def test_parameter_error_validation():
         parameter_error(np.eye(2), _net(4, 2))
 
 
+# ----------------------------------------------------------------------------- parameter_error of deep networks
+
+def _deep(sizes=(5, 4, 3, 2), seed=0, activation="relu"):
+    gen = np.random.default_rng(seed)
+    return nr.DeepNetwork([gen.standard_normal((sizes[i + 1], sizes[i])) for i in range(len(sizes) - 1)],
+                          [gen.uniform(-1.0, 1.0, sizes[i + 1]) for i in range(len(sizes) - 1)], activation)
+
+
+def _permuted_and_rescaled(net, seed):
+    """The same function: hidden units of each layer permuted and their incoming weights scaled by s > 0
+    (the outgoing column divided by s**q); returns the network and the permutations."""
+    gen = np.random.default_rng(seed)
+    q = net.activation.degree
+    Ws, bs = [W.copy() for W in net.weights], [b.copy() for b in net.biases]
+    perms = []
+    for l, n in enumerate(net.hidden_sizes):
+        perm, s = gen.permutation(n), gen.uniform(0.05, 20.0, n)
+        Ws[l], bs[l] = Ws[l][perm] * s[:, None], bs[l][perm] * s
+        Ws[l + 1] = Ws[l + 1][:, perm] / s ** q
+        perms.append(perm)
+    return nr.DeepNetwork(Ws, bs, net.activation), perms
+
+
+@pytest.mark.parametrize("activation", ["relu", "leaky_relu(0.1)", "relu_power(2)"])
+@pytest.mark.parametrize("sizes", [(5, 4, 3, 2), (3, 6, 5, 4, 1)])
+def test_deep_parameter_error_is_zero_for_permuted_rescaled_copies(activation, sizes):
+    truth = _deep(sizes, seed=80, activation=activation)
+    est, perms = _permuted_and_rescaled(truth, seed=81)
+    X = np.random.default_rng(82).standard_normal((20, sizes[0]))
+    np.testing.assert_allclose(est.predict(X), truth.predict(X), rtol=1e-12, atol=1e-12)  # the same function
+    res = parameter_error(est, truth)
+    # canonical forms: a few ulps of the largest canonical parameter (relu_power(2) gathers the squared row
+    # norms of every layer into the output weights, here 5e4)
+    scale = max(1.0, *(np.abs(a).max() for a in truth.canonical().weights + truth.canonical().biases))
+    assert res["max_unit_error"] < 1e-12 * scale and res["output_error"] < 1e-12 * scale
+    assert len(res["per_layer"]) == len(sizes) - 2 and max(res["per_layer"]) == res["max_unit_error"]
+    # matchings[l][i] is the position of true unit i of hidden layer l + 1 in the estimate
+    for perm, matching in zip(perms, res["matchings"]):
+        np.testing.assert_array_equal(perm[matching], np.arange(perm.size))
+    assert res["canonical"] and res["same_activation"]
+    assert parameter_error(est, truth, canonical=False)["max_unit_error"] > 1e-3
+
+
+def test_deep_parameter_error_equals_a_known_perturbation():
+    truth = _deep((5, 4, 3, 2), seed=83).canonical()
+    delta = 1e-3
+    out = [W.copy() for W in truth.weights]
+    out[2][1, 2] += delta  # an output weight: the outgoing column of unit 2 of the last hidden layer
+    res = parameter_error(nr.DeepNetwork(out, truth.biases), truth)
+    assert abs(res["max_unit_error"] - delta) < 1e-12 and abs(res["output_error"] - delta) < 1e-12
+    assert res["per_layer"][0] < 1e-12 and abs(res["per_layer"][1] - delta) < 1e-12
+    assert abs(res["per_unit"][1][2] - delta) < 1e-12 and abs(res["outgoing_errors"][1][2] - delta) < 1e-12
+    biases = [b.copy() for b in truth.biases]
+    biases[0][3] -= delta  # a hidden bias of layer 1: the canonical rows do not move
+    res = parameter_error(nr.DeepNetwork(truth.weights, biases), truth)
+    assert abs(res["max_unit_error"] - delta) < 1e-12 and abs(res["bias_errors"][0][3] - delta) < 1e-12
+    assert res["per_layer"][1] < 1e-12 and res["output_error"] < 1e-12
+    weights = [W.copy() for W in truth.weights]
+    weights[1][0, 0] += delta  # an incoming weight of layer 2: its row, bias and column change in canonical form
+    res = parameter_error(nr.DeepNetwork(weights, truth.biases), truth)
+    assert 0.1 * delta < res["per_layer"][1] < 10 * delta
+
+
+def test_deep_parameter_error_of_one_hidden_layer_is_the_two_layer_error():
+    truth, est = _net(5, 4, 2, seed=84), _net(5, 4, 2, seed=85)
+    expected = parameter_error(est, truth)
+    deep = nr.DeepNetwork.from_two_layer
+    for res in (parameter_error(deep(est), truth), parameter_error(est, deep(truth)),
+                parameter_error(deep(est), deep(truth))):
+        assert res["max_unit_error"] == expected["max_unit_error"]
+        np.testing.assert_array_equal(res["matchings"][0], expected["matching"])
+        np.testing.assert_array_equal(res["per_unit"][0], expected["per_unit"])
+
+
+def test_deep_parameter_error_validation():
+    with pytest.raises(InputError, match=r"layer_sizes \(5, 4, 3, 2\) but the truth has \(5, 4, 2, 2\)"):
+        parameter_error(_deep((5, 4, 3, 2)), _deep((5, 4, 2, 2)))
+    with pytest.raises(InputError, match=r"layer_sizes \(5, 4, 2\) but the truth has \(5, 4, 3, 2\)"):
+        parameter_error(_net(5, 4, 2), _deep((5, 4, 3, 2)))
+    with pytest.raises(InputError, match="allow_sign_flip"):
+        parameter_error(_deep(), _deep(), allow_sign_flip=True)
+    with pytest.raises(InputError, match="TwoLayerNetwork"):
+        parameter_error(np.eye(2), _deep())
+
+
+def test_function_error_of_deep_networks():
+    truth, est = _deep((4, 5, 3, 2), seed=86), _deep((4, 5, 3, 2), seed=87)
+    dist = StandardGaussian(4)
+    X = dist.sample(5000, np.random.default_rng(88))
+    expected = math.sqrt(np.sum((est.predict(X) - truth.predict(X)) ** 2) / np.sum(truth.predict(X) ** 2))
+    assert function_error(est, truth, dist, n=5000, rng=88, chunk_size=5000) == pytest.approx(expected, rel=1e-12)
+    assert function_error(truth, truth.copy(), dist, n=1000, rng=0) == 0.0
+    with pytest.raises(InputError, match="estimated has 4 inputs but the distribution has dim 3"):
+        function_error(est, truth, StandardGaussian(3), n=100, rng=0)
+    with pytest.raises(InputError, match="one hidden layer; estimated is a DeepNetwork.*monte_carlo"):
+        function_error(est, truth, dist, method="exact")
+    # one hidden layer: the exact route of its TwoLayerNetwork
+    f, g = _net(4, 3, 1, seed=89), _net(4, 3, 1, seed=90)
+    assert (function_error(nr.DeepNetwork.from_two_layer(g), nr.DeepNetwork.from_two_layer(f), dist, method="exact")
+            == function_error(g, f, dist, method="exact"))
+
+
 # ----------------------------------------------------------------------------- weight_error
 
 def test_weight_error_tiny_angles_signs_and_matching():

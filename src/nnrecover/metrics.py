@@ -7,7 +7,8 @@ The public metrics (``nr.metrics``):
   ``max_unit_error = max_i ||w_i - w'_pi(i)|| + |b_i - b'_pi(i)| + ||a_i - a'_pi(i)||`` (``a_i`` = column
   ``i`` of ``output_weights``). This is the parameter error of Awasthi et al.'s Theorem 3.1 (units matched by the Hungarian algorithm); with
   ``allow_sign_flip=True`` each match may also flip ``(b, w) -> (-b, -w)`` (the sign ambiguity of
-  Awasthi et al. for ``l > 1``, Theorem 3.4).
+  Awasthi et al. for ``l > 1``, Theorem 3.4). For two :class:`~nnrecover.DeepNetwork` of the same layer
+  sizes the units of each hidden layer are matched in turn, from the input (:func:`parameter_error`).
 * :func:`weight_error` -- angles between matched rows of two weight matrices.
 * :func:`function_error` -- relative L2 error ``sqrt(E||f - g||^2 / E||g||^2)`` under an input distribution,
   by chunked Monte Carlo, or exactly for ReLU-family networks under Gaussian (mixture) inputs.
@@ -56,6 +57,7 @@ from scipy.spatial.distance import cdist
 
 from ._validation import check_finite, check_positive_int, check_random_state
 from .activations import norm_cdf, norm_pdf
+from .deep_network import DeepNetwork
 from .distributions import Distribution, Gaussian, StandardGaussian, SymmetricMixture
 from .errors import InputError
 from .network import TwoLayerNetwork
@@ -85,6 +87,32 @@ def _as_network(obj: Any, name: str) -> TwoLayerNetwork:
         return net
     raise InputError(
         f"{name} must be a TwoLayerNetwork (or a fitted learner with network_), got {type(obj).__name__}.")
+
+
+def _is_deep(obj: Any) -> bool:
+    """Whether ``obj`` is a DeepNetwork, or a fitted model whose ``network_`` is one."""
+    return isinstance(obj, DeepNetwork) or isinstance(getattr(obj, "network_", None), DeepNetwork)
+
+
+def _as_deep_network(obj: Any, name: str) -> DeepNetwork:
+    """A DeepNetwork: ``obj`` itself, its ``network_``, or a TwoLayerNetwork as one hidden layer."""
+    if isinstance(obj, DeepNetwork):
+        return obj
+    net = getattr(obj, "network_", None)
+    if isinstance(net, DeepNetwork):
+        return net
+    return DeepNetwork.from_two_layer(_as_network(obj, name))
+
+
+def _as_two_layer(obj: Any, name: str, what: str) -> TwoLayerNetwork:
+    """``_as_network`` that also takes a one-hidden-layer DeepNetwork; deeper ones are refused for ``what``."""
+    if _is_deep(obj):
+        deep = _as_deep_network(obj, name)
+        if deep.depth != 1:
+            raise InputError(f"{what} has a closed form for networks with one hidden layer; {name} is a "
+                             f"DeepNetwork with layer sizes {deep.layer_sizes}: use method='monte_carlo'.")
+        return deep.to_two_layer()
+    return _as_network(obj, name)
 
 
 def _check_same_shape(est: TwoLayerNetwork, truth: TwoLayerNetwork) -> None:
@@ -122,12 +150,22 @@ def parameter_error(estimated: Any, truth: Any, *, allow_sign_flip: bool = False
     listed, with their output-weight norms, and enter only ``max_unit_error_with_extra`` (matched to the
     zero unit): an extra unit with zero output weight does not change the function.
 
+    Deep networks. When either network is a :class:`~nnrecover.DeepNetwork` (a TwoLayerNetwork then
+    counts as one hidden layer), both must have the same ``layer_sizes``. After the canonical forms
+    (:meth:`DeepNetwork.canonical`), the units of hidden layer ``l = 1, ..., L`` are matched by the
+    Hungarian algorithm on ``||w_i - w'_j|| + |b_i - b'_j|`` (incoming rows and biases), the estimate's
+    columns first permuted by the matching of layer ``l - 1``; in the last hidden layer, whose outgoing
+    columns meet the unpermuted outputs, the cost also has ``||a_i - a'_j||``, as for two layers. A unit's
+    error is ``||w_i - w'_pi(i)|| + |b_i - b'_pi(i)| + ||a_i - a'_pi(i)||`` with ``a`` its outgoing column
+    (rows in the next layer's matched order), the meaning of the two-layer ``max_unit_error``, which a
+    one-hidden-layer DeepNetwork reproduces.
+
     Parameters
     ----------
-    estimated, truth : TwoLayerNetwork (or fitted learner with ``network_``)
-        Same ``n_inputs`` and ``n_outputs``; the numbers of hidden units may differ.
+    estimated, truth : TwoLayerNetwork or DeepNetwork (or fitted learner with ``network_``)
+        Same ``n_inputs`` and ``n_outputs``; the numbers of hidden units may differ (two layers only).
     allow_sign_flip : bool, default False
-        Allow ``(b, w) -> (-b, -w)`` per unit (Awasthi et al., order ``l > 1``).
+        Allow ``(b, w) -> (-b, -w)`` per unit (Awasthi et al., order ``l > 1``); two-layer networks only.
     canonical : bool, default True
         Compare canonical forms (recommended: units of homogeneous activations are defined up to a
         positive scale).
@@ -143,7 +181,17 @@ def parameter_error(estimated: Any, truth: Any, *, allow_sign_flip: bool = False
         estimated-unit indices left unmatched), ``extra_output_weight_norms`` (array),
         ``max_unit_error_with_extra`` (float), ``output_bias_error`` (``||c - c'||``),
         ``canonical`` (bool: canonical forms were compared), ``same_activation`` (bool).
+
+        For deep networks: ``max_unit_error`` (float, over every hidden unit), ``mean_unit_error``,
+        ``per_layer`` (list of L floats, the largest unit error of each hidden layer), ``output_error``
+        (float: largest absolute difference of the output layer's weights and biases, columns matched),
+        ``per_unit``, ``weight_errors``, ``bias_errors``, ``outgoing_errors`` (lists of L arrays of shape
+        (n_l,)), ``matchings`` (list of L int arrays: the estimated unit matched to each true unit),
+        ``canonical``, ``same_activation``.
     """
+    if _is_deep(estimated) or _is_deep(truth):
+        return _deep_parameter_error(_as_deep_network(estimated, "estimated"), _as_deep_network(truth, "truth"),
+                                     allow_sign_flip=allow_sign_flip, canonical=canonical)
     est = _as_network(estimated, "estimated")
     tru = _as_network(truth, "truth")
     _check_same_shape(est, tru)
@@ -205,6 +253,67 @@ def parameter_error(estimated: Any, truth: Any, *, allow_sign_flip: bool = False
         "extra_output_weight_norms": np.linalg.norm(Ae[extra], axis=1),
         "max_unit_error_with_extra": float(max(max_unit, extra_cost.max(initial=0.0))),
         "output_bias_error": float(np.linalg.norm(tru.output_bias - est.output_bias)),
+        "canonical": use_canonical,
+        "same_activation": est.activation == tru.activation,
+    }
+
+
+def _deep_parameter_error(est: DeepNetwork, tru: DeepNetwork, *, allow_sign_flip: bool, canonical: bool) -> dict:
+    """:func:`parameter_error` of two DeepNetwork (see there)."""
+    if allow_sign_flip:
+        raise InputError("allow_sign_flip is the sign ambiguity of two-layer networks (Awasthi et al.); "
+                         "compare DeepNetwork without it (allow_sign_flip=False).")
+    if est.layer_sizes != tru.layer_sizes:
+        raise InputError(f"estimated network has layer_sizes {est.layer_sizes} but the truth has "
+                         f"{tru.layer_sizes}; parameter_error matches the units of deep networks of the same "
+                         "layer sizes.")
+    homogeneous = est.activation.degree is not None and tru.activation.degree is not None
+    use_canonical = bool(canonical) and homogeneous
+    if use_canonical:
+        est, tru = est.canonical(), tru.canonical()
+    L = tru.depth
+    big = np.finfo(float).max
+    dws, dbs, perms = [], [], []
+    da_last = None
+    prev = np.arange(tru.n_inputs)
+    for l in range(L):
+        We = est.weights[l][:, prev]  # the estimate's incoming columns in the truth's order of layer l
+        dw = cdist(tru.weights[l], We)
+        db = np.abs(tru.biases[l][:, None] - est.biases[l][None, :])
+        cost = dw + db
+        if l == L - 1:
+            # the outputs are not permuted, so the last outgoing columns are comparable already
+            da_last = cdist(tru.weights[L].T, est.weights[L].T)
+            cost = cost + da_last
+        # as for two layers: overflowed distances are matched last instead of making scipy fail
+        _, cols = linear_sum_assignment(np.where(np.isfinite(cost), cost, big))
+        dws.append(dw)
+        dbs.append(db)
+        perms.append(cols)
+        prev = cols
+    units = [np.arange(n) for n in tru.hidden_sizes]
+    weight_errors = [dw[i, p] for dw, i, p in zip(dws, units, perms)]
+    bias_errors = [db[i, p] for db, i, p in zip(dbs, units, perms)]
+    outgoing = []
+    for l in range(L - 1):
+        # outgoing columns of layer l + 1 with their rows in the matched order of layer l + 2
+        aligned = est.weights[l + 1][perms[l + 1]][:, perms[l]]
+        outgoing.append(np.linalg.norm(tru.weights[l + 1] - aligned, axis=0))
+    outgoing.append(da_last[units[-1], perms[-1]])
+    per_unit = [w + b + a for w, b, a in zip(weight_errors, bias_errors, outgoing)]
+    out_w = np.abs(tru.weights[L] - est.weights[L][:, perms[-1]])
+    out_b = np.abs(tru.biases[L] - est.biases[L])
+    per_layer = [float(e.max()) for e in per_unit]
+    return {
+        "max_unit_error": max(per_layer),
+        "mean_unit_error": float(np.concatenate(per_unit).mean()),
+        "per_layer": per_layer,
+        "output_error": float(max(out_w.max(), out_b.max())),
+        "per_unit": per_unit,
+        "weight_errors": weight_errors,
+        "bias_errors": bias_errors,
+        "outgoing_errors": outgoing,
+        "matchings": [p.astype(np.intp) for p in perms],
         "canonical": use_canonical,
         "same_activation": est.activation == tru.activation,
     }
@@ -534,8 +643,8 @@ def function_error(estimated: Any, truth: Any, distribution: Distribution, n: in
 
     Parameters
     ----------
-    estimated : TwoLayerNetwork or fitted learner (anything with ``predict``)
-    truth : TwoLayerNetwork (or fitted learner)
+    estimated : TwoLayerNetwork, DeepNetwork or fitted learner (anything with ``predict``)
+    truth : TwoLayerNetwork, DeepNetwork (or fitted learner)
     distribution : nnrecover distribution
         Input law; ``dim`` must equal the networks' ``n_inputs``.
     n : int, default 100_000
@@ -547,7 +656,8 @@ def function_error(estimated: Any, truth: Any, distribution: Distribution, n: in
     method : {"monte_carlo", "exact"}, default "monte_carlo"
         ``"exact"`` uses the closed-form pair kernel (:func:`relu_l2_distance`); it needs ReLU-family
         networks and a Gaussian (``StandardGaussian``, ``Gaussian``) or ``SymmetricMixture`` input, whose
-        components are handled by the substitution ``x = mean + L z``, ``z ~ N(0, I)``.
+        components are handled by the substitution ``x = mean + L z``, ``z ~ N(0, I)``. A DeepNetwork
+        with one hidden layer is taken as its TwoLayerNetwork; deeper ones are refused (no closed form).
     relative : bool, default True
         Divide by ``sqrt(E ||g||^2)``; ``False`` returns the absolute RMS error ``sqrt(E ||f - g||^2)``.
     chunk_size : int, default 65536
@@ -561,7 +671,8 @@ def function_error(estimated: Any, truth: Any, distribution: Distribution, n: in
     if method not in ("monte_carlo", "exact"):
         raise InputError(f"method must be 'monte_carlo' or 'exact', got {method!r}.")
     if method == "exact":
-        est, tru = _as_network(estimated, "estimated"), _as_network(truth, "truth")
+        est = _as_two_layer(estimated, "estimated", "method='exact'")
+        tru = _as_two_layer(truth, "truth", "method='exact'")
         _check_same_shape(est, tru)
         if distribution.dim != tru.n_inputs:
             raise InputError(f"distribution has dim {distribution.dim} but the networks have {tru.n_inputs} inputs.")
@@ -582,8 +693,8 @@ def function_error(estimated: Any, truth: Any, distribution: Distribution, n: in
         if not callable(getattr(model, "predict", None)):
             raise InputError(f"{name} must be a TwoLayerNetwork or a fitted learner with predict().")
     for model, name in ((estimated, "estimated"), (truth, "truth")):
-        net = model if isinstance(model, TwoLayerNetwork) else getattr(model, "network_", None)
-        if isinstance(net, TwoLayerNetwork) and net.n_inputs != distribution.dim:
+        net = model if isinstance(model, (TwoLayerNetwork, DeepNetwork)) else getattr(model, "network_", None)
+        if isinstance(net, (TwoLayerNetwork, DeepNetwork)) and net.n_inputs != distribution.dim:
             raise InputError(f"{name} has {net.n_inputs} inputs but the distribution has dim {distribution.dim}.")
     gen = check_random_state(rng)
     num = den = 0.0

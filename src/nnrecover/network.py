@@ -19,6 +19,7 @@ import numbers
 import os
 import zipfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -271,23 +272,10 @@ class TwoLayerNetwork:
         The file is written to a temporary name in the same folder and renamed into place when
         complete (:func:`nnrecover.files.atomic_output`): an interrupted save leaves the old file.
         """
-
-        path = Path(path)
-        suffix = path.suffix.lower()
-        if suffix not in (".json", ".npz"):
-            raise InputError(f"cannot save a network to {path.name!r}: use a .json or .npz file name.")
-        try:
-            with atomic_output(path) as tmp:
-                if suffix == ".json":
-                    tmp.write_text(json.dumps(self.to_dict(), indent=1))
-                else:
-                    # through a file object: np.savez would append ".npz" to a name ending in ".NPZ"
-                    with open(tmp, "wb") as fh:
-                        np.savez(fh, hidden_weights=self.hidden_weights, hidden_bias=self.hidden_bias,
-                                 output_weights=self.output_weights, output_bias=self.output_bias,
-                                 activation=np.array(self.activation.spec), format=np.array(_FORMAT))
-        except OSError as exc:
-            raise InputError(f"cannot write network file {str(path)!r}: {exc.strerror or exc}.") from exc
+        write_network_file(path, self.to_dict, lambda: {
+            "hidden_weights": self.hidden_weights, "hidden_bias": self.hidden_bias,
+            "output_weights": self.output_weights, "output_bias": self.output_bias,
+            "activation": np.array(self.activation.spec), "format": np.array(_FORMAT)})
 
     @classmethod
     def load(cls, path: "str | os.PathLike") -> "TwoLayerNetwork":
@@ -300,52 +288,7 @@ class TwoLayerNetwork:
             (ragged or non-numeric arrays, a truncated archive, an array header that promises more
             data than the archive holds).
         """
-        path = Path(path)
-        suffix = path.suffix.lower()
-        if suffix not in (".json", ".npz"):
-            raise InputError(f"cannot load a network from {path.name!r}: use a .json or .npz file.")
-        if not path.is_file():
-            raise InputError(f"network file {str(path)!r} does not exist (or is not a file).")
-        try:
-            if suffix == ".json":
-                try:
-                    data = json.loads(path.read_text(encoding="utf-8"))
-                except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-                    raise InputError(f"{path.name} is not valid JSON: {' '.join(str(exc).split())[:200]}") from None
-                if not isinstance(data, dict):
-                    raise InputError(f"{path.name} does not hold a network description.")
-            else:
-                if not zipfile.is_zipfile(path):
-                    with open(path, "rb") as fh:
-                        single = fh.read(6) == b"\x93NUMPY"
-                    raise InputError(f"{path.name} holds a single array, not a network archive." if single else
-                                     f"{path.name} is not a readable .npz network archive (not a zip file); "
-                                     "write it with TwoLayerNetwork.save.")
-                check_npz_members(path)  # headers against sizes: no allocation of what a corrupt header claims
-                try:
-                    archive = np.load(path, allow_pickle=False)
-                    if not isinstance(archive, np.lib.npyio.NpzFile):
-                        raise InputError(f"{path.name} holds a single array, not a network archive.")
-                    with archive:
-                        data = {key: archive[key] for key in archive.files}
-                except InputError:
-                    raise
-                except (ValueError, zipfile.BadZipFile, EOFError, zlib.error) as exc:
-                    raise InputError(f"{path.name} is not a readable .npz network archive: {exc}") from exc
-                for key in ("activation", "format"):
-                    if key in data:
-                        if data[key].ndim != 0 or data[key].dtype.kind != "U":
-                            raise InputError(f"{path.name}: entry {key!r} must be a string.")
-                        data[key] = str(data[key])
-        except OSError as exc:
-            raise InputError(f"cannot read network file {str(path)!r}: {exc.strerror or exc}.") from exc
-        try:
-            return cls.from_dict(data)
-        except InputError as exc:
-            # name the file: a samples file given where a model is expected reads as "lacks [...]"
-            hint = (" (it holds arrays X, Y: a samples file, not a network)"
-                    if isinstance(data, dict) and {"X", "Y"} <= set(data) else "")
-            raise InputError(f"{path.name}: {exc}{hint}") from None
+        return read_network_file(path, cls.from_dict, "TwoLayerNetwork.save")
 
     @classmethod
     def from_sklearn(cls, model: Any) -> "TwoLayerNetwork":
@@ -394,6 +337,111 @@ class TwoLayerNetwork:
 
     def _arrays(self):
         return (self.hidden_weights, self.hidden_bias, self.output_weights, self.output_bias)
+
+
+def write_network_file(path: str | os.PathLike, description: Callable[[], dict],
+                       arrays: Callable[[], dict]) -> None:
+    """Write a network file, the suffix picking the format (:meth:`TwoLayerNetwork.save`,
+    :meth:`nnrecover.DeepNetwork.save`).
+
+    Parameters
+    ----------
+    path : str or path-like
+        ``*.json`` or ``*.npz`` (any case of the suffix).
+    description : callable
+        Returns the JSON-able description (``to_dict``); called only for a ``.json`` file.
+    arrays : callable
+        Returns the ``{name: ndarray}`` members of the ``.npz`` archive (strings as 0-d unicode arrays);
+        called only for an ``.npz`` file. Both are callables so that a large network is converted to
+        nested lists, or gathered into arrays, only for the format it is written in.
+
+    Raises
+    ------
+    InputError
+        Another suffix, or a file that cannot be written.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".json", ".npz"):
+        raise InputError(f"cannot save a network to {path.name!r}: use a .json or .npz file name.")
+    try:
+        with atomic_output(path) as tmp:
+            if suffix == ".json":
+                tmp.write_text(json.dumps(description(), indent=1))
+            else:
+                # through a file object: np.savez would append ".npz" to a name ending in ".NPZ"
+                with open(tmp, "wb") as fh:
+                    np.savez(fh, **arrays())
+    except OSError as exc:
+        raise InputError(f"cannot write network file {str(path)!r}: {exc.strerror or exc}.") from exc
+
+
+def read_network_file(path: str | os.PathLike, from_dict: Callable[[dict], Any], writer: str) -> Any:
+    """Read a network file written by :func:`write_network_file` and build it with ``from_dict``.
+
+    Parameters
+    ----------
+    path : str or path-like
+        ``*.json`` or ``*.npz``; pickles are refused, ``.npz`` headers are checked against the member
+        sizes before anything is read (:func:`nnrecover.files.check_npz_members`).
+    from_dict : callable
+        Builds the network from the description (a dict; for an ``.npz`` file its members, with the
+        ``activation`` and ``format`` entries as str).
+    writer : str
+        The method that writes such files, named in the message for a file that is not an archive.
+
+    Raises
+    ------
+    InputError
+        Missing or unreadable file, wrong suffix, or content that is not a network description; the
+        message of an error of ``from_dict`` is prefixed with the file name.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".json", ".npz"):
+        raise InputError(f"cannot load a network from {path.name!r}: use a .json or .npz file.")
+    if not path.is_file():
+        raise InputError(f"network file {str(path)!r} does not exist (or is not a file).")
+    try:
+        if suffix == ".json":
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+                raise InputError(f"{path.name} is not valid JSON: {' '.join(str(exc).split())[:200]}") from None
+            if not isinstance(data, dict):
+                raise InputError(f"{path.name} does not hold a network description.")
+        else:
+            if not zipfile.is_zipfile(path):
+                with open(path, "rb") as fh:
+                    single = fh.read(6) == b"\x93NUMPY"
+                raise InputError(f"{path.name} holds a single array, not a network archive." if single else
+                                 f"{path.name} is not a readable .npz network archive (not a zip file); "
+                                 f"write it with {writer}.")
+            check_npz_members(path)  # headers against sizes: no allocation of what a corrupt header claims
+            try:
+                archive = np.load(path, allow_pickle=False)
+                if not isinstance(archive, np.lib.npyio.NpzFile):
+                    raise InputError(f"{path.name} holds a single array, not a network archive.")
+                with archive:
+                    data = {key: archive[key] for key in archive.files}
+            except InputError:
+                raise
+            except (ValueError, zipfile.BadZipFile, EOFError, zlib.error) as exc:
+                raise InputError(f"{path.name} is not a readable .npz network archive: {exc}") from exc
+            for key in ("activation", "format"):
+                if key in data:
+                    if data[key].ndim != 0 or data[key].dtype.kind != "U":
+                        raise InputError(f"{path.name}: entry {key!r} must be a string.")
+                    data[key] = str(data[key])
+    except OSError as exc:
+        raise InputError(f"cannot read network file {str(path)!r}: {exc.strerror or exc}.") from exc
+    try:
+        return from_dict(data)
+    except InputError as exc:
+        # name the file: a samples file given where a model is expected reads as "lacks [...]"
+        hint = (" (it holds arrays X, Y: a samples file, not a network)"
+                if isinstance(data, dict) and {"X", "Y"} <= set(data) else "")
+        raise InputError(f"{path.name}: {exc}{hint}") from None
 
 
 _RANDOM_OPTIONS = {"bias_range", "output_weight_range", "output_signs", "rows", "condition_number",
