@@ -1,9 +1,11 @@
 """The ``nnrecover extract`` subcommand: :func:`add_parser` builds it, :func:`run` executes it.
 
-``nnrecover extract MODEL --inputs d [--hidden k|auto] [--max-queries Q] --out model.json`` loads the
+``nnrecover extract MODEL --inputs d [--hidden k|k1,k2,..|auto] [--depth L|auto] [--max-queries Q] --out
+model.json`` loads the
 black box (:func:`nnrecover.extraction.loaders.load_model`), extracts it with a progress bar on
 stderr, prints the queries used, the time and the certified error on fresh queries, and writes the
-network (``--out``, ``.json`` or ``.npz``) and its diagnostics (``--diagnostics``, default
+network (``--out``, ``.json`` or ``.npz``: a ``TwoLayerNetwork`` file for one hidden layer, a
+``DeepNetwork`` file for more, with the widths found per layer printed) and its diagnostics (``--diagnostics``, default
 ``<out>.diagnostics.json``) together: both files or neither (:func:`nnrecover.files.atomic_outputs`), and
 never over the model file. When the budget runs out the diagnostics of the partial result are written
 beside them as ``<diagnostics stem>.partial.json`` (the files of an earlier complete run are left as they
@@ -50,26 +52,42 @@ def _budget(value: str) -> "int | str | None":
             from exc
 
 
-def _hidden(value: str) -> "int | str":
+def _hidden(value: str) -> "int | str | tuple":
+    if value == "auto":
+        return value
+    try:
+        if "," in value:
+            return tuple(_positive_int(v) for v in value.split(","))
+        return _positive_int(value)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"--hidden must be a positive int, comma-separated widths (one per hidden "
+                                         f"layer, e.g. 20,20) or 'auto', got {value!r}") from exc
+
+
+def _depth(value: str) -> "int | str":
     if value == "auto":
         return value
     try:
         return _positive_int(value)
     except argparse.ArgumentTypeError as exc:
-        raise argparse.ArgumentTypeError(f"--hidden must be a positive int or 'auto', got {value!r}") from exc
+        raise argparse.ArgumentTypeError(f"--depth must be a positive int or 'auto', got {value!r}") from exc
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``extract`` subcommand to an ``argparse`` subparsers object; returns its parser."""
     p = subparsers.add_parser(
-        "extract", help="extract a one-hidden-layer ReLU network from a black box by queries",
+        "extract", help="extract a ReLU network (any number of hidden layers) from a black box by queries",
         description="Recover f(x) = A relu(W x + b) + c from queries of MODEL: a .skops file (scikit-learn "
                     "MLPRegressor/MLPClassifier), a .safetensors PyTorch state_dict of "
                     "Sequential(Linear, ReLU, Linear), an .onnx file, or module:function.")
     p.add_argument("model", help="model file (.skops, .safetensors, .onnx) or module:function")
     p.add_argument("--inputs", type=_positive_int, default=None,
                    help="number of inputs d (default: read from the model file when it records it)")
-    p.add_argument("--hidden", type=_hidden, default="auto", help="number of hidden units, or 'auto' (default)")
+    p.add_argument("--hidden", type=_hidden, default="auto",
+                   help="number of hidden units, comma-separated widths per hidden layer, or 'auto' (default)")
+    p.add_argument("--depth", type=_depth, default="auto",
+                   help="number of hidden layers, or 'auto' (default: one hidden layer is tried first, then "
+                        "layer by layer)")
     p.add_argument("--method", choices=("auto", "critical-points", "moments"), default="auto",
                    help="critical-points (chosen queries, exact to the model's round-off; what 'auto', the "
                         "default, runs) or moments (Gaussian queries only, to a moment learner's precision)")
@@ -136,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
     if model.n_inputs is not None and args.inputs is not None and args.inputs != model.n_inputs:
         raise InputError(f"--inputs {args.inputs} disagrees with the model, which takes {model.n_inputs} inputs.")
     try:
-        res = extract(model, d, n_hidden=args.hidden, method=args.method, max_queries=args.max_queries,
+        res = extract(model, d, n_hidden=args.hidden, depth=args.depth, method=args.method,
+                      max_queries=args.max_queries,
                       rng=args.seed, input_scale=args.input_scale,
                       # a bar only on a terminal: in a file its carriage-return frames stay as text,
                       # and an error message would share their line
@@ -156,8 +175,18 @@ def run(args: argparse.Namespace) -> int:
     with atomic_outputs([net_path, diag_out]) as (net_tmp, diag_tmp):
         res.network_.save(net_tmp)
         diag_tmp.write_text(json.dumps(_jsonable(diag), indent=1), encoding="utf-8")
-    print(f"extracted {res.network_.n_hidden} hidden units from {model.kind} ({d} inputs, "
-          f"{res.network_.n_outputs} output(s))")
+    net = res.network_
+    if hasattr(net, "hidden_sizes"):
+        print(f"extracted {net.depth} hidden layers of widths {', '.join(map(str, net.hidden_sizes))} from "
+              f"{model.kind} ({d} inputs, {net.n_outputs} output(s))")
+    else:
+        print(f"extracted {net.n_hidden} hidden units from {model.kind} ({d} inputs, {net.n_outputs} output(s))")
+    per_layer = res.diagnostics_.get("unidentifiable_per_layer")
+    if per_layer and any(per_layer) and hasattr(net, "hidden_sizes"):
+        print(f"the model file declares widths {res.diagnostics_['declared_hidden_sizes']}: "
+              f"{', '.join(map(str, per_layer))} neuron(s) per layer left no critical point on the queried region "
+              "(dead downstream, or never crossed) and do not change the function there; see 'unidentifiable' "
+              "in the diagnostics")
     region = res.diagnostics_.get("query_region")
     if region is not None and region["input_scale"] != region["requested_input_scale"]:
         lo, hi = region["output_range"]

@@ -122,6 +122,7 @@ class DeepExtractor:
         # per layer: the located critical points of each neuron (for the refits after the signs)
         self._points: list[list[np.ndarray]] = []
         self._current = None
+        self.max_uncrossed = 0
 
     # ------------------------------------------------------------------ tolerances
     @property
@@ -197,6 +198,10 @@ class DeepExtractor:
         return False
 
     # ------------------------------------------------------------------ one neuron of the next layer
+    def _max_uncrossed(self, width: int) -> int:
+        """Neurons of the last known layer a walk may leave uncrossed and still give a signature."""
+        return self.max_uncrossed
+
     def _local_plane(self, x0: np.ndarray, n0: np.ndarray) -> tuple[np.ndarray, float] | None:
         """The boundary through ``x0`` fitted exactly inside the linear region of the known layers at ``x0``.
 
@@ -254,7 +259,9 @@ class DeepExtractor:
         x = x0.copy()
         coef = np.full(width, np.nan)
         regions = []
-        located = [x0]
+        # the starting kink is not among them: the line found it, and it may sit where another neuron's
+        # boundary is as close as the line's resolution; the walk's points are each confirmed twice
+        located = []
         tries = np.zeros(width, int)
         max_steps = 8 * width + 40
         offset = sum(K.widths[:-1])
@@ -413,7 +420,7 @@ class DeepExtractor:
         info["resyncs"] = resyncs
         info["reasons"] = reasons
         self._trace_info = info
-        if np.isnan(coef).sum() > max(2, width // 5):
+        if np.isnan(coef).sum() > self._max_uncrossed(width):
             return None
         # a neuron whose boundary the walk never took across the target's is given coefficient 0: when
         # the two boundaries do not meet, the target's zero set cannot tell relu(zeta_j) from its linear
@@ -438,7 +445,7 @@ class DeepExtractor:
             sol, *_ = np.linalg.lstsq(Ms / norms, y_, rcond=None)
         sol = sol / norms
         u = np.concatenate([coef, sol[:n_prev]])
-        info["points"] = np.array(located)
+        info["points"] = np.array(located).reshape(-1, self.d)
         return u, float(sol[-1]), info
 
     def _roots(self, u: np.ndarray, beta: float, X0: np.ndarray, V: np.ndarray, R: float) -> np.ndarray:
@@ -502,23 +509,39 @@ class DeepExtractor:
 
         Columns are scaled to unit norm first (the features differ in size); a column that is zero at
         every point (a feature never active there) is left out and its coefficient set to zero.
-        Returns ``(u, beta, relative residual, kept points mask)``.
+        Returns ``(u, beta, relative residual, the points kept)``.
         """
         Phi = self.known.features(pts)
+        self._partial = False
+        if self.known.depth:
+            # a feature on (or off) at all but a few points is pinned by those few alone: one stray point
+            # there (a critical point of another neuron) would be fitted exactly, leaving the other
+            # coefficients free; such points are left out, and the feature is then on (or off) at all
+            width = self.known.widths[-1]
+            on = Phi[:, :width] > 0
+            few = max(2, pts.shape[0] // 50)
+            count = on.sum(axis=0)
+            minority = np.zeros(pts.shape[0], bool)
+            for j in np.flatnonzero((count > 0) & (count <= few)):
+                minority |= on[:, j]
+            for j in np.flatnonzero((count < pts.shape[0]) & (count >= pts.shape[0] - few)):
+                minority |= ~on[:, j]
+            if minority.any() and (~minority).sum() > Phi.shape[1] + 2:
+                pts, Phi = pts[~minority], Phi[~minority]
         D = np.concatenate([Phi, np.ones((pts.shape[0], 1))], axis=1)
         norms = np.linalg.norm(D, axis=0)
         live = norms > 1e-12 * max(norms.max(), 1e-300)
-        self._partial = False
         if self.known.depth:
             # a feature relu(zeta_j) positive at every point equals zeta_j there, a linear function of
             # the skip features: left out here (its coefficient goes into the skip part) and found by the
-            # refit after the signs
-            width = self.known.widths[-1]
+            # refit after the signs; a feature off at every point has a coefficient the boundary does not
+            # show (set to zero). Either makes the neuron's skip part unfit for the sign equations.
             always = np.all(Phi[:, :width] > 0, axis=0)
+            never = np.all(Phi[:, :width] <= 0, axis=0)
             live[:width] &= ~always
-            self._partial = bool(always.any())
+            self._partial = bool(always.any() or never.any())
         keep = np.ones(pts.shape[0], bool)
-        for _ in range(4):
+        for _ in range(5):
             Ds = D[keep][:, live] / norms[live]
             if Ds.shape[0] < Ds.shape[1] + 1:
                 return None
@@ -536,7 +559,7 @@ class DeepExtractor:
         coef[live] = vec / norms[live]
         rel = float(sv[-1] / sv[0])
         gap = float(sv[-1] / sv[-2]) if sv.size > 1 else 0.0
-        return coef[:-1], float(coef[-1]), max(rel, gap), keep
+        return coef[:-1], float(coef[-1]), max(rel, gap), pts[keep]
 
     def _anchor_fit(self, u: np.ndarray, beta: float, walked: np.ndarray | None = None
                     ) -> tuple[np.ndarray, float, np.ndarray, dict] | None:
@@ -548,15 +571,16 @@ class DeepExtractor:
         located precision.
         """
         F = self.known.n_features
+        self._fit_info = info = {}
         scale_u = float(np.linalg.norm(u))
         u, beta = u / scale_u, beta / scale_u
         delta = 1e-3 * self.scale if self._float64 else 1e-2 * self.scale
         first = self._locate(u, beta, _FIRST_BATCH, delta)
-        info = {"first_batch": int(first.shape[0])}
+        info["first_batch"] = int(first.shape[0])
         if first.shape[0] < _FIRST_BATCH // 4:
             info["rejected"] = "predicted critical points not found (a deeper neuron)"
             return None
-        need = F + 1 + max(8, F // 4)
+        need = F + 1 + max(16, F // 2)
         pts = [first]
         got = first.shape[0]
         rate = max(got / _FIRST_BATCH, 0.05)
@@ -576,7 +600,7 @@ class DeepExtractor:
         if fit is None:
             info["rejected"] = f"too few critical points ({pts.shape[0]} for {F + 1} unknowns)"
             return None
-        u2, b2, resid, keep = fit
+        u2, b2, resid, kept = fit
         info["residual"] = resid
         if not resid <= self._tls_tol():
             info["rejected"] = f"critical points not on one hyperplane in feature space (residual {resid:.2e})"
@@ -584,7 +608,7 @@ class DeepExtractor:
         if float(u2 @ u) < 0:
             u2, b2 = -u2, -b2
         info["partial"] = self._partial
-        return u2, b2, pts[keep], info
+        return u2, b2, kept, info
 
     # ------------------------------------------------------------------ one layer
     @property
@@ -626,6 +650,7 @@ class DeepExtractor:
         target = None if self.widths is None or layer >= len(self.widths) else self.widths[layer]
         patience = self.patience if self.patience is not None else (3 if self._float64 else 6)
         quiet = 0
+        extended = False
         pending = [k for k in self.kinks if k["status"] in ("open", "deeper")]
         for k in pending:
             k["status"] = "open"
@@ -640,6 +665,13 @@ class DeepExtractor:
                         for k in retry:
                             k["status"], k["retried"] = "open", True
                         pending = retry
+                        continue
+                    if target is None and not extended and self._current[0] and not self._explains_box():
+                        # the box is not yet explained: either a deeper layer exists or neurons of this
+                        # layer are still missing; one more round of lines looks for the latter
+                        extended = True
+                        quiet = 0
+                        info["extended"] = True
                         continue
                     break
                 pending = self._search_line()
@@ -687,6 +719,27 @@ class DeepExtractor:
         info["neurons"] = len(self._current[0])
         info["queries"] = self.oracle.n_queries - info["queries"]
         return info
+
+    def _explains_box(self) -> bool:
+        """Whether an output layer on the neurons found so far (orientation unresolved) explains the box.
+
+        ``f = A relu(z) + S phi + c`` with ``z`` the pre-activations found in this layer and ``phi`` the
+        features they are linear in (which absorb any flipped orientation): a least-squares fit on fresh
+        Gaussian queries whose residual is at the box's noise means this layer is complete and last.
+        """
+        U, beta = self._current_rows()
+        n_cols = U.shape[0] + self.known.n_features + 1
+        X = self.scale * self.rng.standard_normal((2 * n_cols + 64, self.d))
+        Y = query_batched(self.oracle, X)
+        Phi = self.known.features(X)
+        D = np.concatenate([np.maximum(Phi @ U.T + beta, 0.0), Phi, np.ones((X.shape[0], 1))], axis=1)
+        norms = np.linalg.norm(D, axis=0)
+        norms[norms == 0] = 1.0
+        with blas_threads(1):
+            coef, *_ = np.linalg.lstsq(D / norms, Y, rcond=None)
+        resid = float(np.linalg.norm((D / norms) @ coef - Y) / max(np.linalg.norm(Y), 1e-300))
+        n_params = sum(W.size + b.size for W, b in zip(self.known.weights, self.known.biases)) + U.size + D.shape[1]
+        return resid <= self._output_tolerance(n_params)
 
     # ------------------------------------------------------------------ signs, output layer
     def _orient_previous(self, U: np.ndarray, beta: np.ndarray, points: list[np.ndarray]) -> dict:

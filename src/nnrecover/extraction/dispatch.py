@@ -13,13 +13,16 @@ from __future__ import annotations
 import math
 import numbers
 import time
+import warnings
 from typing import Any, Callable
 
 import numpy as np
 
 from .. import errors
 from .._validation import check_positive_int, check_random_state
-from ..errors import InputError, QueryBudgetError
+from ..deep_network import DeepNetwork
+from ..errors import AssumptionError, InputError, QueryBudgetError
+from .deep import DeepExtractor
 from .extractor import CriticalPointExtractor
 from .moments import extract_moments
 from .queries import QueryOracle
@@ -76,7 +79,8 @@ class ExtractionResult:
         return self.network_.predict(X)
 
     def __repr__(self) -> str:
-        k = None if self.network_ is None else self.network_.n_hidden
+        net = self.network_
+        k = None if net is None else getattr(net, "n_hidden", None) or list(net.hidden_sizes)
         return (f"ExtractionResult(n_hidden={k}, n_queries={self.n_queries_}, "
                 f"complete={self.diagnostics_.get('complete')})")
 
@@ -104,12 +108,12 @@ def _check_positive(value: Any, name: str) -> float:
 
 
 def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int | str" = "auto",
-            method: str = "auto", max_queries: "int | str | None" = "auto", rng: Any = None,
+            depth: "int | str" = "auto", method: str = "auto", max_queries: "int | str | None" = "auto", rng: Any = None,
             input_scale: float | None = None, radius: float | None = None, n_certify: int = 2000,
             patience: int | None = None, sign_time_limit: float = 120.0, n_samples: int | None = None,
             progress: bool = False,
             log: Callable[[str], None] | None = None) -> ExtractionResult:
-    """Recover a one-hidden-layer ReLU network from queries of a black box.
+    """Recover a ReLU network (any number of hidden layers) from queries of a black box.
 
     Parameters
     ----------
@@ -119,11 +123,19 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
         float32 is fine: the precision reached then follows its round-off (``diagnostics_["noise"]``).
     n_inputs : int
         ``d``.
-    n_hidden : int or "auto"
+    n_hidden : int, sequence of int, or "auto"
         Number of hidden units. ``"auto"``: the number of distinct hyperplanes found (critical points),
         or the width chosen by the learner from its statistics (moments); the evidence is in
-        ``diagnostics_["width"]``. With an int the search stops once that many units are certified;
-        fewer found after the search is reported (``CertificateWarning``) as unidentifiable units.
+        ``diagnostics_["width"]`` (one hidden layer) or ``diagnostics_["layers"]`` (deeper). With an int
+        (one hidden layer) the search stops once that many units are certified; fewer found after the
+        search is reported (``CertificateWarning``) as unidentifiable units. A sequence gives one width
+        per hidden layer (and the depth); each layer's search stops at its width.
+    depth : int or "auto"
+        Number of hidden layers. ``"auto"``: the one-hidden-layer extraction runs first; when no unit lies
+        on a hyperplane, or its certificate fails, the network is extracted layer by layer
+        (:mod:`~nnrecover.extraction.deep`) on the same query counter and budget, and the depth is where
+        an output layer on the features found explains the box. ``diagnostics_["one_layer_attempt"]``
+        records the queries the first attempt took. ``1``: one hidden layer only; ``>= 2``: layer by layer.
     method : {"auto", "critical-points", "moments"}
         ``"auto"`` is ``"critical-points"``.
     max_queries : int, "auto" or None, default "auto"
@@ -164,6 +176,8 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
     Returns
     -------
     ExtractionResult
+        ``network_`` is a :class:`~nnrecover.network.TwoLayerNetwork` for one hidden layer and a
+        :class:`~nnrecover.deep_network.DeepNetwork` for more.
 
     Raises
     ------
@@ -175,12 +189,31 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
     d = check_positive_int(n_inputs, "n_inputs")
     if method not in _METHODS:
         raise InputError(f"method must be one of {_METHODS}, got {method!r}.")
+    depth_ = _check_depth(depth)
+    widths = None
     if isinstance(n_hidden, str):
         if n_hidden != "auto":
-            raise InputError(f"n_hidden must be a positive int or 'auto', got {n_hidden!r}.")
+            raise InputError(f"n_hidden must be a positive int, a sequence of ints (one per hidden layer) or "
+                             f"'auto', got {n_hidden!r}.")
         k = None
+    elif isinstance(n_hidden, (list, tuple)):
+        widths = [check_positive_int(w, f"n_hidden[{i}]") for i, w in enumerate(n_hidden)]
+        if not widths:
+            raise InputError("n_hidden must not be an empty sequence; give one width per hidden layer or 'auto'.")
+        if depth_ is None:
+            depth_ = len(widths)
+        elif depth_ != len(widths):
+            raise InputError(f"n_hidden gives {len(widths)} widths but depth={depth_}; give one width per hidden "
+                             "layer.")
+        k = widths[0] if depth_ == 1 else None
     else:
         k = check_positive_int(n_hidden, "n_hidden")
+        if depth_ is not None and depth_ > 1:
+            raise InputError(f"n_hidden={k} is one width but depth={depth_}; give a sequence of {depth_} widths "
+                             "(one per hidden layer) or 'auto'.")
+    if method == "moments" and depth_ is not None and depth_ > 1:
+        raise InputError("method='moments' recovers one hidden layer; use method='critical-points' (the default) "
+                         f"for depth={depth_}.")
     budget = _check_budget(max_queries, d)
     auto_budget = isinstance(max_queries, str)
     explicit_scale = input_scale is not None
@@ -211,23 +244,8 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
                 # are still crossed
                 rad = 4.0 * math.sqrt(d) * region["requested_input_scale"]
         if method == "critical-points":
-            runner = CriticalPointExtractor(oracle, d, gen, n_hidden=k, input_scale=scale, radius=rad,
-                                            patience=pat, n_certify=n_cert, milp_time_limit=sign_limit,
-                                            output_range=out_range, log=log)
-            try:
-                net, diag = runner.run()
-            except QueryBudgetError as exc:
-                diag = dict(runner.diag)
-                diag.update(complete=False, stage=runner.stage, lines=runner.lines,
-                            queries=oracle.n_queries, model_calls=oracle.n_calls,
-                            seconds=time.perf_counter() - t0,
-                            n_hidden=0 if runner.units is None else int(runner.units.W.shape[0]),
-                            orientation="unresolved (the partial network's units may be flipped; its "
-                                        "output weights are the slope changes at the critical points)")
-                exc.partial = ExtractionResult(runner.partial_network(), diag, oracle.n_queries)
-                exc.args = (f"{exc.args[0]} Recovered so far: {diag['n_hidden']} hidden unit(s), stage "
-                            f"'{runner.stage}'.{_budget_hint(auto_budget, d)}",)
-                raise
+            net, diag = _critical_points(oracle, d, gen, k, widths, depth_, scale, rad, pat, n_cert, sign_limit,
+                                         out_range, log, bar, auto_budget, t0)
         else:
             try:
                 net, diag = extract_moments(oracle, d, gen, n_hidden=k, input_scale=scale,
@@ -248,8 +266,14 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
     diag["max_queries"] = budget
     declared = getattr(model, "n_hidden", None)
     passed = diag.get("certificate", {}).get("passed", False)
+    sizes = getattr(model, "hidden_sizes", None)
+    found = list(net.hidden_sizes) if hasattr(net, "hidden_sizes") else [int(getattr(net, "n_hidden", 0) or 0)]
+    if sizes is not None and passed and len(sizes) == len(found):
+        # a loaded file declares its widths: neurons the queries cannot see are counted per layer
+        diag["declared_hidden_sizes"] = [int(w) for w in sizes]
+        diag["unidentifiable_per_layer"] = [max(0, int(w) - f) for w, f in zip(sizes, found)]
     if isinstance(declared, numbers.Integral) and not isinstance(declared, bool) and passed \
-            and (k is None or diag.get("n_hidden", 0) < k):
+            and isinstance(diag.get("n_hidden", 0), numbers.Integral) and (k is None or diag.get("n_hidden", 0) < k):
         # a loaded file declares its width: the units the queries cannot see are counted, not guessed
         diag["declared_n_hidden"] = int(declared)
         if int(declared) > diag.get("n_hidden", 0) and "unidentifiable_units" not in diag:
@@ -257,6 +281,89 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
     if region is not None:
         diag["query_region"] = region
     return ExtractionResult(net, diag, oracle.n_queries)
+
+
+def _check_depth(depth: Any) -> int | None:
+    if isinstance(depth, str):
+        if depth != "auto":
+            raise InputError(f"depth must be a positive int or 'auto', got {depth!r}.")
+        return None
+    return check_positive_int(depth, "depth")
+
+
+def _critical_points(oracle, d, gen, k, widths, depth, scale, rad, pat, n_cert, sign_limit, out_range, log, bar,
+                     auto_budget, t0):
+    """The chosen-query route: one hidden layer (:class:`CriticalPointExtractor`) or any depth
+    (:class:`DeepExtractor`).
+
+    With ``depth="auto"`` the one-hidden-layer extractor runs first (the common case, and the cheaper
+    search); when it finds no unit on a hyperplane, or its certificate fails, or the linear part is not
+    made of flipped units, the box has more than one hidden layer (or missed units) and the layer-by-layer
+    extractor continues on the same query counter and budget, with the noise already measured.
+    """
+    attempt = None
+    noise = None
+    if depth is None or depth == 1:
+        runner = CriticalPointExtractor(oracle, d, gen, n_hidden=k, input_scale=scale, radius=rad,
+                                        patience=pat, n_certify=n_cert, milp_time_limit=sign_limit,
+                                        output_range=out_range, log=log)
+        try:
+            if depth == 1:
+                return runner.run()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    net, diag = runner.run()
+                    ok = diag["certificate"]["passed"] and not diag.get("linear_units")
+                    why = "" if ok else ("certificate failed" if not diag["certificate"]["passed"]
+                                         else "linear part not made of flipped units")
+                except AssumptionError as exc:
+                    ok, why = False, str(exc)
+            if ok:
+                for w in caught:
+                    warnings.warn(w.message, w.category, stacklevel=4)
+                return net, diag
+            noise = runner.noise
+            attempt = {"queries": oracle.n_queries, "reason": why, "lines": len(runner.lines)}
+            if log:
+                log(f"one hidden layer does not explain the box ({why}); extracting layer by layer")
+        except QueryBudgetError as exc:
+            diag = dict(runner.diag)
+            diag.update(complete=False, stage=runner.stage, lines=runner.lines,
+                        queries=oracle.n_queries, model_calls=oracle.n_calls,
+                        seconds=time.perf_counter() - t0,
+                        n_hidden=0 if runner.units is None else int(runner.units.W.shape[0]),
+                        orientation="unresolved (the partial network's units may be flipped; its "
+                                    "output weights are the slope changes at the critical points)")
+            exc.partial = ExtractionResult(runner.partial_network(), diag, oracle.n_queries)
+            exc.args = (f"{exc.args[0]} Recovered so far: {diag['n_hidden']} hidden unit(s), stage "
+                        f"'{runner.stage}'.{_budget_hint(auto_budget, d)}",)
+            raise
+
+    def on_layer(layer):
+        if bar is not None:
+            bar.set_description(f"extract layer {layer}")
+    deep = DeepExtractor(oracle, d, gen, depth=depth, widths=widths, input_scale=scale, radius=rad, patience=pat,
+                         n_certify=n_cert, sign_time_limit=sign_limit, output_range=out_range, noise=noise,
+                         log=log, on_layer=on_layer)
+    try:
+        weights, biases, diag = deep.run()
+    except QueryBudgetError as exc:
+        diag = dict(deep.diag)
+        diag.update(complete=False, stage=deep.stage, queries=oracle.n_queries, model_calls=oracle.n_calls,
+                    seconds=time.perf_counter() - t0, widths=deep.known.widths, layers=deep.layer_info,
+                    partial_layers=deep.partial_layers(), one_layer_attempt=attempt)
+        exc.partial = ExtractionResult(None, diag, oracle.n_queries)
+        exc.args = (f"{exc.args[0]} Recovered so far: hidden layers of widths {deep.known.widths} (orientation of "
+                    f"the last one unresolved; in diagnostics_['partial_layers']), stage '{deep.stage}'."
+                    f"{_budget_hint(auto_budget, d)}",)
+        raise
+    net = DeepNetwork(weights, biases).canonical()
+    if net.depth == 1:
+        net = net.to_two_layer()
+        diag["n_hidden"] = int(net.n_hidden)
+    diag["one_layer_attempt"] = attempt
+    return net, diag
 
 
 def _budget_hint(auto_budget: bool, d: int) -> str:

@@ -1,0 +1,144 @@
+"""Extraction of ReLU networks with more than one hidden layer (nnrecover.extraction.deep)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import nnrecover as nr
+from nnrecover.errors import AssumptionError, CertificateWarning, InputError, QueryBudgetError
+from nnrecover.extraction.stack import KnownLayers
+
+
+def random_deep(sizes, seed, bias=0.1):
+    """He-scaled weights and N(0, bias^2) biases, the teachers of Carlini et al. (CRYPTO 2020)."""
+    rng = np.random.default_rng(seed)
+    weights = [rng.standard_normal((sizes[i + 1], sizes[i])) * np.sqrt(2 / sizes[i]) for i in range(len(sizes) - 1)]
+    biases = [rng.normal(0, bias, sizes[i + 1]) for i in range(len(sizes) - 1)]
+    return nr.DeepNetwork(weights, biases)
+
+
+class DeepBox:
+    """A black box evaluated in plain numpy that counts the rows it is asked for."""
+
+    def __init__(self, net):
+        self.net, self.rows = net, 0
+
+    def __call__(self, X):
+        self.rows += X.shape[0]
+        H = X
+        for W, b in zip(self.net.weights[:-1], self.net.biases[:-1]):
+            H = np.maximum(H @ W.T + b, 0.0)
+        Y = H @ self.net.weights[-1].T + self.net.biases[-1]
+        return Y[:, 0] if Y.shape[1] == 1 else Y
+
+
+def relative_max_error(est, truth, d, n=20_000, seed=99):
+    X = np.random.default_rng(seed).standard_normal((n, d))
+    Y = truth.predict(X).reshape(n, -1)
+    G = est.predict(X).reshape(n, -1)
+    return float(np.max(np.abs(G - Y)) / np.std(Y))
+
+
+def test_known_layers_local_maps_match_the_layers():
+    net = random_deep([6, 8, 5, 1], 3)
+    K = KnownLayers(6)
+    for W, b in zip(net.weights[:2], net.biases[:2]):
+        K.append(W, b)
+    x = np.random.default_rng(0).standard_normal(6)
+    G, e, zeta, layer_of, P, q = K.local(x)
+    assert layer_of == [0] * 8 + [1] * 5
+    Z = np.concatenate(K.preactivations(x[None]), axis=1)[0]
+    np.testing.assert_allclose(zeta, Z, rtol=0, atol=1e-14)
+    # inside the region of x the affine maps are exact: a step too small to cross a boundary
+    step = 1e-7 * np.random.default_rng(1).standard_normal(6)
+    Z2 = np.concatenate(K.preactivations((x + step)[None]), axis=1)[0]
+    np.testing.assert_allclose(G @ (x + step) + e, Z2, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(P @ (x + step) + q, K.features((x + step)[None])[0], rtol=0, atol=1e-13)
+
+
+def test_two_hidden_layers_width_and_depth_found():
+    truth = random_deep([10, 20, 20, 1], 0)
+    box = DeepBox(truth)
+    res = nr.extract(box, 10, rng=1)
+    net = res.network_
+    assert isinstance(net, nr.DeepNetwork)
+    assert net.hidden_sizes == (20, 20)
+    assert res.diagnostics_["certificate"]["passed"]
+    # exact up to the box's round-off (the issue asks 1e-9 relative)
+    assert relative_max_error(net, truth, 10) < 1e-9
+    assert res.n_queries_ == box.rows == res.diagnostics_["queries"]
+    assert res.diagnostics_["one_layer_attempt"]["queries"] > 0
+    err = nr.metrics.parameter_error(net, truth)
+    assert err["max_unit_error"] < 1e-8
+
+
+def test_vector_outputs_and_given_depth():
+    truth = random_deep([8, 12, 6, 3], 5)
+    res = nr.extract(DeepBox(truth), 8, depth=2, rng=2)
+    assert res.network_.hidden_sizes == (12, 6)
+    assert res.network_.n_outputs == 3
+    assert relative_max_error(res.network_, truth, 8) < 1e-9
+    assert res.diagnostics_["one_layer_attempt"] is None
+
+
+def test_one_hidden_layer_through_the_deep_route_is_a_two_layer_network():
+    rng = np.random.default_rng(4)
+    truth = nr.DeepNetwork([rng.standard_normal((7, 5)), rng.standard_normal((1, 7))], [rng.normal(0, 0.1, 7), [0.3]])
+    res = nr.extract(DeepBox(truth), 5, depth=1, rng=0)
+    assert isinstance(res.network_, nr.TwoLayerNetwork)
+    assert res.network_.n_hidden == 7
+
+
+def test_budget_error_carries_the_layers_found():
+    truth = random_deep([10, 20, 20, 1], 0)
+    with pytest.raises(QueryBudgetError) as info:
+        nr.extract(DeepBox(truth), 10, depth=2, max_queries=40_000, rng=1)
+    partial = info.value.partial
+    assert partial is not None and partial.diagnostics_["complete"] is False
+    assert partial.n_queries_ <= 40_000
+    assert "Recovered so far" in str(info.value)
+    assert partial.diagnostics_["widths"][0] == 20
+
+
+def test_not_a_relu_network_is_not_certified():
+    rng = np.random.default_rng(7)
+    W1, W2, a = rng.standard_normal((8, 6)), rng.standard_normal((5, 8)) / 3, rng.standard_normal(5)
+
+    def leaky(X):
+        H = X @ W1.T
+        H = np.where(H > 0, H, 0.2 * H)
+        return np.tanh(H @ W2.T) @ a
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CertificateWarning)
+        try:
+            res = nr.extract(leaky, 6, depth=2, rng=0, max_queries=400_000)
+        except (AssumptionError, QueryBudgetError):
+            return
+    assert not res.diagnostics_["certificate"]["passed"]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"depth": "deep"}, "depth"),
+    ({"depth": 0}, "depth"),
+    ({"n_hidden": (20,), "depth": 2}, "widths"),
+    ({"n_hidden": 20, "depth": 2}, "sequence"),
+    ({"n_hidden": ()}, "empty"),
+    ({"method": "moments", "depth": 2}, "one hidden layer"),
+])
+def test_bad_arguments_are_refused(kwargs, match):
+    box = DeepBox(random_deep([4, 5, 3, 1], 0))
+    with pytest.raises(InputError, match=match):
+        nr.extract(box, 4, **kwargs)
+    assert box.rows == 0
+
+
+@pytest.mark.slow
+def test_four_hidden_layers():
+    truth = random_deep([40, 20, 10, 10, 1], 0)
+    res = nr.extract(DeepBox(truth), 40, rng=1)
+    assert res.network_.hidden_sizes == (20, 10, 10)
+    assert relative_max_error(res.network_, truth, 40) < 1e-9
