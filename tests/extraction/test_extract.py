@@ -3,6 +3,7 @@ and models outside its assumptions (d = 1, leaky-ReLU, smooth or deeper models, 
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -299,6 +300,34 @@ def test_failed_certificate_warns():
     assert not res.diagnostics_["certificate"]["passed"]
     assert any("certificate failed" in str(w.message) for w in caught
                if issubclass(w.category, CertificateWarning))
+
+
+def _two_hidden_layers(seed):
+    """A random 10-5-5-1 ReLU box (two hidden layers), numpy."""
+    r = np.random.default_rng(seed)
+    W1, b1 = r.standard_normal((5, 10)), 0.5 * r.standard_normal(5)
+    W2, b2 = r.standard_normal((5, 5)), 0.5 * r.standard_normal(5)
+    a, c = r.standard_normal(5), r.standard_normal()
+    return lambda X: np.maximum(np.maximum(X @ W1.T + b1, 0) @ W2.T + b2, 0) @ a + c
+
+
+@pytest.mark.parametrize("seed, solve, cause", [
+    # the one-layer fit finds one unit (1 unknown, 10 equations): least squares, whose rounding leaves
+    # relative residual 1.0
+    (1, "least-squares sign solve", (r"the rounded 0/1 vector leaves relative residual 1, above the tolerance "
+                                     r"1\.\d+e-11")),
+    # 4 units of rank 3: the 0/1 solve, which HiGHS proves infeasible in milliseconds
+    (0, "0/1 sign solve", "HiGHS MILP proved that none exists")])
+def test_orientation_warning_names_the_failed_solve(seed, solve, cause):
+    # the warning used to say "not found in time" for both, though neither solve ran out of time
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = nr.extract(_two_hidden_layers(seed), 10, rng=0)
+    message = next(str(w.message) for w in caught if "orientation" in str(w.message))
+    assert solve in message and re.search(cause, message), message
+    assert "not made of flipped units: the box is probably not a one-hidden-layer ReLU network" in message
+    assert "in time" not in message and "time limit" not in message
+    assert res.diagnostics_["linear_units"] > 0 and not res.diagnostics_["certificate"]["passed"]
 
 
 @pytest.mark.parametrize("model", [lambda X: np.tanh(X).sum(axis=1), lambda X: np.zeros(X.shape[0]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import warnings
@@ -121,7 +122,7 @@ def test_safetensors_float64_and_float32(tmp_path):
     save_file(_torch_state_dict(net, np.float32), str(tmp_path / "m32.safetensors"))
     Z = np.random.default_rng(2).standard_normal((2000, 5))
     m64 = load_model(tmp_path / "m64.safetensors")
-    assert m64.n_inputs == 5
+    assert m64.n_inputs == 5 and m64.hidden_sizes == (7,) and m64.n_hidden == 7
     res = extract(m64, 5, rng=0)
     assert res.network_.n_hidden == 7 and _rel(net.predict, res.predict, Z) < 1e-9
     # float32 weights: the recovered network agrees with the float32 box to its round-off (~1e-7
@@ -133,13 +134,89 @@ def test_safetensors_float64_and_float32(tmp_path):
     assert res32.diagnostics_["noise"]["relative_noise"] > 1e-9
 
 
-def test_safetensors_rejects_deeper_networks(tmp_path):
+def _forward(layers, X):
+    """The ReLU chain of ``[(W, b), ...]`` in the arrays' dtype, as the loaders evaluate it."""
+    H = X
+    for W, b in layers[:-1]:
+        H = np.maximum(H @ W.T + b, 0)
+    return H @ layers[-1][0].T + layers[-1][1]
+
+
+def _random_layers(sizes, seed, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((k, n)).astype(dtype), rng.standard_normal(k).astype(dtype))
+            for n, k in itertools.pairwise(sizes)]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_safetensors_networks_of_any_depth(tmp_path, dtype):
     from safetensors.numpy import save_file
 
-    arrays = {f"{i}.weight": np.ones((3, 3)) for i in (0, 2, 4)}
-    save_file(arrays, str(tmp_path / "deep.safetensors"))
-    with pytest.raises(InputError, match="3 linear layers"):
-        load_model(tmp_path / "deep.safetensors")
+    layers = _random_layers([5, 8, 6, 4, 2], seed=1, dtype=dtype)
+    save_file({f"{key}.{2 * i}.{name}": a for i, (W, b) in enumerate(layers) for key, name, a in
+               (("net", "weight", W), ("net", "bias", b))}, str(tmp_path / "deep.safetensors"))
+    model = load_model(tmp_path / "deep.safetensors")
+    assert model.n_inputs == 5 and model.hidden_sizes == (8, 6, 4) and model.n_hidden is None
+    assert "hidden_sizes=(8, 6, 4)" in repr(model) and str(np.dtype(dtype)) in model.kind
+    X = np.random.default_rng(2).standard_normal((300, 5))
+    assert np.array_equal(model(X), _forward(layers, X.astype(dtype)))
+
+
+def test_safetensors_refuses_layers_that_do_not_chain(tmp_path):
+    from safetensors.numpy import save_file
+
+    layers = _random_layers([5, 3, 4], seed=1)
+    save_file({"0.weight": layers[0][0], "0.bias": layers[0][1], "2.weight": np.ones((2, 4)), "2.bias": np.ones(2)},
+              str(tmp_path / "broken.safetensors"))
+    with pytest.raises(InputError, match=r"layer 1 breaks the chain; layers 0: weight \(3, 5\), bias \(3,\), "
+                                         r"1: weight \(2, 4\)"):
+        load_model(tmp_path / "broken.safetensors")
+    save_file({"0.weight": layers[0][0], "0.bias": np.ones(4)}, str(tmp_path / "bias.safetensors"))
+    with pytest.raises(InputError, match=r"1 linear layer\(s\) \(0: weight \(3, 5\), bias \(4,\)\)"):
+        load_model(tmp_path / "bias.safetensors")
+    save_file({"0.weight": np.ones((3, 5)), "0.bias": np.ones(4), "1.weight": np.ones((2, 3))},
+              str(tmp_path / "bias2.safetensors"))
+    with pytest.raises(InputError, match=r"layer 0 breaks the chain"):
+        load_model(tmp_path / "bias2.safetensors")
+
+
+def _onnx_chain(path, layers, acts, dtype=np.float32):
+    """An ONNX graph ``x -> MatMul -> Add -> act -> ... -> MatMul -> Add`` (``acts[i]`` after layer ``i``,
+    None for none; one more entry than hidden layers applies to the output)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits, nodes, h = [], [], "x"
+    for i, (W, b) in enumerate(layers):
+        inits += [numpy_helper.from_array(W.T.astype(dtype), f"W{i}"), numpy_helper.from_array(b.astype(dtype), f"b{i}")]
+        nodes += [helper.make_node("MatMul", [h, f"W{i}"], [f"m{i}"], name=f"matmul{i}"),
+                  helper.make_node("Add", [f"m{i}", f"b{i}"], [f"z{i}"], name=f"add{i}")]
+        h = f"z{i}"
+        if i < len(acts) and acts[i] is not None:
+            nodes.append(helper.make_node(acts[i], [h], [f"a{i}"], name=f"act{i}"))
+            h = f"a{i}"
+    nodes.append(helper.make_node("Identity", [h], ["y"]))
+    kind = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", kind, [None, layers[0][0].shape[1]])],
+                              [helper.make_tensor_value_info("y", kind, [None, layers[-1][0].shape[0]])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_onnx_networks_of_any_depth_and_their_activations(tmp_path):
+    pytest.importorskip("onnxruntime")
+    layers = _random_layers([4, 6, 3, 5, 1], seed=3)
+    model = load_model(_onnx_chain(tmp_path / "deep.onnx", layers, ["Relu", "Relu", "Relu"], np.float64))
+    assert model.n_inputs == 4 and model.hidden_sizes == (6, 3, 5) and model.n_hidden is None
+    X = np.random.default_rng(4).standard_normal((200, 4))
+    assert np.allclose(model(X), _forward(layers, X)[:, 0], rtol=1e-13, atol=1e-13)
+    # an output activation is the box's business (the certificate shows it); a hidden one is refused
+    assert load_model(_onnx_chain(tmp_path / "out.onnx", layers, ["Relu", "Relu", "Relu", "Sigmoid"])).hidden_sizes \
+        == (6, 3, 5)
+    for act in ("Sigmoid", "Tanh", "LeakyRelu", "Elu", "Softplus"):
+        with pytest.raises(InputError, match=rf"hidden activation other than ReLU: node act1 \({act}\) \(weight "
+                                             r"layers: matmul0 4x6, matmul1 6x3, matmul2 3x5, matmul3 5x1\)"):
+            load_model(_onnx_chain(tmp_path / f"{act}.onnx", layers, ["Relu", act, "Relu"]))
 
 
 def test_onnx_model(tmp_path):
@@ -159,7 +236,7 @@ def test_onnx_model(tmp_path):
     model_proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(model_proto, str(tmp_path / "mlp.onnx"))
     model = load_model(tmp_path / "mlp.onnx")
-    assert model.n_inputs == 4
+    assert model.n_inputs == 4 and model.hidden_sizes == (6,) and model.n_hidden == 6
     res = extract(model, 4, rng=0)
     assert res.network_.n_hidden == 6
     Z = np.random.default_rng(3).standard_normal((2000, 4))
@@ -183,6 +260,7 @@ def test_module_function_and_errors(tmp_path, monkeypatch):
     got = nr.TwoLayerNetwork.load(tmp_path / "o.npz")
     Z = np.random.default_rng(4).standard_normal((1000, 3))
     assert _rel(net.predict, got.predict, Z) < 1e-9
+    assert load_model("my_box:f").hidden_sizes is None and load_model("my_box:f").n_hidden is None
     with pytest.raises(InputError, match="has no attribute"):
         load_model("my_box:g")
     with pytest.raises(InputError, match="cannot import"):

@@ -242,17 +242,28 @@ def test_softmax_classifiers_through_log_ratios(dataset, width, tmp_path):
 
 
 # ---------------------------------------------------------------------------- refused and budget
-def test_two_hidden_layer_skops_refused_before_any_query(tmp_path):
-    from sklearn.datasets import load_diabetes
-    from sklearn.neural_network import MLPRegressor
+def test_skops_networks_of_any_depth_are_loaded_with_their_widths(tmp_path):
+    from sklearn.datasets import load_diabetes, load_iris
+    from sklearn.neural_network import MLPClassifier, MLPRegressor
 
     X, y = load_diabetes(return_X_y=True)
-    mlp = _fit(MLPRegressor(hidden_layer_sizes=(4, 4), max_iter=20, random_state=0), _standardise(X), y)
-    path = _dump(mlp, tmp_path / "deep.skops")
-    out = tmp_path / "net.json"
-    with pytest.raises(InputError, match=r"2 hidden layers \(layers: 10->4 relu, 4->4 relu, 4->1 identity\)"):
-        run(_parse([str(path), "--out", str(out), "--no-progress"]))
-    assert not out.exists()
+    X = _standardise(X)
+    mlp = _fit(MLPRegressor(hidden_layer_sizes=(4, 4), max_iter=20, random_state=0), X, y)
+    model = load_model(_dump(mlp, tmp_path / "deep.skops"))
+    assert model.n_inputs == 10 and model.hidden_sizes == (4, 4) and model.n_hidden is None
+    assert np.array_equal(model(X), mlp.predict(X))
+    Xi, yi = load_iris(return_X_y=True)
+    Xi = _standardise(Xi)
+    clf = _fit(MLPClassifier(hidden_layer_sizes=(6, 5, 3), max_iter=300, random_state=0), Xi, yi)
+    model = load_model(_dump(clf, tmp_path / "deep_iris.skops"))
+    assert model.hidden_sizes == (6, 5, 3) and model.output_range is not None
+    logp = np.log(clf.predict_proba(Xi))
+    assert np.array_equal(model(Xi), logp[:, 1:] - logp[:, :1])      # the same log-ratios as one layer's
+    # another hidden activation is still refused, naming every layer
+    tanh = _fit(MLPRegressor(hidden_layer_sizes=(4, 3), activation="tanh", max_iter=20, random_state=0), X, y)
+    with pytest.raises(InputError, match=r"activation='tanh' \(layers: 10->4 tanh, 4->3 tanh, 3->1 identity\); "
+                                         "extraction recovers ReLU networks only"):
+        load_model(_dump(tanh, tmp_path / "tanh.skops"))
 
 
 def test_failed_certificate_never_replaces_the_output(tmp_path, capsys):
@@ -328,7 +339,24 @@ def test_pytorch_model_exported_to_onnx_with_fixed_batch(tmp_path):
     _check_exact(res.network_, truth, _live(truth, 4 * np.random.default_rng(0).standard_normal((20000, 7))))
 
 
-def test_deeper_onnx_refused_naming_its_layers(tmp_path):
-    path = _export(_torch_mlp([6, 10, 5, 1], seed=1), tmp_path / "deep.onnx", 6, dynamic=True)
-    with pytest.raises(InputError, match=r"3 weight layers \(.*10x6.*5x10.*1x5\)"):
-        load_model(path)
+def test_deeper_pytorch_onnx_export_loaded_with_its_widths(tmp_path):
+    torch = pytest.importorskip("torch")
+    module = _torch_mlp([6, 10, 5, 1], seed=1)
+    model = load_model(_export(module, tmp_path / "deep.onnx", 6, dynamic=True))
+    assert model.n_inputs == 6 and model.hidden_sizes == (10, 5) and model.n_hidden is None
+    X = np.random.default_rng(0).standard_normal((500, 6))
+    with torch.no_grad():
+        expected = module(torch.from_numpy(X)).numpy()[:, 0]
+    assert np.allclose(model(X), expected, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("activation", ["Tanh", "LeakyReLU", "Sigmoid"])
+def test_pytorch_onnx_export_with_another_hidden_activation_is_refused(tmp_path, activation):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4),
+                                 getattr(torch.nn, activation)(), torch.nn.Linear(4, 1)).double()
+    op = {"LeakyReLU": "LeakyRelu"}.get(activation, activation)
+    with pytest.raises(InputError, match=rf"hidden activation other than ReLU: node \S+ \({op}\) \(weight "
+                                         r"layers: .*8x6.*4x8.*1x4\)"):
+        load_model(_export(module, tmp_path / "act.onnx", 6, dynamic=True))

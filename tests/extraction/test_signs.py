@@ -14,7 +14,7 @@ from extraction_boxes import CountingModel, angles, rel_error
 import nnrecover as nr
 from nnrecover.errors import CertificateWarning, InputError
 from nnrecover.extraction import extract
-from nnrecover.extraction.signs import resolve_signs
+from nnrecover.extraction.signs import resolve_signs, sign_failure_reason
 
 
 def _subset_sum(m, k, noise, seed):
@@ -44,6 +44,24 @@ def test_resolve_signs_recovers_orientations_when_k_exceeds_d():
     # k <= d: a plain least-squares solve
     found, info = resolve_signs(W[:3], alpha[:3], -(t[:3, None] * alpha[:3] * W[:3]).sum(0)[None], rel_tol=1e-11)
     assert np.array_equal(found, t[:3]) and info["method"] == "least squares"
+
+
+def test_sign_failure_reason_tells_the_time_limit_from_the_model():
+    # k > d: the 0/1 solve; with no time at all neither solver runs, which says nothing about the model
+    _, rhs, _, _, W, alpha = _subset_sum(4, 10, 0.0, seed=2)
+    found, info = resolve_signs(W, alpha[:, None], rhs[None, :], rel_tol=1e-11, time_limit=0.0)
+    assert found is None
+    reason = sign_failure_reason(info)
+    assert "not found within the time limit of 0 s (sign_time_limit)" in reason and "not made of" not in reason
+    assert "HiGHS MILP not run" in reason
+    # a least-squares solve whose rounding leaves a residual: the residual and the tolerance are named
+    U = -(alpha[:3, None] * W[:3]).sum(0)[None] * 0.5          # t = 1/2: no 0/1 vector
+    found, info = resolve_signs(W[:3], alpha[:3, None], U, rel_tol=1e-11)
+    assert found is None and info["method"] == "least squares"
+    reason = sign_failure_reason(info)
+    assert reason.startswith("least-squares sign solve (3 unknowns, 4 equations): the rounded 0/1 vector leaves "
+                             "relative residual") and "above the tolerance 1e-11" in reason
+    assert "0.5 away from the nearest integers" in reason and "time" not in reason
 
 
 def test_lattice_reduction_and_wide_binary_solve():

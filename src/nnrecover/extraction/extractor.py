@@ -40,7 +40,7 @@ from .lines import H_FRACTION, gradient_jumps, normal_from_jump, search_line
 from .output import fit_output_layer
 from .planes import refine_hyperplanes
 from .queries import NoiseModel, QueryOracle, query_batched
-from .signs import resolve_signs
+from .signs import resolve_signs, sign_failure_reason
 
 __all__ = ["CriticalPointExtractor", "CERTIFICATE_NOISE_FACTOR"]
 
@@ -331,13 +331,9 @@ class CriticalPointExtractor:
                 why = (f"n_hidden={self.n_hidden} stopped the search at {k} units, and the linear part is not a "
                        "sum of flipped units among them: the model most likely has more hidden units (give a "
                        "larger n_hidden or 'auto')")
-            elif sign_info.get("method") == "least squares":
-                why = (f"the least-squares solution is not 0/1 (relative residual "
-                       f"{sign_info.get('max_relative_residual', float('nan')):.3g}): the model's linear part "
-                       "is not a sum of flipped units (units missed, or not a ReLU network)")
             else:
-                why = "no 0/1 solution of the linear-part equations was found in time"
-            warnings.warn(f"the orientation of the hidden units could not be resolved ({why}); the linear part "
+                why = sign_failure_reason(sign_info)
+            warnings.warn(f"the orientation of the hidden units could not be resolved: {why}. The linear part "
                           "is represented by extra unit pairs relu(e.x) - relu(-e.x), flagged in "
                           "diagnostics['linear_units'].", CertificateWarning, stacklevel=3)
             Ul, sl, Vl = np.linalg.svd(U, full_matrices=False)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .queries import KAPPA, NoiseModel, QueryOracle, query_batched
+from .queries import KAPPA, NoiseModel, QueryOracle, query_batched, query_generated
 
 __all__ = ["LineKinks", "search_line", "gradient_jumps", "normal_from_jump", "H_FRACTION"]
 
@@ -242,9 +242,12 @@ def gradient_jumps(oracle: QueryOracle, x_star: np.ndarray, v: np.ndarray, room_
 
     On each side of ``x*`` (at half the kink-free room along the line) the gradient is read from
     forward differences along the ``d`` axes with step ``h = h_fraction * room``; a second step ``2 h``
-    checks that the
-    difference stayed on one linear piece (otherwise the point's jump is discarded). All rows of all
-    points go to the model in one batch: ``2 (2 d + 1)`` rows per critical point.
+    checks that the difference stayed on one linear piece (otherwise the point's jump is discarded):
+    ``2 (2 d + 1)`` rows per critical point. The rows are generated batch by batch
+    (:func:`~nnrecover.extraction.queries.query_generated`: the batches of ``MAX_BATCH`` rows that
+    one call of :func:`~nnrecover.extraction.queries.query_batched` on all of them would send), so the
+    memory is ``O(MAX_BATCH d + m p d)``, not the ``4 m d^2`` numbers of all the rows and as many in each
+    of their temporaries (9-10 GB for ``d = 784`` and the first line's hundred critical points).
 
     Parameters
     ----------
@@ -266,15 +269,23 @@ def gradient_jumps(oracle: QueryOracle, x_star: np.ndarray, v: np.ndarray, room_
         return np.empty((0, p, d)), np.empty(0), np.empty(0, bool)
     eps_l, eps_r = 0.5 * room_left, 0.5 * room_right
     h = h_fraction * np.minimum(eps_l, eps_r)
+    bases = [x_star + sign * eps[:, None] * v for sign, eps in ((-1.0, eps_l), (1.0, eps_r))]   # (m, d) each
+    steps = (h, 2 * h)
     eye = np.eye(d)
-    blocks = []
-    for sign, eps in ((-1.0, eps_l), (1.0, eps_r)):
-        base = x_star + sign * eps[:, None] * v                        # (m, d)
-        step1 = base[:, None, :] + h[:, None, None] * eye[None]        # (m, d, d)
-        step2 = base[:, None, :] + 2 * h[:, None, None] * eye[None]
-        blocks.append((base, step1, step2))
-    rows = np.concatenate([np.concatenate([b[:, None, :], s1, s2], axis=1) for b, s1, s2 in blocks], axis=1)
-    F = query_batched(oracle, rows.reshape(-1, d)).reshape(m, 2, 2 * d + 1, -1)
+
+    def rows(i, j):
+        # point q, side s: base, base + h e_1, ..., base + h e_d, base + 2h e_1, ..., base + 2h e_d;
+        # written in place (h e_l + base is base + h e_l to the bit: addition commutes)
+        out = np.empty((j - i, 2, 2 * d + 1, d))
+        for side, base in enumerate(bases):
+            out[:, side, 0] = base[i:j]
+            for n, step in enumerate(steps):
+                block = out[:, side, 1 + n * d:1 + (n + 1) * d]
+                np.multiply(step[i:j, None, None], eye, out=block)
+                np.add(block, base[i:j, None, :], out=block)
+        return out
+
+    F = query_generated(oracle, m, 2 * (2 * d + 1), rows).reshape(m, 2, 2 * d + 1, -1)
     ok = np.ones(m, bool)
     grads = []
     for side in range(2):
@@ -282,7 +293,7 @@ def gradient_jumps(oracle: QueryOracle, x_star: np.ndarray, v: np.ndarray, room_
         f1 = F[:, side, 1:d + 1, :]                # (m, d, p)
         f2 = F[:, side, d + 1:, :]
         scale = np.linalg.norm(f0, axis=1)
-        xn = np.linalg.norm(blocks[side][0], axis=1)
+        xn = np.linalg.norm(bases[side], axis=1)
         tol = KAPPA * noise.abs(xn, scale)
         second = np.max(np.abs(f2 - 2 * f1 + f0[:, None, :]), axis=(1, 2))
         ok &= second <= 2 * tol

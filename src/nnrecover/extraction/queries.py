@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import InputError, QueryBudgetError
 
-__all__ = ["QueryOracle", "NoiseModel", "query_batched", "KAPPA", "MAX_BATCH"]
+__all__ = ["QueryOracle", "NoiseModel", "query_batched", "query_generated", "KAPPA", "MAX_BATCH"]
 
 _EPS = float(np.finfo(np.float64).eps)
 #: multiple of the measured noise below which two values count as equal
@@ -199,3 +199,31 @@ def query_batched(oracle: QueryOracle, X: np.ndarray) -> np.ndarray:
     if X.shape[0] <= MAX_BATCH:
         return oracle(X)
     return np.concatenate([oracle(X[i:i + MAX_BATCH]) for i in range(0, X.shape[0], MAX_BATCH)])
+
+
+def query_generated(oracle: QueryOracle, n_points: int, rows_per_point: int,
+                    make: Callable[[int, int], np.ndarray]) -> np.ndarray:
+    """Query ``rows_per_point`` rows for each of ``n_points`` points, generated batch by batch.
+
+    ``make(i, j)`` returns the rows of points ``i, ..., j - 1``, an array ``(j - i, rows_per_point, d)``
+    (or its ``((j - i) rows_per_point, d)`` reshape), points in order and each point's rows in order.
+    The rows go to the model in exactly the batches that :func:`query_batched` sends for all of them at
+    once (``MAX_BATCH`` rows, the last one shorter), so the outputs are the same bits, but at most
+    ``MAX_BATCH + 2 rows_per_point`` rows exist at a time (a batch may begin and end inside a point):
+    the memory of a stage is ``O(MAX_BATCH d)`` instead of ``O(n_points rows_per_point d)``.
+
+    Returns
+    -------
+    (n_points * rows_per_point, p) float64
+    """
+    n_rows = n_points * rows_per_point
+    if n_rows == 0:
+        return oracle(np.empty((0, oracle.n_inputs)))
+    out = []
+    for r0 in range(0, n_rows, MAX_BATCH):
+        r1 = min(r0 + MAX_BATCH, n_rows)
+        i, j = r0 // rows_per_point, -(-r1 // rows_per_point)
+        rows = make(i, j).reshape(-1, oracle.n_inputs)
+        out.append(oracle(rows[r0 - i * rows_per_point:r1 - i * rows_per_point]))
+        del rows
+    return out[0] if len(out) == 1 else np.concatenate(out)

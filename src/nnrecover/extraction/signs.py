@@ -21,7 +21,7 @@ import numpy as np
 from .._threads import blas_threads
 from .lattice import binary_solution
 
-__all__ = ["resolve_signs"]
+__all__ = ["resolve_signs", "sign_failure_reason"]
 
 
 def _equation_scale(M: np.ndarray, rhs: np.ndarray, p: int) -> np.ndarray:
@@ -64,7 +64,8 @@ def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: f
     """
     k, d = W.shape
     rhs = U.ravel()
-    info: dict[str, Any] = {"equations": int(rhs.size), "unknowns": int(k)}
+    info: dict[str, Any] = {"equations": int(rhs.size), "unknowns": int(k), "rel_tol": float(rel_tol),
+                            "time_limit": float(time_limit)}
     if k == 0:
         return np.zeros(0, int), {**info, "method": "none"}
     M = -(alpha[:, :, None] * W[:, None, :]).reshape(k, -1).T        # (p d, k), alpha is (k, p)
@@ -79,12 +80,13 @@ def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: f
         # is merely closest (e.g. t = -0.11 from a leaky-ReLU model, whose linear part is not made of
         # flipped units) would silently drop the linear part
         resid_t = float(np.max(np.abs(M @ t - rhs) / scale))
-        ok = bool(np.all((t == 0) | (t == 1)) and np.max(np.abs(t_real - t)) < 0.25 and resid_t <= rel_tol)
+        binary = bool(np.all((t == 0) | (t == 1)))
+        ok = bool(binary and np.max(np.abs(t_real - t)) < 0.25 and resid_t <= rel_tol)
         info.update(method="least squares", max_rounding=float(np.max(np.abs(t_real - t))),
-                    max_relative_residual=resid_t)
+                    max_relative_residual=resid_t, rounds_to_binary=binary)
         return (t if ok else None), info
     t0 = time.perf_counter()
-    info.update(rel_tol=rel_tol, method="none found")
+    info["method"] = "none found"
     weights = [rel_tol]
     if precision is not None and 0 < precision < rel_tol:
         n_steps = int(np.ceil(np.log10(rel_tol / precision)))
@@ -125,6 +127,59 @@ def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: f
     return t, info
 
 
+def sign_failure_reason(info: dict) -> str:
+    """Why :func:`resolve_signs` found no orientation, from its evidence dict: which solve ran and how it
+    failed (a residual above the tolerance, infeasibility, or the time limit), and what that says.
+
+    Least squares (the ``k`` columns independent): the rounded 0/1 vector is the only candidate, so a
+    residual above the tolerance means the linear part is not made of flipped units. Lattice
+    reduction and HiGHS (``k`` above the rank): HiGHS proving the equations infeasible, or both ending
+    before the time limit without a solution, says the same; a solve cut short by the time limit says
+    nothing about the model.
+    """
+    tol = info.get("rel_tol", float("nan"))
+    nature = ("so the linear part is not made of flipped units: the box is probably not a one-hidden-layer "
+              "ReLU network (or units were missed)")
+    if info.get("method") == "least squares":
+        resid, rounding = info.get("max_relative_residual", float("nan")), info.get("max_rounding", float("nan"))
+        what = []
+        if not resid <= tol:
+            what.append(f"the rounded 0/1 vector leaves relative residual {resid:.3g}, above the tolerance {tol:.3g}")
+        if not info.get("rounds_to_binary", True):
+            what.append("the solution rounds to integers other than 0 and 1")
+        if not rounding < 0.25:
+            what.append(f"the solution is {rounding:.2g} away from the nearest integers (at most 0.25 accepted)")
+        return (f"least-squares sign solve ({info.get('unknowns')} unknowns, {info.get('equations')} equations): "
+                f"{'; '.join(what) or 'no 0/1 solution'}, {nature}")
+    limit = info.get("time_limit", float("nan"))
+    status = info.get("milp_status")
+    parts = []
+    if "milp_solves" not in info:
+        parts.append("HiGHS MILP not run (no time left)")
+    elif status == 2:
+        parts.append(f"HiGHS MILP proved that none exists ({info['milp_solves']} solve(s))")
+    elif status == 1:
+        parts.append("HiGHS MILP stopped at the time limit")
+    elif "milp_best_relative_residual" in info:
+        parts.append(f"HiGHS MILP's candidates left relative residual {info['milp_best_relative_residual']:.3g} "
+                     f"or more ({info['milp_solves']} solve(s))")
+    else:
+        parts.append(f"HiGHS MILP found none ({info.get('milp_message', 'no message')})")
+    if "lattice_weights_tried" in info:
+        tried = info["lattice_weights_tried"]
+        parts.append(f"lattice reduction found none (weights {min(tried):.2g} to {max(tried):.2g})" if tried
+                     else "lattice reduction not run (no time left)")
+    timed_out = status == 1 or info.get("sign_seconds", 0.0) >= limit
+    head = (f"0/1 sign solve ({info.get('unknowns')} unknowns, {info.get('equations')} equations, relative "
+            f"tolerance {tol:.3g}): no 0/1 vector meets the equations to the tolerance; {', '.join(parts)}")
+    if timed_out:
+        return (f"{head}: not found within the time limit of {limit:g} s (sign_time_limit), which says nothing "
+                "about the model")
+    if status == 2 or "milp_best_relative_residual" in info:
+        return f"{head}, {nature}"
+    return f"{head}, after {info.get('sign_seconds', 0.0):.3g} s of the time limit of {limit:g} s"
+
+
 def _milp_binary(M, rhs, scale, rel_tol, time_limit, max_solves, info) -> np.ndarray | None:
     """0/1 feasibility by HiGHS; a solution off by more than ``rel_tol`` gets a no-good cut and another solve."""
     # deferred: scipy.optimize takes about 0.5 s to import and only a wide scalar-output network needs it
@@ -151,9 +206,11 @@ def _milp_binary(M, rhs, scale, rel_tol, time_limit, max_solves, info) -> np.nda
         if res.x is None:
             break
         cand = np.rint(res.x).astype(int)
-        if float(np.max(np.abs(M @ cand - rhs) / scale)) <= rel_tol:
+        resid = float(np.max(np.abs(M @ cand - rhs) / scale))
+        if resid <= rel_tol:
             t = cand
             break
+        info["milp_best_relative_residual"] = min(resid, info.get("milp_best_relative_residual", np.inf))
         # HiGHS accepts constraint violations up to its own feasibility tolerance (1e-7); exclude this
         # near-solution and solve again
         A_rows.append(np.where(cand == 1, 1.0, -1.0)[None, :])
