@@ -49,8 +49,7 @@ import numpy as np
 from .._threads import blas_threads
 from ..errors import AssumptionError, CertificateWarning
 from .lines import gradient_jumps, normal_from_jump, search_line
-from .planes import _locate_along
-from .queries import KAPPA, NoiseModel, QueryOracle, query_batched
+from .queries import KAPPA, MAX_BATCH, NoiseModel, QueryOracle, query_batched
 from .signs import resolve_signs
 from .stack import KnownLayers
 
@@ -66,14 +65,40 @@ def _locate_kinks(oracle: QueryOracle, P: np.ndarray, N: np.ndarray, delta: np.n
                   noise: NoiseModel) -> tuple[np.ndarray, np.ndarray]:
     """Offsets ``s`` of the kink of ``s -> f(P_i + s N_i)`` in ``(-delta_i, delta_i)`` and whether one is there.
 
-    :func:`~nnrecover.extraction.planes._locate_along` also "locates" a kink on a segment that is
-    linear throughout (the two fitted lines coincide, their intersection is anywhere); a kink is kept
-    only when the slope changes by far more than the slopes' own round-off, ``noise / delta``.
+    The kink is the intersection of the two lines through ``f`` at ``s = -3, -2, -1`` and ``1, 2, 3``
+    times ``delta`` (each triple collinear: one linear piece), confirmed by a query there (7 rows per
+    point, as :mod:`~nnrecover.extraction.planes` locates kinks). Two lines that coincide (a segment
+    linear throughout) intersect anywhere: a kink is kept only when the slope changes by far more than
+    the slopes' own round-off, ``noise / delta``. Points go to the box in chunks (bounded memory).
     """
-    s, beta, ok = _locate_along(oracle, P, N, delta, noise)
-    floor = 100 * KAPPA * noise.abs(np.linalg.norm(P, axis=1), 0.0) / delta
-    ok &= np.linalg.norm(beta, axis=1) > floor
-    return s, ok
+    m, d = P.shape
+    s_all = np.zeros(m)
+    ok_all = np.zeros(m, bool)
+    offs = np.array([-3.0, -2.0, -1.0, 1.0, 2.0, 3.0])
+    step = max(1, MAX_BATCH // 7)
+    for a in range(0, m, step):
+        Pc, Nc, dc = P[a:a + step], N[a:a + step], delta[a:a + step]
+        X = Pc[:, None, :] + (offs[None, :, None] * dc[:, None, None]) * Nc[:, None, :]
+        F = query_batched(oracle, X.reshape(-1, d)).reshape(Pc.shape[0], 6, -1)
+        xn = np.linalg.norm(Pc, axis=1) + 3 * dc
+        tol = KAPPA * noise.abs(xn, np.max(np.linalg.norm(F, axis=2), axis=1))
+        col_l = np.max(np.abs(F[:, 0] - 2 * F[:, 1] + F[:, 2]), axis=1) <= 2 * tol
+        col_r = np.max(np.abs(F[:, 3] - 2 * F[:, 4] + F[:, 5]), axis=1) <= 2 * tol
+        mL = (F[:, 2] - F[:, 1]) / dc[:, None]
+        mR = (F[:, 4] - F[:, 3]) / dc[:, None]
+        alpha = F[:, 2] + mL * dc[:, None] - F[:, 3] + mR * dc[:, None]
+        beta = mR - mL
+        bb = np.sum(beta * beta, axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            s = np.sum(alpha * beta, axis=1) / bb
+        floor = 100 * KAPPA * noise.abs(np.linalg.norm(Pc, axis=1), 0.0) / dc
+        ok = col_l & col_r & (bb > 0) & np.isfinite(s) & (np.abs(s) < dc) & (np.sqrt(bb) > floor)
+        s = np.where(ok, s, 0.0)
+        Fs = query_batched(oracle, Pc + s[:, None] * Nc)
+        pred = F[:, 2] + mL * (s + dc)[:, None]
+        ok &= np.max(np.abs(Fs - pred), axis=1) <= 2 * tol
+        s_all[a:a + step], ok_all[a:a + step] = s, ok
+    return s_all, ok_all
 
 
 class DeepExtractor:
@@ -392,7 +417,7 @@ class DeepExtractor:
             best = int(np.argmin(off))
             # the target's kink is where predicted to the round-off (its boundary is a hyperplane there);
             # another neuron's kink in the window is off by a fraction of the window
-            if not off[best] <= (1e-6 if self._float64 else 1e-2):
+            if not off[best] <= (1e-5 if self._float64 else 1e-2):
                 why("unconfirmed")
                 tries[j] += 1
                 continue
@@ -648,9 +673,14 @@ class DeepExtractor:
         self._current = ([], [], [], [])
         info = {"layer": layer + 1, "candidates": 0, "rejected": 0, "lines": 0, "queries": self.oracle.n_queries}
         target = None if self.widths is None or layer >= len(self.widths) else self.widths[layer]
-        patience = self.patience if self.patience is not None else (3 if self._float64 else 6)
+        # a neuron of a deeper layer is visible only where the layers after it pass its change on, so its
+        # kinks are rarer on the lines than those of the first layer: more quiet lines before stopping
+        # (measured on 10-20-20-1 boxes: 3 quiet lines missed a second-layer neuron in 3 of 5 seeds)
+        first, later = (3, 6) if self._float64 else (6, 10)
+        patience = self.patience if self.patience is not None else (first if layer == 0 else later)
         quiet = 0
         extended = False
+        self.max_uncrossed = 0
         pending = [k for k in self.kinks if k["status"] in ("open", "deeper")]
         for k in pending:
             k["status"] = "open"
@@ -672,6 +702,13 @@ class DeepExtractor:
                         extended = True
                         quiet = 0
                         info["extended"] = True
+                        # and the kinks set aside get one more walk that may leave two neurons uncrossed
+                        # (a boundary that never meets theirs); such a neuron is flagged partial
+                        self.max_uncrossed = 2
+                        for k in self.kinks:
+                            if k["status"] == "deeper":
+                                k["status"] = "open"
+                        pending = [k for k in self.kinks if k["status"] == "open"]
                         continue
                     break
                 pending = self._search_line()
@@ -710,7 +747,7 @@ class DeepExtractor:
                 self._current[0].append(u)
                 self._current[1].append(b)
                 self._current[2].append(pts)
-                self._current[3].append(bool(fit_info["partial"]))
+                self._current[3].append(bool(fit_info["partial"]) or bool(traced[2].get("uncrossed")))
                 added += 1
                 self.log(f"layer {layer + 1}: neuron {len(self._current[0])} ({self.oracle.n_queries} queries)")
             if new_on_line is not None:
@@ -742,6 +779,44 @@ class DeepExtractor:
         return resid <= self._output_tolerance(n_params)
 
     # ------------------------------------------------------------------ signs, output layer
+    def _orient_by_gradients(self, n_points: int = 24) -> dict:
+        """Signs of the last known layer from the gradient of the box, when that layer is at most ``d`` wide.
+
+        ``grad f(x) = (W_l J(x))^T y`` with ``J`` the Jacobian of the layer before (known, oriented) and
+        ``y_j`` nonzero only for neurons active at ``x``: with ``n_l <= rank(W_l J)`` the least-squares
+        ``y`` is unique, and a neuron with ``|y_j|`` well above the round-off is active, which fixes its
+        orientation (its stored pre-activation must be positive there). This reads the signs from the box
+        itself, so it needs no neuron of the next layer to cross every boundary (in trained networks most
+        next-layer neurons are active on all of the region); ``d + 1`` queries per point.
+        """
+        K = self.known
+        W = K.weights[-1]
+        width = W.shape[0]
+        votes = np.zeros(width)
+        seen = np.zeros(width, int)
+        h = 1e-6 * self.scale
+        X = self.scale * self.rng.standard_normal((n_points, self.d))
+        rows = np.concatenate([X[:, None, :], X[:, None, :] + h * np.eye(self.d)[None]], axis=1)
+        F = query_batched(self.oracle, rows.reshape(-1, self.d)).reshape(n_points, self.d + 1, -1)
+        for q in range(n_points):
+            G, _, zeta, layer_of, _, _ = K.local(X[q])
+            last = np.array(layer_of) == K.depth - 1
+            Gl, zl = G[last], zeta[last]
+            grads = (F[q, 1:] - F[q, :1]) / h                  # (d, p)
+            with blas_threads(1):
+                sv = np.linalg.svd(Gl, compute_uv=False)
+                if sv.size < width or not sv[-1] > 1e-6 * sv[0]:
+                    continue
+                y, *_ = np.linalg.lstsq(Gl.T, grads, rcond=None)   # (width, p)
+            mag = np.linalg.norm(y, axis=1)
+            big = mag > 1e-4 * max(float(mag.max()), 1e-300)
+            votes[big] += np.sign(zl[big])
+            seen[big] += 1
+        t = (votes < 0).astype(int)
+        resolved = seen > 0
+        return {"method": "gradient support", "points": int(n_points), "t": t, "resolved_neurons": resolved,
+                "consistent": bool(np.all(np.abs(votes[resolved]) == seen[resolved]))}
+
     def _orient_previous(self, U: np.ndarray, beta: np.ndarray, points: list[np.ndarray]) -> dict:
         """Signs of the last known layer from the skip coefficients of the layer just found."""
         K = self.known
@@ -779,7 +854,9 @@ class DeepExtractor:
         """Gaussian query rows plus, for each neuron of the last layer, rows on both sides of its boundary."""
         K = self.known
         n_cols = K.n_features + 1
-        X = self.scale * self.rng.standard_normal((2 * n_cols + 64, self.d))
+        # as many rows as the certificate: a neuron active on a small part of the region (0.1% in a
+        # trained MLPRegressor((4, 4))) must show in the fit that decides whether the network is complete
+        X = self.scale * self.rng.standard_normal((max(2 * n_cols + 64, self.n_certify), self.d))
         extra = []
         for pts in self._points[-1]:
             sel = pts[self.rng.choice(pts.shape[0], size=min(2, pts.shape[0]), replace=False)]
@@ -808,13 +885,48 @@ class DeepExtractor:
         S = coef[k:-1].T if skip else None
         return A, S, coef[-1], resid
 
+    def _linear_neurons(self, X: np.ndarray, S: np.ndarray, A: np.ndarray, c: np.ndarray):
+        """Always-active neurons that carry the output's linear part ``S h`` on the searched region, or None.
+
+        ``S h = sum_k s_k (e_k . h)`` (its singular value decomposition); each term becomes a neuron
+        ``relu(e_k . h + m_k)`` with ``m_k`` beyond the largest ``-e_k . h`` seen on the query rows (times
+        four), and the output bias takes ``-s_k m_k`` back: exact wherever the neuron stays active, as
+        the model's own neurons whose boundary lies outside the region are.
+        """
+        K = self.known
+        Z = K.preactivations(X)
+        Hprev = X if K.depth == 1 else np.maximum(Z[-2], 0.0)
+        size = np.linalg.norm(Hprev @ S.T) / max(np.linalg.norm(Hprev @ np.abs(S).T) + 1e-300, 1e-300)
+        Hl = np.maximum(Z[-1], 0.0)
+        ref = np.linalg.norm(Hl @ A.T) + 1e-300
+        if np.linalg.norm(Hprev @ S.T) <= self._output_tolerance(A.size) * ref or size == 0:
+            return None
+        Uo, sv, Vt = np.linalg.svd(S, full_matrices=False)
+        r = int(np.sum(sv > 1e-12 * sv[0]))
+        E = Vt[:r]
+        proj = Hprev @ E.T
+        m = 4 * np.maximum(-proj.min(axis=0), 0.0) + np.abs(proj).max(axis=0) + 1.0
+        A_new = np.concatenate([A, Uo[:, :r] * sv[:r]], axis=1)
+        c_new = c - (Uo[:, :r] * sv[:r]) @ m
+        return E, m, A_new, c_new
+
     def _output_tolerance(self, n_params: int) -> float:
         return max(min(10.0 * math.sqrt(n_params), 1e3) * self.noise.rel, 1e-10)
 
     # ------------------------------------------------------------------ the whole run
     def partial_layers(self) -> list[dict]:
-        """The hidden layers found so far (orientation of the last one not yet resolved)."""
-        return [{"weights": W.copy(), "biases": b.copy()} for W, b in zip(self.known.weights, self.known.biases)]
+        """The hidden layers found so far (orientation of the last one not yet resolved); a layer still
+        being searched is given by its neurons' coefficients over the features of the layers before."""
+        out = [{"weights": W.copy(), "biases": b.copy()} for W, b in zip(self.known.weights, self.known.biases)]
+        U, beta = self._current_rows()
+        if U is not None:
+            out.append({"feature_coefficients": U.copy(), "biases": beta.copy(), "in_progress": True})
+        return out
+
+    def found_widths(self) -> list[int]:
+        """Neurons found per hidden layer so far, the layer being searched included."""
+        U, _ = self._current_rows()
+        return self.known.widths + ([] if U is None else [int(U.shape[0])])
 
     def run(self):
         """Run every stage; returns ``(weights, biases, diagnostics)`` of the canonical network."""
@@ -824,7 +936,7 @@ class DeepExtractor:
             self.noise, evidence = self.oracle.calibrate(self.rng, self.scale)
             self.diag["noise"] = evidence
         max_depth = self.depth if self.depth is not None else MAX_DEPTH
-        out = None
+        out = out_last = None
         orient_info = []
         for layer in range(max_depth):
             self.stage = f"layer {layer + 1}"
@@ -843,11 +955,25 @@ class DeepExtractor:
                         "or not a ReLU network (smooth or other activations); enlarge input_scale/radius.")
                 info["stopped"] = "no neuron of this layer found"
                 self.layer_info.append(info)
+                if out_last is not None:
+                    # the layers found are all there is to find: the output layer on them, and the
+                    # certificate says how well they explain the box
+                    out = out_last
                 break
             if layer > 0:
                 # the orientation of the layer before is read off this layer's skip coefficients
-                o = self._orient_previous(U[~partial], beta[~partial], points)
-                o["neurons_used"] = int((~partial).sum())
+                use = ~partial if (~partial).any() else np.ones(partial.size, bool)
+                o = self._orient_previous(U[use], beta[use], points)
+                o["neurons_used"] = int(use.sum())
+                if not o["resolved"] and self.known.widths[-1] <= self.d:
+                    g = self._orient_by_gradients()
+                    if g["resolved_neurons"].all() and g["consistent"]:
+                        flip = g["t"].astype(bool)
+                        Kw = self.known
+                        Kw.weights[-1] = np.where(flip[:, None], -Kw.weights[-1], Kw.weights[-1])
+                        Kw.biases[-1] = np.where(flip, -Kw.biases[-1], Kw.biases[-1])
+                        o = {"method": "gradient support", "resolved": True, "flipped": int(flip.sum()),
+                             "skip_solve": {k: v for k, v in o.items() if k != "resolved"}}
                 orient_info.append(o)
                 info["orientation_of_previous_layer"] = o
                 if o["resolved"]:
@@ -869,8 +995,9 @@ class DeepExtractor:
             A, S, c, resid = self._fit_output(X, Y, skip=True)
             n_params = sum(W.size + b.size for W, b in zip(self.known.weights, self.known.biases)) + A.size + c.size
             info["output_fit_relative_residual"] = resid
+            out_last = (X, Y, A, S, c, resid)
             if resid <= self._output_tolerance(n_params) or (self.depth is not None and layer + 1 == self.depth):
-                out = (X, Y, A, S, c, resid)
+                out = out_last
                 break
         if out is None:
             raise AssumptionError(f"the output is not explained after {len(self.known.weights)} hidden layer(s) "
@@ -882,16 +1009,33 @@ class DeepExtractor:
         rel_tol = 1e-11 + 1e4 * self.noise.rel
         t, sign_info = resolve_signs(K.weights[-1], A.T, S, rel_tol=rel_tol, precision=100 * self.noise.rel,
                                      time_limit=self.sign_time_limit)
-        if t is not None:
-            flip = t.astype(bool)
-            K.weights[-1] = np.where(flip[:, None], -K.weights[-1], K.weights[-1])
-            K.biases[-1] = np.where(flip, -K.biases[-1], K.biases[-1])
-            sign_info["flipped"] = int(flip.sum())
-        A, _, c, resid = self._fit_output(X, Y, skip=False)
+        if t is None:
+            # the output's linear part is not made of flipped neurons: neurons of the last layer that are
+            # active on all of the searched region (their boundary lies beyond it) add a linear function
+            # of the layer before. The orientation is then the nearest 0/1 vector, and what is left of
+            # the linear part is carried by always-active neurons below
+            M = -(A.T[:, :, None] * K.weights[-1][:, None, :]).reshape(K.widths[-1], -1).T
+            with blas_threads(1):
+                t_real, *_ = np.linalg.lstsq(M, S.ravel(), rcond=None)
+            t = np.clip(np.rint(t_real), 0, 1).astype(int)
+            sign_info["rounded_least_squares"] = True
+        flip = t.astype(bool)
+        K.weights[-1] = np.where(flip[:, None], -K.weights[-1], K.weights[-1])
+        K.biases[-1] = np.where(flip, -K.biases[-1], K.biases[-1])
+        sign_info["flipped"] = int(flip.sum())
+        A, S, c, resid = self._fit_output(X, Y, skip=True)
+        linear = self._linear_neurons(X, S, A, c)
+        if linear is None:
+            A, _, c, resid = self._fit_output(X, Y, skip=False)
+            n_linear = 0
+        else:
+            K.weights[-1] = np.concatenate([K.weights[-1], linear[0]])
+            K.biases[-1] = np.concatenate([K.biases[-1], linear[1]])
+            A, c, n_linear = linear[2], linear[3], linear[0].shape[0]
+        self.diag["linear_neurons"] = n_linear
         weights = list(K.weights) + [A]
         biases = list(K.biases) + [np.atleast_1d(c)]
-        unresolved = [i + 1 for i, o in enumerate(orient_info) if not o["resolved"]] + \
-            ([K.depth] if t is None else [])
+        unresolved = [i + 1 for i, o in enumerate(orient_info) if not o["resolved"]]
         self.stage = "certificate"
         cert = self.certify(weights, biases)
         if unresolved:
@@ -905,6 +1049,9 @@ class DeepExtractor:
                           "(see diagnostics['certificate']).", CertificateWarning, stacklevel=3)
         self.diag.update({
             "complete": True, "depth": K.depth, "widths": K.widths, "n_hidden": K.widths,
+            "linear_neurons_note": ("the last hidden layer's last linear_neurons neurons are active on all of the "
+                                    "searched region: they carry the linear part that the model's neurons whose "
+                                    "boundary lies beyond the region add there"),
             "layers": self.layer_info, "signs": sign_info, "certificate": cert, "lines_searched": self.lines,
             "output_fit_relative_residual": resid, "seconds": time.perf_counter() - t0,
             "unidentifiable": ("neurons whose effect on the output is zero wherever their boundary is crossed "

@@ -351,11 +351,11 @@ def _critical_points(oracle, d, gen, k, widths, depth, scale, rad, pat, n_cert, 
     except QueryBudgetError as exc:
         diag = dict(deep.diag)
         diag.update(complete=False, stage=deep.stage, queries=oracle.n_queries, model_calls=oracle.n_calls,
-                    seconds=time.perf_counter() - t0, widths=deep.known.widths, layers=deep.layer_info,
+                    seconds=time.perf_counter() - t0, widths=deep.found_widths(), layers=deep.layer_info,
                     partial_layers=deep.partial_layers(), one_layer_attempt=attempt)
         exc.partial = ExtractionResult(None, diag, oracle.n_queries)
-        exc.args = (f"{exc.args[0]} Recovered so far: hidden layers of widths {deep.known.widths} (orientation of "
-                    f"the last one unresolved; in diagnostics_['partial_layers']), stage '{deep.stage}'."
+        exc.args = (f"{exc.args[0]} Recovered so far: neurons per hidden layer {deep.found_widths()} (orientation "
+                    f"of the last layer unresolved; in diagnostics_['partial_layers']), stage '{deep.stage}'."
                     f"{_budget_hint(auto_budget, d)}",)
         raise
     net = DeepNetwork(weights, biases).canonical()
