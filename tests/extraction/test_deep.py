@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
@@ -134,3 +135,44 @@ def test_bad_arguments_are_refused(kwargs, match):
     with pytest.raises(InputError, match=match):
         nr.extract(box, 4, **kwargs)
     assert box.rows == 0
+
+
+def _parse(argv):
+    import argparse
+
+    from nnrecover.cli.extract import add_parser
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["extract", *argv])
+
+
+def test_trained_two_hidden_layer_regressor_through_the_command_line(tmp_path, capsys):
+    # a real model: MLPRegressor((8, 6)) trained on the bundled diabetes data, saved with skops, read
+    # back by `nnrecover extract model.skops --out net.json` with no option. Five of its six second-layer
+    # neurons are active on all of the queried region (large biases, as regression on a target of size
+    # 150 leaves): they carry a linear function there, represented by always-active neurons
+    skops_io = pytest.importorskip("skops.io")
+    from sklearn.datasets import load_diabetes
+    from sklearn.neural_network import MLPRegressor
+    from sklearn.preprocessing import StandardScaler
+
+    from nnrecover.cli.extract import run
+
+    X, y = load_diabetes(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = MLPRegressor(hidden_layer_sizes=(8, 6), alpha=1e-3, max_iter=2000, random_state=0).fit(X, y)
+    path = tmp_path / "model.skops"
+    skops_io.dump(model, path)
+    out = tmp_path / "net.json"
+    assert run(_parse([str(path), "--out", str(out), "--no-progress"])) == 0
+    printed = capsys.readouterr().out
+    assert "hidden layers of widths" in printed
+    net = nr.DeepNetwork.load(out)
+    Z = np.random.default_rng(3).standard_normal((20_000, 10))
+    p = model.predict(Z)
+    assert np.max(np.abs(net.predict(Z) - p)) / np.std(p) < 1e-9
+    diag = json.loads((tmp_path / "net.json.diagnostics.json").read_text())
+    assert diag["declared_hidden_sizes"] == [8, 6]

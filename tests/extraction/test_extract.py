@@ -322,7 +322,7 @@ def test_orientation_warning_names_the_failed_solve(seed, solve, cause):
     # the warning used to say "not found in time" for both, though neither solve ran out of time
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = nr.extract(_two_hidden_layers(seed), 10, rng=0)
+        res = nr.extract(_two_hidden_layers(seed), 10, depth=1, rng=0)
     message = next(str(w.message) for w in caught if "orientation" in str(w.message))
     assert solve in message and re.search(cause, message), message
     assert "not made of flipped units: the box is probably not a one-hidden-layer ReLU network" in message

@@ -15,6 +15,7 @@ from . import (
     certificates,
     compare,
     extract,
+    extract_deep,
     ge2019,
     goel2019,
 )
@@ -23,7 +24,7 @@ from .registry import ExperimentRecord, experiment, registered_experiments
 __all__ = ["ExperimentRecord", "available_experiments", "experiment", "get_experiment"]
 
 # the experiment modules, imported for their registrations
-_MODULES = (awasthi2021, bakshi2019, baseline, certificates, compare, extract, ge2019, goel2019)
+_MODULES = (awasthi2021, bakshi2019, baseline, certificates, compare, extract, extract_deep, ge2019, goel2019)
 
 
 def available_experiments() -> list[ExperimentRecord]:

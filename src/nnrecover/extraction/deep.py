@@ -950,7 +950,7 @@ class DeepExtractor:
                 if layer == 0:
                     seen = len(self.kinks)
                     raise AssumptionError(
-                        f"no hidden neuron found: {self.lines} searched lines showed {seen} kink(s) and none lay "
+                        f"no hidden unit found: {self.lines} searched lines showed {seen} kink(s) and none lay "
                         "on a hyperplane in input space; the model is affine (or constant) on the searched region, "
                         "or not a ReLU network (smooth or other activations); enlarge input_scale/radius.")
                 info["stopped"] = "no neuron of this layer found"

@@ -208,7 +208,9 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
         k = widths[0] if depth_ == 1 else None
     else:
         k = check_positive_int(n_hidden, "n_hidden")
-        if depth_ is not None and depth_ > 1:
+        if depth_ is None:
+            depth_ = 1   # one width: one hidden layer
+        elif depth_ > 1:
             raise InputError(f"n_hidden={k} is one width but depth={depth_}; give a sequence of {depth_} widths "
                              "(one per hidden layer) or 'auto'.")
     if method == "moments" and depth_ is not None and depth_ > 1:
@@ -303,6 +305,7 @@ def _critical_points(oracle, d, gen, k, widths, depth, scale, rad, pat, n_cert, 
     """
     attempt = None
     noise = None
+    first = None
     if depth is None or depth == 1:
         runner = CriticalPointExtractor(oracle, d, gen, n_hidden=k, input_scale=scale, radius=rad,
                                         patience=pat, n_certify=n_cert, milp_time_limit=sign_limit,
@@ -314,11 +317,12 @@ def _critical_points(oracle, d, gen, k, widths, depth, scale, rad, pat, n_cert, 
                 warnings.simplefilter("always")
                 try:
                     net, diag = runner.run()
-                    ok = diag["certificate"]["passed"] and not diag.get("linear_units")
-                    why = "" if ok else ("certificate failed" if not diag["certificate"]["passed"]
-                                         else "linear part not made of flipped units")
+                    # a linear part kept as flagged unit pairs is an exact one-hidden-layer answer
+                    ok = bool(diag["certificate"]["passed"])
+                    why = "" if ok else "certificate failed"
+                    first = (net, diag, list(caught))
                 except AssumptionError as exc:
-                    ok, why = False, str(exc)
+                    ok, why, first = False, str(exc), None
             if ok:
                 for w in caught:
                     warnings.warn(w.message, w.category, stacklevel=4)
@@ -347,7 +351,26 @@ def _critical_points(oracle, d, gen, k, widths, depth, scale, rad, pat, n_cert, 
                          n_certify=n_cert, sign_time_limit=sign_limit, output_range=out_range, noise=noise,
                          log=log, on_layer=on_layer)
     try:
-        weights, biases, diag = deep.run()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                weights, biases, diag = deep.run()
+            except AssumptionError:
+                if first is None:
+                    raise
+                weights = None
+        deep_error = np.inf if weights is None else diag["certificate"]["relative_error"]
+        if first is not None and not deep_error < first[1]["certificate"]["relative_error"]:
+            # neither explains the box: the one-hidden-layer result, which fits it better, is returned
+            # with its own warnings (a one-hidden-layer box with a unit missed, rather than a deeper one)
+            net, diag, first_caught = first
+            for w in first_caught:
+                warnings.warn(w.message, w.category, stacklevel=4)
+            diag["deep_attempt"] = {"queries": oracle.n_queries - attempt["queries"],
+                                    "relative_error": deep_error}
+            return net, diag
+        for w in caught:
+            warnings.warn(w.message, w.category, stacklevel=4)
     except QueryBudgetError as exc:
         diag = dict(deep.diag)
         diag.update(complete=False, stage=deep.stage, queries=oracle.n_queries, model_calls=oracle.n_calls,
