@@ -1,6 +1,10 @@
-"""Extraction of a one-hidden-layer network from a black box that can be queried but not read.
+"""Extraction of a ReLU network from a black box that can be queried but not read.
 
-``nr.extract(model, d)`` recovers ``f(x) = A relu(W x + b) + c`` from queries of ``model``:
+``nr.extract(model, d)`` recovers ``f(x) = A relu(W x + b) + c`` from queries of ``model``, and with more
+than one hidden layer ``f(x) = A relu(W_L ... relu(W_1 x + b_1) ... + b_L) + c`` layer by layer
+(:mod:`~nnrecover.extraction.deep`, over the known layers of :mod:`~nnrecover.extraction.stack`; the
+steps and what they cannot do are on the documentation page "Extracting networks with several hidden
+layers"):
 
 * ``method="critical-points"`` (chosen queries; the default): Carlini, Jagielski and Mironov,
   "Cryptanalytic Extraction of Neural Network Models", CRYPTO 2020, for one hidden layer. Exact up to
