@@ -309,7 +309,7 @@ def _critical_points(oracle, d, gen, k, widths, depth, scale, rad, pat, n_cert, 
     if depth is None or depth == 1:
         runner = CriticalPointExtractor(oracle, d, gen, n_hidden=k, input_scale=scale, radius=rad,
                                         patience=pat, n_certify=n_cert, milp_time_limit=sign_limit,
-                                        output_range=out_range, log=log)
+                                        output_range=out_range, log=log, give_up_off_plane=depth is None)
         try:
             if depth == 1:
                 return runner.run()

@@ -74,8 +74,9 @@ class CriticalPointExtractor:
                  n_hidden: int | None, input_scale: float = 1.0, radius: float | None = None,
                  patience: int | None = None, max_lines: int = 200, n_certify: int = 2000,
                  milp_time_limit: float = 120.0, output_range: tuple[float, float] | None = None,
-                 log: Callable[[str], None] | None = None):
+                 log: Callable[[str], None] | None = None, give_up_off_plane: bool = False):
         self.oracle = oracle
+        self.give_up_off_plane = bool(give_up_off_plane)
         self.d = int(n_inputs)
         self.rng = rng
         self.n_hidden = n_hidden
@@ -240,6 +241,15 @@ class CriticalPointExtractor:
             quiet = 0 if new else quiet + 1
             if quiet >= self.patience:
                 break
+            if self.give_up_off_plane:
+                # on a one-hidden-layer box a refitted candidate is rejected only by noise; when most are
+                # rejected the kinks lie on bent boundaries (more than one hidden layer), and the search
+                # would spend its queries refitting them
+                rejected = sum(rec.get("rejected", 0) for rec in self.lines)
+                if rejected >= 8 and rejected > 2 * k_now:
+                    raise AssumptionError(
+                        f"{rejected} of the candidate units on {i} lines were not on a hyperplane ({k_now} were): "
+                        "the model has more than one hidden layer (or is not a ReLU network)")
         self.diag["lines"] = self.lines
 
     @property
