@@ -288,7 +288,8 @@ class DeepExtractor:
         # boundary is as close as the line's resolution; the walk's points are each confirmed twice
         located = []
         tries = np.zeros(width, int)
-        max_steps = 8 * width + 40
+        # every crossing of any known neuron is a step, and deeper layers have more of them in the way
+        max_steps = 8 * sum(K.widths) + 40
         offset = sum(K.widths[:-1])
         reasons: dict[str, int] = {}
         fails = [0]
@@ -316,7 +317,8 @@ class DeepExtractor:
                     new_region = True
             G, e, zeta, layer_of, P, q = K.local(x)
             if new_region:
-                regions.append((P, q, n.copy(), beta))
+                # a point of the region, not its (features x d) map: a walk visits hundreds of regions
+                regions.append((x.copy(), n.copy(), beta))
                 new_region = False
             todo = np.flatnonzero(np.isnan(coef) & (tries < 6))
             if todo.size == 0:
@@ -331,8 +333,9 @@ class DeepExtractor:
             pick = int(np.argmin(dist + 1e9 * tries[todo]))
             j = int(todo[pick])
             if not np.isfinite(dist[pick]) or dist[pick] > 50 * self.radius:
+                # the local form of a bent boundary extrapolates badly: from another region it may be near
                 why("far")
-                tries[j] = 99
+                tries[j] += 1
                 continue
             t = -np.sign(zeta[offset + j]) * Gp[offset + j] / gpn[offset + j]
             if tries[j]:
@@ -455,7 +458,8 @@ class DeepExtractor:
         n_prev = K.n_features - width
         pick = regions[:: max(1, len(regions) // 12)][:12]
         rows, rhs = [], []
-        for P, q, nr, br in pick:
+        for xr, nr, br in pick:
+            *_, P, q = K.local(xr)
             A = np.concatenate([P.T, np.zeros((self.d, 1))], axis=1)
             a = np.concatenate([q, [1.0]])
             rows.append(np.concatenate([A, a[None]]))
