@@ -247,7 +247,9 @@ class DeepExtractor:
         R -= np.outer(R @ n0, n0)
         R *= (rho * self.rng.uniform(0.2, 1.0, m) / np.linalg.norm(R, axis=1))[:, None]
         P = x0 + R
-        delta = np.full(m, max(1e-3 * rho, 1e-9 * self.scale))
+        # the kinks are off the gradient jump's plane by its error times the offset: about 1e-8 of it
+        # from a float64 box, 1e-3 to 1e-2 from a float32 one
+        delta = np.full(m, max((1e-3 if self._float64 else 0.05) * rho, 1e-9 * self.scale))
         s, ok = _locate_kinks(self.oracle, P, np.broadcast_to(n0, P.shape), delta, self.noise)
         pts = P[ok] + s[ok, None] * n0
         if pts.shape[0] < d + 2:
@@ -414,7 +416,7 @@ class DeepExtractor:
             q_pt = x + tau1 * t
             cand = lk.s[np.argsort(np.abs(lk.s))][:3]
             P2 = q_pt + 0.5 * rho * t + 0.5 * cand[:, None] * nd
-            dl = np.maximum(1e-3 * (np.abs(cand) + rho), 1e-9 * self.scale)
+            dl = np.maximum((1e-3 if self._float64 else 3e-2) * (np.abs(cand) + rho), 1e-9 * self.scale)
             s2, ok2 = _locate_kinks(self.oracle, P2, np.broadcast_to(nd, P2.shape), dl, self.noise)
             off = np.where(ok2, np.abs(s2) / (np.abs(cand) + rho), np.inf)
             best = int(np.argmin(off))
