@@ -776,7 +776,7 @@ class DeepExtractor:
         """
         U, beta = self._current_rows()
         n_cols = U.shape[0] + self.known.n_features + 1
-        X = self.scale * self.rng.standard_normal((2 * n_cols + 64, self.d))
+        X = self.scale * self.rng.standard_normal((max(2 * n_cols + 64, self.n_certify), self.d))
         Y = query_batched(self.oracle, X)
         Phi = self.known.features(X)
         D = np.concatenate([np.maximum(Phi @ U.T + beta, 0.0), Phi, np.ones((X.shape[0], 1))], axis=1)
