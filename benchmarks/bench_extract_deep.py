@@ -8,7 +8,7 @@ widths given), each shape in its own process so that its peak memory (resident s
 ``getrusage``) is its own. Printed and written to ``benchmarks/extract_deep.csv``: widths found,
 queries (log2), seconds, peak memory, the largest output difference on 20,000 fresh Gaussian inputs
 relative to the output's standard deviation (log2), the certificate, and the published figure for the
-shape where the paper gives one. A figure goes to ``docs/_static/extract_deep.png``.
+shape where the paper gives one. A figure goes to ``docs/figures/extract_deep.png``.
 
 Default threads (what a user has). ``--timeout`` seconds per shape (default 1800): a shape that runs
 longer is recorded as timed out.
@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--csv", default=str(HERE / "extract_deep.csv"))
-    ap.add_argument("--figure", default=str(HERE.parent / "docs" / "_static" / "extract_deep.png"))
+    ap.add_argument("--figure", default=str(HERE.parent / "docs" / "figures" / "extract_deep.png"))
     args = ap.parse_args(argv)
     rows = []
     print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")

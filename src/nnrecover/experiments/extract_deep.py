@@ -147,12 +147,12 @@ def figure(df, figure_class=None):
         marker = "o" if r.get("complete", False) else "x"
         axes[0].loglog(r["parameters"], r["queries"], marker, color="C0")
         axes[0].annotate(r["shape"], (r["parameters"], r["queries"]), fontsize=7)
-        axes[1].semilogy(r["parameters"], max(r["max_error_over_std"], 1e-17), marker, color="C0")
+        axes[1].loglog(r["parameters"], max(r["max_error_over_std"], 1e-17), marker, color="C0")
         axes[1].annotate(r["shape"], (r["parameters"], max(r["max_error_over_std"], 1e-17)), fontsize=7)
     # the two published query counts the papers give for these shapes (CJM 2020)
     axes[0].loglog([4_000], [2 ** 18.5], "*", color="C3", ms=12, label="Carlini et al. 2020, 4k-parameter model")
     axes[0].loglog([784 * 128 + 128 + 129], [2 ** 21.5], "*", color="C1", ms=12, label="Carlini et al. 2020, 784-128-1")
-    axes[1].semilogy([784 * 128 + 128 + 129], [2 ** -25], "*", color="C1", ms=12, label="Carlini et al. 2020, 784-128-1")
+    axes[1].loglog([784 * 128 + 128 + 129], [2 ** -25], "*", color="C1", ms=12, label="Carlini et al. 2020, 784-128-1")
     axes[0].set(xlabel="parameters", ylabel="queries", title="queries (o: complete, x: not)")
     axes[1].set(xlabel="parameters", ylabel="max |output error| / std(output)", title="worst output error (20,000 inputs)")
     for ax in axes:
