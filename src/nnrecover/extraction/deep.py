@@ -24,7 +24,11 @@ critical points of its neurons, signs, then the next layer. The steps and their 
 4. **Signs** (CJM Section 4.4; polynomial in Canales-Martinez et al., EUROCRYPT 2024): the skip
    coefficients ``u_s`` of the next layer (or of the output layer) are ``-sum_j t_j u_j w_j`` over the
    flipped neurons ``t``: linear equations in ``t`` in {0, 1}, solved by
-   :func:`~nnrecover.extraction.signs.resolve_signs`.
+   :func:`~nnrecover.extraction.signs.resolve_signs`. When they fail and the layer is at most ``d``
+   wide, the signs are read from the support of the box's gradient
+   (:meth:`DeepExtractor._orient_by_gradients`). At the output, a linear part that no sign vector
+   explains (neurons active on all of the region, common in trained networks) is carried by
+   always-active neurons (:meth:`DeepExtractor._linear_neurons`), exact on the region.
 5. **Depth**: after each layer the output layer is fitted by least squares on the features; when it
    explains the box to its noise the network is complete, otherwise the kinks not yet explained
    belong to a deeper layer.
