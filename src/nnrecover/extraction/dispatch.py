@@ -50,9 +50,11 @@ class ExtractionResult:
 
     Attributes
     ----------
-    network_ : TwoLayerNetwork or None
-        The recovered network in canonical form (unit hidden rows); in a partial result the units found
-        so far (``None`` before the first one).
+    network_ : TwoLayerNetwork, DeepNetwork or None
+        The recovered network in canonical form (unit hidden rows): a ``TwoLayerNetwork`` for one hidden
+        layer, a ``DeepNetwork`` for more. In a partial result of the one-hidden-layer route, the units
+        found so far (``None`` before the first one); the layer-by-layer route's partial result has
+        ``None`` here and its layers in ``diagnostics_["partial_layers"]``.
     diagnostics_ : dict
         ``"queries"`` (rows queried), ``"model_calls"``, ``"seconds"``, ``"method"``, ``"complete"``,
         ``"n_hidden"`` and the width evidence (``"width"``), the measured noise level of the black box
