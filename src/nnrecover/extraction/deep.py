@@ -187,16 +187,16 @@ class DeepExtractor:
 
     def _read_normals(self, kinks: list[dict]) -> None:
         """Local normal of the boundary at each kink from its gradient jump (CJM Section 4.3)."""
-        todo = [k for k in kinks if k["normal"] is None and k["status"] == "open"]
-        if not todo:
+        waiting = [k for k in kinks if k["normal"] is None and k["status"] == "open"]
+        if not waiting:
             return
-        X = np.array([k["x"] for k in todo])
-        V = np.array([k["v"] for k in todo])
-        rl = np.array([k["room"][0] for k in todo])
-        rr = np.array([k["room"][1] for k in todo])
+        X = np.array([k["x"] for k in waiting])
+        V = np.array([k["v"] for k in waiting])
+        rl = np.array([k["room"][0] for k in waiting])
+        rr = np.array([k["room"][1] for k in waiting])
         h = 20 * 0.005 if not self._float64 else 0.005
         J, err, ok = gradient_jumps(self.oracle, X, V, rl, rr, self.noise, h_fraction=h)
-        for q, k in enumerate(todo):
+        for q, k in enumerate(waiting):
             if not ok[q]:
                 k["status"] = "unreadable"
                 continue
@@ -326,18 +326,18 @@ class DeepExtractor:
                 # a point of the region, not its (features x d) map: a walk visits hundreds of regions
                 regions.append((x.copy(), n.copy(), beta))
                 new_region = False
-            todo = np.flatnonzero(np.isnan(coef) & (tries < 6))
-            if todo.size == 0:
+            waiting = np.flatnonzero(np.isnan(coef) & (tries < 6))
+            if waiting.size == 0:
                 break
             nn = n / np.linalg.norm(n)
             Gp = G - np.outer(G @ nn, nn)
             gpn = np.linalg.norm(Gp, axis=1)
-            idx = offset + todo
+            idx = offset + waiting
             with np.errstate(divide="ignore", invalid="ignore"):
                 dist = np.abs(zeta[idx]) / gpn[idx]
             dist = np.where(np.isfinite(dist), dist, np.inf)
-            pick = int(np.argmin(dist + 1e9 * tries[todo]))
-            j = int(todo[pick])
+            pick = int(np.argmin(dist + 1e9 * tries[waiting]))
+            j = int(waiting[pick])
             if not np.isfinite(dist[pick]) or dist[pick] > 50 * self.radius:
                 # the local form of a bent boundary extrapolates badly: from another region it may be near
                 why("far")
@@ -727,15 +727,15 @@ class DeepExtractor:
                 new_on_line = 0
             else:
                 new_on_line = None
-            todo = []
+            waiting = []
             for k in pending:
                 if k["status"] == "open":
                     if self._explained(k):
                         k["status"] = "explained"
                     else:
-                        todo.append(k)
+                        waiting.append(k)
             added = 0
-            for k in todo:
+            for k in waiting:
                 if k["status"] != "open":
                     continue
                 if self._explained(k):
