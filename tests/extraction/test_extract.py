@@ -120,9 +120,14 @@ def test_a_unit_missed_in_a_noisy_box_fails_the_certificate():
         return lambda X: net.predict(X) + 3e-5 * g.standard_normal(np.asarray(X).shape[0])
 
     with pytest.warns(CertificateWarning, match="units were missed"):
-        res = extract(box(weak), 5, rng=0)
+        res = extract(box(weak), 5, rng=0, depth=1)
     cert = res.diagnostics_["certificate"]
     assert res.network_.n_hidden == 4 and not cert["passed"]
+    # with depth="auto" the layer-by-layer search runs next and keeps whichever fits better: neither
+    # passes, and the failure is said
+    with pytest.warns(CertificateWarning, match="certificate failed"):
+        auto = extract(box(weak), 5, rng=0)
+    assert not auto.diagnostics_["certificate"]["passed"]
     with warnings.catch_warnings():
         warnings.simplefilter("error", CertificateWarning)
         full = extract(box(base), 5, rng=0)

@@ -174,7 +174,7 @@ class DeepExtractor:
         v = self.rng.standard_normal(d)
         v /= np.linalg.norm(v)
         R = self.radius * (2.0 if self.lines % 3 == 2 else 1.0)
-        n_known = sum(self.known.widths) + sum(len(p) for p in self._layer_found)
+        n_known = sum(self.known.widths) + len(self._layer_found)
         lk = search_line(self.oracle, x0, v, -R, R, self.noise, n_grid=max(65, 4 * n_known + 1),
                          output_range=self.output_range)
         self.lines += 1
@@ -363,17 +363,6 @@ class DeepExtractor:
                 tries[j] += 1
                 continue
             tau2 = float(tau[order[1]]) if tau.size > 1 else np.inf
-            gap = tau2 - tau1
-            # c is read far into the region beyond (half-way to its next boundary): its error from the
-            # round-off of the point is divided by zeta_m there, and amplified only by how much further
-            # zeta_m grows on the rest of the walk
-            rho = min(0.5 * gap, self.scale)
-            if not rho > 1e-9 * self.scale:
-                why("rho")
-                tries[j] += 1
-                continue
-            y = x + (tau1 + rho) * t
-            G2, e2, z2, _, _, _ = K.local(y)
             # search beyond the crossing along the old normal made orthogonal to the crossed neuron's
             # gradient: the crossed neuron stays constant on that line (it is not crossed back), and the
             # target's kink is at s = -c zeta_m(y) / (n . nd), finite for any c
@@ -385,55 +374,15 @@ class DeepExtractor:
                 tries[j] += 1
                 continue
             nd /= np.linalg.norm(nd)
-            rate_n = G2 @ nd
-            with np.errstate(divide="ignore", invalid="ignore"):
-                room = np.abs(z2 / rate_n)
-            room[m] = np.inf
-            room = np.where(np.isfinite(room), room, np.inf)
-            half = min(0.9 * float(room.min()), 0.5 * self.scale, 50 * rho)
-            if not half > 0:
-                why("room")
+            beyond = self._beyond(x + tau1 * t, t, tau2 - tau1, m, nd)
+            if isinstance(beyond, str):
+                why(beyond)
+                info["failed"] += beyond == "no kink"
                 tries[j] += 1
                 continue
-            lk = search_line(self.oracle, y, nd, -half, half, self.noise, n_grid=9)
-            if lk.s.size == 0 and rho > 0.01 * gap:
-                # the target's kink beyond moves with the distance past the crossing: closer in, it is
-                # inside the window
-                rho /= 16
-                y = x + (tau1 + rho) * t
-                G2, e2, z2, _, _, _ = K.local(y)
-                rate_n = G2 @ nd
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    room = np.abs(z2 / rate_n)
-                room[m] = np.inf
-                room = np.where(np.isfinite(room), room, np.inf)
-                half = min(0.9 * float(room.min()), 0.5 * self.scale, 50 * rho)
-                lk = search_line(self.oracle, y, nd, -half, half, self.noise, n_grid=9)
-            if lk.s.size == 0:
-                why("no kink")
-                info["failed"] += 1
-                tries[j] += 1
-                continue
-            # the target's kink moves linearly with the distance past the crossing (its boundary beyond
-            # is a hyperplane through the crossing's (d - 2)-flat): confirm at half the distance, which
-            # also tells it from another neuron's kink on the same segment
-            q_pt = x + tau1 * t
-            cand = lk.s[np.argsort(np.abs(lk.s))][:3]
-            P2 = q_pt + 0.5 * rho * t + 0.5 * cand[:, None] * nd
-            dl = np.maximum((1e-3 if self._float64 else 3e-2) * (np.abs(cand) + rho), 1e-9 * self.scale)
-            s2, ok2 = _locate_kinks(self.oracle, P2, np.broadcast_to(nd, P2.shape), dl, self.noise)
-            off = np.where(ok2, np.abs(s2) / (np.abs(cand) + rho), np.inf)
-            best = int(np.argmin(off))
-            # the target's kink is where predicted to the round-off (its boundary is a hyperplane there);
-            # another neuron's kink in the window is off by a fraction of the window
-            if not off[best] <= (1e-5 if self._float64 else 1e-2):
-                why("unconfirmed")
-                tries[j] += 1
-                continue
-            s = float(cand[best])
-            xp = y + s * nd
+            xp, z2m = beyond
             zm = float(gm @ xp + e[m])
-            if zm == 0 or np.sign(zm) != np.sign(z2[m]):
+            if zm == 0 or np.sign(zm) != np.sign(z2m):
                 why("wrong side")
                 tries[j] += 1
                 continue
@@ -482,6 +431,83 @@ class DeepExtractor:
         u = np.concatenate([coef, sol[:n_prev]])
         info["points"] = np.array(located).reshape(-1, self.d)
         return u, float(sol[-1]), info
+
+    def _room(self, y: np.ndarray, nd: np.ndarray, m: int) -> tuple[float, float]:
+        """``zeta_m(y)`` and the distance from ``y`` along ``+-nd`` to the nearest boundary of a known neuron
+        other than ``m`` (from the local forms at ``y``, no query)."""
+        G2, _, z2, _, _, _ = self.known.local(y)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            room = np.abs(z2 / (G2 @ nd))
+        room[m] = np.inf
+        room = np.where(np.isfinite(room), room, np.inf)
+        return float(z2[m]), float(room.min())
+
+    def _beyond(self, q_pt: np.ndarray, t: np.ndarray, gap: float, m: int, nd: np.ndarray
+                ) -> "tuple[np.ndarray, float] | str":
+        """The target's critical point beyond the crossing ``q_pt`` of known neuron ``m``, or why not.
+
+        The target's boundary beyond is a hyperplane through the crossing's ``(d - 2)``-flat: on the line
+        ``q_pt + rho t + s nd`` its kink is at ``s`` proportional to ``rho``. It is searched at a distance
+        ``rho`` past the crossing and confirmed at ``rho / 2`` (which tells it from another neuron's kink
+        on the same segment). The kink lies beyond the window when the region beyond is thin along
+        ``nd`` or the target's new boundary is nearly parallel to ``m``'s: smaller distances bring it
+        closer, by factors of 16 (the kink at ``rho`` is then predicted and located again at the largest
+        distance whose window holds it, since ``c`` is read to the round-off of the point divided by
+        ``zeta_m``). Returns ``(x, zeta_m(x))`` with ``x`` on the target's boundary, or the reason.
+        """
+        tight = self._float64
+        rho_far = min(0.5 * gap, self.scale)
+        if not rho_far > 1e-9 * self.scale:
+            return "rho"
+        rho = rho_far
+        reason = "no kink"
+        found = None
+        for _ in range(4):
+            y = q_pt + rho * t
+            zm, room = self._room(y, nd, m)
+            half = min(0.9 * room, 0.5 * self.scale, 50 * rho)
+            if not half > 0:
+                reason = "room"
+            else:
+                lk = search_line(self.oracle, y, nd, -half, half, self.noise, n_grid=9)
+                if lk.s.size:
+                    cand = lk.s[np.argsort(np.abs(lk.s))][:3]
+                    P2 = q_pt + 0.5 * rho * t + 0.5 * cand[:, None] * nd
+                    dl = np.maximum((1e-3 if tight else 3e-2) * (np.abs(cand) + rho), 1e-9 * self.scale)
+                    s2, ok2 = _locate_kinks(self.oracle, P2, np.broadcast_to(nd, P2.shape), dl, self.noise)
+                    off = np.where(ok2, np.abs(s2) / (np.abs(cand) + rho), np.inf)
+                    best = int(np.argmin(off))
+                    # the target's kink is where predicted to the round-off (its boundary is a hyperplane
+                    # there); another neuron's kink in the window is off by a fraction of the window
+                    if off[best] <= (1e-5 if tight else 1e-2):
+                        found = (rho, float(cand[best]), zm)
+                        break
+                    reason = "unconfirmed"
+                else:
+                    reason = "no kink"
+            rho /= 16
+            if not rho > 1e-9 * self.scale:
+                break
+        if found is None:
+            return reason
+        rho, s, zm = found
+        # located again at the largest distance whose window holds the predicted kink
+        far = rho
+        while far < rho_far:
+            nxt = min(16 * far, rho_far)
+            zm_n, room_n = self._room(q_pt + nxt * t, nd, m)
+            if not abs(s * nxt / rho) < 0.9 * room_n:
+                break
+            far = nxt
+        if far > rho:
+            y = q_pt + far * t
+            pred = s * far / rho
+            zm_f, _ = self._room(y, nd, m)
+            dl = max((1e-3 if tight else 3e-2) * (abs(pred) + far), 1e-9 * self.scale)
+            s2, ok2 = _locate_kinks(self.oracle, (y + pred * nd)[None], nd[None], np.array([dl]), self.noise)
+            if ok2[0]:
+                return y + (pred + float(s2[0])) * nd, zm_f
+        return q_pt + rho * t + s * nd, zm
 
     def _roots(self, u: np.ndarray, beta: float, X0: np.ndarray, V: np.ndarray, R: float) -> np.ndarray:
         """Zero of the neuron ``(u, beta)`` on each line ``X0 + s V``, ``|s| <= R``, nearest ``s = 0`` (NaN: none).

@@ -154,19 +154,27 @@ class CriticalPointExtractor:
                "queries": lk.queries}
         new = 0
         idx = np.flatnonzero(~matched)
-        if idx.size:
-            x_star = x0 + lk.s[idx, None] * v
+        # on a box with more hidden layers every candidate is read and refitted only to be rejected: a first
+        # chunk of the line's kinks tells (the search gives up after it), the rest follow in one batch
+        chunks = [idx[:12], idx[12:]] if self.give_up_off_plane else [idx]
+        cand_W, cand_b, cand_e = [], [], []
+        rec.update(jumps=0, jump_ok=0, candidates=0, rejected=0)
+        for part in chunks:
+            if not part.size:
+                continue
+            x_star = x0 + lk.s[part, None] * v
             vv = np.broadcast_to(v, x_star.shape)
             # a long step averages the noise of a float32 model; a step that crossed a hyperplane
             # (failed linearity check) is retried 20 times shorter
             big = 20 * H_FRACTION if self.noise.rel > 1e-12 else H_FRACTION
-            J, err, ok = gradient_jumps(self.oracle, x_star, vv, lk.room_left[idx], lk.room_right[idx],
+            J, err, ok = gradient_jumps(self.oracle, x_star, vv, lk.room_left[part], lk.room_right[part],
                                         self.noise, h_fraction=big)
             if big > H_FRACTION and not np.all(ok):
                 r = np.flatnonzero(~ok)
-                J[r], err[r], ok[r] = gradient_jumps(self.oracle, x_star[r], vv[r], lk.room_left[idx][r],
-                                                     lk.room_right[idx][r], self.noise)
-            cand_W, cand_b, cand_a, cand_e, cand_x = [], [], [], [], []
+                J[r], err[r], ok[r] = gradient_jumps(self.oracle, x_star[r], vv[r], lk.room_left[part][r],
+                                                     lk.room_right[part][r], self.noise)
+            first_new = len(cand_W)
+            cand_x = []
             with blas_threads(1):
                 normals = {int(q): normal_from_jump(J[q], v) for q in np.flatnonzero(ok)}
             for q in np.flatnonzero(ok):
@@ -187,44 +195,71 @@ class CriticalPointExtractor:
                         dup = True
                         break
                 if not dup:
-                    cand_W.append(w), cand_b.append(bq), cand_a.append(alpha), cand_e.append(e)
+                    cand_W.append(w), cand_b.append(bq), cand_e.append(e)
                     cand_x.append(x_star[q])
-            rec["jumps"] = int(idx.size)
-            rec["jump_ok"] = int(ok.sum())
-            if cand_W:
-                ref = refine_hyperplanes(self.oracle, np.array(cand_W), np.array(cand_b),
-                                         np.array(cand_e), self.noise, self.rng, scale=self.scale,
-                                         centers=np.array(cand_x), n_points=self._plane_points())
-                acc = ref.accepted.copy()
-                # error of each refitted row (first order) and of the known ones: two rows within 10x
-                # their combined errors are one unit seen twice (a kink the position matching missed)
-                errs_all = 3 * np.where(np.isfinite(ref.tilt), ref.tilt, 0.0) + 1e3 * self.noise.rel + 1e-12
-                if n_known:
-                    for j in np.flatnonzero(acc):
-                        dd = np.minimum(np.linalg.norm(self.units.W - ref.W[j], axis=1)
-                                        + np.abs(self.units.b - ref.b[j]),
-                                        np.linalg.norm(self.units.W + ref.W[j], axis=1)
-                                        + np.abs(self.units.b + ref.b[j]))
-                        if np.any(dd <= 10 * (self.units.err + errs_all[j])):
-                            acc[j] = False
-                # and two accepted candidates may coincide with each other
-                keep = []
-                for j in np.flatnonzero(acc):
-                    same = [i for i in keep if min(np.linalg.norm(ref.W[i] - ref.W[j]) + abs(ref.b[i] - ref.b[j]),
-                                                   np.linalg.norm(ref.W[i] + ref.W[j]) + abs(ref.b[i] + ref.b[j]))
-                            <= 10 * (errs_all[i] + errs_all[j])]
-                    if not same:
-                        keep.append(j)
-                keep = np.asarray(keep, int)
-                rec["candidates"] = len(cand_W)
-                rec["rejected"] = int((~ref.accepted).sum())
-                if keep.size:
-                    self._add_units(ref.W[keep], ref.b[keep], ref.alpha[keep], errs_all[keep], ref.n_points[keep],
-                                    ref.residual[keep])
-                    new = int(keep.size)
+            rec["jumps"] += int(part.size)
+            rec["jump_ok"] += int(ok.sum())
+            if cand_x:
+                rejected, added = self._refit_candidates(cand_W[first_new:], cand_b[first_new:],
+                                                         cand_e[first_new:], cand_x)
+                rec["candidates"] += len(cand_x)
+                rec["rejected"] += rejected
+                new += added
+            if self.give_up_off_plane:
+                self._give_up_if_off_plane(rec)
         rec["new_units"] = new
         self.lines.append(rec)
         return new
+
+    def _refit_candidates(self, cand_W, cand_b, cand_e, cand_x) -> tuple[int, int]:
+        """Refit candidate hyperplanes, add the accepted new ones; returns ``(rejected, added)``."""
+        n_known = 0 if self.units is None else self.units.W.shape[0]
+        ref = refine_hyperplanes(self.oracle, np.array(cand_W), np.array(cand_b),
+                                 np.array(cand_e), self.noise, self.rng, scale=self.scale,
+                                 centers=np.array(cand_x), n_points=self._plane_points())
+        acc = ref.accepted.copy()
+        # error of each refitted row (first order) and of the known ones: two rows within 10x
+        # their combined errors are one unit seen twice (a kink the position matching missed)
+        errs_all = 3 * np.where(np.isfinite(ref.tilt), ref.tilt, 0.0) + 1e3 * self.noise.rel + 1e-12
+        if n_known:
+            for j in np.flatnonzero(acc):
+                dd = np.minimum(np.linalg.norm(self.units.W - ref.W[j], axis=1)
+                                + np.abs(self.units.b - ref.b[j]),
+                                np.linalg.norm(self.units.W + ref.W[j], axis=1)
+                                + np.abs(self.units.b + ref.b[j]))
+                if np.any(dd <= 10 * (self.units.err + errs_all[j])):
+                    acc[j] = False
+        # and two accepted candidates may coincide with each other
+        keep = []
+        for j in np.flatnonzero(acc):
+            same = [i for i in keep if min(np.linalg.norm(ref.W[i] - ref.W[j]) + abs(ref.b[i] - ref.b[j]),
+                                           np.linalg.norm(ref.W[i] + ref.W[j]) + abs(ref.b[i] + ref.b[j]))
+                    <= 10 * (errs_all[i] + errs_all[j])]
+            if not same:
+                keep.append(j)
+        keep = np.asarray(keep, int)
+        if keep.size:
+            self._add_units(ref.W[keep], ref.b[keep], ref.alpha[keep], errs_all[keep], ref.n_points[keep],
+                            ref.residual[keep])
+        return int((~ref.accepted).sum()), int(keep.size)
+
+    def _give_up_if_off_plane(self, current: dict | None = None) -> None:
+        """Raise when most refitted candidates were rejected (``give_up_off_plane``).
+
+        On a one-hidden-layer box a refitted candidate is rejected only by noise; when most are rejected
+        the kinks lie on bent boundaries (more than one hidden layer), and the search would spend its
+        queries refitting them.
+        """
+        lines = self.lines + ([current] if current is not None else [])
+        rejected = sum(rec.get("rejected", 0) for rec in lines)
+        k_now = 0 if self.units is None else self.units.W.shape[0]
+        if rejected >= 8 and rejected > 2 * k_now:
+            if current is not None:
+                current["new_units"] = k_now - sum(rec.get("new_units", 0) for rec in self.lines)
+                self.lines.append(current)
+            raise AssumptionError(
+                f"{rejected} of the candidate units on {len(lines)} line(s) were not on a hyperplane ({k_now} were): "
+                "the model has more than one hidden layer (or is not a ReLU network)")
 
     def _search(self):
         quiet = 0
@@ -242,14 +277,7 @@ class CriticalPointExtractor:
             if quiet >= self.patience:
                 break
             if self.give_up_off_plane:
-                # on a one-hidden-layer box a refitted candidate is rejected only by noise; when most are
-                # rejected the kinks lie on bent boundaries (more than one hidden layer), and the search
-                # would spend its queries refitting them
-                rejected = sum(rec.get("rejected", 0) for rec in self.lines)
-                if rejected >= 8 and rejected > 2 * k_now:
-                    raise AssumptionError(
-                        f"{rejected} of the candidate units on {i} lines were not on a hyperplane ({k_now} were): "
-                        "the model has more than one hidden layer (or is not a ReLU network)")
+                self._give_up_if_off_plane()
         self.diag["lines"] = self.lines
 
     @property
