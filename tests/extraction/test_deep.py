@@ -76,6 +76,33 @@ def test_two_hidden_layers_width_and_depth_found():
     assert err["max_unit_error"] < 1e-8
 
 
+def test_a_neuron_active_on_a_small_part_of_the_region_is_found():
+    # seed 2's second-layer neuron 12 is active on 0.7% of Gaussian inputs: random lines rarely cross
+    # its boundary; the lines started where the output fit is worst do
+    truth = random_deep([10, 20, 20, 1], 2)
+    X = np.random.default_rng(5).standard_normal((100_000, 10))
+    active = (truth.preactivations(X)[1] > 0).mean(axis=0)
+    assert active.min() < 0.01
+    res = nr.extract(DeepBox(truth), 10, rng=3)
+    assert res.network_.hidden_sizes == (20, 20)
+    assert res.diagnostics_["certificate"]["passed"]
+    assert relative_max_error(res.network_, truth, 10) < 1e-9
+
+
+def test_neurons_with_no_outgoing_weight_are_pruned():
+    # a copy of a neuron with zero outgoing weight does not change the function: it is removed
+    from nnrecover.extraction.deep import _prune_silent
+    truth = random_deep([6, 5, 4, 1], 1)
+    W1 = np.concatenate([truth.weights[0], truth.weights[0][:1]])
+    b1 = np.concatenate([truth.biases[0], [0.7]])
+    W2 = np.concatenate([truth.weights[1], np.full((4, 1), 1e-15)], axis=1)
+    weights, biases, pruned = _prune_silent([W1, W2, truth.weights[2]], [b1, truth.biases[1], truth.biases[2]])
+    assert pruned == [1, 0]
+    assert [W.shape for W in weights] == [W.shape for W in truth.weights]
+    X = np.random.default_rng(0).standard_normal((500, 6))
+    np.testing.assert_allclose(nr.DeepNetwork(weights, biases).predict(X), truth.predict(X), rtol=0, atol=1e-13)
+
+
 def test_vector_outputs_and_given_depth():
     truth = random_deep([8, 12, 6, 3], 5)
     res = nr.extract(DeepBox(truth), 8, depth=2, rng=2)
