@@ -38,6 +38,7 @@ from .decompose import (
     algorithm6,
 )
 from .output import output_network, polish_units, reduce_to_width
+from .requirement import sample_requirement
 from .scale import matrix_free_polish
 
 __all__ = ["HermiteTensorLearner"]
@@ -250,7 +251,7 @@ class HermiteTensorLearner(BaseLearner):
         "linear_part": [Options("auto", "closed_form", "regression")],
         "feature_map": [Options("reduced", "coordinated", "general")],
         "regression_rows": [Options("all", "second_half")],
-        "range_method": [Options("auto", "full", "sketch")],
+        "range_method": [Options("auto", "full", "sketch", "randomized")],
         "control_variate": ["boolean"], "check_inputs": ["boolean"],
         "chunk_size": [None, Interval(Integral, 1, None)], "min_n": [None, Interval(Integral, 1, None)],
     }
@@ -282,12 +283,14 @@ class HermiteTensorLearner(BaseLearner):
         m = int(self.n_hidden)
         order = check_order(self.order, m, truth.n_inputs)
         t0 = time.perf_counter()
-        coeffs = exact_coefficients(truth, order, m, basis="range" if order == 1 else "identity")
+        coeffs = exact_coefficients(truth, order, m, basis="range" if order == 1 else "identity",
+                                    range_method=self.range_method, rng=rng)
         diagnostics["timings"] = {"moments": time.perf_counter() - t0}
         return self._finish(coeffs, order, None, truth, rng, diagnostics)
 
     def _finish(self, coeffs: HermiteCoefficients, order: int, source, truth, rng, diagnostics) -> TwoLayerNetwork:
         m = int(self.n_hidden)
+        self._state_requirement(coeffs, order, m, diagnostics)
         t0 = time.perf_counter()
         th = _make_thresholds(self.thresholds, coeffs, order, m, self.epsilon, self.bound,
                               snr=float(self.snr_threshold), dedup=float(self.dedup_threshold))
@@ -330,6 +333,28 @@ class HermiteTensorLearner(BaseLearner):
                               diagnostics=diagnostics)
         self._certify_output(out, coeffs, order, source, diagnostics)
         return out
+
+    @staticmethod
+    def _state_requirement(coeffs: HermiteCoefficients, order: int, m: int, diagnostics: dict) -> None:
+        """After the pass of the tensors: how many rows this teacher needs (:func:`sample_requirement`),
+        in ``diagnostics_["sample_requirement"]``, and an :class:`~nnrecover.errors.AssumptionWarning`
+        that names the number when the data have fewer."""
+        req = sample_requirement(coeffs, order, m)
+        diagnostics["sample_requirement"] = req
+        if req is None or req["enough"]:
+            return
+        N, need = req["n_samples"], req["n_needed"]
+        if req["lower_bound"]:
+            what = (f"at least {need:.2g} rows" if need > N + 1 else f"more than the {N:.3g} rows it got")
+            seen = "the weakest of the m units is within the noise"
+        else:
+            what = f"about {need:.2g} rows"
+            seen = f"the weakest of the m units has signal {req['joint_snr']:.3g} in noise units"
+        warnings.warn(f"HermiteTensorLearner: this teacher needs {what} for order l = {order} (got {N:.3g}): in the "
+                      f"noise-whitened flattenings of T_{2 * order + 1} and T_{2 * order + 2}, {seen}, and recovering "
+                      f"every unit takes about {req['required_snr']:g} (the noise falls like 1/sqrt(N)); with fewer "
+                      "rows some units are left to the linear part. "
+                      "See diagnostics_['sample_requirement'].", AssumptionWarning, stacklevel=5)
 
     def _matrix_free_applies(self, start: TwoLayerNetwork, source) -> bool:
         """Whether the refinement starts matrix free (:func:`~.scale.matrix_free_polish`): ``refine=True``
