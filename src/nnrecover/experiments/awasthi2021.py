@@ -483,33 +483,38 @@ def overcomplete_sample_row(truth: TwoLayerNetwork, n_samples: int, seed: int, *
 
 def plot_overcomplete_samples(df):
     """Figure of the ``awasthi2021-overcomplete-samples`` sweep: success rate against ``N`` per m/d, and the
-    stated requirement against ``N``."""
+    stated requirement against ``N`` (filled: the complete fit was exact; triangles: lower bounds)."""
     from matplotlib.figure import Figure  # deferred: matplotlib is slow to import
 
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
-    for ratio, g in df.groupby("ratio"):
+    ratios = sorted(df["ratio"].unique())
+    for j, ratio in enumerate(ratios):
+        g = df[df["ratio"] == ratio]
         rate = g.groupby("n_samples")["success"].mean()
         units = g.groupby("n_samples")["all_units"].mean()
         line, = ax1.semilogx(rate.index, rate.values, "o-", label=f"m/d = {ratio:g}: complete fit exact")
         ax1.semilogx(units.index, units.values, "x--", color=line.get_color(), alpha=0.7,
                      label=f"m/d = {ratio:g}: provable stage finds all m")
-        for seed, h in g.groupby("seed"):
-            h = h.sort_values("n_samples")
-            mk = np.where(h["lower_bound"].astype(bool), "^", "o")
-            for x, y, k in zip(h["n_samples"], h["n_needed"], mk):
-                ax2.loglog(x, y, k, color=line.get_color(), mfc="none" if k == "^" else line.get_color(), ms=5)
-            ax2.loglog(h["n_samples"], h["n_needed"], "-", color=line.get_color(), alpha=0.3, lw=0.8)
+        shift = 1.12 ** (j - (len(ratios) - 1) / 2)  # side by side, not on top of each other
+        for lower, marker in ((False, "o"), (True, "^")):
+            for ok in (True, False):
+                h = g[(g["lower_bound"].astype(bool) == lower) & (g["success"].astype(bool) == ok)]
+                if len(h):
+                    ax2.loglog(h["n_samples"] * shift, h["n_needed"], marker, color=line.get_color(), ms=6,
+                               mfc=line.get_color() if ok else "none", ls="none",
+                               label=f"m/d = {ratio:g}" if (lower, ok) == (True, False) else None)
     lim = [df["n_samples"].min() / 2, df["n_samples"].max() * 2]
-    ax2.loglog(lim, lim, "k:", lw=0.8, label="stated = N")
+    ax2.loglog(lim, lim, "k:", lw=0.8, label="stated = N (below: enough)")
     ax1.set_xlabel("N (rows)")
     ax1.set_ylabel("fraction of teachers")
     d = int(df["n_inputs"].iloc[0])
-    ax1.set_title(f"order 2, d = {d}, biases U[-1, 1]", fontsize=10)
+    ax1.set_title(f"order 2, d = {d}, biases U[-1, 1], {df.groupby('ratio')['seed'].nunique().min()} teachers "
+                  "per m/d", fontsize=10)
     ax1.legend(fontsize=7)
     ax2.set_xlabel("N (rows)")
     ax2.set_ylabel("rows the learner says it needs")
-    ax2.set_title("stated requirement (triangles: lower bound)", fontsize=10)
+    ax2.set_title("stated requirement: filled = complete fit exact, triangle = lower bound", fontsize=9)
     ax2.legend(fontsize=7)
     return fig
 

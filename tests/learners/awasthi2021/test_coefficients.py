@@ -440,3 +440,40 @@ def test_range_check_statistic_is_mergeable_and_matches_dense_sums():
     _close(a.low_orders()[1], y @ X / N, rtol=1e-12)
     with pytest.raises(InputError, match="range_check"):
         co.ProjectedMomentStatistic(d, None, 4, np.zeros((d, 1)), range_check=True)
+
+
+def test_randomized_pilot_grows_until_as_accurate_as_the_full_route(monkeypatch):
+    # a pilot of 4096 rows of 2e5 is too small (its statistical sine above the full T_2's on all rows): the
+    # iterations continue from its basis on more rows, until the pilot's error is at most the full route's
+    from scipy import linalg
+
+    monkeypatch.setattr(co, "PILOT_MIN_ROWS", co.SPLIT_BLOCK)
+    monkeypatch.setattr(co, "PILOT_FRACTION", 64)
+    truth = nr.random_network(60, 5, rng=2, bias_range=(-1, 1))
+    X, Y = nr.sample(truth, nr.distributions.StandardGaussian(60), 200_000, rng=3)
+    c = co.estimate_coefficients((X, Y), 1, 5, range_method="randomized", rng=0)
+    info = c.info
+    assert info["pilot_rows"][0] == co.SPLIT_BLOCK and len(info["pilot_rows"]) > 1
+    assert info["pilot_rows"] == sorted(info["pilot_rows"]) and info["pilot_rows"][-1] <= 200_000
+    assert info["pilot_statistical_sine"] <= info["exact_route_statistical_sine"] or info["pilot_rows"][-1] == 200_000
+    assert info["range_check"]["accepted"]
+    span = linalg.orth(truth.hidden_weights.T)
+    full = co.estimate_coefficients((X, Y), 1, 5, range_method="full", rng=0)
+    assert _largest_sine(span, c.basis) < _largest_sine(span, full.basis) + 0.05
+
+
+def test_randomized_pilot_that_cannot_see_the_range_seeds_iterations_on_all_rows(monkeypatch):
+    # 512 rows at d = 150 cannot tell T_2's range from noise (noise ratio >= 1): the iterations run on all
+    # rows, seeded by the pilot's sketch, and the basis is as good as the full route's
+    from scipy import linalg
+
+    monkeypatch.setattr(co, "PILOT_MIN_ROWS", 512)
+    monkeypatch.setattr(co, "PILOT_FRACTION", 1000)
+    truth = nr.random_network(150, 5, rng=4, bias_range=(-1, 1))
+    X, Y = nr.sample(truth, nr.distributions.StandardGaussian(150), 60_000, rng=5)
+    c = co.estimate_coefficients((X, Y), 1, 5, range_method="randomized", rng=0)
+    assert c.info["pilot_failed"]["rows"] == 512 and c.info["pilot_failed"]["noise_ratio"] >= 1
+    assert c.info["pilot_rows"] == [512, 60_000]
+    span = linalg.orth(truth.hidden_weights.T)
+    full = co.estimate_coefficients((X, Y), 1, 5, range_method="full", rng=0)
+    assert _largest_sine(span, c.basis) < _largest_sine(span, full.basis) + 0.05

@@ -8,10 +8,10 @@ Design (Lemma 3.5 and the estimator of eq. (6)):
   orthonormal columns, ``He_k(x)[P v_1, ..., P v_k] = He_k(P^T x)[v_1, ..., v_k]``, so the projected
   tensor is the Hermite tensor of ``z = P^T x ~ N(0, I_m)``: nothing of size ``d**k`` is formed.
   Pass 1 over the data finds ``P`` (exact top-``m`` eigenvectors of the full ``T_2`` when ``d`` is
-  moderate, a randomized sketch plus subspace iterations -- one more pass each, each sketching the
-  residual of the previous iteration's order <= 2 estimate, a control variate -- otherwise) and
-  ``T_0``, ``T_1``; pass 2 accumulates the raw moments of ``(r, z)``, ``r`` the residual of the control
-  variate (:class:`ProjectedMomentStatistic`).
+  moderate; otherwise a randomized sketch plus subspace iterations -- one more pass each, each sketching
+  the residual of the previous iteration's order <= 2 estimate, a control variate -- on a leading
+  subset of the rows, the pilot, checked during pass 2) and ``T_0``, ``T_1``; pass 2 accumulates the raw
+  moments of ``(r, z)``, ``r`` the residual of the control variate (:class:`ProjectedMomentStatistic`).
 * order ``l = 2`` (overcomplete, ``m > d``): the tensors stay in ``R^d`` (``d`` is small there), one pass.
 
 Raw moments ``S_r = (1/N) sum y z^{(x) r}`` are accumulated packed over multisets, each distinct
@@ -892,9 +892,11 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
         (one pass).
     n_components : int
         ``m``.
-    range_method : {"auto", "full", "sketch"}
-        How pass 1 finds the range of ``T_2`` for ``l = 1``: the full ``d x d`` matrix (cost
-        ``N d^2 / 2``) or a randomized sketch with ``r = m + oversample`` columns followed by
+    range_method : {"auto", "full", "randomized", "sketch"}
+        How pass 1 finds the range of ``T_2`` for ``l = 1``. ``"randomized"``: the randomized range finder
+        on a pilot of the rows, checked in the moment pass (:func:`_estimate_randomized` describes it;
+        ``oversample`` does not apply, it uses ``m + 10`` columns). ``"full"``: the full ``d x d`` matrix (cost
+        ``N d^2 / 2``). ``"sketch"``: a randomized sketch with ``r = m + oversample`` columns followed by
         ``power_iterations`` subspace iterations (Halko, Martinsson, Tropp 2011, Algorithm 4.4,
         re-orthonormalised every pass; one more pass over the data each; cost ``2 N d r`` per pass). The plain sketch's error is governed by the
         Frobenius norm of the sampling noise of ``T_2`` outside its top-``m`` part (``~sqrt(d)`` times
@@ -908,18 +910,18 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
         full 0.42). With ``control_variate`` the iterations sketch a residual of smaller variance (see
         :class:`RangeStatistic`), which lowers that noise itself: measured at d = 100, m = 10, biases in
         [-1.5, 1.5], N = 2 10^5, largest sine after 1 / 2 / 3 iterations 0.68 / 0.38 / 0.34 without,
-        0.68 / 0.18 / 0.09 with it (full matrix 0.31).
+        0.68 / 0.18 / 0.09 with it (full matrix 0.31; ``"randomized"`` on a pilot of 65536 rows 0.13).
         Each iteration ends with a Rayleigh-Ritz step on its test matrix and one more application of
         ``T_2`` to the Ritz vectors from the same pass (:meth:`RangeStatistic.power_basis`); the first
         sketch and the first iteration use ``max(m + oversample, 4 m)`` columns, and the iterations stop
         once the error another pass could remove is below the statistical one
         (:func:`_subspace_iterations` states the rule). ``"auto"``: ``"full"`` when
-        ``d <= 4 (power_iterations + 1) r`` (not more expensive than the sketch), else ``"sketch"``.
+        ``d <= 2 (m + 10)``, else ``"randomized"``.
     oversample : int, default 5
         Extra columns of the sketch.
     power_iterations : int, default 3
         Largest number of subspace iterations after the sketch (``range_method="sketch"``; 0 is the
-        one-pass sketch); fewer run when the range has converged to its statistical accuracy
+        one-pass sketch; ``"randomized"`` runs at least one per pilot size); fewer run when the range has converged to its statistical accuracy
         (``info["range_iterations"]``, ``info["range_stop"]``).
     chunk_size : int, optional
         Rows per chunk when reading arrays (default: about 4 MiB of ``X``, see :func:`_chunk_rows`).
@@ -1084,6 +1086,9 @@ def _estimate_randomized(data, d: int, m: int, gen, omega_cov: np.ndarray, max_i
        ``n_p (e_p / e_full)^2`` rows (all of them at most) and the iterations continue from the current
        basis: the range is then no less accurate than the exact route's. With a ReLU teacher
        ``s_r << s_c`` (most of ``Var(y)`` is in the orders 1 and 2), so ``N / 16`` rows usually suffice.
+       When the pilot cannot see the range at all (its last noise ratio ``||E|| / |lambda_m| >= 1``, e.g.
+       d = 1000, m = 20 from 65536 rows), its sketch only seeds subspace iterations on all rows (the
+       ``"sketch"`` route, ``info["pilot_failed"]``).
     3. The moment pass (:class:`ProjectedMomentStatistic` with ``range_check``) reads every row: the
        projected moments, ``T_0``, ``T_1`` and, on an eighth of the rows (row group 0, spread over the
        data), ``T_2 P``. Its residual sine (:meth:`ProjectedMomentStatistic.range_residual`) must be at most
@@ -1120,6 +1125,21 @@ def _estimate_randomized(data, d: int, m: int, gen, omega_cov: np.ndarray, max_i
     pilots = [int(stat1.n)]
     stat, P, M, records, stop = _subspace_iterations(stat1, pilot, m, keep, max(max_iter, 1), center, omega_cov,
                                                      True, rows)
+    if n_p < N and not records[-1]["noise_ratio"] < 1.0:
+        # the pilot cannot see the range (its sampling noise ||E|| above the weakest eigenvalue; e.g. d = 1000,
+        # m = 20 from 65536 rows: noise ratio 3.6, 10 and 15 after its three iterations, whose control
+        # variates, fitted to a basis of noise, made the residual larger (mean square 1.9, 2.5, 6.3), and
+        # iterations on all rows continued from that basis still stood at 2.9 after three more, sine 0.47
+        # against 0.10 for the "sketch" route): the pilot's sketch only seeds subspace iterations on all rows,
+        # from the same start as the first pilot iteration (the "sketch" route, its sketch on the pilot)
+        info["pilot_failed"] = {"rows": n_p, "noise_ratio": records[-1]["noise_ratio"],
+                                "iterations": len(records)}
+        n_p = N
+        pilot = data
+        pilots.append(N)
+        stat, P, M, more, stop = _subspace_iterations(stat1, data, m, keep, max(max_iter, 1), center, omega_cov,
+                                                      True, rows)
+        records.extend(more)
     while True:
         last = records[-1]
         lam_m = float(min(last["ritz_magnitudes"][:m])) if m else float("inf")
@@ -1210,6 +1230,7 @@ def _subspace_iterations(stat1: RangeStatistic | None, data, m: int, keep: int, 
         cv = (fin["t1"], np.zeros((d, 0)), np.zeros((0, 0))) if control_variate else None
     else:  # continue from an orthonormal test matrix and a control variate (t1, Q, M)
         omega, cv = start
+        d = omega.shape[0]
     P = M = None
     records, stop = [], "max_iter"
     for _ in range(max_iter):

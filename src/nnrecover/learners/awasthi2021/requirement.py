@@ -37,7 +37,7 @@ from scipy import linalg
 from ...errors import InputError
 from ...tensor import flatten
 
-__all__ = ["REQUIRED_SNR", "sample_requirement", "spike_strength"]
+__all__ = ["REQUIRED_SNR", "rows_needed", "sample_requirement", "spike_strength"]
 
 EDGE_MARGIN = 1.05
 """An ``m``-th singular value below ``1.05 nu`` counts as not seen (the edge of the noise fluctuates)."""
@@ -56,6 +56,19 @@ def spike_strength(s: float, c: float) -> float:
     if u <= 0 or disc <= 0:
         return c ** 0.25
     return math.sqrt(0.5 * (u + math.sqrt(disc)))
+
+
+def rows_needed(s_m: float, aspect: float, n_samples: int, snr: float = REQUIRED_SNR) -> tuple[int, bool, float]:
+    """``(N_needed, lower_bound, theta_m / sigma)`` from the ``m``-th singular value ``s_m`` of the joint matrix
+    in units of its noise norm ``nu`` (see the module docstring), its aspect ratio ``c = p / q`` and the rows
+    ``N`` it was estimated from."""
+    sigma = 1.0 / (1.0 + math.sqrt(aspect))  # in units of nu
+    lower = not s_m > EDGE_MARGIN
+    theta = spike_strength(max(s_m, EDGE_MARGIN) / sigma, aspect)
+    need = int(math.ceil(n_samples * (snr / theta) ** 2))
+    if lower:  # the weakest unit is not seen with N rows: more are needed, however strong it may be
+        need = max(need, int(n_samples) + 1)
+    return need, bool(lower), float(theta)
 
 
 def _joint(tensors: dict, order: int, noise: dict) -> np.ndarray:
@@ -84,10 +97,11 @@ def sample_requirement(coeffs, order: int, n_hidden: int, *, snr: float = REQUIR
     Returns
     -------
     dict
-        ``n_samples`` (``N``), ``n_needed`` (rows for ``theta_m / nu = snr``; a lower bound when
-        ``lower_bound``), ``enough`` (``N >= n_needed``), ``joint_snr`` (``theta_m / nu`` at ``N``),
-        ``joint_singular_values`` (the top ``m + 1`` of ``M`` over ``nu``), ``noise_norm`` (``nu``),
-        ``required_snr``, ``lower_bound``, ``meaning``. Exact coefficients or missing halves: ``None``.
+        ``n_samples`` (``N``), ``n_needed`` (rows at which ``theta_m / sigma = snr``; when ``lower_bound``
+        a lower bound, and more than ``N``), ``enough`` (``N >= n_needed``), ``joint_snr``
+        (``theta_m / sigma`` at ``N``), ``joint_aspect`` (``c``), ``joint_singular_values`` (the top
+        ``m + 1`` of ``M`` over ``nu``), ``noise_norm`` (``nu``), ``required_snr``, ``lower_bound``,
+        ``meaning``. Exact coefficients or missing halves: ``None``.
     """
     if not (np.isfinite(snr) and snr > 0):
         raise InputError(f"snr must be a positive number, got {snr!r}.")
@@ -106,14 +120,8 @@ def sample_requirement(coeffs, order: int, n_hidden: int, *, snr: float = REQUIR
     D = _joint({K: coeffs.halves[0][K] - coeffs.halves[1][K] for K in Ks}, order, coeffs.noise)
     nu = float(scale * linalg.svdvals(D)[0])
     c = min(M.shape) / max(M.shape)
-    sigma = nu / (1.0 + math.sqrt(c))
-    r = min(m, sv.size)
-    s_m = float(sv[r - 1]) if r else 0.0
-    lower = not (r == m and s_m > EDGE_MARGIN * nu)
-    theta = spike_strength(max(s_m, EDGE_MARGIN * nu) / sigma, c)
-    need = int(math.ceil(N * (snr / theta) ** 2))
-    if lower:  # the weakest unit is not seen with N rows: more are needed, however strong it may be
-        need = max(need, N + 1)
+    s_m = float(sv[m - 1]) / nu if m <= sv.size else 0.0
+    need, lower, theta = rows_needed(s_m, c, N, snr)
     return {"n_samples": N, "n_needed": need, "enough": bool(N >= need and not lower),
             "joint_snr": theta, "joint_aspect": c, "joint_singular_values": (sv[: m + 1] / nu).tolist(), "noise_norm": nu,
             "required_snr": float(snr), "lower_bound": bool(lower),
