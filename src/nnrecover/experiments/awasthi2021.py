@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -454,8 +455,6 @@ def overcomplete_sample_row(truth: TwoLayerNetwork, n_samples: int, seed: int, *
     from :func:`nnrecover.sample_stream` (seed ``seed``), ``HermiteTensorLearner(m, order=2)``; the
     provable stage's units and error, the complete fit's error and relative L2 error, and the learner's
     stated row requirement (:func:`~nnrecover.learners.awasthi2021.requirement.sample_requirement`)."""
-    import warnings
-
     d, m = truth.n_inputs, truth.n_hidden
     data = sample_stream(truth, StandardGaussian(d), int(n_samples), rng=seed)
     t0 = time.perf_counter()
