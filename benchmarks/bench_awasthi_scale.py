@@ -12,7 +12,8 @@ the call, the stream's own blocks included) and the max unit error against the t
 (``nnrecover.metrics.parameter_error``). ``--profile FILE`` writes a cProfile of the complete fit
 (timed without tracemalloc). ``--serial`` limits BLAS and the chunk workers to one thread.
 
-Run: ``.venv/bin/python benchmarks/bench_awasthi_scale.py [--d 1000] [--k 20] [--n 1000000] [--serial]``
+Run: ``.venv/bin/python benchmarks/bench_awasthi_scale.py [--d 1000] [--k 20] [--n 1000000] [--serial]
+[--range-method auto|full|randomized|sketch]``
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ def stream_iteration(data, memory: bool = True) -> dict:
     return {"seconds": seconds, "peak_mb": peak, "rows": rows}
 
 
-def run_fit(k: int, data, target, refine: bool, memory: bool = True, profile: str | None = None) -> dict:
+def run_fit(k: int, data, target, refine: bool, memory: bool = True, profile: str | None = None,
+            range_method: str = "auto") -> dict:
     import nnrecover as nr
 
-    learner = nr.learners.HermiteTensorLearner(k, refine=refine, random_state=0)
+    learner = nr.learners.HermiteTensorLearner(k, refine=refine, random_state=0, range_method=range_method)
     prof = None
     if profile:
         import cProfile
@@ -77,7 +79,11 @@ def run_fit(k: int, data, target, refine: bool, memory: bool = True, profile: st
     ref = learner.diagnostics_.get("refinement", {})
     if ref.get("ran"):
         timings["refinement"] = float(ref.get("time", float("nan")))
-    return {"seconds": seconds, "peak_mb": peak, "max_unit_error": err, "timings": timings}
+    info = learner.coefficients_.info
+    rng_info = {key: info.get(key) for key in ("range_method", "pilot_rows", "power_iterations", "range_stop")}
+    rng_info["range_check"] = {key: info["range_check"].get(key) for key in ("accepted", "moment_passes")} \
+        if "range_check" in info else None
+    return {"seconds": seconds, "peak_mb": peak, "max_unit_error": err, "timings": timings, "range": rng_info}
 
 
 def main() -> None:
@@ -91,6 +97,8 @@ def main() -> None:
                         help="trace allocations (tracemalloc slows allocation-heavy code a little)")
     parser.add_argument("--profile", metavar="FILE", help="write a cProfile of the complete fit to FILE")
     parser.add_argument("--serial", action="store_true", help="one BLAS thread and one chunk worker")
+    parser.add_argument("--range-method", default="auto", choices=["auto", "full", "randomized", "sketch"],
+                        help="HermiteTensorLearner(range_method=...) (default auto: randomized at d = 1000)")
     args = parser.parse_args()
     from threadpoolctl import threadpool_limits
 
@@ -103,18 +111,20 @@ def main() -> None:
         target = nr.TwoLayerNetwork(net.hidden_weights, net.hidden_bias, net.output_weights[:1],
                                     net.output_bias[:1])
         data = _FirstColumn(stream)
-        print(f"d = {args.d}, k = {args.k}, N = {args.n:.0e} streamed; load {os.getloadavg()}", flush=True)
+        print(f"d = {args.d}, k = {args.k}, N = {args.n:.0e} streamed, range_method={args.range_method!r}; "
+              f"load {os.getloadavg()}", flush=True)
         base = stream_iteration(data, args.memory)
         print(f"stream iteration: {base['seconds']:.2f} s, peak {base['peak_mb']:.0f} MB", flush=True)
         fits = [False, True] if args.provable else [True]
         for refine in fits:
-            row = run_fit(args.k, data, target, refine, args.memory, args.profile if refine else None)
+            row = run_fit(args.k, data, target, refine, args.memory, args.profile if refine else None,
+                          args.range_method)
             name = "complete" if refine else "provable"
             timings = ", ".join(f"{key} {val:.2f}" for key, val in row["timings"].items()
                                 if isinstance(val, float))
             print(f"{name}: {row['seconds']:.2f} s ({row['seconds'] / base['seconds']:.2f}x the stream), "
-                  f"peak {row['peak_mb']:.0f} MB, max unit error {row['max_unit_error']:.1e}  [{timings}]",
-                  flush=True)
+                  f"peak {row['peak_mb']:.0f} MB, max unit error {row['max_unit_error']:.1e}  [{timings}]; "
+                  f"range {row['range']}", flush=True)
         print(f"load at the end {os.getloadavg()}")
 
 

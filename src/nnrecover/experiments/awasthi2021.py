@@ -15,6 +15,11 @@
     Order l = 2 (m > d): exact, noisy-population and finite-sample recovery against m/d and
     ``s_m(W^{(.)2})``, on random teachers and on smoothed degenerate instances (Appendix E).
 
+``awasthi2021-overcomplete-samples``
+    Order l = 2 (Theorem 3.2) from samples: success (the complete fit at round-off, every unit found by
+    the provable stage) against N from 10^5 to 10^7 for m/d in {1.5, 2, 2.5}, d = 6, biases U[-1, 1], and
+    the number of rows the learner states it needs after its pass (``diagnostics_["sample_requirement"]``).
+
 ``awasthi2021-large-bias``
     Must show 4 of issue 3: units with ``|b| >= 4`` are undetectable; relative L2 error of Algorithm 5's
     network (and of the closed-form and refined variants).
@@ -27,6 +32,8 @@ from __future__ import annotations
 import itertools
 import math
 import time
+import warnings
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -43,7 +50,8 @@ from ..refine import METHODS
 from ..sampling import sample, sample_stream
 from .registry import experiment
 
-__all__ = ["awasthi2021_samples", "awasthi2021_bias", "awasthi2021_overcomplete", "awasthi2021_large_bias"]
+__all__ = ["awasthi2021_samples", "awasthi2021_bias", "awasthi2021_overcomplete", "awasthi2021_large_bias",
+           "awasthi2021_overcomplete_samples"]
 
 
 def _seed(gen: np.random.Generator) -> int:
@@ -434,3 +442,121 @@ def awasthi2021_large_bias(*, rng, quick: bool = False, n_inputs: int | None = N
     ax.set_title(f"d={d}, m={m}, biases {big} + U[-1.5, 1.5], N={N:.0e}", fontsize=10)
     ax.legend(fontsize=8)
     return df, fig
+
+
+# ============================================================================ awasthi2021-overcomplete-samples
+
+#: a complete fit counts as a success when its max unit error (up to the signs of Theorem 3.4) is below this
+OVERCOMPLETE_SUCCESS = 1e-6
+
+
+def overcomplete_sample_row(truth: TwoLayerNetwork, n_samples: int, seed: int, *, refine: bool = True) -> dict:
+    """One fit of the ``awasthi2021-overcomplete-samples`` sweep: ``n_samples`` rows of ``truth`` streamed
+    from :func:`nnrecover.sample_stream` (seed ``seed``), ``HermiteTensorLearner(m, order=2)``; the
+    provable stage's units and error, the complete fit's error and relative L2 error, and the learner's
+    stated row requirement (:func:`~nnrecover.learners.awasthi2021.requirement.sample_requirement`)."""
+    d, m = truth.n_inputs, truth.n_hidden
+    data = sample_stream(truth, StandardGaussian(d), int(n_samples), rng=seed)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        learner = HermiteTensorLearner(m, order=2, refine=refine, random_state=seed).fit(data)
+    seconds = time.perf_counter() - t0
+    units = learner.units_
+    req = learner.diagnostics_.get("sample_requirement") or {}
+    sv = req.get("joint_singular_values") or []
+    prov_err = (parameter_error(units.network(), truth, allow_sign_flip=True)["max_unit_error"]
+                if units.n_units else float("nan"))
+    net_err = parameter_error(learner.network_, truth, allow_sign_flip=True)["max_unit_error"]
+    norm = math.sqrt(relu_second_moment(truth))
+    return {"n_inputs": d, "n_hidden": m, "ratio": m / d, "n_samples": int(n_samples), "seed": int(seed),
+            "s_m": atv.khatri_rao_smin(truth.hidden_weights, 2), "provable_units": int(units.n_units),
+            "provable_error": prov_err, "error": net_err,
+            "relative_l2": relu_l2_distance(learner.network_, truth) / norm,
+            "success": bool(net_err < OVERCOMPLETE_SUCCESS), "all_units": bool(units.n_units == m),
+            "n_needed": req.get("n_needed"), "lower_bound": req.get("lower_bound"), "joint_snr": req.get("joint_snr"),
+            "sv_m": sv[m - 1] if len(sv) >= m else float("nan"), "sv_m1": sv[m] if len(sv) > m else float("nan"),
+            "requirement_warning": any("rows for order" in str(w.message) for w in caught),
+            "seconds": seconds}
+
+
+def plot_overcomplete_samples(df):
+    """Figure of the ``awasthi2021-overcomplete-samples`` sweep: success rate against ``N`` per m/d, and the
+    stated requirement against ``N`` (filled: the complete fit was exact; triangles: lower bounds)."""
+    from matplotlib.figure import Figure  # deferred: matplotlib is slow to import
+
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    ax1, ax2 = fig.subplots(1, 2)
+    ratios = sorted(df["ratio"].unique())
+    for j, ratio in enumerate(ratios):
+        g = df[df["ratio"] == ratio]
+        rate = g.groupby("n_samples")["success"].mean()
+        units = g.groupby("n_samples")["all_units"].mean()
+        line, = ax1.semilogx(rate.index, rate.values, "o-", label=f"m/d = {ratio:g}: complete fit exact")
+        ax1.semilogx(units.index, units.values, "x--", color=line.get_color(), alpha=0.7,
+                     label=f"m/d = {ratio:g}: provable stage finds all m")
+        shift = 1.12 ** (j - (len(ratios) - 1) / 2)  # side by side, not on top of each other
+        for lower, marker in ((False, "o"), (True, "^")):
+            for ok in (True, False):
+                h = g[(g["lower_bound"].astype(bool) == lower) & (g["success"].astype(bool) == ok)]
+                if len(h):
+                    ax2.loglog(h["n_samples"] * shift, h["n_needed"], marker, color=line.get_color(), ms=6,
+                               mfc=line.get_color() if ok else "none", ls="none",
+                               label=f"m/d = {ratio:g}" if (lower, ok) == (True, False) else None)
+    lim = [df["n_samples"].min() / 2, df["n_samples"].max() * 2]
+    ax2.loglog(lim, lim, "k:", lw=0.8, label="stated = N (below: enough)")
+    ax1.set_xlabel("N (rows)")
+    ax1.set_ylabel("fraction of teachers")
+    d = int(df["n_inputs"].iloc[0])
+    ax1.set_title(f"order 2, d = {d}, biases U[-1, 1], {df.groupby('ratio')['seed'].nunique().min()} teachers "
+                  "per m/d", fontsize=10)
+    ax1.legend(fontsize=7)
+    ax2.set_xlabel("N (rows)")
+    ax2.set_ylabel("rows the learner says it needs")
+    ax2.set_title("stated requirement: filled = complete fit exact, triangle = lower bound", fontsize=9)
+    ax2.legend(fontsize=7)
+    return fig
+
+
+@experiment("awasthi2021-overcomplete-samples", paper="awasthi2021",
+            description="order 2 (Theorem 3.2) from samples: success against N for m/d in {1.5, 2, 2.5}, stated N")
+def awasthi2021_overcomplete_samples(*, rng, quick: bool = False, n_inputs: int | None = None,
+                                     ratios: Sequence[float] | None = None, teachers: int | None = None,
+                                     n_samples: Sequence[int] | None = None, csv_path: str | None = None):
+    """Issue 34, item 3: overcomplete networks (Theorem 3.2) from samples, success against ``N``.
+
+    For each m = ratio * d: ``teachers`` random teachers (unit rows, biases U[-1, 1], output weights as
+    :func:`~nnrecover.network.random_network`), each fitted (:func:`overcomplete_sample_row`) from every
+    ``N`` of the grid. Reported per fit: whether the complete fit is exact (max unit error up to signs
+    below :data:`OVERCOMPLETE_SUCCESS`), whether the provable stage found all m units, and the row count the
+    learner states after its pass. ``csv_path``: append each row to this CSV as it is computed (long sweeps).
+
+    Defaults: d = 6, m/d in (1.5, 2, 2.5), 3 teachers, N in (1e5, 3e5, 1e6, 3e6, 1e7). ``quick``: d = 4,
+    m/d = 1.5, 1 teacher, N in (2e4, 6e4).
+    """
+    import pandas as pd  # deferred: pandas is slow to import
+
+    gen = check_random_state(rng)
+    d = check_positive_int(n_inputs if n_inputs is not None else (4 if quick else 6), "n_inputs")
+    ratios = list(ratios) if ratios is not None else ([1.5] if quick else [1.5, 2.0, 2.5])
+    T = check_positive_int(teachers if teachers is not None else (1 if quick else 3), "teachers")
+    grid = [int(n) for n in (n_samples if n_samples is not None else
+                             ((20_000, 60_000) if quick else (100_000, 300_000, 1_000_000, 3_000_000, 10_000_000)))]
+    limit = atv.order_limit(d, 2)
+    rows = []
+    for ratio in ratios:
+        m = int(round(ratio * d))
+        if m > limit or m <= d:
+            raise InputError(f"m = {m} (ratio {ratio}) is outside d + 1 .. {limit} (order 2, 0.9 C(d+1, 2)) for d = {d}.")
+        for t in range(T):
+            truth = random_network(d, m, rng=_seed(gen), bias_range=(-1.0, 1.0))
+            seed = _seed(gen)
+            for N in grid:
+                row = overcomplete_sample_row(truth, N, seed)
+                row["teacher"] = t
+                rows.append(row)
+                if csv_path:
+                    pd.DataFrame([row]).to_csv(csv_path, mode="a", index=False,
+                                               header=not Path(csv_path).exists())
+    df = pd.DataFrame(rows)
+    return df, plot_overcomplete_samples(df)

@@ -181,7 +181,7 @@ def test_projected_moments_equal_dense_control_variate_estimate():
     assert c.residual_second_moment == pytest.approx(float(r @ r) / N, rel=1e-10)
 
 
-@pytest.mark.parametrize("order, method", [(1, "sketch"), (1, "full"), (2, None)])
+@pytest.mark.parametrize("order, method", [(1, "sketch"), (1, "full"), (1, "randomized"), (2, None)])
 def test_estimate_does_not_depend_on_chunking_and_is_bit_reproducible(order, method):
     X, Y = _teacher_data(d=5 if order == 2 else 12, m=6 if order == 2 else 3, N=30_000)
     kw = {"rng": 7}
@@ -256,9 +256,16 @@ def test_power_iterations_converge_to_the_full_range():
                                                  rng=0).basis) for q in (0, 1, 3)]
     assert sketch[0] > sketch[1] > sketch[2]
     assert sketch[2] < full + 0.1
-    assert sketch[0] > full + 0.3  # why the iterations are the default
+    assert sketch[0] > full + 0.3  # why the iterations are needed
+    # the default: the randomized range finder on a pilot of 65536 rows (of 2e5), with the control variate
+    # in its iterations, then the check on the moment pass's rows; measured sine 0.13 against the full T_2's
+    # 0.31 (its noise is that of y - p(x), not of y)
     coeffs = estimate_coefficients((X, Y), 1, 10, rng=0)
-    assert coeffs.info["range_method"] == "full"  # d = 100 <= 16 (m + 5) = 240: "auto" takes the full T_2
+    info = coeffs.info
+    assert info["range_method"] == "randomized"  # d = 100 > 2 (m + 10): "auto" takes the randomized finder
+    assert info["pilot_rows"][0] == co.PILOT_MIN_ROWS and info["range_check"]["accepted"]
+    assert info["pilot_statistical_sine"] <= info["exact_route_statistical_sine"]
+    assert _largest_sine(span, coeffs.basis) < full + 0.05
     with pytest.raises(InputError, match="power_iterations"):
         estimate_coefficients((X[:20000], Y[:20000]), 1, 10, range_method="sketch", power_iterations=-1)
 
@@ -380,3 +387,93 @@ def test_subspace_iterations_stop_at_the_statistical_accuracy():
     assert one.info["range_stop"] == "max_iter" and _largest_sine(span, one.basis) > _largest_sine(span, conv.basis)
     full = estimate_coefficients((X, Y), 1, 5, range_method="full", rng=0)
     assert _largest_sine(span, conv.basis) < _largest_sine(span, full.basis)
+
+
+def test_randomized_range_finder_equals_the_full_route_in_population():
+    # f^_2 has rank m, so the randomized range finder's Ritz vectors are its eigenvectors: the same basis,
+    # tensors and learned network as the d x d eigendecomposition, to round-off
+    truth = nr.random_network(60, 6, rng=3, bias_range=(-1, 1))
+    full = co.exact_coefficients(truth, 1, 6, range_method="full")
+    rand = co.exact_coefficients(truth, 1, 6, range_method="randomized", rng=5)
+    _close(rand.basis, full.basis, rtol=1e-12)
+    for k in (2, 3, 4):
+        np.testing.assert_allclose(rand.tensors[k], full.tensors[k], rtol=0, atol=1e-12)
+    nets = [nr.learners.HermiteTensorLearner(6, refine=False, range_method=meth, random_state=0)
+            .fit_population(truth).network_ for meth in ("full", "randomized", "auto")]
+    for net in nets:
+        assert nr.metrics.parameter_error(net, truth)["max_unit_error"] < 1e-12
+    assert nr.metrics.parameter_error(nets[1], nets[0])["max_unit_error"] < 1e-12
+    with pytest.raises(InputError, match="range_method"):
+        co.exact_coefficients(truth, 1, 6, range_method="lanczos")
+
+
+def test_range_check_statistic_is_mergeable_and_matches_dense_sums():
+    # the moment pass of the randomized route: T_0, T_1 of all rows and S = sum r x z^T over row group 0,
+    # the same for any chunking and when two parts are accumulated apart and merged (dask, chunk workers)
+    rng = np.random.default_rng(4)
+    N, d, n = 5 * co.SPLIT_BLOCK * co.N_GROUPS // 4 + 77, 7, 3
+    X, y = rng.standard_normal((N, d)), rng.standard_normal(N)
+    P = np.linalg.qr(rng.standard_normal((d, n)))[0]
+    t1, B = 0.1 * rng.standard_normal(d), np.diag([0.3, -0.2, 0.1])
+    kw = dict(check_inputs=False, control_variate=(0.2, t1, B), direct_t2=True, range_check=True)
+    Z = X @ P
+    r = y - (0.2 - 0.5 * np.trace(B)) - X @ t1 - 0.5 * np.einsum("ni,ij,nj->n", Z, B, Z)
+    sel = (np.arange(N) // co.SPLIT_BLOCK) % co.N_GROUPS == co.RANGE_CHECK_GROUP
+    S_ref = (X[sel] * r[sel, None]).T @ Z[sel]
+    for chunk in (999, co.SPLIT_BLOCK, N):
+        stat = co.ProjectedMomentStatistic(d, P, 4, np.zeros((d, 1)), **kw)
+        nr.data.accumulate(stat, (X, y[:, None]), chunk_size=chunk)
+        _close(stat.s_range, S_ref, rtol=1e-12)
+        assert stat.n_check == int(sel.sum())
+        t0_all, t1_all, _, _ = stat.low_orders()
+        assert t0_all == pytest.approx(y.mean(), rel=1e-12)
+        _close(t1_all, y @ X / N, rtol=1e-12)
+    cut = 3 * co.SPLIT_BLOCK  # a part boundary on a block boundary: the groups continue across it
+    a = co.ProjectedMomentStatistic(d, P, 4, np.zeros((d, 1)), **kw)
+    nr.data.accumulate(a, (X[:cut], y[:cut, None]))
+    b = co.ProjectedMomentStatistic(d, P, 4, np.zeros((d, 1)), **kw)
+    nr.data.accumulate(b, (X[cut:], y[cut:, None]))
+    S_parts, n_parts = a.s_range + b.s_range, a.n_check + b.n_check  # each part deals its own groups
+    a.merge(b)
+    assert a.n == N and a.n_check == n_parts
+    _close(a.s_range, S_parts, rtol=1e-14)
+    _close(a.low_orders()[1], y @ X / N, rtol=1e-12)
+    with pytest.raises(InputError, match="range_check"):
+        co.ProjectedMomentStatistic(d, None, 4, np.zeros((d, 1)), range_check=True)
+
+
+def test_randomized_pilot_grows_until_as_accurate_as_the_full_route(monkeypatch):
+    # a pilot of 4096 rows of 2e5 is too small (its statistical sine above the full T_2's on all rows): the
+    # iterations continue from its basis on more rows, until the pilot's error is at most the full route's
+    from scipy import linalg
+
+    monkeypatch.setattr(co, "PILOT_MIN_ROWS", co.SPLIT_BLOCK)
+    monkeypatch.setattr(co, "PILOT_FRACTION", 64)
+    truth = nr.random_network(60, 5, rng=2, bias_range=(-1, 1))
+    X, Y = nr.sample(truth, nr.distributions.StandardGaussian(60), 200_000, rng=3)
+    c = co.estimate_coefficients((X, Y), 1, 5, range_method="randomized", rng=0)
+    info = c.info
+    assert info["pilot_rows"][0] == co.SPLIT_BLOCK and len(info["pilot_rows"]) > 1
+    assert info["pilot_rows"] == sorted(info["pilot_rows"]) and info["pilot_rows"][-1] <= 200_000
+    assert info["pilot_statistical_sine"] <= info["exact_route_statistical_sine"] or info["pilot_rows"][-1] == 200_000
+    assert info["range_check"]["accepted"]
+    span = linalg.orth(truth.hidden_weights.T)
+    full = co.estimate_coefficients((X, Y), 1, 5, range_method="full", rng=0)
+    assert _largest_sine(span, c.basis) < _largest_sine(span, full.basis) + 0.05
+
+
+def test_randomized_pilot_that_cannot_see_the_range_seeds_iterations_on_all_rows(monkeypatch):
+    # 512 rows at d = 150 cannot tell T_2's range from noise (noise ratio >= 1): the iterations run on all
+    # rows, seeded by the pilot's sketch, and the basis is as good as the full route's
+    from scipy import linalg
+
+    monkeypatch.setattr(co, "PILOT_MIN_ROWS", 512)
+    monkeypatch.setattr(co, "PILOT_FRACTION", 1000)
+    truth = nr.random_network(150, 5, rng=4, bias_range=(-1, 1))
+    X, Y = nr.sample(truth, nr.distributions.StandardGaussian(150), 60_000, rng=5)
+    c = co.estimate_coefficients((X, Y), 1, 5, range_method="randomized", rng=0)
+    assert c.info["pilot_failed"]["rows"] == 512 and c.info["pilot_failed"]["noise_ratio"] >= 1
+    assert c.info["pilot_rows"] == [512, 60_000]
+    span = linalg.orth(truth.hidden_weights.T)
+    full = co.estimate_coefficients((X, Y), 1, 5, range_method="full", rng=0)
+    assert _largest_sine(span, c.basis) < _largest_sine(span, full.basis) + 0.05

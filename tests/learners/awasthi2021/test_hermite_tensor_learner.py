@@ -707,6 +707,7 @@ def test_warns_when_inputs_not_standard_gaussian():
     ("awasthi2021-bias", {"bias", "variant", "unit_error", "recovered", "source"}),
     ("awasthi2021-overcomplete", {"s_m", "exact_error", "noisy_error_over_eta", "sample_relative_l2"}),
     ("awasthi2021-large-bias", {"variant", "relative_l2", "units_recovered", "network_units"}),
+    ("awasthi2021-overcomplete-samples", {"success", "all_units", "n_needed", "lower_bound", "sv_m"}),
 ])
 def test_experiments_quick(name, columns):
     from nnrecover.experiments import get_experiment
@@ -724,6 +725,9 @@ def test_experiments_quick(name, columns):
         assert not exact.loc[("T4 only", 1.0), "recovered"] and not exact.loc[("T4 only", -1.0), "recovered"]
     if name == "awasthi2021-overcomplete":
         assert df["exact_error"].max() < 1e-9
+    if name == "awasthi2021-overcomplete-samples":
+        # 2e4 and 6e4 rows are far too few for m = 6 > d = 4: the learner says so, with a number above N
+        assert (df["n_needed"] > df["n_samples"]).all() and df["requirement_warning"].all()
 
 
 def test_output_stage_functions_on_their_own_inputs():

@@ -32,6 +32,8 @@ Claim 4.8                           :func:`claim48_instance`
 Appendix E (smoothed instances)     :func:`smoothed_instance`,             ``s_m(W^{(.)l})``
                                     :func:`khatri_rao_smin`
 Lemma 4.3                           :func:`hermite_separation`             corrected constant (E2)
+Theorem 3.2 (how many samples)      :func:`sample_requirement`             rows needed, from the pass's
+                                                                           noise-whitened flattenings
 ==================================  =====================================  ==============================
 
 Symbols -> names: the paper's columns ``w_i`` are our rows ``hidden_weights[i]``; ``a = output_weights[0]``,
@@ -80,6 +82,7 @@ from .regression import (
                         population_regression,
                         relu_features,
 )
+from .requirement import sample_requirement
 from .scalars import RecoveredScalars, SignFix, fix_signs, gram_lstsq, recover_scalars
 
 __all__ = ["HermiteTensorLearner", "hermite_coefficients", "HermiteCoefficients", "algorithm1", "algorithm4",
@@ -90,7 +93,7 @@ __all__ = ["HermiteTensorLearner", "hermite_coefficients", "HermiteCoefficients"
            "khatri_rao_smin", "adversarial_weights", "hermite_separation", "order_limit", "check_order", "min_samples",
            "hermite_loss_polish", "reduce_network", "UnitReduction", "nonlinear_part", "hermite_fit",
            "HERMITE_FIT_MEANING", "residual_lack_of_fit", "RESIDUAL_FIT_MEANING",
-           "output_network", "polish_units", "reduce_to_width"]
+           "output_network", "polish_units", "reduce_to_width", "sample_requirement"]
 
 _PAPER = "awasthi2021"
 _GAUSS = "x ~ N(0, I_d)"

@@ -8,10 +8,10 @@ Design (Lemma 3.5 and the estimator of eq. (6)):
   orthonormal columns, ``He_k(x)[P v_1, ..., P v_k] = He_k(P^T x)[v_1, ..., v_k]``, so the projected
   tensor is the Hermite tensor of ``z = P^T x ~ N(0, I_m)``: nothing of size ``d**k`` is formed.
   Pass 1 over the data finds ``P`` (exact top-``m`` eigenvectors of the full ``T_2`` when ``d`` is
-  moderate, a randomized sketch plus subspace iterations -- one more pass each, each sketching the
-  residual of the previous iteration's order <= 2 estimate, a control variate -- otherwise) and
-  ``T_0``, ``T_1``; pass 2 accumulates the raw moments of ``(r, z)``, ``r`` the residual of the control
-  variate (:class:`ProjectedMomentStatistic`).
+  moderate; otherwise a randomized sketch plus subspace iterations -- one more pass each, each sketching
+  the residual of the previous iteration's order <= 2 estimate, a control variate -- on a leading
+  subset of the rows, the pilot, checked during pass 2) and ``T_0``, ``T_1``; pass 2 accumulates the raw
+  moments of ``(r, z)``, ``r`` the residual of the control variate (:class:`ProjectedMomentStatistic`).
 * order ``l = 2`` (overcomplete, ``m > d``): the tensors stay in ``R^d`` (``d`` is small there), one pass.
 
 Raw moments ``S_r = (1/N) sum y z^{(x) r}`` are accumulated packed over multisets, each distinct
@@ -53,6 +53,10 @@ N_GROUPS = 8
 """Row groups of pass 2: block ``j`` (of ``SPLIT_BLOCK`` rows) goes to group ``j mod N_GROUPS``; the even
 groups form half A, the odd ones half B. The spread of a statistic over the groups estimates its
 sampling variance (:meth:`HermiteCoefficients.group_std`)."""
+
+RANGE_CHECK_GROUP = 0
+"""The row group (an eighth of the rows, blocks spread over the data) on which the moment pass of the
+randomized range finder also estimates ``T_2 P`` (``ProjectedMomentStatistic(range_check=True)``)."""
 
 FULL_RANGE_PROBE_STRIDE = 4
 """The full ``T_2`` pass (:class:`RangeStatistic` with ``method="full"``) adds the covariance probes of the
@@ -197,7 +201,7 @@ def _flat_shape(k: int, order: int) -> tuple[int, int]:
 
 
 def exact_coefficients(network, order: int, n_components: int | None = None, *,
-                       basis: str = "range") -> HermiteCoefficients:
+                       basis: str = "range", range_method: str = "full", rng=None) -> HermiteCoefficients:
     """Population Hermite coefficients of a ReLU network (Lemma 3.5), in the learner's coordinates.
 
     Parameters
@@ -211,6 +215,14 @@ def exact_coefficients(network, order: int, n_components: int | None = None, *,
     basis : {"range", "identity"}
         ``"range"``: project onto the top-``m`` eigenvectors of ``f^_2`` (what the sample path does,
         for ``l = 1``); ``"identity"``: stay in ``R^d``.
+    range_method : {"full", "randomized", "auto", "sketch"}
+        How the eigenvectors of ``f^_2`` are found for ``basis="range"``: ``"full"``, an eigendecomposition
+        of the ``d x d`` matrix; ``"randomized"`` (also ``"sketch"``), the sample path's randomized range
+        finder applied to the exact matrix (:func:`_randomized_top_eigvecs`: ``f^_2 Omega`` for a Gaussian
+        ``d x (m + 10)`` ``Omega``, one more application, Rayleigh-Ritz). ``f^_2`` has rank ``m``, so both
+        give the same basis to round-off; ``"auto"`` chooses as :func:`estimate_coefficients` does.
+    rng : seed or Generator, optional
+        For ``Omega``.
     """
 
     if not isinstance(network, TwoLayerNetwork):
@@ -228,7 +240,14 @@ def exact_coefficients(network, order: int, n_components: int | None = None, *,
     P = None
     if basis == "range":
         m = network.n_hidden if n_components is None else int(n_components)
-        P = _top_eigvecs(expansion.tensor(2)[0], min(m, d))
+        if range_method == "auto":
+            range_method = "full" if d <= RANDOMIZED_MIN_RATIO * (m + RANDOMIZED_OVERSAMPLE) else "randomized"
+        if range_method == "full":
+            P = _top_eigvecs(expansion.tensor(2)[0], min(m, d))
+        elif range_method in ("randomized", "sketch"):
+            P = _randomized_top_eigvecs(expansion.tensor(2)[0], min(m, d), check_random_state(rng))
+        else:
+            raise InputError(f"range_method must be 'auto', 'full', 'sketch' or 'randomized', got {range_method!r}.")
     elif basis != "identity":
         raise InputError(f"basis must be 'range' or 'identity', got {basis!r}.")
     tensors = {k: expansion.tensor(k, P)[0] for k in range(2, K + 1)}
@@ -243,6 +262,20 @@ def _top_eigvecs(S: np.ndarray, m: int) -> np.ndarray:
     lam, V = linalg.eigh(0.5 * (S + S.T))
     idx = np.argsort(-np.abs(lam), kind="stable")[:m]
     return _fix_column_signs(V[:, np.sort(idx)])
+
+
+def _randomized_top_eigvecs(S: np.ndarray, m: int, gen: np.random.Generator) -> np.ndarray:
+    """The randomized range finder on a known symmetric ``S``: ``Y = S (S Omega)`` for a Gaussian
+    ``d x (m + 10)`` ``Omega`` (one power step), ``Q = orth(Y)``, Rayleigh-Ritz on ``Q^T S Q``, the ``m``
+    Ritz vectors of largest ``|lambda|`` (Halko, Martinsson, Tropp 2011, Algorithms 4.3 and 5.3). When
+    ``rank S <= m + 10`` the range of ``Y`` is that of ``S`` and the Ritz vectors are its eigenvectors."""
+    S = 0.5 * (S + S.T)
+    d = S.shape[0]
+    omega = gen.standard_normal((d, min(d, m + RANDOMIZED_OVERSAMPLE)))
+    Q = linalg.qr(S @ (S @ omega), mode="economic")[0]
+    lam, V = linalg.eigh(Q.T @ S @ Q)
+    idx = np.argsort(-np.abs(lam), kind="stable")[:m]
+    return _fix_column_signs(Q @ V[:, np.sort(idx)])
 
 
 def _fix_column_signs(P: np.ndarray) -> np.ndarray:
@@ -611,13 +644,25 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
     with samples along the columns; the residual ``r`` follows from ``z`` (``z^T B z`` by an ``n x n``
     product); then the moment sums of each group are updated block by block
     (:meth:`~.symtensor.Monomials.add_moment_sums`).
-    With a control variate ``sum y x`` is not formed again (pass 1 has it: ``t1``).
+    With a control variate ``sum y x`` is not formed again (pass 1 has it: ``t1``), unless
+    ``range_check``.
+
+    ``range_check=True`` (the randomized range finder of :func:`estimate_coefficients`, whose range and
+    ``p`` come from a leading subset of the rows) also accumulates ``sum y x`` over every row (``T_0``,
+    ``T_1`` of all rows: :meth:`low_orders` returns them; one matrix-vector product per chunk) and, over
+    the rows of group :data:`RANGE_CHECK_GROUP` (an eighth of them, spread over the data),
+    ``S = sum r x z^T`` (``d x n``), from which :meth:`range_residual` gives ``T_2 P``: how far ``P`` is
+    from an invariant subspace of ``T_2`` estimated on those rows.
     """
 
     def __init__(self, d: int, basis: np.ndarray | None, top_order: int, omega_cov: np.ndarray,
-                 check_inputs: bool = True, control_variate: tuple | None = None, direct_t2: bool = False):
+                 check_inputs: bool = True, control_variate: tuple | None = None, direct_t2: bool = False,
+                 range_check: bool = False):
         self.d = int(d)
         self.direct_t2 = bool(direct_t2)
+        self.range_check = bool(range_check)
+        if self.range_check and (basis is None or control_variate is None):
+            raise InputError("ProjectedMomentStatistic: range_check needs a basis and a control variate.")
         self.P = basis
         self.K = int(top_order)
         self.n_dim = self.d if basis is None else basis.shape[1]
@@ -647,6 +692,11 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
         self.sy = 0.0
         self.syx = np.zeros(self.d)
         self.srr = 0.0
+        self.sr = 0.0
+        self.s_range = np.zeros((self.d, self.n_dim)) if self.range_check else None
+        self.n_check = 0
+        self.sr_check = 0.0
+        self.srr_check = 0.0
         self._reset_check()
 
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
@@ -654,17 +704,20 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
             raise InputError(f"a chunk has {X.shape[1]} columns; earlier chunks had {self.d}.")
         y = _target_column(Y)
         n = X.shape[0]
-        ZE = None if self._left_t is None else self._left_t @ X.T  # (n_dim [+ 1], N)
+        ZE = None if self._left_t is None else self._left_t @ X.T  # (n_dim [+ 1] [+ rc], N)
         Zt = np.ascontiguousarray(X.T) if self.P is None else ZE[:self.n_dim]
         if self.control_variate is None:
             r = y
         else:
             t0, _, B = self.control_variate
             quad = np.einsum("in,in->n", B @ Zt, Zt)  # z^T B z
-            r = y - (t0 - 0.5 * np.trace(B)) - ZE[-1] - 0.5 * quad
+            r = y - (t0 - 0.5 * np.trace(B)) - ZE[self.n_dim] - 0.5 * quad
         self.syy += float(y @ y)
         self.sy += float(y.sum())
-        if self.control_variate is None:
+        if self.range_check:  # T_0, T_1 of all rows (p's came from the pilot)
+            self.syx += y @ X
+            self.srr += float(r @ r)
+        elif self.control_variate is None:
             self.syx += y @ X
         else:  # sum y x is pass 1's (t1), not needed here
             self.srr += float(r @ r)
@@ -680,6 +733,12 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
             g = block % N_GROUPS
             self.mono.add_moment_sums(self.group_sums[g], Zt[:, start:stop], r[start:stop])
             self.group_counts[g] += stop - start
+            if self.range_check and g == RANGE_CHECK_GROUP:
+                rb = r[start:stop]
+                self.s_range += X[start:stop].T @ (Zt[:, start:stop] * rb).T
+                self.n_check += stop - start
+                self.sr_check += float(rb.sum())
+                self.srr_check += float(rb @ rb)
             start = stop
 
     @property
@@ -700,6 +759,12 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
         self.sy += other.sy
         self.syx += other.syx
         self.srr += other.srr
+        self.sr += other.sr
+        if self.range_check:
+            self.s_range += other.s_range
+            self.n_check += other.n_check
+            self.sr_check += other.sr_check
+            self.srr_check += other.srr_check
         if self.check_inputs:
             self._merge_check(other)
 
@@ -723,8 +788,40 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
         if self.control_variate is None:
             y2 = self.syy / n
             return self.sy / n, self.syx / n, y2, y2
+        if self.range_check:  # p came from a leading subset of the rows: the plain means of all rows
+            return self.sy / n, self.syx / n, self.syy / n, self.srr / n
         t0, t1, _ = self.control_variate
         return t0, t1.copy(), self.syy / n, self.srr / n
+
+    def range_residual(self, center: float) -> dict:
+        """``range_check=True``: how far ``span(P)`` is from an invariant subspace of ``T_2`` estimated on the
+        check rows (``Y = T_2 P`` there).
+
+        ``T_2 P = mean(r (x x^T - I)) P + P B`` (``p^_2 = P B P^T`` added back, as in :meth:`_hermite`), with
+        ``mean(r x x^T) P = S / n_check``. With ``G = P^T Y`` and ``R = Y - P G``, the residual sine
+        ``||R|| / |lambda_min(G)|`` bounds, by the Davis-Kahan residual theorem (up to the gap to the
+        rest of the spectrum), the largest principal-angle sine between ``span(P)`` and the top-``n``
+        eigenspace of that ``T_2``. Returned with it: ``statistical_sine`` ``s_c sqrt(d / N) / |lambda_min|``,
+        ``s_c^2 = mean((y - c)^2)`` over all rows (the sampling error of the exact route's basis, the full
+        ``T_2`` of eq. (6) on all ``N`` rows), and ``check_statistical_sine`` ``s_r sqrt(d / n_check) /
+        |lambda_min|`` (the sampling error of the check itself, ``s_r^2`` the residual's mean square).
+        """
+        n = self.n
+        nc = max(self.n_check, 1)
+        B = self.control_variate[2]
+        Y = self.s_range / nc - (self.sr_check / nc) * self.P + self.P @ B
+        G = self.P.T @ Y
+        G = 0.5 * (G + G.T)
+        lam = linalg.eigvalsh(G)
+        lam_min = float(np.abs(lam).min()) if lam.size else float("inf")
+        R = Y - self.P @ G
+        res = float(linalg.norm(R, 2)) if R.size else 0.0
+        s2 = self.syy / n - 2.0 * center * self.sy / n + center ** 2
+        ok = lam_min > 0
+        stat = math.sqrt(max(s2, 0.0) * self.d / n) / lam_min if ok else float("inf")
+        chk = math.sqrt(max(self.srr_check / nc, 0.0) * self.d / nc) / lam_min if ok else float("inf")
+        return {"residual_sine": res / lam_min if ok else float("inf"), "statistical_sine": stat,
+                "check_statistical_sine": chk, "check_rows": int(self.n_check)}
 
     def finalize(self) -> tuple[dict, tuple[dict, dict]]:
         nA, nB = self.counts
@@ -795,9 +892,11 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
         (one pass).
     n_components : int
         ``m``.
-    range_method : {"auto", "full", "sketch"}
-        How pass 1 finds the range of ``T_2`` for ``l = 1``: the full ``d x d`` matrix (cost
-        ``N d^2 / 2``) or a randomized sketch with ``r = m + oversample`` columns followed by
+    range_method : {"auto", "full", "randomized", "sketch"}
+        How pass 1 finds the range of ``T_2`` for ``l = 1``. ``"randomized"``: the randomized range finder
+        on a pilot of the rows, checked in the moment pass (:func:`_estimate_randomized` describes it;
+        ``oversample`` does not apply, it uses ``m + 10`` columns). ``"full"``: the full ``d x d`` matrix (cost
+        ``N d^2 / 2``). ``"sketch"``: a randomized sketch with ``r = m + oversample`` columns followed by
         ``power_iterations`` subspace iterations (Halko, Martinsson, Tropp 2011, Algorithm 4.4,
         re-orthonormalised every pass; one more pass over the data each; cost ``2 N d r`` per pass). The plain sketch's error is governed by the
         Frobenius norm of the sampling noise of ``T_2`` outside its top-``m`` part (``~sqrt(d)`` times
@@ -811,18 +910,18 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
         full 0.42). With ``control_variate`` the iterations sketch a residual of smaller variance (see
         :class:`RangeStatistic`), which lowers that noise itself: measured at d = 100, m = 10, biases in
         [-1.5, 1.5], N = 2 10^5, largest sine after 1 / 2 / 3 iterations 0.68 / 0.38 / 0.34 without,
-        0.68 / 0.18 / 0.09 with it (full matrix 0.31).
+        0.68 / 0.18 / 0.09 with it (full matrix 0.31; ``"randomized"`` on a pilot of 65536 rows 0.13).
         Each iteration ends with a Rayleigh-Ritz step on its test matrix and one more application of
         ``T_2`` to the Ritz vectors from the same pass (:meth:`RangeStatistic.power_basis`); the first
         sketch and the first iteration use ``max(m + oversample, 4 m)`` columns, and the iterations stop
         once the error another pass could remove is below the statistical one
         (:func:`_subspace_iterations` states the rule). ``"auto"``: ``"full"`` when
-        ``d <= 4 (power_iterations + 1) r`` (not more expensive than the sketch), else ``"sketch"``.
+        ``d <= 2 (m + 10)``, else ``"randomized"``.
     oversample : int, default 5
         Extra columns of the sketch.
     power_iterations : int, default 3
         Largest number of subspace iterations after the sketch (``range_method="sketch"``; 0 is the
-        one-pass sketch); fewer run when the range has converged to its statistical accuracy
+        one-pass sketch; ``"randomized"`` runs at least one per pilot size); fewer run when the range has converged to its statistical accuracy
         (``info["range_iterations"]``, ``info["range_stop"]``).
     chunk_size : int, optional
         Rows per chunk when reading arrays (default: about 4 MiB of ``X``, see :func:`_chunk_rows`).
@@ -862,11 +961,14 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
             raise InputError(f"power_iterations must be an integer >= 0, got {power_iterations!r}.")
         method = range_method
         if method == "auto":
-            method = "full" if d <= 4 * (int(power_iterations) + 1) * r or r >= d else "sketch"
-        if method not in ("full", "sketch"):
-            raise InputError(f"range_method must be 'auto', 'full' or 'sketch', got {range_method!r}.")
+            method = "full" if d <= RANDOMIZED_MIN_RATIO * (n_components + RANDOMIZED_OVERSAMPLE) else "randomized"
+        if method not in ("full", "sketch", "randomized"):
+            raise InputError(f"range_method must be 'auto', 'full', 'sketch' or 'randomized', got {range_method!r}.")
         m = min(n_components, d)
         q = int(power_iterations)
+        if method == "randomized":
+            return _estimate_randomized(data, d, m, gen, omega_cov, q, min_n, chunk_size, check_inputs,
+                                        input_tolerance, info, t_start)
         # the first sketch (and the first iteration, which starts from its range) with 4 m columns: its
         # noise columns E omega have norm ~ s sqrt(d) ||E|| / 2 (the Frobenius norm of the noise, not the
         # spectral one), so the weakest units reach its range only with many columns; measured at d = 1000,
@@ -948,8 +1050,157 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
                                info=info)
 
 
-def _subspace_iterations(stat1: RangeStatistic, data, m: int, keep: int, max_iter: int, center: float,
-                         omega_cov: np.ndarray, control_variate: bool, chunk_rows: int):
+RANDOMIZED_OVERSAMPLE = 10
+"""Columns of the randomized range finder beyond ``m`` (``range_method="randomized"``)."""
+
+RANDOMIZED_MIN_RATIO = 2
+"""``range_method="auto"`` takes the full ``d x d`` ``T_2`` when ``d <= 2 (m + 10)``: there the moments of
+pass 2 dominate either way, and the full matrix needs no range check."""
+
+PILOT_FRACTION = 16
+"""The randomized range finder's passes read the first ``N / 16`` rows (at least :data:`PILOT_MIN_ROWS`)."""
+
+PILOT_MIN_ROWS = 1 << 16
+"""Fewest rows of the randomized range finder's pilot (all rows when there are fewer)."""
+
+
+def _pilot_rows(n: int) -> int:
+    return int(min(n, max(n // PILOT_FRACTION, PILOT_MIN_ROWS)))
+
+
+def _estimate_randomized(data, d: int, m: int, gen, omega_cov: np.ndarray, max_iter: int, min_n, chunk_size,
+                         check_inputs: bool, input_tolerance: float, info: dict, t_start: float
+                         ) -> "HermiteCoefficients":
+    """``range_method="randomized"`` for order 1: a randomized range finder with subspace iterations on a
+    leading subset of the rows (the pilot), then the moment pass on every row, which also checks the range.
+
+    1. Pilot (the first ``n_p = max(N / 16, 65536)`` rows, or all when fewer; rows are exchangeable, eq. (6)):
+       a Gaussian sketch ``T_2 Omega`` with ``max(m + 10, 4 m)`` columns and up to ``max_iter`` subspace
+       iterations with the control variate (:func:`_subspace_iterations`, ``m + 10`` columns after the
+       first), each a pass of ``X^T (r * (X Omega))`` over the pilot: ``O(n_p d (m + 10))`` flops, against
+       ``N d^2 / 2`` for the full ``T_2`` (two symmetric rank-k updates).
+    2. Pilot size. The exact route's basis (top-``m`` eigenvectors of the full ``T_2`` on all ``N`` rows,
+       weights ``y - c``) has statistical sine ``e_full = s_c sqrt(d / N) / |lambda_m|`` (Davis-Kahan,
+       ``s_c^2 = mean((y - c)^2)``); the pilot's, with the control variate's residual ``r``,
+       ``e_p = s_r sqrt(d / n_p) / |lambda_m|``. When ``e_p > e_full`` the pilot grows to
+       ``n_p (e_p / e_full)^2`` rows (all of them at most) and the iterations continue from the current
+       basis: the range is then no less accurate than the exact route's. With a ReLU teacher
+       ``s_r << s_c`` (most of ``Var(y)`` is in the orders 1 and 2), so ``N / 16`` rows usually suffice.
+       When the pilot cannot see the range at all (its last noise ratio ``||E|| / |lambda_m| >= 1``, e.g.
+       d = 1000, m = 20 from 65536 rows), its sketch only seeds subspace iterations on all rows (the
+       ``"sketch"`` route, ``info["pilot_failed"]``).
+    3. The moment pass (:class:`ProjectedMomentStatistic` with ``range_check``) reads every row: the
+       projected moments, ``T_0``, ``T_1`` and, on an eighth of the rows (row group 0, spread over the
+       data), ``T_2 P``. Its residual sine (:meth:`ProjectedMomentStatistic.range_residual`) must be at most
+       ``e_full + e_check`` (the exact route's statistical sine on all rows plus the check's own);
+       otherwise subspace iterations on all rows continue from the pilot's basis (the ``"sketch"`` route)
+       and the moment pass is repeated (once; ``info["range_check"]``).
+    The input check (mean, variances, covariance probes) is the pilot's: its fluctuation allowance
+    scales with the pilot's rows.
+    """
+    N = None if data.n_samples is None else int(data.n_samples)
+    if N is not None:
+        _check_n(N, 1, m, min_n)
+    rows = _chunk_rows(chunk_size, d)
+    center = _pilot_mean(data)
+    info["t2_center"] = center
+    keep = min(d, m + RANDOMIZED_OVERSAMPLE)
+    r1 = min(d, max(keep, 4 * m))
+    n_p = N if N is None else _pilot_rows(N)
+    pilot = data if N is None or n_p >= N else Head(data, n_p, rows)
+    omega = gen.standard_normal((d, r1))
+    stat1 = accumulate(RangeStatistic(d, method="sketch", omega=omega, omega_cov=omega_cov, center=center),
+                       pilot, chunk_size=rows)
+    if N is None:
+        N = int(stat1.n)
+        n_p = N
+        _check_n(N, 1, m, min_n)
+    sc2 = stat1.srr / stat1.n  # mean((y - c)^2): the noise scale of the exact route's T_2
+    # the input check on the pilot's sketch pass (its mean, variances and covariance probes; the fluctuation
+    # allowed for scales with the pilot's rows)
+    if check_inputs:
+        _warn_inputs(stat1.input_deviation(), input_tolerance)
+    info["input_deviation"] = stat1.input_deviation()
+    info["input_check_rows"] = int(stat1.n)
+    pilots = [int(stat1.n)]
+    stat, P, M, records, stop = _subspace_iterations(stat1, pilot, m, keep, max(max_iter, 1), center, omega_cov,
+                                                     True, rows)
+    if n_p < N and not records[-1]["noise_ratio"] < 1.0:
+        # the pilot cannot see the range (its sampling noise ||E|| above the weakest eigenvalue; e.g. d = 1000,
+        # m = 20 from 65536 rows: noise ratio 3.6, 10 and 15 after its three iterations, whose control
+        # variates, fitted to a basis of noise, made the residual larger (mean square 1.9, 2.5, 6.3), and
+        # iterations on all rows continued from that basis still stood at 2.9 after three more, sine 0.47
+        # against 0.10 for the "sketch" route): the pilot's sketch only seeds subspace iterations on all rows,
+        # from the same start as the first pilot iteration (the "sketch" route, its sketch on the pilot)
+        info["pilot_failed"] = {"rows": n_p, "noise_ratio": records[-1]["noise_ratio"],
+                                "iterations": len(records)}
+        n_p = N
+        pilot = data
+        pilots.append(N)
+        stat, P, M, more, stop = _subspace_iterations(stat1, data, m, keep, max(max_iter, 1), center, omega_cov,
+                                                      True, rows)
+        records.extend(more)
+    while True:
+        last = records[-1]
+        lam_m = float(min(last["ritz_magnitudes"][:m])) if m else float("inf")
+        e_p = last["statistical_sine"]
+        e_full = math.sqrt(sc2 * d / N) / lam_m if lam_m > 0 else float("inf")
+        if n_p >= N or not e_p > e_full:
+            break
+        n_p = int(min(N, math.ceil(1.1 * n_p * (e_p / e_full) ** 2)))
+        pilot = data if n_p >= N else Head(data, n_p, rows)
+        pilots.append(n_p)
+        cv = (stat.finalize()["t1"], P, M)
+        stat, P, M, more, stop = _subspace_iterations(None, pilot, m, keep, max(max_iter, 1), center, omega_cov,
+                                                      True, rows, start=(stat._next_omega, cv))
+        records.extend(more)
+    info.update({"range_method": "randomized", "pilot_rows": pilots, "range_iterations": records,
+                 "range_stop": stop, "power_iterations": len(records), "sketch_rows": int(stat1.n),
+                 "pilot_statistical_sine": e_p, "exact_route_statistical_sine": e_full,
+                 "t2_eigenvalue_magnitudes": last["ritz_magnitudes"],
+                 "t2_detection_threshold": last["t2_detection_threshold"],
+                 "t2_below_threshold": int(np.sum(np.asarray(last["ritz_magnitudes"][:m]) < last["t2_detection_threshold"]))})
+    info["time_pass1"] = time.perf_counter() - t_start
+    t0_cv, t1_cv = stat.finalize()["t0"], stat.finalize()["t1"]
+    checks = []
+    for attempt in range(2):
+        t_mid = time.perf_counter()
+        stat2 = accumulate(ProjectedMomentStatistic(d, P, 4, omega_cov, check_inputs=False,
+                                                    control_variate=(t0_cv, t1_cv, M), direct_t2=True,
+                                                    range_check=True),
+                           data, chunk_size=_moment_chunk_rows(chunk_size, d, data))
+        if stat2.n != N:
+            raise InputError(f"the data source gave {N} samples in the first pass but {stat2.n} in the moment "
+                             "pass; order 1 needs a re-iterable source (arrays, dask arrays, SampleStream).")
+        chk = stat2.range_residual(center)
+        chk["time"] = time.perf_counter() - t_mid
+        checks.append(chk)
+        info["time_pass2"] = chk["time"]
+        chk["accepted"] = bool(chk["residual_sine"] <= chk["statistical_sine"] + chk["check_statistical_sine"])
+        if chk["accepted"] or attempt == 1:
+            break
+        # the pilot's basis is off: subspace iterations on all rows from it (the "sketch" route's), and the
+        # moment pass again
+        stat, P, M, more, stop = _subspace_iterations(None, data, m, keep, max(max_iter, 1), center, omega_cov,
+                                                      True, rows, start=(stat._next_omega, (t1_cv, P, M)))
+        records.extend(more)
+        info["range_stop"] = stop
+        pilots.append(N)
+        t0_cv, t1_cv = stat.finalize()["t0"], stat.finalize()["t1"]
+    info["range_check"] = {"passes": checks, "accepted": checks[-1]["accepted"], "moment_passes": len(checks)}
+    info["control_variate"] = True
+    t0, t1, y2, r2 = stat2.low_orders()
+    full, halves = stat2.finalize()
+    groups = stat2.group_tensors()
+    noise = _noise_from_halves(halves, tuple(stat2.counts), 1)
+    info["time_moments"] = time.perf_counter() - t_start
+    return HermiteCoefficients(basis=P, tensors=full, t0=float(t0), t1=np.asarray(t1), exact=False,
+                               n_samples=int(N), y_second_moment=float(y2), residual_second_moment=float(r2),
+                               noise=noise, halves=halves, groups=groups, info=info)
+
+
+def _subspace_iterations(stat1: RangeStatistic | None, data, m: int, keep: int, max_iter: int, center: float,
+                         omega_cov: np.ndarray, control_variate: bool, chunk_rows: int, start: tuple | None = None):
     """Subspace iterations of pass 1 after the sketch ``stat1`` (one pass each), each finished by
     :meth:`RangeStatistic.power_basis`; returns ``(last statistic, P, estimate of P^T T_2 P, records, stop)``.
 
@@ -972,10 +1223,14 @@ def _subspace_iterations(stat1: RangeStatistic, data, m: int, keep: int, max_ite
     0.104 after 2 (``e_2`` = 0.11), and the same number of iterations and final sines within 5% on three
     smaller teachers (d = 150-300).
     """
-    d = stat1.d
-    fin = stat1.finalize()
-    omega = linalg.qr(fin["t2_omega"], mode="economic")[0]
-    cv = (fin["t1"], np.zeros((d, 0)), np.zeros((0, 0))) if control_variate else None
+    if start is None:
+        d = stat1.d
+        fin = stat1.finalize()
+        omega = linalg.qr(fin["t2_omega"], mode="economic")[0]
+        cv = (fin["t1"], np.zeros((d, 0)), np.zeros((0, 0))) if control_variate else None
+    else:  # continue from an orthonormal test matrix and a control variate (t1, Q, M)
+        omega, cv = start
+        d = omega.shape[0]
     P = M = None
     records, stop = [], "max_iter"
     for _ in range(max_iter):
@@ -986,6 +1241,7 @@ def _subspace_iterations(stat1: RangeStatistic, data, m: int, keep: int, max_ite
         change = 1.0 if P is None else float(
             np.sqrt(max(0.0, 1.0 - linalg.svdvals(P.T @ P_new).min() ** 2)) if m else 0.0)
         P, omega = P_new, pinfo.pop("next_omega")
+        stat1._next_omega = omega
         rho, e = pinfo["noise_ratio"], pinfo["statistical_sine"]
         ritz = pinfo.pop("ritz_values")
         records.append({"change": change, "statistical_sine": e, "noise_ratio": rho, "columns": stat1.omega.shape[1],

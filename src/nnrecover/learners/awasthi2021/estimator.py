@@ -38,6 +38,7 @@ from .decompose import (
     algorithm6,
 )
 from .output import output_network, polish_units, reduce_to_width
+from .requirement import sample_requirement
 from .scale import matrix_free_polish
 
 __all__ = ["HermiteTensorLearner"]
@@ -143,10 +144,17 @@ class HermiteTensorLearner(BaseLearner):
         Algorithm 5 features.
     regression_rows : {"all", "second_half"}
         Rows of the Algorithm 5 regression; the paper uses the half not used for the tensors.
-    range_method : {"auto", "full", "sketch"}
-        How order 1 finds the range of ``T_2``: the ``d x d`` matrix, or a randomized sketch with
-        ``m + 5`` columns and three power iterations (four passes); "auto" takes the full matrix when
-        it costs no more (``d <= 16 (m + 5)``), else the sketch.
+    range_method : {"auto", "full", "randomized", "sketch"}
+        How order 1 finds the range of ``T_2`` (pass 1). ``"randomized"``: a randomized range finder
+        (a Gaussian sketch with ``max(m + 10, 4 m)`` columns, then subspace iterations with ``m + 10``
+        columns and the control variate) on the first ``max(N / 16, 65536)`` rows, grown until its
+        statistical error is at most the full matrix's on all ``N`` rows, and checked on an eighth of the
+        rows during the moment pass (``coefficients_.info["range_check"]``); ``O(N d m / 16)`` flops
+        instead of ``O(N d^2)``. ``"full"``: the exact ``d x d`` matrix on every row. ``"sketch"``: the
+        sketch and up to three subspace iterations on every row (four passes). "auto" (default):
+        ``"full"`` when ``d <= 2 (m + 10)``, else ``"randomized"``. In population (``fit_population``)
+        ``"randomized"`` applies the same finder to the exact ``f^_2`` and gives the full route's result
+        to round-off.
     control_variate : bool, default True
         Order 1: estimate ``T_3``, ``T_4`` from the residual ``y - p(x)`` of the first pass's fit ``p``
         of the orders 0-2 (whose Hermite coefficients above order 2 vanish) -- the expectation of the
@@ -182,6 +190,9 @@ class HermiteTensorLearner(BaseLearner):
         ``per_unit_snr``, ``unit_source`` (tensor that supplied each unit), ``also_in``, ``ranks``,
         ``jennrich`` (gaps, conditioning per tensor), ``noise``, ``thresholds``, ``units_recovered``,
         ``units_left_to_linear_part``, ``dropped_units``, ``fixsigns``, ``output`` (which network),
+        ``sample_requirement`` (samples: the rows this teacher needs for every unit to stand above the
+        noise, from the tensors of the pass, :func:`~.requirement.sample_requirement`; an
+        :class:`~nnrecover.errors.AssumptionWarning` names the number when the data have fewer),
         ``regression``, ``input_deviation``, ``timings``, ``refinement``, ``unit_reduction`` (what
         :func:`reduce_network` folded, merged and flipped, its L2 change and budget, ``reason`` when more
         than ``n_hidden`` units remain, ``refit``/``forced_refit``), ``sign_flip_sets`` (when several flip
@@ -250,7 +261,7 @@ class HermiteTensorLearner(BaseLearner):
         "linear_part": [Options("auto", "closed_form", "regression")],
         "feature_map": [Options("reduced", "coordinated", "general")],
         "regression_rows": [Options("all", "second_half")],
-        "range_method": [Options("auto", "full", "sketch")],
+        "range_method": [Options("auto", "full", "sketch", "randomized")],
         "control_variate": ["boolean"], "check_inputs": ["boolean"],
         "chunk_size": [None, Interval(Integral, 1, None)], "min_n": [None, Interval(Integral, 1, None)],
     }
@@ -282,12 +293,14 @@ class HermiteTensorLearner(BaseLearner):
         m = int(self.n_hidden)
         order = check_order(self.order, m, truth.n_inputs)
         t0 = time.perf_counter()
-        coeffs = exact_coefficients(truth, order, m, basis="range" if order == 1 else "identity")
+        coeffs = exact_coefficients(truth, order, m, basis="range" if order == 1 else "identity",
+                                    range_method=self.range_method, rng=rng)
         diagnostics["timings"] = {"moments": time.perf_counter() - t0}
         return self._finish(coeffs, order, None, truth, rng, diagnostics)
 
     def _finish(self, coeffs: HermiteCoefficients, order: int, source, truth, rng, diagnostics) -> TwoLayerNetwork:
         m = int(self.n_hidden)
+        self._state_requirement(coeffs, order, m, diagnostics)
         t0 = time.perf_counter()
         th = _make_thresholds(self.thresholds, coeffs, order, m, self.epsilon, self.bound,
                               snr=float(self.snr_threshold), dedup=float(self.dedup_threshold))
@@ -330,6 +343,29 @@ class HermiteTensorLearner(BaseLearner):
                               diagnostics=diagnostics)
         self._certify_output(out, coeffs, order, source, diagnostics)
         return out
+
+    @staticmethod
+    def _state_requirement(coeffs: HermiteCoefficients, order: int, m: int, diagnostics: dict) -> None:
+        """After the pass of the tensors: how many rows this teacher needs (:func:`sample_requirement`),
+        in ``diagnostics_["sample_requirement"]``, and an :class:`~nnrecover.errors.AssumptionWarning`
+        that names the number when the data have fewer."""
+        req = sample_requirement(coeffs, order, m)
+        diagnostics["sample_requirement"] = req
+        if req is None or req["enough"]:
+            return
+        N, need = req["n_samples"], req["n_needed"]
+        if req["lower_bound"]:
+            what = (f"at least {need:.2g} rows" if need > N + 1 else f"more than the {N:.3g} rows it got")
+            seen = (f"the weakest of the m units is within the noise (its signal is below {req['joint_snr']:.2g} noise "
+                    "units)")
+        else:
+            what = f"about {need:.2g} rows"
+            seen = f"the weakest of the m units has signal {req['joint_snr']:.3g} noise units"
+        warnings.warn(f"HermiteTensorLearner: this teacher needs {what} for order l = {order} (got {N:.3g}): in the "
+                      f"noise-whitened flattenings of T_{2 * order + 1} and T_{2 * order + 2}, {seen}; recovering "
+                      f"every unit takes about {req['required_snr']:g}, and the noise falls like 1/sqrt(N). With "
+                      "fewer rows some units are left to the linear part. "
+                      "See diagnostics_['sample_requirement'].", AssumptionWarning, stacklevel=5)
 
     def _matrix_free_applies(self, start: TwoLayerNetwork, source) -> bool:
         """Whether the refinement starts matrix free (:func:`~.scale.matrix_free_polish`): ``refine=True``
