@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from nnrecover.errors import AssumptionError, InputError
+from nnrecover.errors import AssumptionError, AssumptionWarning, InputError
 from nnrecover.learners.goel2019.step2 import (STEP2_STEPS_PER_EFOLD, ConditionalSlabSampler, SampleSlabs,
                                                SlabSource, angle_between, estimate_tan_alpha, refine_estimate,
                                                step2_budget, step2_defaults)
@@ -338,3 +338,46 @@ def test_goel2019_refine_experiment_quick(tmp_path):
     oracle = df[df["source"] == "oracle"].sort_values("iteration")
     assert oracle["true_angle"].iloc[0] == pytest.approx(oracle["step1_floor"].iloc[0], rel=1e-12)
     assert oracle["true_angle"].iloc[-1] < oracle["true_angle"].iloc[0]
+
+
+def test_refine_units_does_not_return_one_unit_twice():
+    # Theorem 5 assumes each start within a small angle of its own unit. Unit 1's start lies 0.2 rad from
+    # unit 0 (below STEP2_MAX_START_ANGLE, so it is searched) and far from every other unit (there is no unit of
+    # its own): Theorem 5's budget takes its search onto unit 0, which the held-out rows confirm. One unit
+    # twice: the start that moved further goes back to Step 1, with an AssumptionWarning naming the two
+    from nnrecover.data.sources import ArraySource
+    from nnrecover.learners.goel2019.step2 import refine_units
+
+    W = _orthonormal(3, 7)
+    gen = np.random.default_rng(8)
+    X = gen.standard_normal((300_000, 3))
+    y = np.any(X @ W.T >= 2.0, axis=1).astype(float)
+    starts = np.stack([_tilted(W[0], 0.03, gen), _tilted(W[0], 0.2, gen), _tilted(W[2], 0.03, gen)])
+    with pytest.warns(AssumptionWarning, match="units 0 and 1 to the same direction"):
+        W_new, report = refine_units(starts, ArraySource(X, y), np.random.default_rng(0), threshold=2.0,
+                                     activation="step", baseline=0.0, max_rows=10**7, options={})
+    units = report["units"]
+    assert units[1]["kept"] == "step1" and "found" in units[1]["reason"] and "Theorem 5" in units[1]["reason"]
+    np.testing.assert_array_equal(W_new[1], starts[1])
+    assert angle_between(W_new[0], W[0]) < 0.03 and angle_between(W_new[1], W_new[0]) > 0.1
+
+
+def test_refine_units_does_not_search_from_far_starts():
+    # a start 0.5 rad from its unit (its held-out estimate above STEP2_MAX_START_ANGLE) is not searched: it keeps
+    # its Step 1 direction, with the reason and an AssumptionWarning naming it (Theorem 5's small start angle)
+    from nnrecover.data.sources import ArraySource
+    from nnrecover.learners.goel2019.step2 import STEP2_MAX_START_ANGLE, refine_units
+
+    W = _orthonormal(3, 7)
+    gen = np.random.default_rng(8)
+    X = gen.standard_normal((200_000, 3))
+    y = np.any(X @ W.T >= 2.0, axis=1).astype(float)
+    starts = np.stack([_tilted(W[0], 0.03, gen), _tilted(W[1], 0.5, gen), _tilted(W[2], 0.03, gen)])
+    with pytest.warns(AssumptionWarning, match=r"did not search from unit\(s\) \[1\]"):
+        W_new, report = refine_units(starts, ArraySource(X, y), np.random.default_rng(0), threshold=2.0,
+                                     activation="step", baseline=0.0, max_rows=10**7,
+                                     options={"max_iter": 5})
+    unit = report["units"][1]
+    assert unit["kept"] == "step1" and unit["iterations"] == 0 and "Theorem 5" in unit["reason"]
+    assert unit["angle_estimate_start"] > STEP2_MAX_START_ANGLE and "far" not in unit
+    np.testing.assert_array_equal(W_new[1], starts[1])

@@ -93,7 +93,7 @@ from ..registry import register
 __all__ = ["SlabSource", "SampleSlabs", "ConditionalSlabSampler", "TanAlphaEstimate", "RefineEstimateResult",
            "estimate_tan_alpha", "refine_estimate", "angle_between", "PAPER_LEVELS", "REFINE_MODES",
            "refine_units", "step2_defaults", "step2_budget", "STEP2_HOLDOUT", "STEP2_GATHER_BYTES",
-           "ES_PROGRESS_RATE", "STEP2_STEPS_PER_EFOLD"]
+           "ES_PROGRESS_RATE", "STEP2_STEPS_PER_EFOLD", "STEP2_MAX_START_ANGLE", "DUPLICATE_ANGLE"]
 
 #: conditional firing probabilities at ``t_1`` and ``t_2`` (paper Section 2.2, Lemma 6)
 PAPER_LEVELS = (0.4, 0.6)
@@ -133,6 +133,10 @@ STEP2_STEPS_PER_EFOLD = 2.0 / ES_PROGRESS_RATE
 STEP2_GATHER_BYTES = 2 << 30
 #: two units Step 2 leaves closer than this (radians) are one unit found twice (see :func:`refine_units`)
 DUPLICATE_ANGLE = 0.1
+#: the largest start angle (radians, the start's held-out estimate) the learner's Step 2 searches from:
+#: Theorem 5 assumes a start within ``1/poly(d)`` of its unit, and from 0.54-0.67 rad (a Step 1 unit biased by
+#: P's products, Lemma 2) a search of Theorem 5's length ended on another unit (test_split_half.py)
+STEP2_MAX_START_ANGLE = 0.25
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -971,6 +975,11 @@ def refine_units(W: np.ndarray, source, rng: np.random.Generator, *, threshold: 
         margin = confidence * math.sqrt(2.0) * angle_error(before)
         skipped = {"unit": i, "kept": "step1", "iterations": 0, "angle_estimate_start": before.angle,
                    "held_out_std_error": angle_error(before)}
+        if before.angle > STEP2_MAX_START_ANGLE:
+            return None, dict(skipped, far=True, reason=(
+                f"the start's estimated angle on the held-out rows is {before.angle:.3g} rad, above "
+                f"STEP2_MAX_START_ANGLE = {STEP2_MAX_START_ANGLE:g}: Theorem 5 assumes a start within a small "
+                "angle of its unit, and from further a search can end on another unit"))
         if before.angle <= margin:
             return None, dict(skipped, reason=f"the held-out rows cannot confirm a gain: on them the start's "
                               f"estimated angle is below the margin a gain must clear ({confidence:g} standard "
@@ -1049,6 +1058,12 @@ def refine_units(W: np.ndarray, source, rng: np.random.Generator, *, threshold: 
         if direction is not None:
             W_new[i] = direction
         report.append(entry)
+    far = [entry["unit"] for entry in report if entry.pop("far", False)]
+    if far:
+        warnings.warn(f"HighThresholdLearner: Step 2 did not search from unit(s) {far}: their estimated angles on "
+                      f"the held-out rows exceed {STEP2_MAX_START_ANGLE:g} rad, and Theorem 5 assumes a start within "
+                      "a small angle of its unit (Step 1 is far off: too few samples, or the bias of P's products, "
+                      "Lemma 2). They keep their Step 1 directions.", AssumptionWarning, stacklevel=4)
     # Theorem 5 needs each start within a small angle of its own unit: from a start far off (a biased Step 1
     # unit, Lemma 2) a search of Theorem 5's length can end on another unit, which the held-out rows then
     # confirm (its estimated angle is small). Two units that end closer than half their starts' angle and
