@@ -86,9 +86,12 @@ def test_auto_width_high_threshold_learner():
     net = HighThresholdNetwork(W, t, "step", UpperPolynomial.linear(np.random.default_rng(1).uniform(0.5, 1.5, k), 0.3))
     X = np.random.default_rng(2).standard_normal((400_000, d))
     y = net.predict(X)
-    auto = nr.learners.HighThresholdLearner("auto", threshold=t, random_state=0).fit(X, y)
+    # Step 2 with a fixed 100 iterations (its budget of Theorem 5 runs for minutes at 20 inputs; the width is
+    # read before it)
+    step2 = {"max_iter": 100}
+    auto = nr.learners.HighThresholdLearner("auto", threshold=t, refine_options=step2, random_state=0).fit(X, y)
     assert auto.n_hidden_ == k and auto.diagnostics_["width"]["sure"]
-    given = nr.learners.HighThresholdLearner(k, threshold=t, random_state=0).fit(X, y)
+    given = nr.learners.HighThresholdLearner(k, threshold=t, refine_options=step2, random_state=0).fit(X, y)
     np.testing.assert_array_equal(auto.hidden_weights_, given.hidden_weights_)
 
 

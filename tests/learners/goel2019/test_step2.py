@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from nnrecover.errors import AssumptionError, InputError
-from nnrecover.learners.goel2019.step2 import (ConditionalSlabSampler, SampleSlabs, SlabSource, angle_between,
-                                               estimate_tan_alpha, refine_estimate)
+from nnrecover.errors import AssumptionError, AssumptionWarning, InputError
+from nnrecover.learners.goel2019.step2 import (STEP2_STEPS_PER_EFOLD, ConditionalSlabSampler, SampleSlabs,
+                                               SlabSource, angle_between, estimate_tan_alpha, refine_estimate,
+                                               step2_budget, step2_defaults)
 from nnrecover.learners.goel2019.step2 import _truncated_normal
 
 
@@ -187,6 +188,50 @@ def test_refine_on_fixed_sample_is_monotone_and_improves():
     assert res.true_angles(W[2])[-1] < 0.075
 
 
+def test_width_jitter_estimates_the_current_direction_again_from_the_seed():
+    # width_jitter: each iteration scores the current direction and the proposal at a width of its own, so the
+    # current one is estimated again (without it a fixed sample keeps the estimate it was accepted with);
+    # every width comes from rng (same seed, same bits) and stays within +-50 % of the adaptive one
+    gen = np.random.default_rng(11)
+    W = _orthonormal(4, 12)
+    X = gen.standard_normal((200_000, 4))
+    src = SampleSlabs(X, np.any(X @ W.T >= 2.0, axis=1))
+    z0 = _tilted(W[2], 0.1, gen)
+    kw = dict(threshold=2.0, slab_width=0.1, relative_slab_width=0.5, min_slab_width=0.01, max_iter=25,
+              mode="practical", levels=(0.4, 0.5, 0.6, 0.7, 0.8), search_interval=(1.0, 5.0))
+    a, b = (refine_estimate(z0, src, width_jitter=0.5, rng=3, **kw) for _ in range(2))
+    np.testing.assert_array_equal(a.directions, b.directions)
+    np.testing.assert_array_equal(a.angle_estimates, b.angle_estimates)
+    assert np.unique(a.slab_widths).size > 20 and np.all(a.slab_widths >= 0.01)
+    # the adaptive width of iteration k comes from the estimate of the direction kept at the end of k - 1
+    kept = np.where(a.accepted, a.candidate_estimates, a.angle_estimates)[:-1]
+    base = np.maximum(0.01, np.minimum(0.1, 0.5 * np.tan(kept)))
+    widths = a.slab_widths[1:]
+    assert np.all((widths >= np.maximum(0.01, 0.5 * base) - 1e-12) & (widths <= 1.5 * base + 1e-12))
+    # a rejected iteration leaves the direction, but its estimate is new (another width): it may rise
+    still = ~a.accepted[:-1]
+    assert np.any(a.angle_estimates[1:][still] != a.angle_estimates[:-1][still])
+    plain = refine_estimate(z0, src, rng=3, **kw)
+    # without it a rejection at an unchanged width keeps the estimate, bit for bit
+    same = ~plain.accepted[:-1] & (plain.slab_widths[1:] == plain.slab_widths[:-1])
+    assert same.sum() >= 3
+    np.testing.assert_array_equal(plain.angle_estimates[1:][same], plain.angle_estimates[:-1][same])
+    with pytest.raises(InputError, match="width_jitter"):
+        refine_estimate(z0, src, width_jitter=1.0, rng=3, **kw)
+
+
+def test_step2_budget_is_n_log_of_the_angle_ratio():
+    # Theorem 5: O(n log(gamma / eps)) iterations; the constant 2 / ES_PROGRESS_RATE, at least one e-fold
+    assert step2_budget(0.1, 10, 0.1 / math.e ** 3) == math.ceil(STEP2_STEPS_PER_EFOLD * 10 * 3)
+    assert step2_budget(0.2, 20, 0.1 / math.e ** 3) == 2 * step2_budget(0.2, 10, 0.1 / math.e ** 3)
+    assert step2_budget(0.001, 10, 0.01) == math.ceil(STEP2_STEPS_PER_EFOLD * 10)
+    opts = step2_defaults(2.0, 800_000)
+    phi = math.exp(-2.0) / math.sqrt(2 * math.pi)
+    assert opts["max_iter"] == "auto" and opts["max_rejections"] is None
+    assert opts["min_slab_width"] == pytest.approx(200 / (800_000 * phi))
+    assert opts["target_angle"] == pytest.approx(0.5 * opts["min_slab_width"])
+
+
 class _AllRows(SampleSlabs):
     """SampleSlabs that projects every row for every direction (no candidate rows)."""
 
@@ -293,3 +338,46 @@ def test_goel2019_refine_experiment_quick(tmp_path):
     oracle = df[df["source"] == "oracle"].sort_values("iteration")
     assert oracle["true_angle"].iloc[0] == pytest.approx(oracle["step1_floor"].iloc[0], rel=1e-12)
     assert oracle["true_angle"].iloc[-1] < oracle["true_angle"].iloc[0]
+
+
+def test_refine_units_does_not_return_one_unit_twice():
+    # Theorem 5 assumes each start within a small angle of its own unit. Unit 1's start lies 0.2 rad from
+    # unit 0 (below STEP2_MAX_START_ANGLE, so it is searched) and far from every other unit (there is no unit of
+    # its own): Theorem 5's budget takes its search onto unit 0, which the held-out rows confirm. One unit
+    # twice: the start that moved further goes back to Step 1, with an AssumptionWarning naming the two
+    from nnrecover.data.sources import ArraySource
+    from nnrecover.learners.goel2019.step2 import refine_units
+
+    W = _orthonormal(3, 7)
+    gen = np.random.default_rng(8)
+    X = gen.standard_normal((300_000, 3))
+    y = np.any(X @ W.T >= 2.0, axis=1).astype(float)
+    starts = np.stack([_tilted(W[0], 0.03, gen), _tilted(W[0], 0.2, gen), _tilted(W[2], 0.03, gen)])
+    with pytest.warns(AssumptionWarning, match="units 0 and 1 to the same direction"):
+        W_new, report = refine_units(starts, ArraySource(X, y), np.random.default_rng(0), threshold=2.0,
+                                     activation="step", baseline=0.0, max_rows=10**7, options={})
+    units = report["units"]
+    assert units[1]["kept"] == "step1" and "found" in units[1]["reason"] and "Theorem 5" in units[1]["reason"]
+    np.testing.assert_array_equal(W_new[1], starts[1])
+    assert angle_between(W_new[0], W[0]) < 0.03 and angle_between(W_new[1], W_new[0]) > 0.1
+
+
+def test_refine_units_does_not_search_from_far_starts():
+    # a start 0.5 rad from its unit (its held-out estimate above STEP2_MAX_START_ANGLE) is not searched: it keeps
+    # its Step 1 direction, with the reason and an AssumptionWarning naming it (Theorem 5's small start angle)
+    from nnrecover.data.sources import ArraySource
+    from nnrecover.learners.goel2019.step2 import STEP2_MAX_START_ANGLE, refine_units
+
+    W = _orthonormal(3, 7)
+    gen = np.random.default_rng(8)
+    X = gen.standard_normal((200_000, 3))
+    y = np.any(X @ W.T >= 2.0, axis=1).astype(float)
+    starts = np.stack([_tilted(W[0], 0.03, gen), _tilted(W[1], 0.5, gen), _tilted(W[2], 0.03, gen)])
+    with pytest.warns(AssumptionWarning, match=r"did not search from unit\(s\) \[1\]"):
+        W_new, report = refine_units(starts, ArraySource(X, y), np.random.default_rng(0), threshold=2.0,
+                                     activation="step", baseline=0.0, max_rows=10**7,
+                                     options={"max_iter": 5})
+    unit = report["units"][1]
+    assert unit["kept"] == "step1" and unit["iterations"] == 0 and "Theorem 5" in unit["reason"]
+    assert unit["angle_estimate_start"] > STEP2_MAX_START_ANGLE and "far" not in unit
+    np.testing.assert_array_equal(W_new[1], starts[1])

@@ -89,7 +89,9 @@ class HighThresholdLearner(BaseLearner):
         Step 1 alone.
     refine_options : dict, optional
         Keyword arguments of :func:`nnrecover.learners.goel2019.step2.refine_estimate`, each replacing one
-        of :func:`~nnrecover.learners.goel2019.step2.step2_defaults` (the fixed-sample settings of the experiment ``goel2019-refine``).
+        of :func:`~nnrecover.learners.goel2019.step2.step2_defaults` (the fixed-sample settings of the experiment
+        ``goel2019-refine``; ``max_iter="auto"``, Theorem 5's ``O(n log(gamma / eps))`` iterations per unit
+        from its start, :func:`~nnrecover.learners.goel2019.step2.step2_budget`; an int fixes it).
     baseline : float, optional
         ``c_0``; default the median of the labels of the first chunk (footnote 5).
     min_coefficient_ratio : float, default 0.05

@@ -86,13 +86,14 @@ from ..._validation import (
     check_positive_int,
     check_random_state,
 )
-from ...errors import AssumptionError, InputError
+from ...errors import AssumptionError, AssumptionWarning, InputError
 from ...refine import gather_samples
 from ..registry import register
 
 __all__ = ["SlabSource", "SampleSlabs", "ConditionalSlabSampler", "TanAlphaEstimate", "RefineEstimateResult",
            "estimate_tan_alpha", "refine_estimate", "angle_between", "PAPER_LEVELS", "REFINE_MODES",
-           "refine_units", "step2_defaults", "STEP2_HOLDOUT", "STEP2_GATHER_BYTES", "ES_PROGRESS_RATE"]
+           "refine_units", "step2_defaults", "step2_budget", "STEP2_HOLDOUT", "STEP2_GATHER_BYTES",
+           "ES_PROGRESS_RATE", "STEP2_STEPS_PER_EFOLD", "STEP2_MAX_START_ANGLE", "DUPLICATE_ANGLE"]
 
 #: conditional firing probabilities at ``t_1`` and ``t_2`` (paper Section 2.2, Lemma 6)
 PAPER_LEVELS = (0.4, 0.6)
@@ -120,9 +121,22 @@ STEP2_HOLDOUT = 0.2
 #: best step size and exact selection, the expected distance to the optimum shrinks by this / n per step.
 #: Step 2's search (Algorithm 1) is such a strategy on the angle, with noisy selection, so it does no better.
 ES_PROGRESS_RATE = 0.202
+#: the learner's budget of Step 2 iterations (``max_iter="auto"``, :func:`step2_budget`), per input dimension
+#: and per e-fold of the angle: Theorem 5's ``O(n log(1/eps))`` with the constant ``2 / ES_PROGRESS_RATE``,
+#: half the best rate of a (1+1) evolution strategy (on 10^6 fixed samples at n = 10 the searches fell by
+#: about 0.1 / n of the angle per step while far from their floor, half of ``ES_PROGRESS_RATE / n``: the
+#: selection is noisy). 3 / ES_PROGRESS_RATE did not help where a search ran out: it ended at the minimum
+#: of its rows' estimates, 0.0136 rad, against 0.0117 after 343 iterations (n = 10, 10^6 rows)
+STEP2_STEPS_PER_EFOLD = 2.0 / ES_PROGRESS_RATE
 #: most bytes of inputs Step 2 gathers into memory from data that are not an in-memory array (a stream, a
 #: memory map, a dask array): 2 GiB, 2.7e6 rows at d = 100, 2.7e5 at d = 1000
 STEP2_GATHER_BYTES = 2 << 30
+#: two units Step 2 leaves closer than this (radians) are one unit found twice (see :func:`refine_units`)
+DUPLICATE_ANGLE = 0.1
+#: the largest start angle (radians, the start's held-out estimate) the learner's Step 2 searches from:
+#: Theorem 5 assumes a start within ``1/poly(d)`` of its unit, and from 0.54-0.67 rad (a Step 1 unit biased by
+#: P's products, Lemma 2) a search of Theorem 5's length ended on another unit (test_split_half.py)
+STEP2_MAX_START_ANGLE = 0.25
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -637,7 +651,7 @@ def refine_estimate(z0: Any, source: SlabSource, *, threshold: float, slab_width
                     step_scale: float | None = None, step_dim: int | None = None, acceptance: str | None = None,
                     acceptance_decrease: float | None = None, confidence: float = 2.0,
                     max_rejections: int | None = None, relative_slab_width: float | None = None,
-                    min_slab_width: float = 0.0, levels: Any = PAPER_LEVELS,
+                    min_slab_width: float = 0.0, width_jitter: float = 0.0, levels: Any = PAPER_LEVELS,
                     search_interval: tuple[float, float] | None = None, xtol: float | None = None,
                     rng: Any = None) -> RefineEstimateResult:
     """RefineEstimate (paper Algorithm 1; Lemma 7, Theorem 5): random local search that shrinks the angle
@@ -687,6 +701,12 @@ def refine_estimate(z0: Any, source: SlabSource, *, threshold: float, slab_width
         below the angle while using as many slab points as that allows.
     min_slab_width : float, default 0
         Floor of the adaptive width.
+    width_jitter : float in [0, 1), default 0
+        [IMPL] Each iteration scores the current direction and the proposal at a width of its own,
+        ``max(min_slab_width, w (1 + width_jitter U[-1, 1]))`` with ``w`` the width above. On a fixed sample
+        the current direction otherwise keeps the estimate it was accepted with, the lowest of many noisy
+        comparisons, and the search stalls behind it; at another width its slabs hold other rows, so it is
+        estimated again (two estimates per iteration instead of one during a run of rejections).
     rng : seed
         Proposals and the common random numbers of each iteration.
 
@@ -723,6 +743,9 @@ def refine_estimate(z0: Any, source: SlabSource, *, threshold: float, slab_width
     if relative_slab_width is not None:
         relative_slab_width = _positive(relative_slab_width, "relative_slab_width")
     min_width = _positive(min_slab_width, "min_slab_width", allow_zero=True)
+    jitter = _positive(width_jitter, "width_jitter", allow_zero=True)
+    if not jitter < 1.0:
+        raise InputError(f"width_jitter must be in [0, 1), got {width_jitter}.")
     opts = dict(threshold=threshold, levels=levels, search_interval=search_interval, xtol=xtol)
     if decrease >= step_dim and acceptance == "paper":
         raise InputError("acceptance_decrease / step_dim must be < 1 (a decrease factor).")
@@ -732,6 +755,7 @@ def refine_estimate(z0: Any, source: SlabSource, *, threshold: float, slab_width
     dirs = [z.copy()]
     z_start = z.copy()
     cached, width = None, width0
+    base = width0                   # the width before the jitter
     if relative_slab_width is not None and max_iter > 0:
         # a first estimate at slab_width sets the width of the first comparison
         cached = estimate_tan_alpha(z, source, seed=int(gen.integers(0, 2**63 - 1)), slab_width=width0, **opts)
@@ -740,9 +764,14 @@ def refine_estimate(z0: Any, source: SlabSource, *, threshold: float, slab_width
         seed = int(gen.integers(0, 2**63 - 1))
         previous = width
         if cached is not None and relative_slab_width is not None:
-            width = max(min_width, min(width0, relative_slab_width * max(cached.tan_alpha, 0.0)))
-            if width <= 0.0:
+            base = max(min_width, min(width0, relative_slab_width * max(cached.tan_alpha, 0.0)))
+            if base <= 0.0:
                 raise InputError("the adaptive slab width reached 0; set min_slab_width > 0.")
+        width = base
+        if jitter > 0.0:
+            # both estimates of this iteration at a width of its own: the current direction is estimated again
+            # on other slabs of the same rows, so a low estimate of one slab set does not hold it
+            width = max(min_width, base * (1.0 + jitter * (2.0 * float(gen.random()) - 1.0)))
         reuse = cached is not None and source.deterministic and cached.slab_width == width
         try:
             current = cached if reuse else estimate_tan_alpha(z, source, seed=seed, slab_width=width, **opts)
@@ -816,13 +845,38 @@ def step2_defaults(threshold: float, n_rows: int) -> dict:
     ``max(0.002, 200 / (n_rows phi(t)))``, which holds about 200 of the rows near ``t``; five levels
     0.4-0.8 (the least-squares slope, more slabs of the same rows); the search from ``t - 1`` (Lemma 6:
     ``t_k = (t + sin(alpha) Phi^-1(p_k)) / cos(alpha) >= t - 0.26 tan(alpha)`` for these levels, so no
-    crossing lies below ``t - 1`` while ``alpha < 75`` degrees, and rows below it are never read); 100
-    iterations, or 30 rejections in a row.
+    crossing lies below ``t - 1`` while ``alpha < 75`` degrees, and rows below it are never read).
+
+    The stopping rule is Theorem 5's: ``max_iter="auto"`` is :func:`step2_budget` of each unit's start
+    (``O(n log(gamma / eps))`` iterations), the search stops when its estimate reaches the target
+    ``eps_2 = min_slab_width / 2`` (below it the slab, not the angle, sets the estimate: Lemma 3's
+    additive ``O(eps_1)``). A run of rejections does not stop it: on a fixed sample the current direction
+    keeps the estimate of its own rows, and a search held by a low one for 50-125 iterations went on to
+    shrink its angle 3-4 fold (n = 10, 10^6 rows); the budget bounds what such a wait costs. Each iteration
+    scores both directions at a slab width jittered by +-50 % (``width_jitter``), so that a low estimate of
+    one set of slabs does not hold the current direction.
     """
     phi_t = math.exp(-0.5 * threshold * threshold) / math.sqrt(2.0 * math.pi)
-    return dict(mode="practical", slab_width=0.1, relative_slab_width=0.5,
-                min_slab_width=max(2e-3, 200.0 / (max(n_rows, 1) * phi_t)), levels=(0.4, 0.5, 0.6, 0.7, 0.8),
-                max_iter=100, max_rejections=30, search_interval=(threshold - 1.0, threshold + 3.0))
+    min_width = max(2e-3, 200.0 / (max(n_rows, 1) * phi_t))
+    return dict(mode="practical", slab_width=0.1, relative_slab_width=0.5, min_slab_width=min_width,
+                levels=(0.4, 0.5, 0.6, 0.7, 0.8), max_iter="auto", target_angle=0.5 * min_width,
+                max_rejections=None, width_jitter=0.5,
+                search_interval=(threshold - 1.0, threshold + 3.0))
+
+
+def step2_budget(start_angle: float, n_inputs: int, target_angle: float) -> int:
+    """Iterations for Step 2's search from ``start_angle`` down to ``target_angle`` in ``n_inputs``
+    dimensions (the learner's ``max_iter="auto"``): Theorem 5's ``O(n log(gamma / eps))``,
+    ``ceil(STEP2_STEPS_PER_EFOLD * n * ln(gamma / eps))`` with at least one e-fold.
+
+    Each step gains at most ``ES_PROGRESS_RATE / n`` of the angle in expectation (a (1+1) evolution
+    strategy); on a fixed sample the search gains about half that far from its floor, so the budget is twice
+    the e-folds of the best rate. It was 100 iterations whatever ``n`` and the start: at n = 10, t = 2, 10^6 rows 8 of 10 searches
+    were still descending when it ran out (the largest angle 0.032 rad; 0.008 with 300 iterations).
+    """
+    target = max(float(target_angle), 1e-12)
+    efolds = max(1.0, math.log(max(float(start_angle), target) / target))
+    return int(math.ceil(STEP2_STEPS_PER_EFOLD * int(n_inputs) * efolds))
 
 
 def refine_units(W: np.ndarray, source, rng: np.random.Generator, *, threshold: float, activation: str,
@@ -889,11 +943,20 @@ def refine_units(W: np.ndarray, source, rng: np.random.Generator, *, threshold: 
         X, Y, _ = gather_samples(source, n_gather, rng=keys_rng)
         y = Y[:, 0]
     search, check = SampleSlabs.from_labels(X, y, baseline=baseline).split(STEP2_HOLDOUT, split_rng)
+    n = W.shape[1]
     opts = step2_defaults(t, search.n_rows)
     opts.update(options)
     confidence = float(opts.get("confidence", 2.0))
     est_opts = {key: opts[key] for key in ("levels", "search_interval", "xtol") if key in opts}
-    max_iter = int(opts["max_iter"])
+    auto_budget = isinstance(opts["max_iter"], str)
+    if auto_budget:
+        if opts["max_iter"] != "auto":
+            raise InputError(f"max_iter must be a positive int or 'auto', got {opts['max_iter']!r}.")
+        # the search's end point for the budget: its target, else the estimate's floor at the thinnest slab
+        floor = float(opts.get("target_angle") or 0.5 * float(opts.get("min_slab_width") or 0.0))
+        if not floor > 0.0:
+            raise InputError("max_iter='auto' needs target_angle > 0 or min_slab_width > 0 (the angle its "
+                             "budget of iterations aims at); pass max_iter as a number.")
 
     def angle_error(e):
         return e.std_error / (1.0 + e.tan_alpha ** 2)
@@ -912,26 +975,55 @@ def refine_units(W: np.ndarray, source, rng: np.random.Generator, *, threshold: 
         margin = confidence * math.sqrt(2.0) * angle_error(before)
         skipped = {"unit": i, "kept": "step1", "iterations": 0, "angle_estimate_start": before.angle,
                    "held_out_std_error": angle_error(before)}
+        if before.angle > STEP2_MAX_START_ANGLE:
+            return None, dict(skipped, far=True, reason=(
+                f"the start's estimated angle on the held-out rows is {before.angle:.3g} rad, above "
+                f"STEP2_MAX_START_ANGLE = {STEP2_MAX_START_ANGLE:g}: Theorem 5 assumes a start within a small "
+                "angle of its unit, and from further a search can end on another unit"))
         if before.angle <= margin:
             return None, dict(skipped, reason=f"the held-out rows cannot confirm a gain: on them the start's "
                               f"estimated angle is below the margin a gain must clear ({confidence:g} standard "
                               "errors of a difference), so not even angle 0 could be confirmed (more samples, "
                               "or a wider slab_width)")
+        # Theorem 5's budget, O(n log(gamma / eps)) iterations, from the start's upper end on the held-out rows
+        upper = before.angle + confidence * angle_error(before)
+        max_iter = step2_budget(upper, n, floor) if auto_budget else int(opts["max_iter"])
+        skipped["max_iter"] = max_iter
         # the most a random search of max_iter steps can gain in n dimensions, from a start at the upper
         # end of its estimate: the search is a (1+1) evolution strategy on a sphere model, whose expected
         # progress is at most ES_PROGRESS_RATE / n of the angle per step; twice that covers one run's luck
-        reach = 1.0 - math.exp(-2.0 * ES_PROGRESS_RATE * max_iter / W.shape[1])
-        if (before.angle + confidence * angle_error(before)) * reach <= margin:
-            return None, dict(skipped, reason=f"{max_iter} steps of a random search in {W.shape[1]} dimensions "
+        reach = 1.0 - math.exp(-2.0 * ES_PROGRESS_RATE * max_iter / n)
+        if upper * reach <= margin:
+            return None, dict(skipped, reason=f"{max_iter} steps of a random search in {n} dimensions "
                               f"gain at most {100 * reach:.0f} % of the angle (twice the best expected "
                               "progress of a (1+1) evolution strategy), less than the held-out rows could "
                               "confirm; Theorem 5 asks for O(n log(1/eps)) steps (raise max_iter in "
                               "refine_options, or pass more samples)")
+        second_rng = unit_rng.spawn(1)[0]           # the second search's draws (spawned: the same either way)
         try:
-            res = refine_estimate(W[i], search_i, threshold=t, rng=unit_rng, **opts)
+            res = refine_estimate(W[i], search_i, threshold=t, rng=unit_rng, **dict(opts, max_iter=max_iter))
         except AssumptionError as exc:
-            return None, {"unit": i, "kept": "step1", "iterations": 0, "reason": str(exc)}
-        entry = {"unit": i, "iterations": res.n_iter, "accepted": int(res.accepted.sum()),
+            return None, {"unit": i, "kept": "step1", "iterations": 0, "max_iter": max_iter, "reason": str(exc)}
+        n_iter, second = res.n_iter, None
+        if auto_budget and res.stop_reason == "max_iter":
+            # the budget ran out above the target: the search can end in a minimum of its rows' estimates
+            # (a trap of the fixed sample). A second search from the start, with draws of its own, and the
+            # held-out rows choose between the two ends (at the wider of their final widths)
+            try:
+                res2 = refine_estimate(W[i], search_i, threshold=t, rng=second_rng, **dict(opts, max_iter=max_iter))
+                w2 = max(float(res.estimate.slab_width), float(res2.estimate.slab_width))
+                ends = [estimate_tan_alpha(r.direction, check_i, threshold=t, slab_width=w2, **est_opts).angle
+                        for r in (res, res2)]
+            except AssumptionError:
+                pass
+            else:
+                n_iter += res2.n_iter
+                second = {"held_out_angle_estimates": ends, "stop_reason": res2.stop_reason,
+                          "chosen": "second" if ends[1] < ends[0] else "first"}
+                if ends[1] < ends[0]:
+                    res = res2
+        entry = {"unit": i, "iterations": n_iter, "max_iter": max_iter, "stop_reason": res.stop_reason,
+                 "accepted": int(res.accepted.sum()), "second_search": second,
                  "angle_estimate_start": before.angle, "held_out_std_error": angle_error(before),
                  "search_angle_estimate_start": float(res.start_estimate.angle),
                  "search_angle_estimate_end": float(res.estimate.angle)}
@@ -966,6 +1058,40 @@ def refine_units(W: np.ndarray, source, rng: np.random.Generator, *, threshold: 
         if direction is not None:
             W_new[i] = direction
         report.append(entry)
+    far = [entry["unit"] for entry in report if entry.pop("far", False)]
+    if far:
+        warnings.warn(f"HighThresholdLearner: Step 2 did not search from unit(s) {far}: their estimated angles on "
+                      f"the held-out rows exceed {STEP2_MAX_START_ANGLE:g} rad, and Theorem 5 assumes a start within "
+                      "a small angle of its unit (Step 1 is far off: too few samples, or the bias of P's products, "
+                      "Lemma 2). They keep their Step 1 directions.", AssumptionWarning, stacklevel=4)
+    # Theorem 5 needs each start within a small angle of its own unit: from a start far off (a biased Step 1
+    # unit, Lemma 2) a search of Theorem 5's length can end on another unit, which the held-out rows then
+    # confirm (its estimated angle is small). Two units that end closer than half their starts' angle and
+    # than DUPLICATE_ANGLE are one unit twice: the one that moved further goes back to its Step 1 direction
+    while True:
+        pairs = []
+        for a in units:
+            for b in units[a + 1:]:
+                if report[a]["kept"] != "step2" and report[b]["kept"] != "step2":
+                    continue
+                gap = angle_between(W_new[a], W_new[b])
+                if gap < min(DUPLICATE_ANGLE, 0.5 * angle_between(W[a], W[b])):
+                    pairs.append((gap, a, b))
+        if not pairs:
+            break
+        gap, a, b = min(pairs)
+        moved = {k: angle_between(W[k], W_new[k]) for k in (a, b) if report[k]["kept"] == "step2"}
+        back = max(moved, key=moved.get)
+        other = b if back == a else a
+        W_new[back] = W[back]
+        report[back] = dict(report[back], kept="step1", reason=(
+            f"the search moved {moved[back]:.3g} rad and ended {gap:.3g} rad from unit {other}: one unit found "
+            "twice, so this start was not near a unit of its own (Theorem 5 assumes a small start angle)"))
+        warnings.warn(f"HighThresholdLearner: Step 2 took units {min(a, b)} and {max(a, b)} to the same direction "
+                      f"({gap:.3g} rad apart); unit {back}, which moved {moved[back]:.3g} rad, keeps its Step 1 "
+                      "direction. Theorem 5 assumes each start within a small angle of its unit: Step 1's units "
+                      "are far from the truth here (too few samples, or the bias of P's products, Lemma 2).",
+                      AssumptionWarning, stacklevel=4)
     improved = sum(unit["kept"] == "step2" for unit in report)
     return W_new, {"ran": True, "method": "Goel-Panigrahy Step 2 (Algorithm 1)", "options": opts,
                    "search_rows": search.n_rows, "held_out_rows": check.n_rows, "improved_units": improved,
