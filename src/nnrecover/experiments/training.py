@@ -480,7 +480,8 @@ def expand_and_cluster(X: np.ndarray, Y: np.ndarray, *, student_width: int, rand
     except ImportError as exc:  # pragma: no cover - the test extra installs torch
         raise ImportError("expand_and_cluster needs PyTorch: pip install 'nnrecover[torch]'") from exc
 
-    X, Y2, m = _check_data(X, Y, student_width)
+    X, Y2 = check_xy(X, Y)
+    m = check_positive_int(student_width, "student_width")
     N = check_positive_int(n_students, "n_students", minimum=2)
     gamma = check_real(min_fraction, "min_fraction", minimum=0.0, meaning="the fraction of students a kept cluster "
                                                                         "spans (gamma)")
