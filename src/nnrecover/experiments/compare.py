@@ -49,12 +49,17 @@ is drawn and every method is fitted on the **same** samples:
   same second-order least-squares optimiser that refines the provable estimates), scikit-learn's
   ``MLPRegressor`` with L-BFGS (best training loss of ``restarts`` random starts) and with Adam, and
   PyTorch's L-BFGS and Adam (optional ``torch`` extra). How each is configured, and why, is in
-  :mod:`nnrecover.experiments.training`.
+  :mod:`nnrecover.experiments.training`;
+* on request (``baselines=("expand-and-cluster", ...)``), Expand-and-Cluster, which is not told the
+  teacher's width (:func:`~nnrecover.experiments.training.expand_and_cluster`, students of
+  ``eac_expansion * k`` units); ``learner_width="auto"`` then asks the nnrecover learners for
+  ``n_hidden="auto"`` too, so that both find the width.
 
 :func:`compare_budget_experiment` (experiment ``compare-budget``) asks the other question: given the wall
 time the provable learner took, how often does training from random starts recover the teacher?
 
-Per method and cell: success rate (max unit error < ``success_tol`` = 1e-6 after matching units),
+Per method and cell: success rate (the teacher's width and max unit error < ``success_tol`` = 1e-6
+after matching units; the ``width`` column is the width of the returned network),
 median max unit error, median relative L2 function error, median wall time, samples used. The
 figure shows success against ``k``, function error and time against ``d``, and (when several sample
 sizes are given) function error against ``N``. A fit that returned a network is counted in every

@@ -3,7 +3,8 @@
 Each baseline fits a one-hidden-layer ReLU network of ``k`` units to ``(X, Y)`` from random starts and
 returns it as a :class:`~nnrecover.network.TwoLayerNetwork`, so that it is scored exactly like the
 nnrecover learners. All run in float64 with no weight penalty (the teacher is exactly representable).
-Each takes a ``deadline`` (a ``time.perf_counter()`` value): it starts new random starts, and runs the
+:func:`expand_and_cluster` is the exception: it is not given ``k`` but finds a width (below). The
+others take a ``deadline`` (a ``time.perf_counter()`` value): it starts new random starts, and runs the
 current one, only until then, and keeps the start with the smallest training loss. That is what an
 equal wall-time comparison needs: a random-start method may use the time a provable learner took for as
 many starts as fit into it.
@@ -48,8 +49,8 @@ How each is configured, and why:
     2. *Cluster.* ReLU's symmetry is positive scaling, so each unit is represented by its unit-norm
        incoming vector ``[w, b] / ||[w, b]||`` (bias included) and the norm moved into its outgoing
        weights, as the repository does for ReLU. Units that do nothing on the training rows (active on
-       none, or outgoing weights below 1e-8 of the largest) are left out: their directions are
-       arbitrary. The pooled vectors of all students are clustered by average-linkage hierarchical
+       none of them, or outgoing weights of norm below 1e-8 times the largest outgoing weight, or 1e-8
+       when that is below 1) are left out: their directions are arbitrary. The pooled vectors of all students are clustered by average-linkage hierarchical
        clustering on L2 distances (the repository's choice). A cluster is *big* when it holds units of
        at least ``max(2, ceil(gamma N))`` different students (``gamma = min_fraction``, default 0.5, the
        repository's; the repository counts units, not students: a student that splits a teacher unit in
