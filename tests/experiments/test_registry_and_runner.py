@@ -195,8 +195,9 @@ def test_compare_learners_reports_exact_errors(oracles):
                           learner_options={"test-oracle": {"eps": eps}}, chunk_size=999, eval_samples=2000)
     assert list(df.columns) == ["learner", "paper", "algorithm", "refine", "status", "max_unit_error",
                                 "max_angle", "function_error", "fit_time_s", "n_samples", "outputs",
-                                "certificates"]
+                                "certificates", "width"]
     assert list(df["certificates"]) == ["-", "-"]  # the oracle checks nothing; the other did not run
+    assert df["width"].iloc[0] == 3 and np.isnan(df["width"].iloc[1])  # the units returned; none when not run
     ok = df.iloc[0]
     assert ok["status"] == "ok" and ok["n_samples"] == 5000 and _Oracle.seen[0][1] == 5000
     a_norm = np.linalg.norm(teacher.output_weights, axis=0).max()

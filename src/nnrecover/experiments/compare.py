@@ -49,12 +49,17 @@ is drawn and every method is fitted on the **same** samples:
   same second-order least-squares optimiser that refines the provable estimates), scikit-learn's
   ``MLPRegressor`` with L-BFGS (best training loss of ``restarts`` random starts) and with Adam, and
   PyTorch's L-BFGS and Adam (optional ``torch`` extra). How each is configured, and why, is in
-  :mod:`nnrecover.experiments.training`.
+  :mod:`nnrecover.experiments.training`;
+* on request (``baselines=("expand-and-cluster", ...)``), Expand-and-Cluster, which is not told the
+  teacher's width (:func:`~nnrecover.experiments.training.expand_and_cluster`, students of
+  ``eac_expansion * k`` units); ``learner_width="auto"`` then asks the nnrecover learners for
+  ``n_hidden="auto"`` too, so that both find the width.
 
 :func:`compare_budget_experiment` (experiment ``compare-budget``) asks the other question: given the wall
 time the provable learner took, how often does training from random starts recover the teacher?
 
-Per method and cell: success rate (max unit error < ``success_tol`` = 1e-6 after matching units),
+Per method and cell: success rate (the teacher's width and max unit error < ``success_tol`` = 1e-6
+after matching units; the ``width`` column is the width of the returned network),
 median max unit error, median relative L2 function error, median wall time, samples used. The
 figure shows success against ``k``, function error and time against ``d``, and (when several sample
 sizes are given) function error against ``N``. A fit that returned a network is counted in every
@@ -80,6 +85,7 @@ from ..data.views import FirstOutputs
 from ..distributions import StandardGaussian, SymmetricMixture
 from ..errors import (
     AssumptionError,
+    AssumptionWarning,
     CertificateWarning,
     InputError,
     NNRecoverError,
@@ -97,9 +103,11 @@ from ..network import TwoLayerNetwork, random_network
 from ..sampling import sample, sample_stream
 from .registry import experiment
 from .training import (
+    EAC_BASELINE,
     SKLEARN_BASELINES,
     TORCH_BASELINES,
     TRAINING_BASELINES,
+    expand_and_cluster,
     torch_baseline,
     train_baseline,
 )
@@ -201,7 +209,7 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
                      noise: float = 0.0, chunk_size: int = 1 << 15, eval_samples: int = 50_000,
                      time_budget: float | None = None, with_unrefined: bool = False,
                      log: Callable[[str], None] | None = None,
-                     networks: dict | None = None) -> pandas.DataFrame:
+                     networks: dict | None = None, n_hidden: int | str | None = None) -> pandas.DataFrame:
     """Fit every applicable registered learner on one stream of samples from ``teacher``.
 
     Parameters
@@ -245,6 +253,9 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
         If given, filled with ``label -> (fitted network, teacher restricted to the outputs it learned)``
         for every fit that returned a network, failed ones included (``label``: the learner's name, with
         ``(no refine)`` for ``refine=False``); :func:`recovery_figure` draws them.
+    n_hidden : int or "auto", optional
+        The width every learner is asked for: default the teacher's; ``"auto"`` lets each learner read
+        it from the data (:mod:`nnrecover.learners.width`). The ``width`` column holds what it returned.
 
     Returns
     -------
@@ -255,12 +266,20 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
         "yes"/"no" for learners with a ``refine`` option, else "-". Errors are NaN when the learner
         was not run; ``n_samples`` is what the fit reports it used (``diagnostics_["n_samples_used"]``)
         or else the number drawn; ``outputs`` is the number of teacher outputs the learner was given
-        (see ``max_outputs``).
+        (see ``max_outputs``); ``width`` is the number of hidden units of the returned network.
     """
     import pandas as pd  # deferred: pandas is slow to import
 
 
     n_samples = check_positive_int(n_samples, "n_samples")
+    if n_hidden is None:
+        width = teacher.n_hidden
+    elif isinstance(n_hidden, str):
+        if n_hidden != "auto":
+            raise InputError(f"n_hidden must be an int, 'auto' or None (the teacher's width), got {n_hidden!r}.")
+        width = n_hidden
+    else:
+        width = check_positive_int(n_hidden, "n_hidden")
     gen = check_random_state(rng)
     base = int(gen.integers(0, 2**63 - 1))
     stream = sample_stream(teacher, distribution, n_samples, chunk_size=chunk_size, noise=noise, rng=gen)
@@ -283,7 +302,7 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
         data = stream if m == teacher.n_outputs else FirstOutputs(stream, m)
         base_row = {"learner": rec.name, "paper": rec.paper, "algorithm": rec.algorithm, "refine": "-",
                     "status": "ok", "max_unit_error": np.nan, "max_angle": np.nan, "function_error": np.nan,
-                    "fit_time_s": np.nan, "n_samples": n_samples, "outputs": m, "certificates": "-"}
+                    "fit_time_s": np.nan, "n_samples": n_samples, "outputs": m, "certificates": "-", "width": np.nan}
         tag = f"[{i}/{len(records)}] {rec.name}"
         ok, reason = _applies(rec, teacher, distribution)
         if not ok:
@@ -297,7 +316,7 @@ def compare_learners(teacher, distribution, n_samples: int, *, rng: Any = None,
             variants = [False, True] if with_unrefined else [True]
         for refine in variants:
             kw = opts if refine is None else {**opts, "refine": refine}
-            est = make_learner(rec.target, teacher.n_hidden, kw,
+            est = make_learner(rec.target, width, kw,
                                defaults={**defaults, **dict((learner_defaults or {}).get(rec.name, {}))},
                                random_state=_learner_seed(base, rec.name))
             row = dict(base_row)
@@ -369,6 +388,7 @@ def _fit_and_score(est, data, truth, distribution, row: dict, eval_samples: int,
         row["max_angle"] = float(metrics.weight_error(W, truth.hidden_weights)["max_angle"])
     net = getattr(est, "network_", None)
     if net is not None:
+        row["width"] = int(net.n_hidden)
         row["max_unit_error"] = float(metrics.parameter_error(net, truth)["max_unit_error"])
         row["function_error"] = float(metrics.function_error(net, truth, distribution, n=eval_samples,
                                                              rng=eval_seed))
@@ -556,6 +576,9 @@ def compare_experiment(*, rng: Any = None, quick: bool = False, dims: Sequence[i
                        baselines: Sequence[str] | None = None,
                        restarts: int = 3, adam_epochs: int = 200, success_tol: float = 1e-6,
                        eval_samples: int = 50_000, torch_threads: int | None = 1,
+                       learner_width: int | str | None = None, with_unrefined: bool = True,
+                       wide_cells: bool = False, eac_expansion: int = 4,
+                       eac_options: Mapping[str, Any] | None = None, csv_path: str | None = None,
                        log: Callable[[str], None] | None = None):
     """Provable learners against random-start training over a grid of teachers (see the module docstring).
 
@@ -566,7 +589,7 @@ def compare_experiment(*, rng: Any = None, quick: bool = False, dims: Sequence[i
         One small cell (d = 10, k = 3, biases, vector output, Gaussian, noiseless, N = 20000), one
         seed, one L-BFGS start and 30 Adam epochs: a smoke test of seconds.
     dims, widths : sequences of int
-        Default ``(10, 50, 100)`` and ``(5, 10, 20)``; cells with ``k > d`` are skipped.
+        Default ``(10, 50, 100)`` and ``(5, 10, 20)``; cells with ``k > d`` are skipped unless ``wide_cells``.
     biases, outputs, inputs, noises : sequences
         Hidden biases (uniform in [-1, 1]) or none; ``"scalar"`` or ``"vector"`` (``p = k``) outputs;
         ``"gaussian"`` (N(0, I)) or ``"mixture"`` (symmetric Gaussian mixture) inputs; label-noise stds.
@@ -578,8 +601,8 @@ def compare_experiment(*, rng: Any = None, quick: bool = False, dims: Sequence[i
         nnrecover learners to run (default: every registered learner except the baseline).
     baselines : sequence of str
         Among ``"gradient-descent"``, ``"sklearn-lbfgs"``, ``"sklearn-adam"``, ``"torch-lbfgs"``,
-        ``"torch-adam"`` (:mod:`nnrecover.experiments.training`). Default: all of them, the PyTorch ones
-        only when PyTorch is installed.
+        ``"torch-adam"`` and ``"expand-and-cluster"`` (:mod:`nnrecover.experiments.training`). Default: all
+        of them but Expand-and-Cluster, the PyTorch ones only when PyTorch is installed.
     restarts, adam_epochs : int
         Starts of scikit-learn's L-BFGS and epochs of both Adam baselines.
     success_tol : float
@@ -588,13 +611,29 @@ def compare_experiment(*, rng: Any = None, quick: bool = False, dims: Sequence[i
         Monte-Carlo samples of the function error.
     torch_threads : int or None, default 1
         PyTorch threads (see :func:`compare_budget_experiment`).
+    learner_width : int, "auto" or None
+        The width the nnrecover learners are asked for (``n_hidden``): default the teacher's; ``"auto"``:
+        read from the data by each learner. The training baselines are always given the teacher's width,
+        Expand-and-Cluster only its students' width.
+    with_unrefined : bool, default True
+        Also run every provable learner with ``refine=False``.
+    wide_cells : bool, default False
+        Keep the cells with ``k > d`` (which the provable learners do not cover: they say so, or, with
+        ``learner_width="auto"``, return the width they read).
+    eac_expansion : int, default 4
+        Expand-and-Cluster's students have ``eac_expansion * k`` units (the paper's factor).
+    eac_options : mapping, optional
+        Further keyword arguments of :func:`~nnrecover.experiments.training.expand_and_cluster`.
+    csv_path : str, optional
+        Rows are written to this CSV after every teacher (a partial run leaves its finished teachers).
     log : callable, optional
         Receives progress lines.
 
     Returns
     -------
     (pandas.DataFrame, matplotlib.figure.Figure)
-        One row per (cell, seed, method) and the figure.
+        One row per (cell, seed, method) and the figure. ``width`` is the width of the returned network
+        (NaN when none); ``success`` needs ``width == k`` and a max unit error below ``success_tol``.
     """
     import pandas as pd  # deferred: pandas is slow to import
 
@@ -613,15 +652,22 @@ def compare_experiment(*, rng: Any = None, quick: bool = False, dims: Sequence[i
             raise InputError(f"{name} must be among {allowed}, got {bad}.")
     if baselines is None:
         baselines = ("gradient-descent", *SKLEARN_BASELINES, *(TORCH_BASELINES if _have_torch(log) else ()))
-    unknown = [b for b in baselines if b not in ("gradient-descent", *TRAINING_BASELINES)]
+    unknown = [b for b in baselines if b not in ("gradient-descent", *TRAINING_BASELINES, EAC_BASELINE)]
     if unknown:
-        raise InputError(f"unknown baseline(s) {unknown}; use gradient-descent or one of {TRAINING_BASELINES}.")
+        raise InputError(f"unknown baseline(s) {unknown}; use gradient-descent, {EAC_BASELINE} or one of "
+                         f"{TRAINING_BASELINES}.")
+    eac_expansion = check_positive_int(eac_expansion, "eac_expansion")
+    eac_options = dict(eac_options or {})
+    bad = sorted(set(eac_options) & {"student_width", "random_state", "threads"})
+    if bad:
+        raise InputError(f"eac_options must not set {bad}: the study sets them.")
     if learners is None:
         # Goel-Panigrahy's learner recovers threshold units under an unknown upper network: another model
         learners = [r.name for r in available(learners_only=True) if r.paper not in ("baseline", "goel2019")]
     nn_methods = list(learners) + (["gradient-descent"] if "gradient-descent" in baselines else [])
     rows = []
-    cells = [c for c in itertools.product(dims, widths, biases, outputs, inputs, noises, n_samples) if c[1] <= c[0]]
+    cells = [c for c in itertools.product(dims, widths, biases, outputs, inputs, noises, n_samples)
+             if c[1] <= c[0] or wide_cells]
     for ci, (d, k, bias, output, inp, noise, N) in enumerate(cells, 1):
         for s in range(seeds):
             teacher, dist = _teacher(d, k, bias, output, inp, gen)
@@ -631,20 +677,32 @@ def compare_experiment(*, rng: Any = None, quick: bool = False, dims: Sequence[i
             eval_seed = int(gen.integers(0, 2**63 - 1))
             if log:
                 log(f"[cell {ci}/{len(cells)}, seed {s}] d={d} k={k} bias={bias} {output} {inp} noise={noise} N={N}")
-            df = compare_learners(teacher, dist, N, rng=data_seed, learners=nn_methods, noise=noise,
-                                  eval_samples=eval_samples, with_unrefined=True,
-                                  max_outputs=DEMO_MAX_OUTPUTS) if nn_methods else None
+            first_row = len(rows)
+            with warnings.catch_warnings():
+                if learner_width is not None:
+                    # an unsure width is a result of the study (the width column), not a message per fit
+                    warnings.simplefilter("ignore", AssumptionWarning)
+                df = compare_learners(teacher, dist, N, rng=data_seed, learners=nn_methods, noise=noise,
+                                      eval_samples=eval_samples, with_unrefined=with_unrefined,
+                                      max_outputs=DEMO_MAX_OUTPUTS, n_hidden=learner_width) if nn_methods else None
             for r in ([] if df is None else df.to_dict("records")):
                 rows.append({**cell, "method": r["learner"], "refine": r["refine"], "status": r["status"],
                              "max_unit_error": r["max_unit_error"], "function_error": r["function_error"],
-                             "time_s": r["fit_time_s"], "samples_used": r["n_samples"]})
-            sk = [b for b in baselines if b in TRAINING_BASELINES]
+                             "time_s": r["fit_time_s"], "samples_used": r["n_samples"], "width": r["width"]})
+            sk = [b for b in baselines if b in TRAINING_BASELINES or b == EAC_BASELINE]
             if sk:
                 # the same rows compare_learners streamed: its generator draws one seed, then the samples
                 g = np.random.default_rng(data_seed)
                 g.integers(0, 2**63 - 1)
                 X, Y = sample(teacher, dist, N, noise=noise, rng=g)
             for method in sk:
+                if method == EAC_BASELINE:
+                    rows.append({**cell, **_eac_row(X, Y, teacher, dist, k, s, eac_expansion, eac_options,
+                                                    torch_threads, eval_seed, eval_samples, N)})
+                    if log:
+                        log(f"  {method}: {rows[-1]['status']}, width {rows[-1]['width']}, "
+                            f"max unit error {rows[-1]['max_unit_error']:.2g}, {rows[-1]['time_s']:.1f} s")
+                    continue
                 t0 = time.perf_counter()
                 net, info = train_baseline(method, X, Y, k, random_state=s,
                                            restarts=restarts if method == "sklearn-lbfgs" else 1,
@@ -654,10 +712,49 @@ def compare_experiment(*, rng: Any = None, quick: bool = False, dims: Sequence[i
                 max_err, fe = _score(net, teacher, dist, eval_seed, eval_samples)
                 status = ("failed" if not (fe <= FAILED_FUNCTION_ERROR and max_err <= FAILED_UNIT_ERROR) else "ok")
                 rows.append({**cell, "method": method, "refine": "-", "status": f"{status} ({info['n_iter']} iterations)",
-                             "max_unit_error": max_err, "function_error": fe, "time_s": elapsed, "samples_used": N})
-    df = pd.DataFrame(rows)
-    df["success"] = df["max_unit_error"] < float(success_tol)
+                             "max_unit_error": max_err, "function_error": fe, "time_s": elapsed, "samples_used": N,
+                             "width": int(net.n_hidden)})
+            if log and learner_width is not None:
+                for r in rows[first_row:]:
+                    if r["method"] != EAC_BASELINE:
+                        log(f"  {_label(r)}: width {r['width']}, max unit error {r['max_unit_error']:.2g}, "
+                            f"{r['time_s']:.1f} s")
+            if csv_path is not None:
+                _success_column(pd.DataFrame(rows), success_tol).to_csv(csv_path, index=False)
+    df = _success_column(pd.DataFrame(rows), success_tol)
     return df, _figure(df, success_tol)
+
+
+def _success_column(df, success_tol: float):
+    """``success``: the teacher's width and every unit within ``success_tol`` (a network of another width
+    has unmatched units, whatever the error of the matched ones)."""
+    right_width = df["width"].astype(float) == df["k"].astype(float)
+    df["success"] = right_width & (df["max_unit_error"].astype(float) < float(success_tol))
+    return df
+
+
+def _eac_row(X, Y, teacher, dist, k: int, seed: int, expansion: int, options: Mapping[str, Any],
+             torch_threads, eval_seed: int, eval_samples: int, n_rows: int) -> dict:
+    """One Expand-and-Cluster fit of the compare study, scored like the provable learners: the max unit
+    error counts a missing unit against the zero unit and leaves extra units out (the width says so)."""
+    t0 = time.perf_counter()
+    try:
+        net, info = expand_and_cluster(X, Y, student_width=expansion * k, random_state=seed, threads=torch_threads,
+                                       **options)
+    except NNRecoverError as exc:  # no shared cluster: a result of the study
+        return {"method": EAC_BASELINE, "refine": "-", "status": f"failed ({type(exc).__name__}): {_one_line(exc)}",
+                "max_unit_error": np.inf, "function_error": np.nan, "time_s": time.perf_counter() - t0,
+                "samples_used": n_rows, "width": 0}
+    elapsed = time.perf_counter() - t0
+    max_err = float(metrics.parameter_error(net, teacher)["max_unit_error"])
+    fe = float(metrics.function_error(net, teacher, dist, n=eval_samples, rng=eval_seed))
+    status = "ok" if (fe <= FAILED_FUNCTION_ERROR and max_err <= FAILED_UNIT_ERROR) else "failed"
+    losses = np.round(info["student_losses"], 10).tolist()
+    return {"method": EAC_BASELINE, "refine": "-",
+            "status": f"{status} (students {expansion * k} units, losses {losses}; {info['big_clusters']} shared "
+                      f"clusters, {info['unaligned_removed']} unaligned; {info['n_iter']} fine-tune iterations)",
+            "max_unit_error": max_err, "function_error": fe, "time_s": elapsed, "samples_used": n_rows,
+            "width": int(info["width"])}
 
 
 def _label(row) -> str:
