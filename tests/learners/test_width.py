@@ -41,6 +41,20 @@ def test_vector_output_width_from_the_output_covariance_and_same_bits_as_explici
         assert np.array_equal(getattr(auto.network_, name), getattr(explicit.network_, name))
 
 
+def test_held_out_rows_raise_a_width_one_short_when_the_outputs_are_as_many_as_the_units():
+    # p = k = 5: the smallest eigenvalue of Cov(y) (0.034 here) is signal, so the spectrum says "at least
+    # 4"; 5 units fit the held-out rows to round-off (MSE 1e-30 against 0.27 for 4), and are chosen
+    t = nr.random_network(10, 5, n_outputs=5, rng=0, bias_range=(-1, 1))
+    X, Y = nr.sample(t, nr.distributions.StandardGaussian(10), 20_000, rng=100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AssumptionWarning)
+        est = nr.learners.ExactReLULearner("auto", random_state=0).fit(X, Y)
+    w = est.diagnostics_["width"]
+    assert w["range"] == (4, None) and w["raised_by_holdout"] == {"from": 4, "to": 5} and w["sure"]
+    assert est.n_hidden_ == 5
+    assert nr.metrics.parameter_error(t, est.network_)["max_unit_error"] < 1e-8
+
+
 def test_label_noise_right_or_unsure():
     # noise 0.1 on a scalar output: the spectrum's noise level grows; the rule either finds k or warns
     t, X, y = _data(20, 4, 1, 100_000, bias=1.0, noise=0.1, seed=4)
