@@ -340,6 +340,17 @@ def test_goel2019_refine_experiment_quick(tmp_path):
     assert oracle["true_angle"].iloc[-1] < oracle["true_angle"].iloc[0]
 
 
+def _three_step_units(n, tilts):
+    """Three orthonormal step units at threshold 2 in 3 dimensions, ``n`` Gaussian rows, and starts tilted
+    from the units named in ``tilts`` (pairs of unit index and angle)."""
+    W = _orthonormal(3, 7)
+    gen = np.random.default_rng(8)
+    X = gen.standard_normal((n, 3))
+    y = np.any(X @ W.T >= 2.0, axis=1).astype(float)
+    starts = np.stack([_tilted(W[i], angle, gen) for i, angle in tilts])
+    return W, X, y, starts
+
+
 def test_refine_units_does_not_return_one_unit_twice():
     # Theorem 5 assumes each start within a small angle of its own unit. Unit 1's start lies 0.2 rad from
     # unit 0 (below STEP2_MAX_START_ANGLE, so it is searched) and far from every other unit (there is no unit of
@@ -348,11 +359,7 @@ def test_refine_units_does_not_return_one_unit_twice():
     from nnrecover.data.sources import ArraySource
     from nnrecover.learners.goel2019.step2 import refine_units
 
-    W = _orthonormal(3, 7)
-    gen = np.random.default_rng(8)
-    X = gen.standard_normal((300_000, 3))
-    y = np.any(X @ W.T >= 2.0, axis=1).astype(float)
-    starts = np.stack([_tilted(W[0], 0.03, gen), _tilted(W[0], 0.2, gen), _tilted(W[2], 0.03, gen)])
+    W, X, y, starts = _three_step_units(300_000, [(0, 0.03), (0, 0.2), (2, 0.03)])
     with pytest.warns(AssumptionWarning, match="units 0 and 1 to the same direction"):
         W_new, report = refine_units(starts, ArraySource(X, y), np.random.default_rng(0), threshold=2.0,
                                      activation="step", baseline=0.0, max_rows=10**7, options={})
@@ -368,11 +375,7 @@ def test_refine_units_does_not_search_from_far_starts():
     from nnrecover.data.sources import ArraySource
     from nnrecover.learners.goel2019.step2 import STEP2_MAX_START_ANGLE, refine_units
 
-    W = _orthonormal(3, 7)
-    gen = np.random.default_rng(8)
-    X = gen.standard_normal((200_000, 3))
-    y = np.any(X @ W.T >= 2.0, axis=1).astype(float)
-    starts = np.stack([_tilted(W[0], 0.03, gen), _tilted(W[1], 0.5, gen), _tilted(W[2], 0.03, gen)])
+    W, X, y, starts = _three_step_units(200_000, [(0, 0.03), (1, 0.5), (2, 0.03)])
     with pytest.warns(AssumptionWarning, match=r"did not search from unit\(s\) \[1\]"):
         W_new, report = refine_units(starts, ArraySource(X, y), np.random.default_rng(0), threshold=2.0,
                                      activation="step", baseline=0.0, max_rows=10**7,
