@@ -918,7 +918,8 @@ def refine_units(W: np.ndarray, source, rng: np.random.Generator, *, threshold: 
         ``W`` with every unit the held-out rows confirmed replaced by its refined direction.
     report : dict
         ``ran``; when Step 2 ran, its options, row counts, ``improved_units`` and the per-unit ``units``
-        records (``kept`` is ``"step1"`` or ``"step2"``), else the ``reason`` it did not.
+        records (``kept`` is ``"step1"`` or ``"step2"``; ``second_search`` is None, the two ends' held-out
+        estimates and which was chosen, or ``{"failed": reason}``), else the ``reason`` it did not.
     """
     if activation == "sigmoid":
         return W, {"ran": False, "reason": "Step 2 needs step or relu units (a sigmoid unit never has u_t = 0, "
@@ -1014,8 +1015,9 @@ def refine_units(W: np.ndarray, source, rng: np.random.Generator, *, threshold: 
                 w2 = max(float(res.estimate.slab_width), float(res2.estimate.slab_width))
                 ends = [estimate_tan_alpha(r.direction, check_i, threshold=t, slab_width=w2, **est_opts).angle
                         for r in (res, res2)]
-            except AssumptionError:
-                pass
+            except AssumptionError as exc:
+                # the first search's end is kept; the report says why there is no second
+                second = {"failed": str(exc)}
             else:
                 n_iter += res2.n_iter
                 second = {"held_out_angle_estimates": ends, "stop_reason": res2.stop_reason,
