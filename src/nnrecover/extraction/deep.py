@@ -481,11 +481,10 @@ class DeepExtractor:
         ``q_pt + rho t + s nd`` its kink is at ``s`` proportional to ``rho``. It is searched at a distance
         ``rho`` past the crossing and confirmed at ``rho / 2`` (which tells it from another neuron's kink
         on the same segment). The kink lies beyond the window when the region beyond is thin along
-        ``nd`` or the target's new boundary is nearly parallel to ``m``'s: smaller distances bring it
-        closer, so a second search is made 16 times closer in (measured: a third and fourth cost more queries on
-        walks that fail than they save; the kink at ``rho`` is then predicted and located again at the largest
-        distance whose window holds it, since ``c`` is read to the round-off of the point divided by
-        ``zeta_m``). Returns ``(x, zeta_m(x))`` with ``x`` on the target's boundary, or the reason.
+        ``nd`` or the target's new boundary is nearly parallel to ``m``'s; a smaller distance brings it
+        closer, so a second search is made 16 times closer in (a third and a fourth cost more queries on
+        the walks that fail than they save: docs/design.md, "Deep extraction"). Returns
+        ``(x, zeta_m(x))`` with ``x`` on the target's boundary, or the reason.
         """
         tight = self._float64
         rho_far = min(0.5 * gap, self.scale)
@@ -523,22 +522,17 @@ class DeepExtractor:
         if found is None:
             return reason
         rho, s, zm = found
-        # located again at the largest distance whose window holds the predicted kink
-        far = rho
-        while far < rho_far:
-            nxt = min(16 * far, rho_far)
-            zm_n, room_n = self._room(q_pt + nxt * t, nd, m)
-            if not abs(s * nxt / rho) < 0.9 * room_n:
-                break
-            far = nxt
-        if far > rho:
-            y = q_pt + far * t
-            pred = s * far / rho
-            zm_f, _ = self._room(y, nd, m)
-            dl = max((1e-3 if tight else 3e-2) * (abs(pred) + far), 1e-9 * self.scale)
-            s2, ok2 = _locate_kinks(self.oracle, (y + pred * nd)[None], nd[None], np.array([dl]), self.noise)
-            if ok2[0]:
-                return y + (pred + float(s2[0])) * nd, zm_f
+        if rho < rho_far:
+            # located again at the far distance when its window holds the predicted kink: c is read to the
+            # round-off of the point divided by zeta_m, which is 16 times larger there
+            y = q_pt + rho_far * t
+            zm_f, room_f = self._room(y, nd, m)
+            pred = s * rho_far / rho
+            if abs(pred) < 0.9 * room_f:
+                dl = max((1e-3 if tight else 3e-2) * (abs(pred) + rho_far), 1e-9 * self.scale)
+                s2, ok2 = _locate_kinks(self.oracle, (y + pred * nd)[None], nd[None], np.array([dl]), self.noise)
+                if ok2[0]:
+                    return y + (pred + float(s2[0])) * nd, zm_f
         return q_pt + rho * t + s * nd, zm
 
     def _roots(self, u: np.ndarray, beta: float, X0: np.ndarray, V: np.ndarray, R: float) -> np.ndarray:
