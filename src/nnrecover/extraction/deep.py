@@ -53,7 +53,7 @@ import numpy as np
 from .._threads import blas_threads
 from ..errors import AssumptionError, CertificateWarning
 from .lines import gradient_jumps, normal_from_jump, search_line
-from .queries import KAPPA, MAX_BATCH, NoiseModel, QueryOracle, query_batched
+from .queries import KAPPA, MAX_BATCH, NoiseModel, QueryOracle, query_batched, unseen_below
 from .signs import resolve_signs
 from .stack import KnownLayers
 
@@ -585,6 +585,7 @@ class DeepExtractor:
         V /= np.linalg.norm(V, axis=1, keepdims=True)
         s = self._roots(u, beta, X0, V, self.radius)
         ok = np.isfinite(s)
+        self._predicted += int(ok.sum())
         if not ok.any():
             return np.empty((0, d))
         P = X0[ok] + s[ok, None] * V[ok]
@@ -660,6 +661,7 @@ class DeepExtractor:
         """
         F = self.known.n_features
         self._fit_info = info = {}
+        self._predicted = 0
         scale_u = float(np.linalg.norm(u))
         u, beta = u / scale_u, beta / scale_u
         delta = 1e-3 * self.scale if self._float64 else 1e-2 * self.scale
@@ -682,6 +684,8 @@ class DeepExtractor:
             # the walk's critical points lie on both sides of every boundary it crossed: features that
             # the anchors may all leave off (or all on) vary among them
             pts.append(walked)
+        info["predicted"] = self._predicted
+        info["confirmed"] = got
         pts = np.concatenate(pts)
         info["points"] = int(pts.shape[0])
         fit = self._null_vector(pts)
@@ -708,28 +712,63 @@ class DeepExtractor:
             return None, None
         return np.array(self._current[0]), np.array(self._current[1])
 
-    def _is_duplicate(self, pts: np.ndarray) -> bool:
-        """Whether the critical points of a new neuron lie on the boundary of one found before.
+    def _duplicate_of(self, pts: np.ndarray) -> int | None:
+        """The neuron found before whose boundary the critical points ``pts`` of a new neuron lie on, or None.
 
         Compared as functions, not as coefficient vectors: a neuron fitted with a feature left out
         (:meth:`_null_vector`) has other coefficients than the same neuron fitted with it.
         """
         U, beta = self._current_rows()
         if U is None:
-            return False
+            return None
 
         def share(points, U_, beta_):
             Z = np.abs(self.known.target_values(points, U_, beta_))
             size = np.abs(self.known.features(points)) @ np.abs(U_).T + np.abs(beta_)
             return (Z <= 1e-6 * np.maximum(size, 1e-300)).mean(axis=0)
 
-        if np.any(share(pts, U, beta) >= 0.5):
-            return True
+        shared = share(pts, U, beta)
+        if shared.max() >= 0.5:
+            return int(np.argmax(shared))
         fit = self._null_vector(pts)
         if fit is None:
-            return False
+            return None
         u, b = fit[0], fit[1]
-        return any(share(p, u[None, :], np.array([b]))[0] >= 0.5 for p in self._current[2])
+        for i, p in enumerate(self._current[2]):
+            if share(p, u[None, :], np.array([b]))[0] >= 0.5:
+                return i
+        return None
+
+    def _merge(self, i: int, pts: np.ndarray) -> bool:
+        """Refit neuron ``i`` of the current layer on its critical points and those of a duplicate.
+
+        A neuron fitted partially (a feature on, or off, at all of its critical points) is determined
+        only where its boundary was seen; the points of another walk along the same boundary may see
+        that feature switch, and the union determines its coefficient. Kept only when the union still
+        lies on one hyperplane in feature space and leaves fewer features undetermined.
+        """
+        if not self._current[3][i]:
+            return False
+        before = self._undetermined(self._current[2][i])
+        union = np.concatenate([self._current[2][i], pts])
+        fit = self._null_vector(union)
+        if fit is None or not fit[2] <= self._tls_tol():
+            return False
+        u, b, _, kept = fit
+        if self._undetermined(kept) >= before:
+            return False
+        if float(u @ self._current[0][i]) < 0:
+            u, b = -u, -b
+        self._current[0][i], self._current[1][i], self._current[2][i] = u, b, kept
+        self._current[3][i] = self._partial
+        return True
+
+    def _undetermined(self, pts: np.ndarray) -> int:
+        """Features of the last known layer that are on at all, or off at all, of the points ``pts``."""
+        if not self.known.depth:
+            return 0
+        on = self.known.features(pts)[:, :self.known.widths[-1]] > 0
+        return int(np.sum(on.all(axis=0) | ~on.any(axis=0)))
 
     def _find_layer(self, layer: int) -> dict:
         """Every neuron of hidden layer ``layer`` (0-based) that leaves a critical point."""
@@ -809,7 +848,10 @@ class DeepExtractor:
                     continue
                 u, b, pts, fit_info = fit
                 k["status"] = "explained"
-                if self._is_duplicate(pts):
+                dup = self._duplicate_of(pts)
+                if dup is not None:
+                    if self._merge(dup, pts):
+                        info["merged"] = info.get("merged", 0) + 1
                     continue
                 self._current[0].append(u)
                 self._current[1].append(b)
@@ -1150,4 +1192,5 @@ class DeepExtractor:
         n_params = sum(W.size + b.size for W, b in zip(weights, biases))
         tol = self._output_tolerance(n_params)
         return {"queries": int(self.n_certify), "relative_error": rel, "max_abs_error": float(diff.max()),
-                "tolerance": tol, "passed": bool(rel <= tol)}
+                "tolerance": tol, "passed": bool(rel <= tol),
+                "unseen_below": unseen_below(self.n_certify)}

@@ -39,7 +39,7 @@ from ..network import TwoLayerNetwork
 from .lines import H_FRACTION, gradient_jumps, normal_from_jump, search_line
 from .output import fit_output_layer
 from .planes import refine_hyperplanes
-from .queries import NoiseModel, QueryOracle, query_batched
+from .queries import NoiseModel, QueryOracle, query_batched, unseen_below
 from .signs import resolve_signs, sign_failure_reason
 
 __all__ = ["CriticalPointExtractor", "CERTIFICATE_NOISE_FACTOR"]
@@ -440,7 +440,8 @@ class CriticalPointExtractor:
         n_params = net.n_hidden * (self.d + 1) + net.n_outputs * (net.n_hidden + 1)
         tol = max(min(CERTIFICATE_NOISE_FACTOR * math.sqrt(n_params), 1e3) * self.noise.rel, 1e-10)
         return {"queries": int(self.n_certify), "relative_error": rel, "max_abs_error": float(diff.max()),
-                "max_error_over_noise": ratio, "tolerance": tol, "passed": bool(rel <= tol)}
+                "max_error_over_noise": ratio, "tolerance": tol, "passed": bool(rel <= tol),
+                "unseen_below": unseen_below(self.n_certify)}
 
 
 def _quiet_tail(lines: list[dict]) -> int:

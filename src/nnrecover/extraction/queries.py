@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import InputError, QueryBudgetError
 
-__all__ = ["QueryOracle", "NoiseModel", "query_batched", "query_generated", "KAPPA", "MAX_BATCH"]
+__all__ = ["QueryOracle", "NoiseModel", "query_batched", "query_generated", "KAPPA", "MAX_BATCH", "unseen_below"]
 
 _EPS = float(np.finfo(np.float64).eps)
 #: multiple of the measured noise below which two values count as equal
@@ -192,6 +192,17 @@ class QueryOracle:
                                                                [0.5, 0.75, 0.9]).tolist(),
                     "max_repeat_difference": float(repeat.max()), "queries": 4 * n_points}
         return noise, evidence
+
+
+def unseen_below(n_queries: int) -> float:
+    """The activity below which a neuron is likely unseen by ``n_queries`` fresh Gaussian queries.
+
+    A neuron active on a fraction ``p`` of the query distribution is active at none of ``n`` independent
+    queries with probability ``(1 - p)^n <= exp(-p n)``; that is at most 5% for ``p >= 3 / n``. A
+    certificate on ``n`` queries therefore vouches for the function only up to neurons active on less
+    than ``3 / n`` of the region (0.15% for the default 2,000).
+    """
+    return 3.0 / n_queries
 
 
 def query_batched(oracle: QueryOracle, X: np.ndarray) -> np.ndarray:
