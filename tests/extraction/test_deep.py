@@ -72,6 +72,10 @@ def test_two_hidden_layers_width_and_depth_found():
     assert relative_max_error(net, truth, 10) < 1e-9
     assert res.n_queries_ == box.rows == res.diagnostics_["queries"]
     assert res.diagnostics_["one_layer_attempt"]["queries"] > 0
+    # what the certificate can vouch for: a neuron active on unseen_below of the region is missed by all
+    # its queries with probability at most 5%
+    cert = res.diagnostics_["certificate"]
+    assert (1 - cert["unseen_below"]) ** cert["queries"] <= 0.05
     err = nr.metrics.parameter_error(net, truth)
     assert err["max_unit_error"] < 1e-8
 

@@ -46,6 +46,27 @@ def test_resolve_signs_recovers_orientations_when_k_exceeds_d():
     assert np.array_equal(found, t[:3]) and info["method"] == "least squares"
 
 
+def test_resolve_signs_projects_out_the_units_a_partial_fit_leaves_free():
+    # a deeper layer's neuron i whose critical points all lie on one side of unit j's boundary cannot
+    # tell relu(z_j) from z_j: its skip part carries c_ij w_j with c_ij unknown, and alpha[j, i] = 0
+    rng = np.random.default_rng(4)
+    d, k, p = 10, 8, 6
+    W = rng.standard_normal((k, d))
+    alpha = rng.standard_normal((k, p))
+    t = rng.integers(0, 2, k)
+    U = -np.einsum("j,ji,jl->il", t, alpha, W)
+    free = [rng.choice(k, size=rng.integers(0, 3), replace=False) for _ in range(p)]
+    for i, units in enumerate(free):
+        for j in units:
+            U[i] += rng.standard_normal() * W[j]
+            alpha[j, i] = 0.0
+    found, info = resolve_signs(W, alpha, U, rel_tol=1e-11, free=free)
+    assert np.array_equal(found, t) and info["max_relative_residual"] < 1e-12
+    assert info["free_units"] == sum(len(u) for u in free) > 0
+    # read as exact equations the same system has no 0/1 solution
+    assert resolve_signs(W, alpha, U, rel_tol=1e-11)[0] is None
+
+
 def test_sign_failure_reason_tells_the_time_limit_from_the_model():
     # k > d: the 0/1 solve; with no time at all neither solver runs, which says nothing about the model
     _, rhs, _, _, W, alpha = _subset_sum(4, 10, 0.0, seed=2)

@@ -63,6 +63,9 @@ __all__ = ["DeepExtractor", "MAX_DEPTH"]
 MAX_DEPTH = 8
 #: lines of the extension round started where the output fit is worst (see DeepExtractor._search_line)
 _RESIDUAL_STARTS = 6
+#: fraction of its predicted zeros at which a candidate found by a walk that left neurons uncrossed must
+#: show a critical point (DeepExtractor._anchor_fit)
+_MIN_CONFIRMED = 0.3
 #: anchors of the first, cheap batch that must show a critical point for a candidate to be pursued
 _FIRST_BATCH = 8
 
@@ -592,7 +595,8 @@ class DeepExtractor:
         sl, found = _locate_kinks(self.oracle, P, V[ok], np.full(P.shape[0], delta), self.noise)
         return P[found] + sl[found, None] * V[ok][found]
 
-    def _null_vector(self, pts: np.ndarray) -> tuple[np.ndarray, float, float, np.ndarray] | None:
+    def _null_vector(self, pts: np.ndarray, held_out: bool = True
+                     ) -> tuple[np.ndarray, float, float, np.ndarray] | None:
         """Total-least-squares neuron through critical points: ``[phi(x), 1] . (u, beta) = 0``.
 
         Columns are scaled to unit norm first (the features differ in size); a column that is zero at
@@ -604,9 +608,11 @@ class DeepExtractor:
         if self.known.depth:
             # a feature on (or off) at all but a few points is pinned by those few alone: one stray point
             # there (a critical point of another neuron) would be fitted exactly, leaving the other
-            # coefficients free; such points are left out, and the feature is then on (or off) at all
+            # coefficients free; such points are left out, and the feature is then on (or off) at all.
+            # The features of the layer before are ReLUs too when it is hidden (measured on 12-10-8-6-1:
+            # the one point of another neuron with one of them on was fitted to 4e-12)
             width = self.known.widths[-1]
-            on = Phi[:, :width] > 0
+            on = Phi[:, :(Phi.shape[1] if self.known.depth >= 2 else width)] > 0
             few = max(2, pts.shape[0] // 50)
             count = on.sum(axis=0)
             minority = np.zeros(pts.shape[0], bool)
@@ -628,6 +634,26 @@ class DeepExtractor:
             never = np.all(Phi[:, :width] <= 0, axis=0)
             live[:width] &= ~always
             self._partial = bool(always.any() or never.any())
+        if held_out:
+            # a critical point of another neuron that alone pins a direction of the fit (a feature that
+            # varies at few points) is fitted exactly by a hyperplane fitted with it, and missed by one
+            # fitted without it: each quarter of the points is checked against the fit on the others
+            # (measured on 12-10-8-6-1: 2 of 182 points of another neuron fitted to 4e-12 with them)
+            rows = D[:, live] / norms[live]
+            r = np.zeros(pts.shape[0])
+            fold = np.arange(pts.shape[0]) % 4
+            for f in range(4):
+                train = rows[fold != f]
+                if train.shape[0] < rows.shape[1] + 1:
+                    break
+                with blas_threads(1):
+                    vec = np.linalg.svd(train, full_matrices=False)[2][-1]
+                test = rows[fold == f]
+                r[fold == f] = np.abs(test @ vec) / np.maximum(np.linalg.norm(test, axis=1), 1e-300)
+            else:
+                bad = r > self._tls_tol()
+                if 0 < bad.sum() <= max(1, pts.shape[0] // 10):
+                    return self._null_vector(pts[~bad], held_out=False)
         keep = np.ones(pts.shape[0], bool)
         for _ in range(5):
             Ds = D[keep][:, live] / norms[live]
@@ -643,6 +669,13 @@ class DeepExtractor:
             if new_keep.sum() == keep.sum() or new_keep.sum() < Ds.shape[1] + 1:
                 break
             keep = new_keep
+        if not keep.all() and self.known.depth:
+            # the points left may have a feature on (or off) at all of them that was live among all
+            # points: relu(-zeta_j) (= relu(zeta_j) - zeta_j) then vanishes at every one and is the null
+            # vector (measured on 12-10-8-6-1); the fit is made again on those points alone
+            on = Phi[keep][:, :width] > 0
+            if np.any(live[:width] & (on.all(axis=0) | ~on.any(axis=0))):
+                return self._null_vector(pts[keep], held_out=False)
         coef = np.zeros(D.shape[1])
         coef[live] = vec / norms[live]
         rel = float(sv[-1] / sv[0])
@@ -688,6 +721,15 @@ class DeepExtractor:
         info["confirmed"] = got
         pts = np.concatenate(pts)
         info["points"] = int(pts.shape[0])
+        if self.max_uncrossed and got < _MIN_CONFIRMED * self._predicted:
+            # a walk that may leave neurons uncrossed no longer shows that the boundary bends only where
+            # the known neurons do: a deeper neuron's boundary, linear in these features on the part it
+            # walked, passes it. Its hyperplane then predicts zeros where the boundary has bent away
+            # (measured on 12-10-8-6-1: such a candidate confirmed 15% of its predicted zeros, this
+            # layer's neurons 85-100%, and rarely active ones fitted partially 54-67% on 10-20-20-1)
+            info["rejected"] = (f"{got} of {self._predicted} predicted critical points found (a deeper "
+                                "neuron's boundary, linear only where the walk went)")
+            return None
         fit = self._null_vector(pts)
         if fit is None:
             info["rejected"] = f"too few critical points ({pts.shape[0]} for {F + 1} unknowns)"
@@ -712,63 +754,91 @@ class DeepExtractor:
             return None, None
         return np.array(self._current[0]), np.array(self._current[1])
 
-    def _duplicate_of(self, pts: np.ndarray) -> int | None:
-        """The neuron found before whose boundary the critical points ``pts`` of a new neuron lie on, or None.
+    def _share(self, points: np.ndarray, U: np.ndarray, beta: np.ndarray) -> np.ndarray:
+        """Fraction of ``points`` on the boundary of each neuron ``(U[i], beta[i])`` (to 1e-6 of its size)."""
+        Z = np.abs(self.known.target_values(points, U, beta))
+        size = np.abs(self.known.features(points)) @ np.abs(U).T + np.abs(beta)
+        return (Z <= 1e-6 * np.maximum(size, 1e-300)).mean(axis=0)
 
-        Compared as functions, not as coefficient vectors: a neuron fitted with a feature left out
-        (:meth:`_null_vector`) has other coefficients than the same neuron fitted with it.
+    def _union_fit(self, a: np.ndarray, b: np.ndarray):
+        """The neuron through the critical points ``a`` and ``b`` together when they lie on one boundary, or None.
+
+        Two fits of one neuron may differ as coefficient vectors (each walk leaves other features
+        undetermined: :meth:`_null_vector`), but their points lie on one hyperplane in feature space;
+        the points of two different neurons do not.
+        """
+        union = np.concatenate([a, b])
+        fit = self._null_vector(union)
+        if fit is None or not fit[2] <= self._tls_tol():
+            return None
+        partial = self._partial
+        if self._share(union, fit[0][None, :], np.array([fit[1]]))[0] < 0.9:
+            return None
+        return fit[0], fit[1], fit[3], partial
+
+    def _duplicate_of(self, pts: np.ndarray) -> tuple[int, tuple | None] | None:
+        """The neuron found before that the critical points ``pts`` of a new one belong to, or None.
+
+        Returns ``(i, union)`` with the fit on both neurons' points (None when they are not on one
+        hyperplane although half of one set lies on the other's boundary).
         """
         U, beta = self._current_rows()
         if U is None:
             return None
-
-        def share(points, U_, beta_):
-            Z = np.abs(self.known.target_values(points, U_, beta_))
-            size = np.abs(self.known.features(points)) @ np.abs(U_).T + np.abs(beta_)
-            return (Z <= 1e-6 * np.maximum(size, 1e-300)).mean(axis=0)
-
-        shared = share(pts, U, beta)
-        if shared.max() >= 0.5:
-            return int(np.argmax(shared))
+        shared = self._share(pts, U, beta)
         fit = self._null_vector(pts)
-        if fit is None:
-            return None
-        u, b = fit[0], fit[1]
-        for i, p in enumerate(self._current[2]):
-            if share(p, u[None, :], np.array([b]))[0] >= 0.5:
-                return i
+        back = (np.array([self._share(p, fit[0][None, :], np.array([fit[1]]))[0] for p in self._current[2]])
+                if fit is not None else np.zeros(U.shape[0]))
+        for i in np.argsort(-np.maximum(shared, back)):
+            if max(shared[i], back[i]) < 0.05:
+                break
+            union = self._union_fit(self._current[2][i], pts)
+            if union is not None or max(shared[i], back[i]) >= 0.5:
+                return int(i), union
         return None
 
-    def _merge(self, i: int, pts: np.ndarray) -> bool:
-        """Refit neuron ``i`` of the current layer on its critical points and those of a duplicate.
+    def _merge(self, i: int, union: tuple) -> None:
+        """Neuron ``i`` of the current layer refitted on its critical points and those of a duplicate.
 
         A neuron fitted partially (a feature on, or off, at all of its critical points) is determined
-        only where its boundary was seen; the points of another walk along the same boundary may see
-        that feature switch, and the union determines its coefficient. Kept only when the union still
-        lies on one hyperplane in feature space and leaves fewer features undetermined.
+        only where its boundary was seen; another walk along the same boundary may see that feature
+        switch, and the union determines its coefficient (and is more precise in any case).
         """
-        if not self._current[3][i]:
-            return False
-        before = self._undetermined(self._current[2][i])
-        union = np.concatenate([self._current[2][i], pts])
-        fit = self._null_vector(union)
-        if fit is None or not fit[2] <= self._tls_tol():
-            return False
-        u, b, _, kept = fit
-        if self._undetermined(kept) >= before:
-            return False
+        u, b, kept, partial = union
         if float(u @ self._current[0][i]) < 0:
             u, b = -u, -b
         self._current[0][i], self._current[1][i], self._current[2][i] = u, b, kept
-        self._current[3][i] = self._partial
-        return True
+        self._current[3][i] = partial
 
-    def _undetermined(self, pts: np.ndarray) -> int:
-        """Features of the last known layer that are on at all, or off at all, of the points ``pts``."""
+    def _merge_duplicates(self) -> int:
+        """Merge the neurons of the current layer that lie on one boundary (a merge changes a neuron, which
+        may then be a duplicate of one found before); returns how many were merged away."""
+        merged = 0
+        i = 0
+        while i < len(self._current[0]):
+            j = i + 1
+            while j < len(self._current[0]):
+                U, beta = self._current_rows()
+                near = max(self._share(self._current[2][j], U[i:i + 1], beta[i:i + 1])[0],
+                           self._share(self._current[2][i], U[j:j + 1], beta[j:j + 1])[0])
+                union = self._union_fit(self._current[2][i], self._current[2][j]) if near >= 0.05 else None
+                if union is None:
+                    j += 1
+                    continue
+                self._merge(i, union)
+                for part in self._current:
+                    del part[j]
+                merged += 1
+            i += 1
+        return merged
+
+    def _undetermined_features(self, pts: np.ndarray) -> np.ndarray:
+        """Features of the last known layer on at all, or off at all, of the points ``pts``: a neuron fitted
+        on them cannot tell ``relu(zeta_j)`` from ``zeta_j`` (or from 0), so its coefficient there is unknown."""
         if not self.known.depth:
-            return 0
+            return np.zeros(0, int)
         on = self.known.features(pts)[:, :self.known.widths[-1]] > 0
-        return int(np.sum(on.all(axis=0) | ~on.any(axis=0)))
+        return np.flatnonzero(on.all(axis=0) | ~on.any(axis=0))
 
     def _find_layer(self, layer: int) -> dict:
         """Every neuron of hidden layer ``layer`` (0-based) that leaves a critical point."""
@@ -782,7 +852,7 @@ class DeepExtractor:
         patience = self.patience if self.patience is not None else (first if layer == 0 else later)
         quiet = 0
         extended = False
-        self.max_uncrossed = 0
+        self.max_uncrossed = self.known.widths[-1] if self.known.depth >= 2 else 0
         pending = [k for k in self.kinks if k["status"] in ("open", "deeper")]
         for k in pending:
             k["status"] = "open"
@@ -850,7 +920,8 @@ class DeepExtractor:
                 k["status"] = "explained"
                 dup = self._duplicate_of(pts)
                 if dup is not None:
-                    if self._merge(dup, pts):
+                    if dup[1] is not None:
+                        self._merge(*dup)
                         info["merged"] = info.get("merged", 0) + 1
                     continue
                 self._current[0].append(u)
@@ -862,6 +933,9 @@ class DeepExtractor:
             if new_on_line is not None:
                 quiet = 0 if added else quiet + 1
             pending = []
+        merged = self._merge_duplicates()
+        if merged:
+            info["merged"] = info.get("merged", 0) + merged
         info["neurons"] = len(self._current[0])
         info["queries"] = self.oracle.n_queries - info["queries"]
         return info
@@ -940,8 +1014,9 @@ class DeepExtractor:
         width = K.widths[-1]
         W_prev = K.weights[-1]
         rel_tol = 1e-11 + 1e4 * self.noise.rel
+        free = [self._undetermined_features(p) for p in points]
         t, info = resolve_signs(W_prev, U[:, :width].T, U[:, width:], rel_tol=rel_tol,
-                                precision=100 * self.noise.rel, time_limit=self.sign_time_limit)
+                                precision=100 * self.noise.rel, time_limit=self.sign_time_limit, free=free)
         if t is None:
             return {**info, "resolved": False}
         flip = t.astype(bool)
@@ -1061,7 +1136,6 @@ class DeepExtractor:
             info = self._find_layer(layer)
             U, beta = self._current_rows()
             points = list(self._current[2])
-            partial = np.array(self._current[3], bool)
             self._current = None
             if U is None:
                 if layer == 0:
@@ -1078,10 +1152,10 @@ class DeepExtractor:
                     out = out_last
                 break
             if layer > 0:
-                # the orientation of the layer before is read off this layer's skip coefficients
-                use = ~partial if (~partial).any() else np.ones(partial.size, bool)
-                o = self._orient_previous(U[use], beta[use], points)
-                o["neurons_used"] = int(use.sum())
+                # the orientation of the layer before is read off this layer's skip coefficients; a
+                # neuron fitted partially gives the equations its undetermined features leave
+                o = self._orient_previous(U, beta, points)
+                o["neurons_used"] = int(U.shape[0])
                 if not o["resolved"] and self.known.widths[-1] <= self.d:
                     g = self._orient_by_gradients()
                     if g["resolved_neurons"].all() and g["consistent"]:

@@ -41,7 +41,7 @@ def _equation_scale(M: np.ndarray, rhs: np.ndarray, p: int) -> np.ndarray:
 
 def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: float,
                   precision: float | None = None, time_limit: float = 120.0,
-                  max_solves: int = 8) -> tuple[np.ndarray | None, dict]:
+                  max_solves: int = 8, free: list[np.ndarray] | None = None) -> tuple[np.ndarray | None, dict]:
     """Orientation of every unit from the linear part (Carlini et al. 2020, Section 4.4).
 
     Solves ``U = -sum_j t_j alpha_j w_j^T`` (``p d`` equations) for ``t`` in ``{0, 1}^k``. When the
@@ -51,6 +51,12 @@ def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: f
     low-density subset sum) and by HiGHS (``scipy.optimize.milp``; a solution whose residual exceeds ``rel_tol``
     is excluded by a no-good cut and the problem solved again, at most ``max_solves`` times), the
     lattice first when ``k > 2 p d``, all within ``time_limit`` seconds.
+
+    ``free[i]`` (optional) lists units ``j`` whose coefficient in output ``i``'s linear part is unknown
+    (``alpha[j, i]`` is not the unit's weight there): a deeper neuron whose critical points all lie on
+    one side of unit ``j``'s boundary cannot tell ``relu(z_j)`` from ``z_j`` or from 0. Output ``i``'s
+    equations are then projected onto the complement of those units' rows ``w_j``, which removes the
+    unknown terms.
 
     The lattice weights the equations by their precision, not by the acceptance tolerance: every bit
     of precision given away raises the density of the subset sum (``k`` unknown bits against ``p d``
@@ -69,6 +75,15 @@ def resolve_signs(W: np.ndarray, alpha: np.ndarray, U: np.ndarray, *, rel_tol: f
     if k == 0:
         return np.zeros(0, int), {**info, "method": "none"}
     M = -(alpha[:, :, None] * W[:, None, :]).reshape(k, -1).T        # (p d, k), alpha is (k, p)
+    if free is not None:
+        M, rhs = M.copy(), rhs.copy()
+        for i, units in enumerate(free):
+            if len(units):
+                Q, _ = np.linalg.qr(W[np.asarray(units)].T)
+                block = slice(i * d, (i + 1) * d)
+                M[block] -= Q @ (Q.T @ M[block])
+                rhs[block] -= Q @ (Q.T @ rhs[block])
+        info["free_units"] = int(sum(len(u) for u in free))
     with blas_threads(1):
         sv = np.linalg.svd(M, compute_uv=False)
     full_rank = M.shape[0] >= k and sv[-1] > 1e-8 * sv[0]
