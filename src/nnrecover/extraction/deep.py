@@ -66,6 +66,10 @@ _RESIDUAL_STARTS = 6
 #: fraction of its predicted zeros at which a candidate found by a walk that left neurons uncrossed must
 #: show a critical point (DeepExtractor._anchor_fit)
 _MIN_CONFIRMED = 0.3
+#: fraction of one neuron's critical points on another's boundary from which the two are tested as one
+#: (the union of their points on one hyperplane, DeepExtractor._union_fit), and the fraction of the union
+#: that must lie on the union's fit
+_NEAR_SHARE, _UNION_SHARE = 0.05, 0.9
 #: anchors of the first, cheap batch that must show a critical point for a candidate to be pursued
 _FIRST_BATCH = 8
 
@@ -772,7 +776,7 @@ class DeepExtractor:
         if fit is None or not fit[2] <= self._tls_tol():
             return None
         partial = self._partial
-        if self._share(union, fit[0][None, :], np.array([fit[1]]))[0] < 0.9:
+        if self._share(union, fit[0][None, :], np.array([fit[1]]))[0] < _UNION_SHARE:
             return None
         return fit[0], fit[1], fit[3], partial
 
@@ -790,7 +794,7 @@ class DeepExtractor:
         back = (np.array([self._share(p, fit[0][None, :], np.array([fit[1]]))[0] for p in self._current[2]])
                 if fit is not None else np.zeros(U.shape[0]))
         for i in np.argsort(-np.maximum(shared, back)):
-            if max(shared[i], back[i]) < 0.05:
+            if max(shared[i], back[i]) < _NEAR_SHARE:
                 break
             union = self._union_fit(self._current[2][i], pts)
             if union is not None or max(shared[i], back[i]) >= 0.5:
@@ -821,7 +825,7 @@ class DeepExtractor:
                 U, beta = self._current_rows()
                 near = max(self._share(self._current[2][j], U[i:i + 1], beta[i:i + 1])[0],
                            self._share(self._current[2][i], U[j:j + 1], beta[j:j + 1])[0])
-                union = self._union_fit(self._current[2][i], self._current[2][j]) if near >= 0.05 else None
+                union = self._union_fit(self._current[2][i], self._current[2][j]) if near >= _NEAR_SHARE else None
                 if union is None:
                     j += 1
                     continue
