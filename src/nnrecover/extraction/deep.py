@@ -638,11 +638,13 @@ class DeepExtractor:
             never = np.all(Phi[:, :width] <= 0, axis=0)
             live[:width] &= ~always
             self._partial = bool(always.any() or never.any())
-        if held_out:
+        if held_out and self.known.depth:
             # a critical point of another neuron that alone pins a direction of the fit (a feature that
             # varies at few points) is fitted exactly by a hyperplane fitted with it, and missed by one
             # fitted without it: each quarter of the points is checked against the fit on the others
-            # (measured on 12-10-8-6-1: 2 of 182 points of another neuron fitted to 4e-12 with them)
+            # (measured on 12-10-8-6-1: 2 of 182 points of another neuron fitted to 4e-12 with them).
+            # With no known layer the features are x itself, every one varying at every point: a stray
+            # point is off the hyperplane through the others, and the trimming below removes it
             rows = D[:, live] / norms[live]
             r = np.zeros(pts.shape[0])
             fold = np.arange(pts.shape[0]) % 4
