@@ -895,7 +895,8 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
     range_method : {"auto", "full", "randomized", "sketch"}
         How pass 1 finds the range of ``T_2`` for ``l = 1``. ``"randomized"``: the randomized range finder
         on a pilot of the rows, checked in the moment pass (:func:`_estimate_randomized` describes it;
-        ``oversample`` does not apply, it uses ``m + 10`` columns). ``"full"``: the full ``d x d`` matrix (cost
+        ``oversample`` does not apply, it uses ``m + 10`` columns); when the pilot cannot see the range,
+        the full matrix of all rows (``info["pilot_failed"]``). ``"full"``: the full ``d x d`` matrix (cost
         ``N d^2 / 2``). ``"sketch"``: a randomized sketch with ``r = m + oversample`` columns followed by
         ``power_iterations`` subspace iterations (Halko, Martinsson, Tropp 2011, Algorithm 4.4,
         re-orthonormalised every pass; one more pass over the data each; cost ``2 N d r`` per pass). The plain sketch's error is governed by the
@@ -967,8 +968,12 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
         m = min(n_components, d)
         q = int(power_iterations)
         if method == "randomized":
-            return _estimate_randomized(data, d, m, gen, omega_cov, q, min_n, chunk_size, check_inputs,
-                                        input_tolerance, info, t_start)
+            est = _estimate_randomized(data, d, m, gen, omega_cov, q, min_n, chunk_size, check_inputs,
+                                       input_tolerance, info, t_start)
+            if est is not None:
+                return est
+            # the pilot could not see the range (info["pilot_failed"]): the full T_2 of all rows, one pass
+            method = "full"
         # the first sketch (and the first iteration, which starts from its range) with 4 m columns: its
         # noise columns E omega have norm ~ s sqrt(d) ||E|| / 2 (the Frobenius norm of the noise, not the
         # spectral one), so the weakest units reach its range only with many columns; measured at d = 1000,
@@ -1070,7 +1075,7 @@ def _pilot_rows(n: int) -> int:
 
 def _estimate_randomized(data, d: int, m: int, gen, omega_cov: np.ndarray, max_iter: int, min_n, chunk_size,
                          check_inputs: bool, input_tolerance: float, info: dict, t_start: float
-                         ) -> "HermiteCoefficients":
+                         ) -> "HermiteCoefficients | None":
     """``range_method="randomized"`` for order 1: a randomized range finder with subspace iterations on a
     leading subset of the rows (the pilot), then the moment pass on every row, which also checks the range.
 
@@ -1087,8 +1092,8 @@ def _estimate_randomized(data, d: int, m: int, gen, omega_cov: np.ndarray, max_i
        basis: the range is then no less accurate than the exact route's. With a ReLU teacher
        ``s_r << s_c`` (most of ``Var(y)`` is in the orders 1 and 2), so ``N / 16`` rows usually suffice.
        When the pilot cannot see the range at all (its last noise ratio ``||E|| / |lambda_m| >= 1``, e.g.
-       d = 1000, m = 20 from 65536 rows), its sketch only seeds subspace iterations on all rows (the
-       ``"sketch"`` route, ``info["pilot_failed"]``).
+       d = 1000, m = 20 from 65536 rows), None is returned (``info["pilot_failed"]``) and the caller forms
+       the full ``T_2`` of all rows: one pass, where iterations on all rows at that noise level take 2-3.
     3. The moment pass (:class:`ProjectedMomentStatistic` with ``range_check``) reads every row: the
        projected moments, ``T_0``, ``T_1`` and, on an eighth of the rows (row group 0, spread over the
        data), ``T_2 P``. Its residual sine (:meth:`ProjectedMomentStatistic.range_residual`) must be at most
@@ -1116,30 +1121,26 @@ def _estimate_randomized(data, d: int, m: int, gen, omega_cov: np.ndarray, max_i
         n_p = N
         _check_n(N, 1, m, min_n)
     sc2 = stat1.srr / stat1.n  # mean((y - c)^2): the noise scale of the exact route's T_2
-    # the input check on the pilot's sketch pass (its mean, variances and covariance probes; the fluctuation
-    # allowed for scales with the pilot's rows)
-    if check_inputs:
-        _warn_inputs(stat1.input_deviation(), input_tolerance)
-    info["input_deviation"] = stat1.input_deviation()
-    info["input_check_rows"] = int(stat1.n)
     pilots = [int(stat1.n)]
     stat, P, M, records, stop = _subspace_iterations(stat1, pilot, m, keep, max(max_iter, 1), center, omega_cov,
                                                      True, rows)
     if n_p < N and not records[-1]["noise_ratio"] < 1.0:
         # the pilot cannot see the range (its sampling noise ||E|| above the weakest eigenvalue; e.g. d = 1000,
         # m = 20 from 65536 rows: noise ratio 3.6, 10 and 15 after its three iterations, whose control
-        # variates, fitted to a basis of noise, made the residual larger (mean square 1.9, 2.5, 6.3), and
-        # iterations on all rows continued from that basis still stood at 2.9 after three more, sine 0.47
-        # against 0.10 for the "sketch" route): the pilot's sketch only seeds subspace iterations on all rows,
-        # from the same start as the first pilot iteration (the "sketch" route, its sketch on the pilot)
+        # variates, fitted to a basis of noise, made the residual larger). The range is then near the noise
+        # level of all N rows too, where subspace iterations on all rows need 2-3 passes: the caller forms
+        # the full T_2 in one (measured at d = 1000, m = 20, N = 1e6 streamed, one BLAS thread: iterations
+        # 3 passes, 60 s, the full T_2 one pass, 40 s; benchmarks/README.md, "randomized range of T_2").
+        # The input check is the full pass's, on every row.
         info["pilot_failed"] = {"rows": n_p, "noise_ratio": records[-1]["noise_ratio"],
-                                "iterations": len(records)}
-        n_p = N
-        pilot = data
-        pilots.append(N)
-        stat, P, M, more, stop = _subspace_iterations(stat1, data, m, keep, max(max_iter, 1), center, omega_cov,
-                                                      True, rows)
-        records.extend(more)
+                                "iterations": len(records), "time": time.perf_counter() - t_start}
+        return None
+    # the input check on the pilot's sketch pass (its mean, variances and covariance probes; the fluctuation
+    # allowed for scales with the pilot's rows)
+    if check_inputs:
+        _warn_inputs(stat1.input_deviation(), input_tolerance)
+    info["input_deviation"] = stat1.input_deviation()
+    info["input_check_rows"] = int(stat1.n)
     while True:
         last = records[-1]
         lam_m = float(min(last["ritz_magnitudes"][:m])) if m else float("inf")
