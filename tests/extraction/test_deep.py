@@ -93,6 +93,26 @@ def test_a_neuron_active_on_a_small_part_of_the_region_is_found():
     assert relative_max_error(res.network_, truth, 10) < 1e-9
 
 
+@pytest.mark.slow
+def test_three_hidden_layers_width_and_depth_found():
+    # 40-20-10-10-1 (the shape of Carlini et al.'s table): third-layer walks cross second-layer neurons whose
+    # skip features are ReLUs, and one third-layer neuron is inactive on only 0.3% of Gaussian inputs
+    truth = random_deep([40, 20, 10, 10, 1], 0)
+    X = np.random.default_rng(5).standard_normal((100_000, 40))
+    assert (truth.preactivations(X)[2] > 0).mean(axis=0).max() > 0.99
+    box = DeepBox(truth)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CertificateWarning)
+        res = nr.extract(box, 40, rng=1)
+    net = res.network_
+    assert net.hidden_sizes == (20, 10, 10)
+    assert res.diagnostics_["certificate"]["passed"]
+    assert relative_max_error(net, truth, 40) < 1e-9
+    assert res.n_queries_ == box.rows
+    err = nr.metrics.parameter_error(net, truth)
+    assert err["max_unit_error"] < 1e-8
+
+
 def test_neurons_with_no_outgoing_weight_are_pruned():
     # a copy of a neuron with zero outgoing weight does not change the function: it is removed
     from nnrecover.extraction.deep import _prune_silent

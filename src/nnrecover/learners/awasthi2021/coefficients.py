@@ -389,6 +389,8 @@ class RangeStatistic(_InputCheck, Statistic):
     ``method="full"`` adds ``sum y x x^T`` by two symmetric rank-k updates (:func:`_add_signed_gram`,
     upper triangle).
 
+    ``control_variate = (t1,)`` with ``method="full"`` weights ``x x^T`` by ``r = y - c - t1^T x`` (the linear
+    part has no order-2 coefficient, so nothing is added back).
     ``control_variate = (t1, Q, M)`` (``method="sketch"``; the subspace iterations) sketches the residual
     ``r = y - c - p(x)`` of the degree-2 polynomial ``p(x) = t1^T x + (u^T M u - tr M) / 2``, ``u = Q^T x``,
     whose order-2 Hermite coefficient ``Q M Q^T`` is known exactly and whose orders 0 and 1 are
@@ -413,9 +415,15 @@ class RangeStatistic(_InputCheck, Statistic):
         # rows of the first product: the sketch test vectors (method "sketch") and the probes
         left = omega_cov if method == "full" else np.hstack([omega, omega_cov])
         self.control_variate = None
-        if control_variate is not None:
+        self.linear_variate = None
+        if control_variate is not None and method == "full":
+            t1 = np.asarray(control_variate[0], dtype=np.float64).reshape(-1)
+            if len(control_variate) != 1 or t1.shape != (self.d,):
+                raise InputError(f"with method='full' control_variate must be (t1,) with t1 of shape ({self.d},).")
+            self.linear_variate = t1
+        elif control_variate is not None:
             if method != "sketch":
-                raise InputError("RangeStatistic: a control variate needs method='sketch'.")
+                raise InputError("RangeStatistic: a control variate needs method='sketch' or 'full'.")
             t1, Q, M = (np.asarray(v, dtype=np.float64) for v in control_variate)
             t1 = t1.reshape(-1)
             if t1.shape != (self.d,) or Q.ndim != 2 or Q.shape[0] != self.d or M.shape != (Q.shape[1],) * 2:
@@ -486,6 +494,8 @@ class RangeStatistic(_InputCheck, Statistic):
         """``method="full"``: ``sum y x x^T`` by :func:`_add_signed_gram`, ``sum y x`` and ``sum x`` by one
         product ``[y, 1]^T X``, the covariance probes on every ``probe_stride``-th row."""
         yc = y - self.center if self.center else y
+        if self.linear_variate is not None:
+            yc = yc - X @ self.linear_variate
         self.sr += float(yc.sum())
         self.srr += float(yc @ yc)
         Xs = X[::self.probe_stride]
@@ -514,7 +524,8 @@ class RangeStatistic(_InputCheck, Statistic):
         out = {"n": n, "t0": self.sy / n, "t1": self.syx / n, "y2": self.syy / n}
         if self.method == "full":
             syxx = np.triu(self.syxx) + np.triu(self.syxx, 1).T
-            out["t2"] = syxx / n - (out["t0"] - self.center) * np.eye(self.d)
+            mean_r = self.sr / n if self.linear_variate is not None else out["t0"] - self.center
+            out["t2"] = syxx / n - mean_r * np.eye(self.d)
         else:
             # mean(r (x x^T - I)) Omega, plus p^_2 Omega with a control variate
             out["t2_omega"] = self.syxx / n - (self.sr / n) * self.omega
@@ -970,10 +981,14 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
         if method == "randomized":
             est = _estimate_randomized(data, d, m, gen, omega_cov, q, min_n, chunk_size, check_inputs,
                                        input_tolerance, info, t_start)
-            if est is not None:
+            if isinstance(est, HermiteCoefficients):
                 return est
-            # the pilot could not see the range (info["pilot_failed"]): the full T_2 of all rows, one pass
+            # the pilot could not see the range (info["pilot_failed"]): the full T_2 of all rows, one pass,
+            # weighted by the residual of the pilot's linear part (est: its T_1)
             method = "full"
+            range_cv = (est,)
+        else:
+            range_cv = None
         # the first sketch (and the first iteration, which starts from its range) with 4 m columns: its
         # noise columns E omega have norm ~ s sqrt(d) ||E|| / 2 (the Frobenius norm of the noise, not the
         # spectral one), so the weakest units reach its range only with many columns; measured at d = 1000,
@@ -991,7 +1006,8 @@ def estimate_coefficients(data: Any, order: int, n_components: int, *, range_met
             # error), so it reads the first half of the rows (exchangeable i.i.d. rows, eq. (6))
             first = Head(data, max(int(data.n_samples) // 2, min(int(data.n_samples), SPLIT_BLOCK)),
                             _chunk_rows(chunk_size, d))
-        stat1 = accumulate(RangeStatistic(d, method=method, omega=omega, omega_cov=omega_cov, center=center), first,
+        stat1 = accumulate(RangeStatistic(d, method=method, omega=omega, omega_cov=omega_cov, center=center,
+                                          control_variate=range_cv), first,
                            chunk_size=_chunk_rows(chunk_size, d))
         if first is data:
             _check_n(stat1.n, order, m, min_n)
@@ -1075,7 +1091,7 @@ def _pilot_rows(n: int) -> int:
 
 def _estimate_randomized(data, d: int, m: int, gen, omega_cov: np.ndarray, max_iter: int, min_n, chunk_size,
                          check_inputs: bool, input_tolerance: float, info: dict, t_start: float
-                         ) -> "HermiteCoefficients | None":
+                         ) -> "HermiteCoefficients | np.ndarray":
     """``range_method="randomized"`` for order 1: a randomized range finder with subspace iterations on a
     leading subset of the rows (the pilot), then the moment pass on every row, which also checks the range.
 
@@ -1092,8 +1108,10 @@ def _estimate_randomized(data, d: int, m: int, gen, omega_cov: np.ndarray, max_i
        basis: the range is then no less accurate than the exact route's. With a ReLU teacher
        ``s_r << s_c`` (most of ``Var(y)`` is in the orders 1 and 2), so ``N / 16`` rows usually suffice.
        When the pilot cannot see the range at all (its last noise ratio ``||E|| / |lambda_m| >= 1``, e.g.
-       d = 1000, m = 20 from 65536 rows), None is returned (``info["pilot_failed"]``) and the caller forms
-       the full ``T_2`` of all rows: one pass, where iterations on all rows at that noise level take 2-3.
+       d = 1000, m = 20 from 65536 rows), the pilot's ``T_1`` is returned instead of coefficients
+       (``info["pilot_failed"]``) and the caller forms the full ``T_2`` of all rows, weighted by the residual
+       ``y - c - T_1 . x`` (the control variate of order 1): one pass, where iterations on all rows at that
+       noise level take 2-3.
     3. The moment pass (:class:`ProjectedMomentStatistic` with ``range_check``) reads every row: the
        projected moments, ``T_0``, ``T_1`` and, on an eighth of the rows (row group 0, spread over the
        data), ``T_2 P``. Its residual sine (:meth:`ProjectedMomentStatistic.range_residual`) must be at most
@@ -1134,7 +1152,7 @@ def _estimate_randomized(data, d: int, m: int, gen, omega_cov: np.ndarray, max_i
         # The input check is the full pass's, on every row.
         info["pilot_failed"] = {"rows": n_p, "noise_ratio": records[-1]["noise_ratio"],
                                 "iterations": len(records), "time": time.perf_counter() - t_start}
-        return None
+        return stat1.finalize()["t1"]
     # the input check on the pilot's sketch pass (its mean, variances and covariance probes; the fluctuation
     # allowed for scales with the pilot's rows)
     if check_inputs:
