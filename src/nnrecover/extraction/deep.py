@@ -49,6 +49,7 @@ import warnings
 from typing import Any, Callable
 
 import numpy as np
+from scipy.optimize import least_squares
 
 from .._threads import blas_threads
 from ..errors import AssumptionError, CertificateWarning
@@ -1440,8 +1441,6 @@ class DeepExtractor:
         started next to its solution, which Levenberg-Marquardt solves to the box's round-off (measured on
         40-20-10-10-1: certificate error 5e-5 before).
         """
-        from scipy.optimize import least_squares
-
         W, b, A, c = weights[-2], biases[-2], weights[-1], biases[-1]
         k, p = W.shape
         m = A.shape[0]

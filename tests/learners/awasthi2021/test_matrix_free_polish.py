@@ -165,7 +165,8 @@ def test_range_control_variate_checks_its_shapes():
     with pytest.raises(InputError, match="control_variate must be"):
         RangeStatistic(d, method="sketch", omega=omega, omega_cov=omega, control_variate=(np.ones(3), omega,
                                                                                           np.eye(2)))
-    with pytest.raises(InputError, match="method='sketch'"):
+    # the full T_2 takes the linear part only (t1,)
+    with pytest.raises(InputError, match="method='full' control_variate must be"):
         RangeStatistic(d, method="full", omega=None, omega_cov=omega, control_variate=(np.ones(d), omega,
                                                                                        np.eye(2)))
 
