@@ -1406,6 +1406,9 @@ class DeepExtractor:
                     break
             if self.diag.get("last_layer_refinement"):
                 self.diag["certificate_before_refinement"] = cert_before
+                # the fit may leave a neuron with no outgoing weight (a partial copy of another)
+                weights, biases, pruned_after = _prune_silent(weights, biases)
+                self.diag["pruned_neurons"] = [a + b for a, b in zip(self.diag["pruned_neurons"], pruned_after)]
             widths = [int(W.shape[0]) for W in weights[:-1]]
         if unresolved:
             warnings.warn(f"the orientation of hidden layer(s) {unresolved} could not be resolved (the skip "
