@@ -156,6 +156,20 @@ def test_the_last_two_layers_refitted_jointly_reach_the_box():
     assert info["queries"] >= 20 * info["parameters"]
 
 
+def test_the_joint_fit_is_not_tried_when_its_jacobian_would_be_too_large(monkeypatch):
+    from nnrecover.extraction import deep
+
+    truth = random_deep([12, 10, 8, 1], 4)
+    ex, scale = _extractor_with_true_layers(truth, 1)
+    weights = [ex.known.weights[0], truth.weights[1] * scale[None, :], truth.weights[2]]
+    biases = [ex.known.biases[0], truth.biases[1], truth.biases[2]]
+    n_params = 8 * 11 + 9
+    monkeypatch.setattr(deep, "_REFINE_MAX_BYTES", 8 * 8000 * n_params - 1)   # 8000 = 4 n_certify rows
+    queries = ex.oracle.n_queries
+    assert ex._refine_last_layer(weights, biases) is None
+    assert ex.oracle.n_queries == queries
+
+
 def test_neurons_with_no_outgoing_weight_are_pruned():
     # a copy of a neuron with zero outgoing weight does not change the function: it is removed
     from nnrecover.extraction.deep import _prune_silent

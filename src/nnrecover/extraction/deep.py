@@ -73,6 +73,8 @@ _MIN_CONFIRMED = 0.3
 _NEAR_SHARE, _UNION_SHARE = 0.05, 0.9
 #: anchors of the first, cheap batch that must show a critical point for a candidate to be pursued
 _FIRST_BATCH = 8
+#: largest Jacobian (bytes) of the joint fit of the last two layers (DeepExtractor._refine_last_layer)
+_REFINE_MAX_BYTES = 1 << 29
 
 
 def _locate_kinks(oracle: QueryOracle, P: np.ndarray, N: np.ndarray, delta: np.ndarray,
@@ -592,9 +594,9 @@ class DeepExtractor:
         kink is the box's round-off divided by that change (on a random line it is about ``sqrt(d)``
         times smaller, and so the critical points ``sqrt(d)`` times less precise).
 
-        ``pattern = (features, states)``: only the predicted zeros where those features of the last known
-        layer are on (True) or off as given are kept (the zeros are found without queries; up to 16 times
-        ``n_points`` lines are drawn for them).
+        ``pattern = (features, states, walk points)``: the lines run near the walk's points, and only the
+        predicted zeros where those features are on (True) or off as given are kept (the zeros are found
+        without queries; up to 16 times ``n_points`` lines are drawn for them).
         """
         d = self.d
         kept_P, kept_V = [], []
@@ -1448,9 +1450,10 @@ class DeepExtractor:
         k, p = W.shape
         m = A.shape[0]
         n_params = k * (p + 1) + m * (k + 1)
-        if n_params > 20000:
-            return None
         n = max(20 * n_params, 4 * self.n_certify)
+        if 8 * n * m * n_params > _REFINE_MAX_BYTES:
+            # the dense Jacobian grows as 20 m P^2: 37 GB for the last two layers of 784-64-64-10
+            return None
         X = self.scale * self.rng.standard_normal((n, self.d))
         Y = query_batched(self.oracle, X).reshape(n, m)
         Hp = X
