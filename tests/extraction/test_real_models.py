@@ -360,3 +360,27 @@ def test_pytorch_onnx_export_with_another_hidden_activation_is_refused(tmp_path,
     with pytest.raises(InputError, match=rf"hidden activation other than ReLU: node \S+ \({op}\) \(weight "
                                          r"layers: .*8x6.*4x8.*1x4\)"):
         load_model(_export(module, tmp_path / "act.onnx", 6, dynamic=True))
+
+
+def test_three_hidden_layer_iris_classifier_not_extracted_says_so():
+    # a trained (6, 5, 3) classifier: the walks of its third layer may see no feature change at all (a zero
+    # signature); what cannot be finished is returned with a failing certificate and its warning
+    from sklearn.datasets import load_iris
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    clf = _fit(MLPClassifier(hidden_layer_sizes=(6, 5, 3), max_iter=2000, random_state=0), X, y)
+    net = nr.DeepNetwork.from_sklearn(clf)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = extract(net.predict, 4, rng=0)
+    cert = res.diagnostics_["certificate"]
+    Xt = np.random.default_rng(1).standard_normal((5000, 4))
+    err = np.linalg.norm(res.network_.predict(Xt) - net.predict(Xt)) / np.linalg.norm(net.predict(Xt))
+    # the certificate's verdict agrees with the function error on other fresh inputs
+    assert cert["passed"] == (err < 1e-9)
+    if not cert["passed"]:
+        assert any(issubclass(w.category, CertificateWarning) and "certificate failed" in str(w.message)
+                   for w in caught)

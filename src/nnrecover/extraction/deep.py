@@ -734,6 +734,10 @@ class DeepExtractor:
         self._fit_info = info = {}
         self._predicted = 0
         scale_u = float(np.linalg.norm(u))
+        if not scale_u > 0:
+            # a walk that saw no feature change (every coefficient zero): no hyperplane to test
+            info["rejected"] = "zero signature"
+            return None
         u, beta = u / scale_u, beta / scale_u
         delta = 1e-3 * self.scale if self._float64 else 1e-2 * self.scale
         first = self._locate(u, beta, _FIRST_BATCH, delta, pattern)
