@@ -160,7 +160,9 @@ def extract(model: Callable[[np.ndarray], Any], n_inputs: int, *, n_hidden: "int
     n_certify : int, default 2000
         Fresh Gaussian queries on which the recovered network is compared with the black box. A
         neuron active on less than ``3 / n_certify`` of them is likely unseen there (the certificate's
-        ``unseen_below``): raise it for a box whose neurons may be active on a smaller part.
+        ``unseen_below``): raise it for a box whose neurons may be active on a smaller part. With more
+        than one hidden layer the certificate also queries both sides of every neuron's boundary and
+        the inside of every side that holds under 5% of the region (``boundary_queries``).
     patience : int, optional
         With ``n_hidden="auto"``: stop after this many consecutive lines without a new unit. Default 4
         for a box that evaluates to float64 round-off, 10 for a noisier one (float32): its gradient
