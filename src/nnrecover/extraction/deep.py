@@ -1648,7 +1648,8 @@ class DeepExtractor:
 
         A joint fit that is exact can still spend several neurons on one: two neurons on one hyperplane
         (``relu(-a z) = a relu(z) - a z``) and neurons active on all of the region, which are linear there.
-        Merging gives one neuron per hyperplane plus a linear part ``L h + l``; the linear part is then
+        Merging gives one neuron per hyperplane plus a linear part ``L h + l`` (neurons active nowhere on
+        a local Gaussian pool are dropped: they add nothing on the region); the linear part is then
         carried by flipping neurons (``A_j relu(z_j) = A_j relu(-z_j) + A_j z_j``: the equations of
         :func:`~nnrecover.extraction.signs.resolve_signs`), which leaves a ReLU network exact beyond the
         region too. None when nothing merges or no flip set carries the linear part.
@@ -1662,7 +1663,10 @@ class DeepExtractor:
         H = self.scale * self.rng.standard_normal((8192, self.d))
         for Wl, bl in zip(weights[:-2], biases[:-2]):
             H = np.maximum(H @ Wl.T + bl, 0.0)
-        always = ((H @ W.T + b) > 0).all(axis=0)
+        Zp = H @ W.T + b
+        always = (Zp > 0).all(axis=0)
+        # a neuron active on none of the pool adds nothing on the region: dropped like a merged copy
+        never = (Zp <= 0).all(axis=0)
         V = np.concatenate([W, b[:, None]], axis=1)
         norms = np.maximum(np.linalg.norm(V, axis=1), 1e-300)
         cos = (V / norms[:, None]) @ (V / norms[:, None]).T
@@ -1670,6 +1674,8 @@ class DeepExtractor:
         A_new = A.copy()
         rep = np.full(k, -1)
         for j in range(k):
+            if never[j]:
+                continue
             if always[j]:
                 L += np.outer(A[:, j], W[j])
                 c += A[:, j] * b[j]
@@ -1684,10 +1690,11 @@ class DeepExtractor:
                 L -= alpha * np.outer(A[:, j], W[r])
                 c -= alpha * A[:, j] * b[r]
         keep = np.flatnonzero(rep == np.arange(k))
-        if keep.size == k:
+        if keep.size in (0, k):  # nothing to merge, or nothing left
             return None
         W2, b2, A2 = W[keep].copy(), b[keep].copy(), A_new[:, keep]
-        info = {"merged": int(k - keep.size - always.sum()), "always_active_removed": int(always.sum())}
+        info = {"merged": int(k - keep.size - always.sum() - never.sum()), "always_active_removed": int(always.sum()),
+                "never_active_removed": int(never.sum())}
         if not exact:
             M = -(A2.T[:, :, None] * W2[:, None, :]).reshape(W2.shape[0], -1).T
             with blas_threads(1):
