@@ -1520,6 +1520,8 @@ class DeepExtractor:
         # with inputs next to each boundary: a neuron active on almost all of the region is pinned where it
         # is not, which the Gaussian queries hardly see (see _boundary_queries)
         X = np.concatenate([self.scale * self.rng.standard_normal((n, self.d)), self._boundary_queries(weights, biases)])
+        if 8 * X.shape[0] * m * n_params > _REFINE_MAX_BYTES:
+            return None
         Y = query_batched(self.oracle, X).reshape(X.shape[0], m)
 
         def features(X):
