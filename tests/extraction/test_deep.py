@@ -399,3 +399,28 @@ def test_a_last_layer_neuron_that_is_not_in_the_box_is_dropped():
     w2, b2, cert2 = ex._drop_search(weights, biases, cert)
     assert cert2["passed"] and [W.shape[0] for W in w2[:-1]] == [10, 8]
     assert relative_max_error(nr.DeepNetwork(w2, b2), truth, 12) < 1e-10
+
+
+def test_a_neurons_input_gradient_is_its_local_linear_map():
+    # inside one linear region the preactivation of a third-layer neuron is affine in the input: its
+    # gradient (from the output side) equals a central difference (1e-6 steps stay in the region for
+    # these points; the difference quotient is exact there up to its round-off, ~1e-10), and the value is
+    # the forward pass's
+    from nnrecover.extraction.deep import DeepExtractor
+
+    truth = random_deep([12, 10, 8, 6, 1], 2)
+    hidden = list(zip(truth.weights[:-1], truth.biases[:-1]))
+    X = np.random.default_rng(4).standard_normal((50, 12))
+    z, g = DeepExtractor._preactivation_and_gradient(hidden, X, 3)
+    H = X
+    for W, b in hidden:
+        Z = H @ W.T + b
+        H = np.maximum(Z, 0.0)
+    np.testing.assert_allclose(z, Z[:, 3], rtol=0, atol=1e-13)
+    h = 1e-6
+    for i in range(12):
+        e = np.zeros(12)
+        e[i] = h
+        zp, _ = DeepExtractor._preactivation_and_gradient(hidden, X + e, 3)
+        zm, _ = DeepExtractor._preactivation_and_gradient(hidden, X - e, 3)
+        np.testing.assert_allclose((zp - zm) / (2 * h), g[:, i], rtol=0, atol=1e-8)

@@ -129,6 +129,14 @@ def _locate_kinks(oracle: QueryOracle, P: np.ndarray, N: np.ndarray, delta: np.n
     return s_all, ok_all
 
 
+def _relu_features(weights, biases, X: np.ndarray) -> np.ndarray:
+    """``relu(... relu(X W_1^T + b_1) ...)`` through the layers given (``X`` itself for none)."""
+    H = X
+    for W, b in zip(weights, biases):
+        H = np.maximum(H @ W.T + b, 0.0)
+    return H
+
+
 def _prune_silent(weights: list[np.ndarray], biases: list[np.ndarray]) -> tuple[list, list, list[int]]:
     """Hidden neurons whose outgoing weights are zero to round-off (relative to the layer's largest), removed.
 
@@ -1404,9 +1412,7 @@ class DeepExtractor:
                 b_drop = list(biases[:-2]) + [biases[-2][:-n_linear], biases[-1]]
                 # the fit's start: each always-active neuron folded into the neuron it is most like on the
                 # region (where both are active the output is A_j z_j + A_l z_l = A_j (z_j + (A_l / A_j) z_l))
-                Hf = self.scale * self.rng.standard_normal((2000, self.d))
-                for Wl, bl in zip(weights[:-2], biases[:-2]):
-                    Hf = np.maximum(Hf @ Wl.T + bl, 0.0)
+                Hf = _relu_features(weights[:-2], biases[:-2], self.scale * self.rng.standard_normal((2000, self.d)))
                 Zf = Hf @ weights[-2].T + biases[-2]
                 Zn = Zf / np.maximum(np.linalg.norm(Zf, axis=0), 1e-300)
                 kept = weights[-2].shape[0] - n_linear
@@ -1423,9 +1429,7 @@ class DeepExtractor:
                 # an always-active neuron also stands in for a neuron active on almost all (or almost none)
                 # of the region whose orientation the rounded sign solve got wrong (relu(-z) = relu(z) - z,
                 # the -z carried by it): such neurons are flipped, one at a time, before the fit
-                H = self.scale * self.rng.standard_normal((2000, self.d))
-                for Wl, bl in zip(w_drop[:-2], b_drop[:-2]):
-                    H = np.maximum(H @ Wl.T + bl, 0.0)
+                H = _relu_features(w_drop[:-2], b_drop[:-2], self.scale * self.rng.standard_normal((2000, self.d)))
                 frac = ((H @ w_drop[-2].T + b_drop[-2]) > 0).mean(axis=0)
                 for j in np.argsort(-np.abs(frac - 0.5))[:4]:
                     if abs(frac[j] - 0.5) >= 0.4:
@@ -1525,10 +1529,7 @@ class DeepExtractor:
         Y = query_batched(self.oracle, X).reshape(X.shape[0], m)
 
         def features(X):
-            Hp = X
-            for Wl, bl in zip(weights[:-2], biases[:-2]):
-                Hp = np.maximum(Hp @ Wl.T + bl, 0.0)
-            return np.concatenate([Hp, np.ones((X.shape[0], 1))], axis=1)
+            return np.concatenate([_relu_features(weights[:-2], biases[:-2], X), np.ones((X.shape[0], 1))], axis=1)
 
         data = {"H": features(X), "Y": Y}
 
@@ -1575,11 +1576,12 @@ class DeepExtractor:
                                     max_nfev=min(100 * (n_params + 1), _REFINE_MAX_EVALUATIONS))
             theta, nfev = sol.x, nfev + int(sol.nfev)
             fit = float(np.linalg.norm(sol.fun) / max(np.linalg.norm(data["Y"]), 1e-300))
-            if fit > tol or rounds == _REFINE_ROUNDS or 8 * (data["H"].shape[0] + 2 * _BOUNDARY_PER_SIDE * k) \
-                    * m * n_params > _REFINE_MAX_BYTES:
+            if fit > tol or rounds == _REFINE_ROUNDS:
                 break
             # the fit moved the boundaries: the inputs next to the new ones, and a new fit if they disagree
             Xb = self._boundary_queries(*network(theta))
+            if 8 * (data["H"].shape[0] + Xb.shape[0]) * m * n_params > _REFINE_MAX_BYTES:
+                break
             Yb = query_batched(self.oracle, Xb).reshape(Xb.shape[0], m)
             data = {"H": np.concatenate([data["H"], features(Xb)]), "Y": np.concatenate([data["Y"], Yb])}
             if np.linalg.norm(resid(theta)) <= tol * np.linalg.norm(data["Y"]):
@@ -1662,9 +1664,7 @@ class DeepExtractor:
         """
         W, b, A, c = weights[-2], biases[-2], weights[-1], np.array(biases[-1], dtype=float)
         k = W.shape[0]
-        H = self.scale * self.rng.standard_normal((8192, self.d))
-        for Wl, bl in zip(weights[:-2], biases[:-2]):
-            H = np.maximum(H @ Wl.T + bl, 0.0)
+        H = _relu_features(weights[:-2], biases[:-2], self.scale * self.rng.standard_normal((8192, self.d)))
         Zp = H @ W.T + b
         always = (Zp > 0).all(axis=0)
         # a neuron active on none of the pool adds nothing on the region: dropped like a merged copy
@@ -1708,10 +1708,7 @@ class DeepExtractor:
             X = np.concatenate([self.scale * self.rng.standard_normal((self.n_certify, self.d)),
                                 self._boundary_queries(weights, biases)])
             Y = query_batched(self.oracle, X).reshape(X.shape[0], -1)
-            Hx = X
-            for Wl, bl in zip(weights[:-2], biases[:-2]):
-                Hx = np.maximum(Hx @ Wl.T + bl, 0.0)
-            t, fit = self._flips_by_fit(Hx @ W2.T + b2, Y, t)
+            t, fit = self._flips_by_fit(_relu_features(weights[:-2], biases[:-2], X) @ W2.T + b2, Y, t)
             flip = t.astype(bool)
             W2[flip], b2[flip] = -W2[flip], -b2[flip]
             A2, c = fit[:-1].T.copy(), fit[-1].copy()
@@ -1807,16 +1804,18 @@ class DeepExtractor:
     @staticmethod
     def _preactivation_and_gradient(hidden, X, j):
         """Neuron ``j`` of the last of ``hidden``'s layers at the rows of ``X``: its preactivation and
-        its gradient in the input (the product of the layers' local linear maps)."""
-        H, J = X, None  # J: (n, width, d), the Jacobian of the current layer's output
-        for i, (W, b) in enumerate(hidden):
+        its gradient in the input (its row times the layers' local linear maps, taken from the output
+        side: one row per input, never a layer's whole Jacobian)."""
+        acts, H = [], X
+        for W, b in hidden[:-1]:
             Z = H @ W.T + b
-            Jz = np.broadcast_to(W, (X.shape[0],) + W.shape) if J is None else np.einsum("wp,npd->nwd", W, J)
-            if i == len(hidden) - 1:
-                return Z[:, j], np.array(Jz[:, j])
-            act = (Z > 0).astype(float)
-            H, J = Z * act, Jz * act[:, :, None]
-        raise AssertionError("no layer")
+            acts.append(Z > 0)
+            H = np.maximum(Z, 0.0)
+        W, b = hidden[-1]
+        g = np.broadcast_to(W[j], (X.shape[0], W.shape[1]))
+        for (Wi, _), act in zip(reversed(hidden[:-1]), reversed(acts)):
+            g = (g * act) @ Wi
+        return H @ W[j] + b[j], np.array(g)
 
     def certify(self, weights, biases) -> dict:
         """Compare the network with the black box on fresh Gaussian queries (std ``input_scale``) and on
@@ -1825,10 +1824,7 @@ class DeepExtractor:
         X_boundary = self._boundary_queries(weights, biases)
         X = np.concatenate([X, X_boundary])
         Y = query_batched(self.oracle, X)
-        H = X
-        for W, b in zip(weights[:-1], biases[:-1]):
-            H = np.maximum(H @ W.T + b, 0.0)
-        G = H @ weights[-1].T + biases[-1]
+        G = _relu_features(weights[:-1], biases[:-1], X) @ weights[-1].T + biases[-1]
         diff = np.linalg.norm(G - Y, axis=1)
         rel = float(np.linalg.norm(diff) / max(np.linalg.norm(Y), 1e-300))
         n_params = sum(W.size + b.size for W, b in zip(weights, biases))
