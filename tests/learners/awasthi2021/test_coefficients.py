@@ -84,6 +84,21 @@ def test_moment_sums_are_additive_over_arbitrary_column_splits():
     _close(acc, whole)
 
 
+def test_moment_sums_with_a_reused_workspace_equal_fresh_buffers():
+    # the caller's scratch buffers (grown when a block is wider, column views when narrower) change no sum
+    rng = np.random.default_rng(3)
+    Zt, w = rng.standard_normal((5, 9000)), rng.standard_normal(9000)
+    mono = Monomials(5, 2)
+    fresh, reused, workspace = mono.new_moment_sums(), mono.new_moment_sums(), {}
+    for a, b in [(0, 3000), (3000, 3100), (3100, 9000)]:
+        mono.add_moment_sums(fresh, Zt[:, a:b], w[a:b])
+        mono.add_moment_sums(reused, Zt[:, a:b], w[a:b], workspace=workspace)
+    assert workspace["columns"] == 5900
+    _close(reused, fresh)
+    with pytest.raises(InputError, match="out must have shape"):
+        mono.features_of_columns(Zt[:, :10], out=np.empty((mono.size, 11)))
+
+
 def test_moment_sums_with_hermite_assembly_match_dense_hermite_tensors():
     # the streaming sums feed the matching-formula assembly: mean(w He_k(z)) for k <= 4
     from nnrecover.hermite import hermite_tensor

@@ -708,6 +708,7 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
         self.n_check = 0
         self.sr_check = 0.0
         self.srr_check = 0.0
+        self._workspace = {}  # reused block buffers (a partial's own: empty_like starts from a shallow copy)
         self._reset_check()
 
     def _update(self, X: np.ndarray, Y: np.ndarray) -> None:
@@ -721,8 +722,19 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
             r = y
         else:
             t0, _, B = self.control_variate
-            quad = np.einsum("in,in->n", B @ Zt, Zt)  # z^T B z
-            r = y - (t0 - 0.5 * np.trace(B)) - ZE[self.n_dim] - 0.5 * quad
+            # r = y - p(x) in buffers of this statistic: fresh temporaries of every chunk cost their page
+            # faults (measured as much as the GEMM at d = 100, n = 10; benchmarks/README.md)
+            ws = self._workspace
+            if ws.get("chunk_rows", -1) < n:
+                ws.update(chunk_rows=n, bz=np.empty((self.n_dim, n)), r=np.empty(n), quad=np.empty(n))
+            BZ, r, quad = ws["bz"][:, :n], ws["r"][:n], ws["quad"][:n]
+            np.matmul(B, Zt, out=BZ)
+            np.multiply(BZ, Zt, out=BZ)
+            np.sum(BZ, axis=0, out=quad)  # z^T B z
+            np.subtract(y, ZE[self.n_dim], out=r)
+            r -= t0 - 0.5 * np.trace(B)
+            quad *= 0.5
+            r -= quad
         self.syy += float(y @ y)
         self.sy += float(y.sum())
         if self.range_check:  # T_0, T_1 of all rows (p's came from the pilot)
@@ -742,11 +754,13 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
             block = (g0 + start) // SPLIT_BLOCK
             stop = min(n, (block + 1) * SPLIT_BLOCK - g0)
             g = block % N_GROUPS
-            self.mono.add_moment_sums(self.group_sums[g], Zt[:, start:stop], r[start:stop])
+            self.mono.add_moment_sums(self.group_sums[g], Zt[:, start:stop], r[start:stop],
+                                      workspace=self._workspace)
             self.group_counts[g] += stop - start
             if self.range_check and g == RANGE_CHECK_GROUP:
                 rb = r[start:stop]
-                self.s_range += X[start:stop].T @ (Zt[:, start:stop] * rb).T
+                # (n, rows) @ (rows, d): X's rows as stored (faster than X^T @ (z r)^T, measured)
+                self.s_range += ((Zt[:, start:stop] * rb) @ X[start:stop]).T
                 self.n_check += stop - start
                 self.sr_check += float(rb.sum())
                 self.srr_check += float(rb @ rb)

@@ -133,11 +133,14 @@ class Monomials:
         (shape ``(N, n)``), one monomial per row."""
         return self.features_of_columns(np.ascontiguousarray(Z.T))
 
-    def features_of_columns(self, Zt: np.ndarray) -> np.ndarray:
+    def features_of_columns(self, Zt: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """``F^T`` of shape ``(size, N)`` from ``Zt`` of shape ``(n, N)`` (one sample per column, as the
-        projection ``P^T X^T`` comes out of BLAS): contiguous block products, no gathers."""
+        projection ``P^T X^T`` comes out of BLAS): contiguous block products, no gathers. ``out``: a
+        ``(size, N)`` array to write them into (a reused buffer)."""
         N = Zt.shape[1]
-        Ft = np.empty((self.size, N))
+        Ft = np.empty((self.size, N)) if out is None else out
+        if Ft.shape != (self.size, N):
+            raise InputError(f"out must have shape ({self.size}, {N}), got {Ft.shape}.")
         Ft[0] = 1.0
         for r in range(1, self.top + 1):
             plo, phi = self.offsets[r - 1], self.offsets[r]
@@ -163,7 +166,8 @@ class Monomials:
         """A zero accumulator for :meth:`add_moment_sums` (``n_sums`` entries)."""
         return np.zeros(self.n_sums)
 
-    def add_moment_sums(self, acc: np.ndarray, Zt: np.ndarray, w: np.ndarray) -> np.ndarray:
+    def add_moment_sums(self, acc: np.ndarray, Zt: np.ndarray, w: np.ndarray,
+                        workspace: dict | None = None) -> np.ndarray:
         """Add ``sum_n w_n z_n^mu`` for every multiset ``mu`` of degree ``<= 2 top`` (each once) to the
         flat accumulator ``acc`` in place; the samples ``z_n`` are the columns of ``Zt``.
 
@@ -176,6 +180,12 @@ class Monomials:
             features in cache).
         w : (N,) array
             Weights, any sign.
+        workspace : dict, optional
+            Scratch arrays kept by the caller between calls (start with ``{}``; one per thread): the
+            features and products of a block are then written into buffers allocated once. A fresh
+            block of a few MiB per call costs its page faults, measured as much as the products
+            themselves at ``n = 10`` on 4096-sample blocks (benchmarks/README.md, "randomized range
+            of T_2").
 
         Returns
         -------
@@ -185,12 +195,19 @@ class Monomials:
             raise InputError(f"acc must have shape ({self.n_sums},) (use new_moment_sums()), got {acc.shape}.")
         if Zt.shape[0] != self.n or w.shape != (Zt.shape[1],):
             raise InputError(f"Zt must have shape ({self.n}, N) and w shape (N,); got {Zt.shape} and {w.shape}.")
-        Ft = self.features_of_columns(Zt)
+        cols = Zt.shape[1]
+        if workspace is None:
+            ft_buf, buf = None, np.empty((self._max_group_rows, cols))
+        else:
+            if workspace.get("columns", -1) < cols:
+                workspace.update(columns=cols, features=np.empty((self.size, cols)),
+                                 rows=np.empty((self._max_group_rows, cols)))
+            ft_buf, buf = workspace["features"][:, :cols], workspace["rows"][:, :cols]
+        Ft = self.features_of_columns(Zt, out=ft_buf)
         acc[:self.size] += Ft @ w
         if not self._group_rows:
             return acc
         Ftop = Ft[self.offsets[self.top]:]
-        buf = np.empty((self._max_group_rows, Ft.shape[1]))
         for g, rows in enumerate(self._group_rows):
             wz = w * Zt[g]
             k = len(self._group_pos[g])
