@@ -723,7 +723,8 @@ class ProjectedMomentStatistic(_InputCheck, Statistic):
         else:
             t0, _, B = self.control_variate
             # r = y - p(x) in buffers of this statistic: fresh temporaries of every chunk cost their page
-            # faults (measured as much as the GEMM at d = 100, n = 10; benchmarks/README.md)
+            # faults (d = 100, n = 10, 1e6 rows: GEMM and residual 0.30 s fresh, 0.20 s in buffers, the GEMM
+            # alone 0.17 s; benchmarks/README.md, "reused block buffers")
             ws = self._workspace
             if ws.get("chunk_rows", -1) < n:
                 ws.update(chunk_rows=n, bz=np.empty((self.n_dim, n)), r=np.empty(n), quad=np.empty(n))

@@ -182,10 +182,9 @@ class Monomials:
             Weights, any sign.
         workspace : dict, optional
             Scratch arrays kept by the caller between calls (start with ``{}``; one per thread): the
-            features and products of a block are then written into buffers allocated once. A fresh
-            block of a few MiB per call costs its page faults, measured as much as the products
-            themselves at ``n = 10`` on 4096-sample blocks (benchmarks/README.md, "randomized range
-            of T_2").
+            features and products of a block are then written into buffers allocated once: a fresh
+            block of a few MiB per call costs its page faults (benchmarks/README.md, "randomized range
+            of T_2", "reused block buffers").
 
         Returns
         -------
