@@ -53,13 +53,15 @@ test: $(TSTAMP)
 
 # the suite once per OpenBLAS kernel family this CPU executes (results must not depend on a kernel's
 # last bits): Prescott (SSE3), Sandybridge (AVX), Haswell (AVX2) and SkylakeX (AVX-512F), read from
-# /proc/cpuinfo; on a CPU without these flags (not x86) the suite runs once with its own kernels
+# /proc/cpuinfo; on a CPU without these flags (not x86) the suite runs once with its own kernels.
+# SKIP_KERNEL=<name> leaves out the one `make test` already ran under (.ci/run passes it)
 test-kernels: $(TSTAMP)
 	@flags=" $$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "; types=""; \
 	for pair in pni:Prescott avx:Sandybridge avx2:Haswell avx512f:SkylakeX; do \
 	  case "$$flags" in *" $${pair%%:*} "*) types="$$types $${pair##*:}";; esac; done; \
 	[ -n "$$types" ] || types="default"; echo "OpenBLAS core types to run:$$types"; \
 	for t in $$types; do \
+	  if [ "$$t" = "$(SKIP_KERNEL)" ]; then echo "== $$t: skipped (SKIP_KERNEL: the suite already ran under it)"; continue; fi; \
 	  if [ "$$t" = default ]; then unset OPENBLAS_CORETYPE; else export OPENBLAS_CORETYPE=$$t; fi; \
 	  echo "== OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-<unset>}: OpenBLAS runs $$($(PY) -c "import numpy, threadpoolctl; print(sorted({i.get('architecture') for i in threadpoolctl.threadpool_info() if i['internal_api'] == 'openblas'}))")"; \
 	  $(SUITE) tests src/nnrecover || { echo "FAILED under OPENBLAS_CORETYPE=$$t"; exit 1; }; \
