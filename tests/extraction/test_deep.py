@@ -175,6 +175,30 @@ def test_a_neuron_active_on_a_small_part_of_the_region_is_oriented_from_the_grad
         np.testing.assert_array_equal(g["t"].astype(bool), flip)
 
 
+def test_two_neurons_without_votes_are_oriented_one_after_the_other():
+    # two neurons of the second layer of 12-10-8-6-1 left without a vote, the first of them flipped and
+    # active on much of the region: the second's votes must use the first's orientation as just voted,
+    # else the first's gradient, left out of the span where it is active, reads as the second's
+    truth = random_deep([12, 10, 8, 6, 1], 0)
+    X = np.random.default_rng(5).standard_normal((100_000, 12))
+    active = (truth.preactivations(X)[1] > 0).mean(axis=0)
+    rare = int(np.argmin(active))
+    first = int(np.argmax(np.where(np.arange(8) < rare, active, -1.0)))
+    assert active[rare] < 0.03 and first < rare and active[first] > 0.3
+    for seed in range(2):
+        ex, _ = _extractor_with_true_layers(truth, 2, seed=seed)
+        flip = np.zeros(8, bool)
+        flip[[first, 6]] = True
+        ex.known.weights[-1][flip] *= -1
+        ex.known.biases[-1][flip] *= -1
+        seen = np.full(8, 5)
+        seen[[first, rare]] = 0
+        votes = np.where(flip, -1.0, 1.0) * seen
+        ex._orient_unseen(votes, seen, 24, 1e-6)
+        assert (seen > 0).all() and np.array_equal(np.abs(votes), seen)
+        np.testing.assert_array_equal(votes < 0, flip)
+
+
 def test_partial_fits_of_one_neuron_from_different_parts_of_its_boundary_are_merged():
     # third-layer neuron 7 of 40-20-10-10-1: its critical points split by the state of one second-layer
     # feature (on at all of one part, off at all of the other) give two partial fits whose hyperplanes
