@@ -143,18 +143,30 @@ def _extractor_with_true_layers(truth, n_known, seed=0):
     return ex, scale
 
 
+def _flip_last_known(ex, neurons):
+    """Flip the given neurons of ``ex``'s last known layer; returns the flip mask."""
+    flip = np.zeros(ex.known.widths[-1], bool)
+    flip[neurons] = True
+    ex.known.weights[-1][flip] *= -1
+    ex.known.biases[-1][flip] *= -1
+    return flip
+
+
+def _assert_oriented_by_gradients(truth, flipped, seeds):
+    """The second hidden layer of ``truth`` with the neurons ``flipped`` flipped is oriented from the box's
+    gradients, with each query seed of ``seeds``."""
+    for seed in seeds:
+        ex, _ = _extractor_with_true_layers(truth, 2, seed=seed)
+        flip = _flip_last_known(ex, flipped)
+        g = ex._orient_by_gradients(rounds=3)
+        assert g["resolved_neurons"].all() and g["consistent"]
+        np.testing.assert_array_equal(g["t"].astype(bool), flip)
+
+
 def test_a_layer_below_two_others_is_oriented_from_the_gradients():
     # the third hidden layer's skip features are ReLUs, so layer 2 is oriented before it is searched:
     # four flipped second-layer neurons of 40-20-10-10-1 are found from the box's gradients
-    truth = random_deep([40, 20, 10, 10, 1], 0)
-    ex, _ = _extractor_with_true_layers(truth, 2)
-    flip = np.zeros(10, bool)
-    flip[[3, 4, 6, 9]] = True
-    ex.known.weights[-1][flip] *= -1
-    ex.known.biases[-1][flip] *= -1
-    g = ex._orient_by_gradients(rounds=3)
-    assert g["resolved_neurons"].all() and g["consistent"]
-    np.testing.assert_array_equal(g["t"].astype(bool), flip)
+    _assert_oriented_by_gradients(random_deep([40, 20, 10, 10, 1], 0), [3, 4, 6, 9], seeds=[0])
 
 
 def test_a_neuron_active_on_a_small_part_of_the_region_is_oriented_from_the_gradients():
@@ -164,15 +176,7 @@ def test_a_neuron_active_on_a_small_part_of_the_region_is_oriented_from_the_grad
     truth = random_deep([12, 10, 8, 6, 1], 0)
     X = np.random.default_rng(5).standard_normal((100_000, 12))
     assert (truth.preactivations(X)[1] > 0).mean(axis=0)[3] < 0.03
-    for seed in range(2):
-        ex, _ = _extractor_with_true_layers(truth, 2, seed=seed)
-        flip = np.zeros(8, bool)
-        flip[[1, 3, 6]] = True
-        ex.known.weights[-1][flip] *= -1
-        ex.known.biases[-1][flip] *= -1
-        g = ex._orient_by_gradients(rounds=3)
-        assert g["resolved_neurons"].all() and g["consistent"]
-        np.testing.assert_array_equal(g["t"].astype(bool), flip)
+    _assert_oriented_by_gradients(truth, [1, 3, 6], seeds=[0, 1])
 
 
 def test_two_neurons_without_votes_are_oriented_one_after_the_other():
@@ -187,10 +191,7 @@ def test_two_neurons_without_votes_are_oriented_one_after_the_other():
     assert active[rare] < 0.03 and first < rare and active[first] > 0.3
     for seed in range(2):
         ex, _ = _extractor_with_true_layers(truth, 2, seed=seed)
-        flip = np.zeros(8, bool)
-        flip[[first, 6]] = True
-        ex.known.weights[-1][flip] *= -1
-        ex.known.biases[-1][flip] *= -1
+        flip = _flip_last_known(ex, [first, 6])
         seen = np.full(8, 5)
         seen[[first, rare]] = 0
         votes = np.where(flip, -1.0, 1.0) * seen
@@ -329,10 +330,7 @@ def test_a_last_layer_neuron_with_unseen_coefficients_is_completed_from_the_line
     assert unseen[9].any() and not unseen[:9].any()
     true_rows = ex.known.weights[-1].copy()
     ex.known.weights[-1][9, unseen[9]] = 0.0
-    flip = np.zeros(10, bool)
-    flip[[0, 5, 7]] = True
-    ex.known.weights[-1][flip] *= -1
-    ex.known.biases[-1][flip] *= -1
+    flip = _flip_last_known(ex, [0, 5, 7])
     sign_info = _finish_exactly(ex, truth, true_rows)
     assert sign_info["without_unseen_features"]["completed_neurons"] == [9]
 
@@ -376,10 +374,7 @@ def test_two_partial_fits_of_one_last_layer_neuron_are_merged_and_completed():
 def test_the_last_layer_orientation_is_found_by_the_fit_without_skip_features():
     truth = random_deep([40, 20, 10, 10, 1], 0)
     ex, _ = _extractor_with_true_layers(truth, 3)
-    flip = np.zeros(10, bool)
-    flip[[0, 5, 7]] = True
-    ex.known.weights[-1][flip] *= -1
-    ex.known.biases[-1][flip] *= -1
+    flip = _flip_last_known(ex, [0, 5, 7])
     X = np.random.default_rng(2).standard_normal((3000, 40))
     Y = DeepBox(truth)(X)
     t, info = ex._orientation_by_fit(X, Y, np.zeros(10, int))
