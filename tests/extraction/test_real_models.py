@@ -151,6 +151,30 @@ def test_diabetes_regressor_with_l2_dead_and_zero_weight_units(tmp_path):
     assert np.max(np.abs(res.predict(Z) - mlp.predict(Z))) < 1e-10    # the function stays exact
 
 
+def test_diabetes_regressor_with_three_hidden_layers_linear_or_dead_in_the_last():
+    # real training leaves the last hidden layer of this MLPRegressor((16, 8, 8)) with neurons active on
+    # all, or none, of the standardised data: on the region that layer is linear, so the box is a
+    # network of fewer layers there, which is what the certificate can vouch for; the function is exact
+    from sklearn.datasets import load_diabetes
+    from sklearn.neural_network import MLPRegressor
+
+    X, y = load_diabetes(return_X_y=True)
+    X = _standardise(X)
+    mlp = _fit(MLPRegressor(hidden_layer_sizes=(16, 8, 8), alpha=1e-3, max_iter=3000, random_state=0), X, y)
+    truth = nr.DeepNetwork.from_sklearn(mlp)
+    Z = np.random.default_rng(2).standard_normal((20_000, 10))
+    H = Z
+    for W, b in zip(truth.weights[:-2], truth.biases[:-2]):
+        H = np.maximum(H @ W.T + b, 0.0)
+    active = (H @ truth.weights[-2].T + truth.biases[-2] > 0).mean(axis=0)
+    assert np.all((active == 0) | (active == 1))
+    res = _no_warnings(extract, mlp.predict, 10, rng=0)
+    assert res.diagnostics_["certificate"]["passed"] and len(res.network_.hidden_sizes) < 3
+    Zt = np.random.default_rng(1).standard_normal((20_000, 10))
+    Y = mlp.predict(Zt)
+    assert np.max(np.abs(res.predict(Zt).ravel() - Y)) < 1e-9 * np.std(Y)
+
+
 def test_linnerud_multi_output_regressor():
     from sklearn.datasets import load_linnerud
     from sklearn.neural_network import MLPRegressor

@@ -1548,7 +1548,9 @@ class DeepExtractor:
                       "known": (self.known.weights, self.known.biases), "points": self._points,
                       "layers": self.layer_info, "orient": orient_info,
                       "diag": {k: self.diag.pop(k) for k in keys if k in self.diag}}
-            self.known.weights, self.known.biases = list(shallower["weights"]), list(shallower["biases"])
+            # copies: the finish changes the last layer's rows in place, and the deeper result shares them
+            self.known.weights = [W.copy() for W in shallower["weights"]]
+            self.known.biases = [b.copy() for b in shallower["biases"]]
             self._points = self._points[:shallower["depth"]]
             self.layer_info = self.layer_info[:shallower["depth"]]
             orient_info = orient_info[:shallower["depth"] - 1]
@@ -2070,15 +2072,15 @@ class DeepExtractor:
     @staticmethod
     def _complete_from_linear_part(H: np.ndarray, W: np.ndarray, b: np.ndarray, A: np.ndarray, L: np.ndarray) -> int:
         """The linear part's term on a feature ``q`` of the layer before, moved into the one neuron active
-        wherever ``h_q`` is on; ``W``, ``A`` and ``L`` are changed in place. Returns how many terms moved.
+        wherever ``h_q`` is on; ``W``, ``b``, ``A`` and ``L`` are changed in place. Returns how many terms
+        moved.
 
         Where ``h_q > 0`` only where neuron ``j`` is active, ``A_j relu(z_j + delta h_q) = A_j relu(z_j) +
         A_j delta h_q`` on the region: ``j``'s coefficient on ``q`` and an always-active neuron's
         ``L[:, q] h_q`` are one degree of freedom, so a joint fit can leave ``j`` off by ``delta`` and the
-        difference in an always-active neuron (measured on 40-20-10-10-1 under Prescott kernels: its
-        neuron active on 99.7% of the region, feature 3 on 18% of it and only there; the fit kept 11
-        neurons, one with preactivation correlation 0.9992 to the box's). Moving the term back gives
-        the network without that neuron. With two such neurons the split is not determined by the
+        difference in an always-active neuron, exact on the region (40-20-10-10-1 has such a pair: its
+        third-layer neuron active on 99.7% of the region, and a second-layer feature on 18% of it, only
+        there). Moving the term back gives the network without that neuron. With two such neurons the split is not determined by the
         function on the region and the term is left to the flips. ``H``: the layer before on a pool of
         the region; a changed row is scaled to unit norm (its scale goes into ``A``).
         """
