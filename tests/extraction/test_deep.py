@@ -401,14 +401,14 @@ def test_the_last_two_layers_refitted_jointly_reach_the_box():
 
 
 def test_the_joint_fit_is_not_tried_when_its_jacobian_would_be_too_large(monkeypatch):
-    from nnrecover.extraction import deep
+    from nnrecover.extraction import last_layer
 
     truth = random_deep([12, 10, 8, 1], 4)
     ex, scale = _extractor_with_true_layers(truth, 1)
     weights = [ex.known.weights[0], truth.weights[1] * scale[None, :], truth.weights[2]]
     biases = [ex.known.biases[0], truth.biases[1], truth.biases[2]]
     n_params = 8 * 11 + 9
-    monkeypatch.setattr(deep, "_REFINE_MAX_BYTES", 8 * 8000 * n_params - 1)   # 8000 = 4 n_certify rows
+    monkeypatch.setattr(last_layer, "_REFINE_MAX_BYTES", 8 * 8000 * n_params - 1)   # 8000 = 4 n_certify rows
     queries = ex.oracle.n_queries
     assert ex._refine_last_layer(weights, biases) is None
     assert ex.oracle.n_queries == queries
@@ -416,12 +416,12 @@ def test_the_joint_fit_is_not_tried_when_its_jacobian_would_be_too_large(monkeyp
 
 def test_neurons_with_no_outgoing_weight_are_pruned():
     # a copy of a neuron with zero outgoing weight does not change the function: it is removed
-    from nnrecover.extraction.deep import _prune_silent
+    from nnrecover.extraction.last_layer import prune_silent
     truth = random_deep([6, 5, 4, 1], 1)
     W1 = np.concatenate([truth.weights[0], truth.weights[0][:1]])
     b1 = np.concatenate([truth.biases[0], [0.7]])
     W2 = np.concatenate([truth.weights[1], np.full((4, 1), 1e-15)], axis=1)
-    weights, biases, pruned = _prune_silent([W1, W2, truth.weights[2]], [b1, truth.biases[1], truth.biases[2]])
+    weights, biases, pruned = prune_silent([W1, W2, truth.weights[2]], [b1, truth.biases[1], truth.biases[2]])
     assert pruned == [1, 0]
     assert [W.shape for W in weights] == [W.shape for W in truth.weights]
     X = np.random.default_rng(0).standard_normal((500, 6))

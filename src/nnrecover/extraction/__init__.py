@@ -2,7 +2,8 @@
 
 ``nr.extract(model, d)`` recovers ``f(x) = A relu(W x + b) + c`` from queries of ``model``, and with more
 than one hidden layer ``f(x) = A relu(W_L ... relu(W_1 x + b_1) ... + b_L) + c`` layer by layer
-(:mod:`~nnrecover.extraction.deep`, over the known layers of :mod:`~nnrecover.extraction.stack`; the
+(:mod:`~nnrecover.extraction.deep`, over the known layers of :mod:`~nnrecover.extraction.stack`, finished
+by :mod:`~nnrecover.extraction.last_layer`; the
 steps and what they cannot do are on the documentation page "Extracting networks with several hidden
 layers"):
 
