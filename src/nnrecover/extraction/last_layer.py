@@ -25,6 +25,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from .._threads import blas_threads
+from .output import scaled_least_squares
 from .queries import query_batched, unseen_below
 from .signs import resolve_signs
 
@@ -129,13 +130,7 @@ class LastLayerFinishing:
         if skip:
             cols.append(X if K.depth == 1 else np.maximum(Z[-2], 0.0))
         cols.append(np.ones((X.shape[0], 1)))
-        D = np.concatenate(cols, axis=1)
-        norms = np.linalg.norm(D, axis=0)
-        norms[norms == 0] = 1.0
-        with blas_threads(1):
-            coef, *_ = np.linalg.lstsq(D / norms, Y, rcond=None)
-        coef = coef / norms[:, None]
-        resid = float(np.linalg.norm(D @ coef - Y) / max(np.linalg.norm(Y), 1e-300))
+        coef, resid = scaled_least_squares(np.concatenate(cols, axis=1), Y)
         k = H.shape[1]
         A = coef[:k].T
         S = coef[k:-1].T if skip else None

@@ -13,7 +13,7 @@ import numpy as np
 from .._threads import blas_threads
 from .queries import QueryOracle, query_batched
 
-__all__ = ["fit_output_layer"]
+__all__ = ["fit_output_layer", "scaled_least_squares"]
 
 
 def _ls_rows(W: np.ndarray, b: np.ndarray, rng: np.random.Generator, scale: float, n_gauss: int) -> np.ndarray:
@@ -32,6 +32,17 @@ def _ls_rows(W: np.ndarray, b: np.ndarray, rng: np.random.Generator, scale: floa
     return np.concatenate([G, A + off * W, A - off * W])
 
 
+def scaled_least_squares(D: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, float]:
+    """Least-squares ``coef`` of ``D coef = Y`` with the columns of ``D`` scaled to unit norm first (features
+    of very different sizes, a zero column allowed), and the relative residual ``||D coef - Y|| / ||Y||``."""
+    norms = np.linalg.norm(D, axis=0)
+    norms[norms == 0] = 1.0
+    with blas_threads(1):
+        coef, *_ = np.linalg.lstsq(D / norms, Y, rcond=None)
+    coef = coef / norms[:, None]
+    return coef, float(np.linalg.norm(D @ coef - Y) / max(np.linalg.norm(Y), 1e-300))
+
+
 def fit_output_layer(oracle: QueryOracle, W: np.ndarray, b: np.ndarray, rng: np.random.Generator, *,
                      scale: float, linear: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Least-squares output weights ``f = alpha relu(W x + b) (+ U x) + c`` on fresh queries.
@@ -46,13 +57,7 @@ def fit_output_layer(oracle: QueryOracle, W: np.ndarray, b: np.ndarray, rng: np.
     Y = query_batched(oracle, X)
     H = np.maximum(X @ W.T + b, 0.0)
     cols = [H] + ([X] if linear else []) + [np.ones((X.shape[0], 1))]
-    D = np.concatenate(cols, axis=1)
-    norms = np.linalg.norm(D, axis=0)
-    norms[norms == 0] = 1.0
-    with blas_threads(1):
-        coef, *_ = np.linalg.lstsq(D / norms, Y, rcond=None)
-    coef = coef / norms[:, None]
-    resid = float(np.linalg.norm(D @ coef - Y) / max(np.linalg.norm(Y), 1e-300))
+    coef, resid = scaled_least_squares(np.concatenate(cols, axis=1), Y)
     alpha = coef[:k].T
     U = coef[k:k + d].T if linear else np.zeros((Y.shape[1], d))
     c = coef[-1]
