@@ -330,7 +330,7 @@ def test_a_last_layer_neuron_with_unseen_coefficients_is_completed_from_the_line
     assert unseen[9].any() and not unseen[:9].any()
     true_rows = ex.known.weights[-1].copy()
     ex.known.weights[-1][9, unseen[9]] = 0.0
-    flip = _flip_last_known(ex, [0, 5, 7])
+    _flip_last_known(ex, [0, 5, 7])
     sign_info = _finish_exactly(ex, truth, true_rows)
     assert sign_info["without_unseen_features"]["completed_neurons"] == [9]
 
@@ -662,3 +662,80 @@ def test_a_neurons_input_gradient_is_its_local_linear_map():
         zp, _ = DeepExtractor._preactivation_and_gradient(hidden, X + e, 3)
         zm, _ = DeepExtractor._preactivation_and_gradient(hidden, X - e, 3)
         np.testing.assert_allclose((zp - zm) / (2 * h), g[:, i], rtol=0, atol=1e-8)
+
+
+def _critical_points_per_layer(known, n_points=6):
+    """What DeepExtractor keeps of the critical points of a KnownLayers: per layer, per neuron, inputs on
+    its boundary."""
+    from types import SimpleNamespace
+
+    layers = SimpleNamespace(weights=known.weights, biases=known.biases)
+    return [[_boundary_points(layers, layer, j, n=4000)[:n_points] for j in range(width)]
+            for layer, width in enumerate(known.widths)]
+
+
+def _output_snapshot(ex):
+    """What DeepExtractor.run keeps of a depth whose output fit it tried: the layers and that fit."""
+    from nnrecover.extraction.queries import query_batched
+
+    X = ex._output_rows()
+    Y = query_batched(ex.oracle, X)
+    return {"depth": ex.known.depth, "out": (X, Y, *ex._fit_output(X, Y, skip=True)),
+            "weights": [W.copy() for W in ex.known.weights], "biases": [b.copy() for b in ex.known.biases]}
+
+
+def test_a_stand_in_deepest_layer_gives_way_to_the_exact_layers_below_it():
+    # with depth="auto" a failed certificate makes the finish run once more on the layers below the deepest;
+    # here the three true hidden layers of 12-10-8-6-1 and, as the deepest, one neuron on the third layer's
+    # features (a stand-in no output layer on it can make exact): the three layers win, with their function
+    truth = random_deep([12, 10, 8, 6, 1], 0)
+    ex, _ = _extractor_with_true_layers(truth, 3)
+    ex._points = _critical_points_per_layer(ex.known)
+    ex.layer_info = [{"layer": i} for i in range(3)]
+    snapshot = _output_snapshot(ex)
+    H3 = np.maximum(ex.known.preactivations(ex.scale * ex.rng.standard_normal((4000, 12)))[-1], 0.0)
+    w = np.random.default_rng(1).standard_normal(6)
+    b = -float(np.median(H3 @ w))
+    w, b = w / np.linalg.norm(w), b / np.linalg.norm(w)
+    ex.known.append(w[None, :], np.array([b]))
+    ex._points.append(_critical_points_per_layer(ex.known)[-1])
+    ex.layer_info.append({"layer": 3})
+    X, Y = snapshot["out"][:2]
+    D = np.column_stack([np.maximum(ex.known.preactivations(X)[-1], 0.0), np.ones(X.shape[0])])
+    coef, *_ = np.linalg.lstsq(D, Y.reshape(X.shape[0], -1), rcond=None)
+    weights = [W.copy() for W in ex.known.weights] + [coef[:1].T]
+    biases = [v.copy() for v in ex.known.biases] + [coef[1]]
+    cert = ex.certify(weights, biases)
+    assert not cert["passed"]
+    orient = [{"resolved": True, "layer": i} for i in range(3)]
+    result, orient_kept = ex._finish_with_one_layer_less((weights, biases, cert, {}, 0.1), snapshot, orient)
+    weights, biases, cert = result[:3]
+    assert cert["passed"] and cert["relative_error"] < 1e-12
+    assert [W.shape[0] for W in weights[:-1]] == [10, 8, 6] and ex.known.depth == 3
+    assert [o["layer"] for o in orient_kept] == [0, 1] and len(ex._points) == len(ex.layer_info) == 3
+    assert ex.diag["deeper_attempt"]["widths"] == [10, 8, 6, 1]
+    assert relative_max_error(nr.DeepNetwork(weights, biases), truth, 12) < 1e-9
+
+
+def test_an_exact_deepest_layer_is_kept_over_the_layers_below_it():
+    # the other way: the deeper result is the better one (the layers below it leave the output inexact),
+    # so it is returned and the extractor's layers, points and orientations are the deeper ones again. The
+    # layers below are the first alone: with one hidden layer the finish has no two last layers to fit
+    # jointly, which on layers 1-2 takes minutes to fail
+    truth = random_deep([12, 10, 8, 6, 1], 0)
+    shallow, _ = _extractor_with_true_layers(truth, 1)
+    shallow._points = _critical_points_per_layer(shallow.known)
+    snapshot = _output_snapshot(shallow)
+    ex, _ = _extractor_with_true_layers(truth, 3)
+    ex._points = _critical_points_per_layer(ex.known)
+    ex.layer_info = [{"layer": i} for i in range(3)]
+    deeper = ex._finish(_output_snapshot(ex)["out"])
+    assert deeper[2]["relative_error"] < 1e-12
+    orient = [{"resolved": True, "layer": i} for i in range(2)]
+    result, orient_kept = ex._finish_with_one_layer_less(deeper, snapshot, orient)
+    weights, biases, cert = result[:3]
+    assert cert["relative_error"] == deeper[2]["relative_error"]
+    assert [W.shape[0] for W in weights[:-1]] == [10, 8, 6] and ex.known.depth == 3
+    assert [o["layer"] for o in orient_kept] == [0, 1] and len(ex._points) == len(ex.layer_info) == 3
+    assert not ex.diag["shallower_attempt"]["certificate"]["passed"]
+    assert relative_max_error(nr.DeepNetwork(weights, biases), truth, 12) < 1e-9

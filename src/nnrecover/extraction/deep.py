@@ -1240,6 +1240,49 @@ class DeepExtractor(LastLayerFinishing):
         U, _ = self._current_rows()
         return self.known.widths + ([] if U is None else [int(U.shape[0])])
 
+    def _finish_with_one_layer_less(self, deeper_result: tuple, shallower: dict, orient_info: list
+                                    ) -> tuple[tuple, list]:
+        """The finishing steps once more on the known layers of ``shallower`` (a snapshot of a depth below
+        the deepest: its layers and their output fit), after ``deeper_result`` (the :meth:`_finish` of all
+        known layers) failed its certificate; the result with the lower certificate error is kept, with its
+        layers, points and orientations, and the other is recorded in ``diagnostics["deeper_attempt"]`` or
+        ``["shallower_attempt"]``. Returns ``(result, orient_info)`` of the kept one (docs/design.md,
+        "Finishing with one layer less")."""
+        weights, biases, cert, sign_info, resid = deeper_result
+        # the deepest layer may be a stand-in: the layer below it, found with partial neurons, leaves an
+        # output fit that is not exact, and a few bogus neurons of one more layer explain part of the
+        # rest (measured on 12-10-8-6-1: one neuron of a fourth layer, certificate error 0.40, where the
+        # three layers found, their last two fitted jointly, reach 2e-14). So the finishing steps run
+        # once more on the layers below it, and the better certificate is kept
+        keys = ("linear_neurons", "pruned_neurons", "last_layer_refinement", "certificate_before_refinement",
+                "last_layer_simplification")
+        deeper = {"result": (weights, biases, cert, sign_info, resid),
+                  "known": (self.known.weights, self.known.biases), "points": self._points,
+                  "layers": self.layer_info, "orient": orient_info,
+                  "diag": {k: self.diag.pop(k) for k in keys if k in self.diag}}
+        # copies: the finish changes the last layer's rows in place, and the deeper result shares them
+        self.known.weights = [W.copy() for W in shallower["weights"]]
+        self.known.biases = [b.copy() for b in shallower["biases"]]
+        self._points = self._points[:shallower["depth"]]
+        self.layer_info = self.layer_info[:shallower["depth"]]
+        orient_info = orient_info[:shallower["depth"] - 1]
+        self.stage = "finishing with one layer less"
+        result = self._finish(shallower["out"])
+        summary = {"widths": [int(W.shape[0]) for W in deeper["result"][0][:-1]], "certificate": cert,
+                   "layers": deeper["layers"][shallower["depth"]:]}
+        if result[2]["relative_error"] < cert["relative_error"]:
+            weights, biases, cert, sign_info, resid = result
+            self.diag["deeper_attempt"] = summary
+        else:
+            self.diag["shallower_attempt"] = {"widths": [int(W.shape[0]) for W in result[0][:-1]],
+                                              "certificate": result[2]}
+            for k in keys:
+                self.diag.pop(k, None)
+            self.diag.update(deeper["diag"])
+            self.known.weights, self.known.biases = deeper["known"]
+            self._points, self.layer_info, orient_info = deeper["points"], deeper["layers"], deeper["orient"]
+        return (weights, biases, cert, sign_info, resid), orient_info
+
     def run(self):
         """Run every stage; returns ``(weights, biases, diagnostics)`` of the canonical network."""
         t0 = time.perf_counter()
@@ -1345,42 +1388,11 @@ class DeepExtractor(LastLayerFinishing):
             raise AssumptionError(f"the output is not explained after {len(self.known.weights)} hidden layer(s) "
                                   f"(widths {self.known.widths}); the model may not be a ReLU network, or its "
                                   "deeper neurons left no critical point on the searched lines.")
-        weights, biases, cert, sign_info, resid = self._finish(out)
+        result = self._finish(out)
         shallower = next((snap for snap in reversed(snapshots) if snap["depth"] < self.known.depth), None)
-        if not cert["passed"] and shallower is not None and self.depth is None:
-            # the deepest layer may be a stand-in: the layer below it, found with partial neurons, leaves an
-            # output fit that is not exact, and a few bogus neurons of one more layer explain part of the
-            # rest (measured on 12-10-8-6-1: one neuron of a fourth layer, certificate error 0.40, where the
-            # three layers found, their last two fitted jointly, reach 2e-14). So the finishing steps run
-            # once more on the layers below it, and the better certificate is kept (a depth the caller gave is
-            # kept as given)
-            keys = ("linear_neurons", "pruned_neurons", "last_layer_refinement", "certificate_before_refinement",
-                    "last_layer_simplification")
-            deeper = {"result": (weights, biases, cert, sign_info, resid),
-                      "known": (self.known.weights, self.known.biases), "points": self._points,
-                      "layers": self.layer_info, "orient": orient_info,
-                      "diag": {k: self.diag.pop(k) for k in keys if k in self.diag}}
-            # copies: the finish changes the last layer's rows in place, and the deeper result shares them
-            self.known.weights = [W.copy() for W in shallower["weights"]]
-            self.known.biases = [b.copy() for b in shallower["biases"]]
-            self._points = self._points[:shallower["depth"]]
-            self.layer_info = self.layer_info[:shallower["depth"]]
-            orient_info = orient_info[:shallower["depth"] - 1]
-            self.stage = "finishing with one layer less"
-            result = self._finish(shallower["out"])
-            summary = {"widths": [int(W.shape[0]) for W in deeper["result"][0][:-1]], "certificate": cert,
-                       "layers": deeper["layers"][shallower["depth"]:]}
-            if result[2]["relative_error"] < cert["relative_error"]:
-                weights, biases, cert, sign_info, resid = result
-                self.diag["deeper_attempt"] = summary
-            else:
-                self.diag["shallower_attempt"] = {"widths": [int(W.shape[0]) for W in result[0][:-1]],
-                                                  "certificate": result[2]}
-                for k in keys:
-                    self.diag.pop(k, None)
-                self.diag.update(deeper["diag"])
-                self.known.weights, self.known.biases = deeper["known"]
-                self._points, self.layer_info, orient_info = deeper["points"], deeper["layers"], deeper["orient"]
+        if not result[2]["passed"] and shallower is not None and self.depth is None:  # a given depth stays
+            result, orient_info = self._finish_with_one_layer_less(result, shallower, orient_info)
+        weights, biases, cert, sign_info, resid = result
         K = self.known
         widths = [int(W.shape[0]) for W in weights[:-1]]
         unresolved = [i + 1 for i, o in enumerate(orient_info) if not o["resolved"]]
