@@ -791,3 +791,26 @@ def test_small_kinks_of_a_float32_box_are_located_and_straight_segments_are_not_
     Q[:, 0] = rng.choice([-1.0, 1.0], 200) * rng.uniform(0.1, 2.0, 200)
     _, ok_q = _locate_kinks(oracle, Q, N, np.full(200, delta), noise)
     assert not ok_q.any()
+
+
+def test_partial_copies_whose_points_see_no_feature_are_not_merged():
+    # two partial neurons of the last layer whose critical points all have every feature of the layer
+    # before off: their union fits only the constant, which is no neuron (seen on a trained iris
+    # classifier under Prescott kernels, where it raised an IndexError)
+    from nnrecover.extraction.deep import DeepExtractor
+    from nnrecover.extraction.queries import QueryOracle
+
+    net = nr.DeepNetwork([np.eye(3)[:2], np.eye(2), np.ones((1, 2))],
+                         [np.full(2, -5.0), np.full(2, -1.0), np.zeros(1)])
+    oracle = QueryOracle(DeepBox(net), 3)
+    ex = DeepExtractor(oracle, 3, np.random.default_rng(0))
+    ex.noise, _ = oracle.calibrate(ex.rng, 1.0)
+    for W, b in zip(net.weights[:2], net.biases[:2]):
+        ex.known.append(W, b)
+    rng = np.random.default_rng(1)
+    pts = [rng.standard_normal((6, 3)), rng.standard_normal((6, 3))]
+    assert not (ex.known.preactivations(np.concatenate(pts))[0] > 0).any()
+    ex._points = [[], pts]
+    X = rng.standard_normal((200, 3))
+    assert ex._merge_partial_copies(X, oracle(X)) == 0
+    assert ex.known.widths == [2, 2]

@@ -405,7 +405,8 @@ class LastLayerFinishing:
 
         def fit_rows(pts):
             coef, sv, n_live = hyperplane_through(np.maximum(K.preactivations(pts)[-2], 0.0))
-            if n_live + 1 > pts.shape[0] or not max(sv[-1] / sv[0], sv[-1] / sv[-2]) <= self._tls_tol():
+            # the constant alone (every feature off at every point) is no hyperplane of a neuron
+            if n_live < 2 or n_live + 1 > pts.shape[0] or not max(sv[-1] / sv[0], sv[-1] / sv[-2]) <= self._tls_tol():
                 return None
             scale = np.linalg.norm(coef[:-1])
             return (coef[:-1] / scale, coef[-1] / scale) if scale > 0 else None
