@@ -754,45 +754,6 @@ def test_critical_points_where_no_feature_varies_give_no_neuron():
     assert ex._null_vector(pts) is None
 
 
-def test_small_kinks_of_a_float32_box_are_located_and_straight_segments_are_not_kinks():
-    # a second-layer neuron changes the slope of a float32 box by a few hundred times the slopes' own
-    # round-off (noise / delta); such kinks are located, to the noise over the slope change, and a segment
-    # with no kink is never reported as one
-    from nnrecover.extraction.deep import _locate_kinks
-    from nnrecover.extraction.queries import KAPPA, QueryOracle
-
-    d, jump = 5, 0.1
-    w = np.array([1.0, 2.0, -1.0, 0.5, 3.0])
-
-    def box(X):
-        X = np.asarray(X, np.float32)
-        return (X @ w.astype(np.float32) + np.float32(jump) * np.maximum(X[:, 0], 0)).astype(np.float64)
-
-    oracle = QueryOracle(box, d)
-    rng = np.random.default_rng(0)
-    noise, _ = oracle.calibrate(rng, 1.0)
-    assert 1e-9 < noise.rel < 1e-6
-    delta = 1e-3
-    P = rng.standard_normal((200, d))
-    N = np.zeros((200, d))
-    N[:, 0] = 1.0
-    # kinks at x_0 = 0, offset up to half the window from the points
-    P[:, 0] = rng.uniform(-0.5, 0.5, 200) * delta
-    s, ok = _locate_kinks(oracle, P, N, np.full(200, delta), noise)
-    slope_noise = noise.abs(np.linalg.norm(P, axis=1), np.abs(box(P))) / delta
-    assert np.median(jump / slope_noise) < 6400  # below the margin that rejected these kinks
-    assert ok.mean() > 0.95
-    # each side's line is read to the noise at three points: the kink to a few noise levels over the jump
-    err = np.abs(P[ok, 0] + s[ok])
-    assert np.all(err <= KAPPA * noise.abs(np.linalg.norm(P[ok], axis=1), np.abs(box(P[ok]))) / jump)
-    assert err.max() < 0.1 * delta
-    # no kink within +-3 delta of these points
-    Q = P.copy()
-    Q[:, 0] = rng.choice([-1.0, 1.0], 200) * rng.uniform(0.1, 2.0, 200)
-    _, ok_q = _locate_kinks(oracle, Q, N, np.full(200, delta), noise)
-    assert not ok_q.any()
-
-
 def test_partial_copies_whose_points_see_no_feature_are_not_merged():
     # two partial neurons of the last layer whose critical points all have every feature of the layer
     # before off: their union fits only the constant, which is no neuron (seen on a trained iris

@@ -91,12 +91,10 @@ def _locate_kinks(oracle: QueryOracle, P: np.ndarray, N: np.ndarray, delta: np.n
     The kink is the intersection of the two lines through ``f`` at ``s = -3, -2, -1`` and ``1, 2, 3``
     times ``delta`` (each triple collinear: one linear piece), confirmed by a query there (7 rows per
     point, as :mod:`~nnrecover.extraction.planes` locates kinks). Two lines that coincide (a segment
-    linear throughout) intersect anywhere: a kink is kept only when the slope changes by ``KAPPA`` times
-    the slopes' own round-off, ``noise / delta``. A straight segment's change is about that round-off
-    (measured: 1e-6 to 1e-4 of ``100 KAPPA noise / delta`` in float64, 1e-5 to 1e-3 in float32), a
-    second-layer neuron's in a float32 box 1e-2 to 10 of it (10-20-20-1, the true first layer given):
-    a floor of ``100 KAPPA noise / delta`` rejected three quarters of those, and the layer's search found
-    9 of its 20 neurons (13 with ``KAPPA``). Points go to the box in chunks (bounded memory).
+    linear throughout) intersect anywhere: a kink is kept only when the slope changes by far more than
+    the slopes' own round-off, ``noise / delta`` (``100 KAPPA`` times; a lower floor helps float32 boxes
+    and breaks a float64 one: docs/design.md, "Deep extraction"). Points go to the box in chunks
+    (bounded memory).
     """
     m, d = P.shape
     s_all = np.zeros(m)
@@ -118,7 +116,7 @@ def _locate_kinks(oracle: QueryOracle, P: np.ndarray, N: np.ndarray, delta: np.n
         bb = np.sum(beta * beta, axis=1)
         with np.errstate(divide="ignore", invalid="ignore"):
             s = np.sum(alpha * beta, axis=1) / bb
-        floor = KAPPA * noise.abs(np.linalg.norm(Pc, axis=1), 0.0) / dc
+        floor = 100 * KAPPA * noise.abs(np.linalg.norm(Pc, axis=1), 0.0) / dc
         ok = col_l & col_r & (bb > 0) & np.isfinite(s) & (np.abs(s) < dc) & (np.sqrt(bb) > floor)
         s = np.where(ok, s, 0.0)
         Fs = query_batched(oracle, Pc + s[:, None] * Nc)
