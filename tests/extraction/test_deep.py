@@ -757,7 +757,7 @@ def test_critical_points_where_no_feature_varies_give_no_neuron():
 def test_partial_copies_whose_points_see_no_feature_are_not_merged():
     # two partial neurons of the last layer whose critical points all have every feature of the layer
     # before off: their union fits only the constant, which is no neuron (seen on a trained iris
-    # classifier under Prescott kernels, where it raised an IndexError)
+    # classifier under Prescott kernels with a lower kink floor, where it raised an IndexError)
     from nnrecover.extraction.deep import DeepExtractor
     from nnrecover.extraction.queries import QueryOracle
 

@@ -1262,8 +1262,7 @@ class DeepExtractor(LastLayerFinishing):
         # once more on the layers below it, and the better certificate is kept
         keys = ("linear_neurons", "pruned_neurons", "last_layer_refinement", "certificate_before_refinement",
                 "last_layer_simplification")
-        deeper = {"result": (weights, biases, cert, sign_info, resid),
-                  "known": (self.known.weights, self.known.biases), "points": self._points,
+        deeper = {"known": (self.known.weights, self.known.biases), "points": self._points,
                   "layers": self.layer_info, "orient": orient_info,
                   "diag": {k: self.diag.pop(k) for k in keys if k in self.diag}}
         # copies: the finish changes the last layer's rows in place, and the deeper result shares them
@@ -1274,7 +1273,7 @@ class DeepExtractor(LastLayerFinishing):
         orient_info = orient_info[:shallower["depth"] - 1]
         self.stage = "finishing with one layer less"
         result = self._finish(shallower["out"])
-        summary = {"widths": [int(W.shape[0]) for W in deeper["result"][0][:-1]], "certificate": cert,
+        summary = {"widths": [int(W.shape[0]) for W in weights[:-1]], "certificate": cert,
                    "layers": deeper["layers"][shallower["depth"]:]}
         if result[2]["relative_error"] < cert["relative_error"]:
             weights, biases, cert, sign_info, resid = result
